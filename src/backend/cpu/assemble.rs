@@ -1,0 +1,57 @@
+//! Stage `assemble`: the block-sparse Hessian `M/h^2 + sum_q c_q theta_q^2 hess E`, one
+//! invocation per block row, each block summing its element sources in a fixed order.
+//! Pinned vertices get identity rows and columns.
+
+use rayon::prelude::*;
+
+use crate::backend::topology::Topology;
+use crate::model::Model;
+
+pub(crate) fn hessian(
+    model: &Model,
+    topology: &Topology,
+    element_blocks: &[[f64; 9]],
+    inv_h2: f64,
+    blocks: &mut [[f64; 9]],
+) {
+    // Split the block array by rows so each row is written by one task.
+    let mut rows: Vec<&mut [[f64; 9]]> = Vec::with_capacity(model.vertex_count());
+    let mut rest = blocks;
+    for v in 0..model.vertex_count() {
+        let len = (topology.row_offsets[v + 1] - topology.row_offsets[v]) as usize;
+        let (row, tail) = rest.split_at_mut(len);
+        rows.push(row);
+        rest = tail;
+    }
+    rows.into_par_iter()
+        .enumerate()
+        .with_min_len(64)
+        .for_each(|(v, row)| {
+            let first = topology.row_offsets[v] as usize;
+            for (local, block) in row.iter_mut().enumerate() {
+                let index = first + local;
+                let column = topology.columns[index] as usize;
+                *block = [0.0; 9];
+                if model.pinned[v] || model.pinned[column] {
+                    if column == v {
+                        *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+                    }
+                    continue;
+                }
+                let sources = topology.source_offsets[index] as usize
+                    ..topology.source_offsets[index + 1] as usize;
+                for &source in &topology.block_sources[sources] {
+                    let b = &element_blocks[source as usize];
+                    for k in 0..9 {
+                        block[k] += b[k];
+                    }
+                }
+                if column == v {
+                    let m = model.masses[v] * inv_h2;
+                    block[0] += m;
+                    block[4] += m;
+                    block[8] += m;
+                }
+            }
+        });
+}

@@ -1,0 +1,246 @@
+//! The f64 CPU reference backend: every stage in plain Rust, parallel over elements, vertices
+//! or block rows with rayon, reductions in a fixed order.
+
+mod assemble;
+mod cholesky;
+mod element;
+mod gather;
+mod hessian_product;
+mod pcg;
+mod vector;
+
+use std::sync::Arc;
+
+use super::topology::Topology;
+use super::{DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
+use crate::material::Projection;
+use crate::model::Model;
+
+/// Evaluating the potential is the objective at one node `(c, theta) = (1, 1)` without inertia.
+const POTENTIAL_NODE: [Node; 1] = [Node {
+    weight: 1.0,
+    theta: 1.0,
+}];
+
+/// The CPU implementation of [`Stages`].
+pub struct CpuBackend {
+    model: Arc<Model>,
+    topology: Topology,
+    start: Vec<[f64; 3]>,
+    target: Vec<[f64; 3]>,
+    nodes: Vec<Node>,
+    inv_h2: f64,
+    x: Vec<[f64; 3]>,
+    gradient: Vec<[f64; 3]>,
+    direction: Vec<[f64; 3]>,
+    scratch: Vec<[f64; 3]>,
+    corner_gradients: Vec<[f64; 3]>,
+    element_blocks: Vec<[f64; 9]>,
+    blocks: Vec<[f64; 9]>,
+    pcg: pcg::Scratch,
+    cholesky: Option<cholesky::Cholesky>,
+}
+
+impl CpuBackend {
+    /// A backend for `model`; builds the incidence lists once.
+    pub fn new(model: Arc<Model>) -> CpuBackend {
+        let topology = Topology::new(&model);
+        let n = model.vertex_count();
+        let corners = 4 * model.tets.len() + 2 * model.springs.len();
+        let element_blocks = 16 * model.tets.len() + 4 * model.springs.len();
+        CpuBackend {
+            start: vec![[0.0; 3]; n],
+            target: vec![[0.0; 3]; n],
+            nodes: Vec::new(),
+            inv_h2: 0.0,
+            x: vec![[0.0; 3]; n],
+            gradient: vec![[0.0; 3]; n],
+            direction: vec![[0.0; 3]; n],
+            scratch: vec![[0.0; 3]; n],
+            corner_gradients: vec![[0.0; 3]; corners],
+            element_blocks: vec![[0.0; 9]; element_blocks],
+            blocks: vec![[0.0; 9]; topology.block_count()],
+            pcg: pcg::Scratch::default(),
+            cholesky: None,
+            topology,
+            model,
+        }
+    }
+
+    fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
+        element::energy(&self.model, x, &self.start, &self.nodes)
+            + gather::vertex_energy(
+                &self.model,
+                x,
+                &self.start,
+                &self.target,
+                &self.nodes,
+                self.inv_h2,
+            )
+    }
+
+    fn report(&self, iterations: usize, negative_curvature: bool) -> DirectionReport {
+        DirectionReport {
+            iterations,
+            negative_curvature,
+            slope: vector::dot(&self.gradient, &self.direction),
+            norm: vector::dot(&self.direction, &self.direction).sqrt(),
+            gradient_norm: vector::dot(&self.gradient, &self.gradient).sqrt(),
+        }
+    }
+}
+
+impl Stages for CpuBackend {
+    fn begin_step(&mut self, problem: StepProblem<'_>) {
+        self.start.copy_from_slice(problem.start);
+        self.target.copy_from_slice(problem.target);
+        self.nodes = problem.nodes.to_vec();
+        self.inv_h2 = 1.0 / (problem.dt * problem.dt);
+    }
+
+    fn set_iterate(&mut self, x: &[[f64; 3]]) {
+        self.x.copy_from_slice(x);
+    }
+
+    fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
+        out.copy_from_slice(&self.x);
+    }
+
+    fn objective(&mut self) -> f64 {
+        self.objective_at(&self.x)
+    }
+
+    fn linearize(&mut self, projection: Projection) -> Linearization {
+        element::derivatives(
+            &self.model,
+            &self.x,
+            &self.start,
+            &self.nodes,
+            Some(projection),
+            &mut self.corner_gradients,
+            &mut self.element_blocks,
+        );
+        let (squared, magnitude) = gather::gradient(
+            &self.model,
+            &self.topology,
+            &self.corner_gradients,
+            &self.x,
+            &self.target,
+            &self.nodes,
+            self.inv_h2,
+            &mut self.gradient,
+        );
+        assemble::hessian(
+            &self.model,
+            &self.topology,
+            &self.element_blocks,
+            self.inv_h2,
+            &mut self.blocks,
+        );
+        Linearization {
+            gradient_norm: squared.sqrt(),
+            noise_floor: f64::EPSILON * magnitude,
+        }
+    }
+
+    fn solve_direction(
+        &mut self,
+        solver: LinearSolver,
+        tolerance: f64,
+        max_iterations: usize,
+    ) -> DirectionReport {
+        for (s, g) in self.scratch.iter_mut().zip(&self.gradient) {
+            *s = [-g[0], -g[1], -g[2]];
+        }
+        match solver {
+            LinearSolver::Pcg => {
+                let outcome = pcg::solve(
+                    &self.topology,
+                    &self.blocks,
+                    &self.scratch,
+                    &mut self.direction,
+                    &mut self.pcg,
+                    tolerance,
+                    max_iterations,
+                );
+                self.report(outcome.iterations, outcome.negative_curvature)
+            }
+            LinearSolver::Cholesky => {
+                if self.cholesky.is_none() {
+                    self.cholesky = cholesky::Cholesky::new(&self.topology);
+                }
+                let solved = self
+                    .cholesky
+                    .as_mut()
+                    .and_then(|c| c.solve(&self.blocks, &self.scratch, &mut self.direction));
+                match solved {
+                    Some(outcome) => self.report(1, outcome.indefinite),
+                    // Not even a shifted factorization worked: fall back to steepest descent.
+                    None => self.use_negative_gradient(),
+                }
+            }
+        }
+    }
+
+    fn use_negative_gradient(&mut self) -> DirectionReport {
+        for (d, g) in self.direction.iter_mut().zip(&self.gradient) {
+            *d = [-g[0], -g[1], -g[2]];
+        }
+        self.report(0, false)
+    }
+
+    fn scale_direction(&mut self, factor: f64) {
+        for d in &mut self.direction {
+            *d = d.map(|c| c * factor);
+        }
+    }
+
+    fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64> {
+        let mut candidate = std::mem::take(&mut self.scratch);
+        let values = alphas
+            .iter()
+            .map(|&alpha| {
+                vector::offset(&self.x, alpha, &self.direction, &mut candidate);
+                self.objective_at(&candidate)
+            })
+            .collect();
+        self.scratch = candidate;
+        values
+    }
+
+    fn preferred_batch(&self) -> usize {
+        // The CPU pays per candidate, and the full Newton step is usually accepted.
+        1
+    }
+
+    fn advance(&mut self, alpha: f64) {
+        vector::axpy(alpha, &self.direction, &mut self.x);
+    }
+
+    fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
+        element::energy(&self.model, x, x, &POTENTIAL_NODE)
+            + gather::vertex_energy(&self.model, x, x, x, &POTENTIAL_NODE, 0.0)
+    }
+
+    fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
+        element::derivatives(
+            &self.model,
+            x,
+            x,
+            &POTENTIAL_NODE,
+            None,
+            &mut self.corner_gradients,
+            &mut self.element_blocks,
+        );
+        gather::gradient(
+            &self.model,
+            &self.topology,
+            &self.corner_gradients,
+            x,
+            x,
+            &POTENTIAL_NODE,
+            0.0,
+            out,
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The element and linear-algebra stages of an implicit step.
+//!
+//! [`Stages`] is the seam between the host-side solvers and the hardware. The solver never
+//! sees the iterate, gradient or search direction: they live in the backend (f64 vectors on
+//! the CPU, f32 buffers on a GPU), and only scalars cross — objective values, norms, slopes
+//! and iteration counts. That keeps a GPU implementation free of per-iteration readbacks.
+//!
+//! All quantities are in force units: the step objective is
+//! `G(x) = 1/(2h^2) |x - y|_M^2 + sum_q c_q E(theta_q x + (1 - theta_q) x_n)`, which is the
+//! paper's `g(x) / h^2`, so gradient norms compare directly with `Solver::tolerance` (N).
+
+pub mod cpu;
+pub(crate) mod topology;
+
+use crate::material::Projection;
+
+/// One quadrature node of the step objective: weight `c` and position `theta` on the
+/// segment from `x_n` (0) to `x` (1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Node {
+    /// Quadrature weight `c_q`.
+    pub weight: f64,
+    /// Evaluation point `theta_q`.
+    pub theta: f64,
+}
+
+/// What an implicit step minimizes, apart from the model.
+#[derive(Clone, Copy, Debug)]
+pub struct StepProblem<'a> {
+    /// Positions at the start of the step, `x_n`.
+    pub start: &'a [[f64; 3]],
+    /// The inertial target `y`.
+    pub target: &'a [[f64; 3]],
+    /// Quadrature nodes.
+    pub nodes: &'a [Node],
+    /// Time step `h` (s).
+    pub dt: f64,
+}
+
+/// Which linear solver computes Newton directions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinearSolver {
+    /// Jacobi-preconditioned conjugate gradients with early exit on negative curvature.
+    Pcg,
+    /// Sparse Cholesky (faer) with Tikhonov retries; CPU only, for small systems and checks.
+    Cholesky,
+}
+
+/// How a Newton direction was found.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DirectionReport {
+    /// Linear-solver iterations (CG iterations; 1 for a direct solve).
+    pub iterations: usize,
+    /// CG met a direction of non-positive curvature (or Cholesky found the matrix indefinite).
+    pub negative_curvature: bool,
+    /// `grad G . d`.
+    pub slope: f64,
+    /// `|d|`.
+    pub norm: f64,
+    /// `|grad G|` at the iterate the direction was computed for.
+    pub gradient_norm: f64,
+}
+
+/// The status of one linearization: the one small readback per Newton iteration.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Linearization {
+    /// `|grad G|` over free vertices (N).
+    pub gradient_norm: f64,
+    /// How precisely `G` is known at this iterate: the first-order change of `G` when every
+    /// position is rounded, `eps sum_v |x_v| (|inertia_v| + |gravity_v| + sum |corner forces|)`.
+    /// Decreases predicted below this are noise.
+    pub noise_floor: f64,
+}
+
+/// The stages both backends implement with the same meaning.
+pub trait Stages: Send {
+    /// Loads what stays fixed during one step's minimization.
+    fn begin_step(&mut self, problem: StepProblem<'_>);
+    /// Sets the iterate `x`.
+    fn set_iterate(&mut self, x: &[[f64; 3]]);
+    /// Copies the iterate out.
+    fn read_iterate(&mut self, out: &mut [[f64; 3]]);
+    /// `G` at the iterate (`+inf` where an element is outside its model's domain).
+    fn objective(&mut self) -> f64;
+    /// Gradient and Hessian of `G` at the iterate, element Hessians exact or PSD-projected.
+    fn linearize(&mut self, projection: Projection) -> Linearization;
+    /// Solves `H d = -grad G` to relative residual `tolerance` (PCG stops early on negative
+    /// curvature and returns its last iterate, or `-grad G` if that happens at once).
+    fn solve_direction(
+        &mut self,
+        solver: LinearSolver,
+        tolerance: f64,
+        max_iterations: usize,
+    ) -> DirectionReport;
+    /// Replaces the direction by `-grad G`.
+    fn use_negative_gradient(&mut self) -> DirectionReport;
+    /// Multiplies the direction by `factor`.
+    fn scale_direction(&mut self, factor: f64);
+    /// `G(x + alpha d)` for each candidate step, in one batch.
+    fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64>;
+    /// How many line-search candidates are worth evaluating together.
+    fn preferred_batch(&self) -> usize;
+    /// `x += alpha d`.
+    fn advance(&mut self, alpha: f64);
+    /// Total potential energy `E(x)` (elastic, springs, gravity).
+    fn potential(&mut self, x: &[[f64; 3]]) -> f64;
+    /// `grad E(x)` into `out` (zero rows for pinned vertices).
+    fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]);
+}

@@ -1,0 +1,112 @@
+//! Incidence lists shared by both backends: which element corners touch each vertex (for the
+//! gradient gather) and which element blocks sum into each block of the sparse Hessian (for
+//! the assembly). Gathers instead of scatters keep every reduction in a fixed order, so the
+//! results are deterministic without atomics.
+
+use crate::model::Model;
+
+/// Element corner `a` of tet `e` is slot `4e + a`; corner `b` of spring `s` is `4T + 2s + b`.
+/// Element Hessian block `(a, b)` of tet `e` is `16e + 4a + b`; of spring `s`, `16T + 4s + 2a + b`.
+#[derive(Clone, Debug)]
+pub(crate) struct Topology {
+    /// Per vertex, the range of `corners` that touch it (CSR offsets).
+    pub corner_offsets: Vec<u32>,
+    /// Element corner slots, grouped by vertex.
+    pub corners: Vec<u32>,
+    /// Block-sparse (3x3) Hessian pattern: row offsets into `columns`.
+    pub row_offsets: Vec<u32>,
+    /// Block column of each stored block, sorted within each row.
+    pub columns: Vec<u32>,
+    /// Index of the diagonal block of each row.
+    pub diagonal: Vec<u32>,
+    /// Per stored block, the range of `block_sources` that sum into it.
+    pub source_offsets: Vec<u32>,
+    /// Element Hessian blocks, grouped by the stored block they belong to.
+    pub block_sources: Vec<u32>,
+}
+
+impl Topology {
+    pub fn new(model: &Model) -> Topology {
+        let n = model.vertex_count();
+        let tet_count = model.tets.len() as u32;
+        let mut corner_list: Vec<(u32, u32)> =
+            Vec::with_capacity(4 * model.tets.len() + 2 * model.springs.len());
+        let mut block_list: Vec<(u32, u32, u32)> =
+            Vec::with_capacity(16 * model.tets.len() + 4 * model.springs.len() + n);
+        for (e, tet) in model.tets.iter().enumerate() {
+            for (a, &va) in tet.iter().enumerate() {
+                corner_list.push((va, 4 * e as u32 + a as u32));
+                for (b, &vb) in tet.iter().enumerate() {
+                    block_list.push((va, vb, 16 * e as u32 + 4 * a as u32 + b as u32));
+                }
+            }
+        }
+        for (s, ends) in model.springs.iter().enumerate() {
+            for (a, &va) in ends.iter().enumerate() {
+                corner_list.push((va, 4 * tet_count + 2 * s as u32 + a as u32));
+                for (b, &vb) in ends.iter().enumerate() {
+                    block_list.push((
+                        va,
+                        vb,
+                        16 * tet_count + 4 * s as u32 + 2 * a as u32 + b as u32,
+                    ));
+                }
+            }
+        }
+        // Every vertex has a diagonal block (the mass term) even if no element touches it.
+        const NO_SOURCE: u32 = u32::MAX;
+        block_list.extend((0..n as u32).map(|v| (v, v, NO_SOURCE)));
+        corner_list.sort_unstable();
+        block_list.sort_unstable();
+
+        let mut corner_offsets = vec![0u32; n + 1];
+        for &(v, _) in &corner_list {
+            corner_offsets[v as usize + 1] += 1;
+        }
+        for v in 0..n {
+            corner_offsets[v + 1] += corner_offsets[v];
+        }
+        let corners = corner_list.into_iter().map(|(_, c)| c).collect();
+
+        let mut row_offsets = vec![0u32; n + 1];
+        let mut columns = Vec::new();
+        let mut diagonal = vec![0u32; n];
+        let mut source_offsets = vec![0u32];
+        let mut block_sources = Vec::with_capacity(block_list.len());
+        let mut previous: Option<(u32, u32)> = None;
+        for (row, col, source) in block_list {
+            if previous != Some((row, col)) {
+                if previous.is_some() {
+                    source_offsets.push(block_sources.len() as u32);
+                }
+                if row == col {
+                    diagonal[row as usize] = columns.len() as u32;
+                }
+                columns.push(col);
+                row_offsets[row as usize + 1] += 1;
+                previous = Some((row, col));
+            }
+            if source != NO_SOURCE {
+                block_sources.push(source);
+            }
+        }
+        source_offsets.push(block_sources.len() as u32);
+        for v in 0..n {
+            row_offsets[v + 1] += row_offsets[v];
+        }
+        Topology {
+            corner_offsets,
+            corners,
+            row_offsets,
+            columns,
+            diagonal,
+            source_offsets,
+            block_sources,
+        }
+    }
+
+    /// Number of stored 3x3 blocks.
+    pub fn block_count(&self) -> usize {
+        self.columns.len()
+    }
+}

@@ -1,0 +1,50 @@
+//! # lively
+//!
+//! Real-time simulation of deformable solids — tetrahedral finite elements and mass-spring
+//! cloth — whose motion stays lively at the fixed 1/30 s steps games use: implicit schemes
+//! written as one minimization (DESIGN.md section 2), solved by a safeguarded Newton method,
+//! with energy-conserving (AVF) and energy-tracking integrators.
+//!
+//! ```
+//! use lively::{Integrator, Material, Simulation, Solver, TetMesh};
+//!
+//! # fn main() -> Result<(), lively::Error> {
+//! let mesh = TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]);
+//! let mut sim = Simulation::builder()
+//!     .tet_body(mesh, Material::stvk(1e5, 0.3), 1000.0)
+//!     .dt(1.0 / 30.0)
+//!     .gravity([0.0, -9.81, 0.0])
+//!     .integrator(Integrator::Avf)
+//!     .solver(Solver::newton().tolerance(1e-8).max_iterations(50))
+//!     .pin(|p| p[0] < 1e-9)
+//!     .build()?;
+//! let stats = sim.step()?;
+//! assert!(stats.converged);
+//! let e = sim.energy();
+//! assert!((e.total - e.target).abs() < 1e-6 * e.kinetic.abs().max(1.0));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod backend;
+mod contact;
+mod error;
+pub mod integrator;
+pub mod material;
+pub mod math;
+pub mod mesh;
+mod model;
+mod sim;
+pub mod solver;
+mod state;
+
+pub use backend::LinearSolver;
+pub use contact::{Collider, ContactModel, Shape};
+pub use error::{Error, Result};
+pub use integrator::{Decay, Integrator};
+pub use material::{Material, MaterialModel};
+pub use mesh::{Spring, SpringKind, SpringMesh, TetMesh};
+pub use model::Model;
+pub use sim::{Backend, EnergyReport, Simulation, SimulationBuilder, StepStats, StepTimings};
+pub use solver::{HessianPolicy, Solver};
+pub use state::State;

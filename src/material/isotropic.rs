@@ -1,0 +1,406 @@
+//! Isotropic hyperelastic models.
+//!
+//! Every model is written once in principal stretches (`psi(sigma)` and its derivatives).
+//! From those, the analytic eigensystem of `dP/dF` (Teran et al. 2005, Smith et al. 2019)
+//! gives three scaling modes (the 3x3 block `d2psi/dsigma2`) and, for each pair of
+//! stretches, a flip mode with eigenvalue `(psi_i - psi_j)/(s_i - s_j)` and a twist mode with
+//! `(psi_i + psi_j)/(s_i + s_j)`. Clamping those eigenvalues is the exact PSD projection.
+//!
+//! StVK and the two neo-Hookean models also have polynomial forms in `F` that need no SVD;
+//! they are used for the energy, stress and true tangent on the hot path, and tests check
+//! that both forms agree.
+
+use glam::{DMat3, DVec3};
+
+use super::{MaterialModel, Projection};
+use crate::math::{Mat9, add_outer9, flat, signed_svd, symmetric_eigen3, vec9};
+
+/// A model with its Lame parameters: the per-element evaluator.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Elastic {
+    model: MaterialModel,
+    mu: f64,
+    lambda: f64,
+}
+
+/// First and second derivatives of `psi` in principal stretches, plus the pair quotients
+/// written without the removable singularity at `s_i = s_j`.
+struct StretchDerivatives {
+    grad: [f64; 3],
+    hess: [[f64; 3]; 3],
+    /// Flip eigenvalue of the pair that excludes index k: `(psi_i - psi_j)/(s_i - s_j)`.
+    flip: [f64; 3],
+    /// Twist eigenvalue of the pair that excludes index k: `(psi_i + psi_j)/(s_i + s_j)`.
+    twist: [f64; 3],
+}
+
+/// The pair (i, j) that excludes k, with i < j.
+const PAIRS: [(usize, usize); 3] = [(1, 2), (0, 2), (0, 1)];
+
+/// `(a + b)` kept away from zero, sign preserved: the twist modes of the rotation-based
+/// models are singular where two stretches cancel (a flat, half-inverted element).
+fn guarded_sum(a: f64, b: f64) -> f64 {
+    let s = a + b;
+    // Below 1e-8 the twist eigenvalue would exceed 1e8 mu; the clamp keeps it finite.
+    if s.abs() < 1e-8 {
+        1e-8_f64.copysign(s)
+    } else {
+        s
+    }
+}
+
+impl Elastic {
+    pub(crate) fn new(model: MaterialModel, mu: f64, lambda: f64) -> Elastic {
+        Elastic { model, mu, lambda }
+    }
+
+    /// The model this evaluator implements.
+    pub fn model(&self) -> MaterialModel {
+        self.model
+    }
+
+    /// Lame `lambda` as the stable neo-Hookean formula uses it (`lambda + mu`, see the model docs).
+    fn snh_lambda(&self) -> f64 {
+        self.lambda + self.mu
+    }
+
+    /// Effective `lambda` of the rotation-based family (ARAP has none).
+    fn corotated_lambda(&self) -> f64 {
+        if self.model == MaterialModel::Arap {
+            0.0
+        } else {
+            self.lambda
+        }
+    }
+
+    /// Energy density. `+inf` where the model is undefined (neo-Hookean with `J <= 0`).
+    pub fn energy(&self, f: &DMat3) -> f64 {
+        let (mu, lambda) = (self.mu, self.lambda);
+        match self.model {
+            MaterialModel::StVK => {
+                let e = (f.transpose() * *f - DMat3::IDENTITY) * 0.5;
+                let tr = e.x_axis.x + e.y_axis.y + e.z_axis.z;
+                let e2: f64 = e.to_cols_array().iter().map(|x| x * x).sum();
+                mu * e2 + 0.5 * lambda * tr * tr
+            }
+            MaterialModel::NeoHookean => {
+                let j = f.determinant();
+                if j <= 0.0 {
+                    return f64::INFINITY;
+                }
+                let ic: f64 = f.to_cols_array().iter().map(|x| x * x).sum();
+                let lnj = j.ln();
+                0.5 * mu * (ic - 3.0) - mu * lnj + 0.5 * lambda * lnj * lnj
+            }
+            MaterialModel::StableNeoHookean => {
+                let j = f.determinant();
+                let ic: f64 = f.to_cols_array().iter().map(|x| x * x).sum();
+                0.5 * mu * (ic - 3.0) - mu * (j - 1.0)
+                    + 0.5 * self.snh_lambda() * (j - 1.0) * (j - 1.0)
+            }
+            _ => {
+                let (_, s, _) = signed_svd(f);
+                self.stretch_energy(s)
+            }
+        }
+    }
+
+    /// First Piola-Kirchhoff stress `P = dpsi/dF`.
+    pub fn stress(&self, f: &DMat3) -> DMat3 {
+        let (mu, lambda) = (self.mu, self.lambda);
+        match self.model {
+            MaterialModel::StVK => {
+                let e = (f.transpose() * *f - DMat3::IDENTITY) * 0.5;
+                let tr = e.x_axis.x + e.y_axis.y + e.z_axis.z;
+                *f * (e * (2.0 * mu) + DMat3::IDENTITY * (lambda * tr))
+            }
+            MaterialModel::NeoHookean => {
+                let j = f.determinant();
+                let f_inv_t = f.inverse().transpose();
+                *f * mu + f_inv_t * (lambda * j.ln() - mu)
+            }
+            MaterialModel::StableNeoHookean => {
+                let j = f.determinant();
+                *f * mu + cofactor(f) * (self.snh_lambda() * (j - 1.0) - mu)
+            }
+            _ => {
+                let (u, s, v) = signed_svd(f);
+                let d = self.stretch_derivatives(s);
+                u * DMat3::from_diagonal(DVec3::from(d.grad)) * v.transpose()
+            }
+        }
+    }
+
+    /// `dP/dF` as a 9x9 matrix on `vec(F)` (row-major), exact or PSD-projected.
+    pub fn stress_derivative(&self, f: &DMat3, projection: Projection) -> Mat9 {
+        if projection == Projection::None {
+            match self.model {
+                MaterialModel::StVK
+                | MaterialModel::NeoHookean
+                | MaterialModel::StableNeoHookean => {
+                    return self.polynomial_tangent(f);
+                }
+                _ => {}
+            }
+        }
+        let (u, s, v) = signed_svd(f);
+        self.eigensystem_tangent(&u, s, &v, projection)
+    }
+
+    /// The true tangent of the models with closed forms in `F`, one directional derivative
+    /// `dP[delta]` per unit direction.
+    fn polynomial_tangent(&self, f: &DMat3) -> Mat9 {
+        let (mu, lambda) = (self.mu, self.lambda);
+        let directional: Box<dyn Fn(&DMat3) -> DMat3> = match self.model {
+            MaterialModel::StVK => {
+                let e = (f.transpose() * *f - DMat3::IDENTITY) * 0.5;
+                let tr = e.x_axis.x + e.y_axis.y + e.z_axis.z;
+                let s = e * (2.0 * mu) + DMat3::IDENTITY * (lambda * tr);
+                let f = *f;
+                Box::new(move |d: &DMat3| {
+                    let ftd = f.transpose() * *d;
+                    let trace = ftd.x_axis.x + ftd.y_axis.y + ftd.z_axis.z;
+                    *d * s + f * ((ftd + ftd.transpose()) * mu + DMat3::IDENTITY * (lambda * trace))
+                })
+            }
+            MaterialModel::NeoHookean => {
+                let g = f.inverse().transpose();
+                let lnj = f.determinant().ln();
+                Box::new(move |d: &DMat3| {
+                    let tr = (g.transpose() * *d)
+                        .to_cols_array()
+                        .iter()
+                        .step_by(4)
+                        .sum::<f64>();
+                    *d * mu - g * d.transpose() * g * (lambda * lnj - mu) + g * (lambda * tr)
+                })
+            }
+            MaterialModel::StableNeoHookean => {
+                let l = self.snh_lambda();
+                let c = cofactor(f);
+                let s = l * (f.determinant() - 1.0) - mu;
+                let f = *f;
+                Box::new(move |d: &DMat3| {
+                    let c_dot_d: f64 = c
+                        .to_cols_array()
+                        .iter()
+                        .zip(d.to_cols_array())
+                        .map(|(a, b)| a * b)
+                        .sum();
+                    *d * mu + c * (l * c_dot_d) + cofactor_derivative(&f, d) * s
+                })
+            }
+            _ => unreachable!("only polynomial models have a closed-form tangent"),
+        };
+        let mut k = [[0.0; 9]; 9];
+        for kk in 0..3 {
+            for l in 0..3 {
+                let mut delta = DMat3::ZERO;
+                delta.col_mut(l)[kk] = 1.0;
+                let column = vec9(&directional(&delta));
+                for (r, value) in column.iter().enumerate() {
+                    k[r][flat(kk, l)] = *value;
+                }
+            }
+        }
+        k
+    }
+
+    /// Reassembles `dP/dF` from its analytic eigensystem, clamping negative eigenvalues when
+    /// projecting.
+    pub(super) fn eigensystem_tangent(
+        &self,
+        u: &DMat3,
+        s: DVec3,
+        v: &DMat3,
+        projection: Projection,
+    ) -> Mat9 {
+        let d = self.stretch_derivatives(s);
+        let clamp = |x: f64| {
+            if projection == Projection::Psd {
+                x.max(0.0)
+            } else {
+                x
+            }
+        };
+        let mut k = [[0.0; 9]; 9];
+        // Scaling modes: D_a = u_a v_a^T, coupled through d2psi/dsigma2.
+        let scaling: [[f64; 9]; 3] = std::array::from_fn(|a| vec9(&outer(u.col(a), v.col(a))));
+        let (block_values, block_vectors) = symmetric_eigen3(&DMat3::from_cols_array_2d(&d.hess));
+        for (m, value) in block_values.iter().enumerate() {
+            let q = block_vectors.col(m);
+            let mut mode = [0.0; 9];
+            for a in 0..3 {
+                for (r, entry) in mode.iter_mut().enumerate() {
+                    *entry += q[a] * scaling[a][r];
+                }
+            }
+            add_outer9(&mut k, clamp(*value), &mode);
+        }
+        // Flip and twist modes of each pair of stretches.
+        let half = std::f64::consts::FRAC_1_SQRT_2;
+        for (pair, &(i, j)) in PAIRS.iter().enumerate() {
+            let ij = outer(u.col(i), v.col(j));
+            let ji = outer(u.col(j), v.col(i));
+            add_outer9(&mut k, clamp(d.flip[pair]), &vec9(&((ij + ji) * half)));
+            add_outer9(&mut k, clamp(d.twist[pair]), &vec9(&((ij - ji) * half)));
+        }
+        k
+    }
+
+    /// `psi(sigma)` in principal stretches (the signed stretches of [`signed_svd`]).
+    pub(super) fn stretch_energy(&self, s: DVec3) -> f64 {
+        let (mu, lambda) = (self.mu, self.lambda);
+        let j = s.x * s.y * s.z;
+        match self.model {
+            MaterialModel::StVK => {
+                let e = (s * s - DVec3::ONE) * 0.5;
+                mu * e.length_squared() + 0.5 * lambda * e.element_sum().powi(2)
+            }
+            MaterialModel::Corotated | MaterialModel::Arap => {
+                let l = self.corotated_lambda();
+                mu * (s - DVec3::ONE).length_squared() + 0.5 * l * (s.element_sum() - 3.0).powi(2)
+            }
+            MaterialModel::FixedCorotated => {
+                mu * (s - DVec3::ONE).length_squared() + 0.5 * lambda * (j - 1.0).powi(2)
+            }
+            MaterialModel::NeoHookean => {
+                if j <= 0.0 {
+                    return f64::INFINITY;
+                }
+                0.5 * mu * (s.length_squared() - 3.0) - mu * j.ln() + 0.5 * lambda * j.ln().powi(2)
+            }
+            MaterialModel::StableNeoHookean => {
+                0.5 * mu * (s.length_squared() - 3.0) - mu * (j - 1.0)
+                    + 0.5 * self.snh_lambda() * (j - 1.0).powi(2)
+            }
+        }
+    }
+
+    fn stretch_derivatives(&self, s: DVec3) -> StretchDerivatives {
+        let (mu, lambda) = (self.mu, self.lambda);
+        let s = s.to_array();
+        let j = s[0] * s[1] * s[2];
+        // Product of the two stretches other than k.
+        let others = |k: usize| j_without(&s, k);
+        let mut out = StretchDerivatives {
+            grad: [0.0; 3],
+            hess: [[0.0; 3]; 3],
+            flip: [0.0; 3],
+            twist: [0.0; 3],
+        };
+        match self.model {
+            MaterialModel::StVK => {
+                let c = 0.5 * lambda * (s.iter().map(|x| x * x).sum::<f64>() - 3.0) - mu;
+                for i in 0..3 {
+                    out.grad[i] = mu * s[i].powi(3) + c * s[i];
+                    for k in 0..3 {
+                        out.hess[i][k] = lambda * s[i] * s[k];
+                    }
+                    out.hess[i][i] += 3.0 * mu * s[i] * s[i] + c;
+                }
+                for (p, &(a, b)) in PAIRS.iter().enumerate() {
+                    out.flip[p] = mu * (s[a] * s[a] + s[a] * s[b] + s[b] * s[b]) + c;
+                    out.twist[p] = mu * (s[a] * s[a] - s[a] * s[b] + s[b] * s[b]) + c;
+                }
+            }
+            MaterialModel::Corotated | MaterialModel::Arap => {
+                let l = self.corotated_lambda();
+                let t = s.iter().sum::<f64>() - 3.0;
+                for i in 0..3 {
+                    out.grad[i] = 2.0 * mu * (s[i] - 1.0) + l * t;
+                    for k in 0..3 {
+                        out.hess[i][k] = l;
+                    }
+                    out.hess[i][i] += 2.0 * mu;
+                }
+                for (p, &(a, b)) in PAIRS.iter().enumerate() {
+                    out.flip[p] = 2.0 * mu;
+                    out.twist[p] = 2.0 * mu + (2.0 * l * t - 4.0 * mu) / guarded_sum(s[a], s[b]);
+                }
+            }
+            MaterialModel::FixedCorotated => {
+                for i in 0..3 {
+                    out.grad[i] = 2.0 * mu * (s[i] - 1.0) + lambda * (j - 1.0) * others(i);
+                    for k in 0..3 {
+                        out.hess[i][k] = if i == k {
+                            2.0 * mu + lambda * others(i).powi(2)
+                        } else {
+                            lambda * s[3 - i - k] * (2.0 * j - 1.0)
+                        };
+                    }
+                }
+                for (p, &(a, b)) in PAIRS.iter().enumerate() {
+                    out.flip[p] = 2.0 * mu - lambda * (j - 1.0) * s[p];
+                    out.twist[p] =
+                        2.0 * mu - 4.0 * mu / guarded_sum(s[a], s[b]) + lambda * (j - 1.0) * s[p];
+                }
+            }
+            MaterialModel::NeoHookean => {
+                // Only reached with J > 0: iterates never enter the infinite-energy region.
+                let lnj = j.max(f64::MIN_POSITIVE).ln();
+                for i in 0..3 {
+                    out.grad[i] = mu * s[i] + (lambda * lnj - mu) / s[i];
+                    for k in 0..3 {
+                        out.hess[i][k] = lambda / (s[i] * s[k]);
+                    }
+                    out.hess[i][i] += mu + (mu - lambda * lnj) / (s[i] * s[i]);
+                }
+                for (p, &(a, b)) in PAIRS.iter().enumerate() {
+                    out.flip[p] = mu + (mu - lambda * lnj) / (s[a] * s[b]);
+                    out.twist[p] = mu + (lambda * lnj - mu) / (s[a] * s[b]);
+                }
+            }
+            MaterialModel::StableNeoHookean => {
+                let l = self.snh_lambda();
+                let sc = l * (j - 1.0) - mu;
+                for i in 0..3 {
+                    out.grad[i] = mu * s[i] + sc * others(i);
+                    for k in 0..3 {
+                        out.hess[i][k] = if i == k {
+                            mu + l * others(i).powi(2)
+                        } else {
+                            s[3 - i - k] * (l * j + sc)
+                        };
+                    }
+                }
+                for p in 0..3 {
+                    out.flip[p] = mu - sc * s[p];
+                    out.twist[p] = mu + sc * s[p];
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Product of the stretches other than `k`.
+fn j_without(s: &[f64; 3], k: usize) -> f64 {
+    match k {
+        0 => s[1] * s[2],
+        1 => s[0] * s[2],
+        _ => s[0] * s[1],
+    }
+}
+
+/// `a b^T`.
+fn outer(a: DVec3, b: DVec3) -> DMat3 {
+    DMat3::from_cols(a * b.x, a * b.y, a * b.z)
+}
+
+/// `dJ/dF = cof(F)`, column by column as cross products (defined for singular `F`).
+pub(crate) fn cofactor(f: &DMat3) -> DMat3 {
+    let (f0, f1, f2) = (f.x_axis, f.y_axis, f.z_axis);
+    DMat3::from_cols(f1.cross(f2), f2.cross(f0), f0.cross(f1))
+}
+
+/// Directional derivative of [`cofactor`] along `d`.
+fn cofactor_derivative(f: &DMat3, d: &DMat3) -> DMat3 {
+    let (f0, f1, f2) = (f.x_axis, f.y_axis, f.z_axis);
+    let (d0, d1, d2) = (d.x_axis, d.y_axis, d.z_axis);
+    DMat3::from_cols(
+        d1.cross(f2) + f1.cross(d2),
+        d2.cross(f0) + f2.cross(d0),
+        d0.cross(f1) + f0.cross(d1),
+    )
+}

@@ -1,0 +1,317 @@
+//! Finite-difference checks of every material and spring kind at seeded random deformations.
+
+use glam::{DMat3, DVec3};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::math::{Mat9, flat, smallest_eigenvalue, unvec9, vec9};
+use crate::mesh::SpringKind;
+
+const MODELS: [MaterialModel; 6] = [
+    MaterialModel::StVK,
+    MaterialModel::Corotated,
+    MaterialModel::FixedCorotated,
+    MaterialModel::NeoHookean,
+    MaterialModel::StableNeoHookean,
+    MaterialModel::Arap,
+];
+
+/// O(1) Lame parameters keep the finite-difference error budget easy to reason about.
+fn evaluator(model: MaterialModel) -> Elastic {
+    Material::lame(model, 1.3, 2.1).elastic().unwrap()
+}
+
+/// Deformation gradients near and far from rest; inverted ones where the model allows them.
+fn random_deformations(model: MaterialModel, count: usize, seed: u64) -> Vec<DMat3> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    while out.len() < count {
+        let scale = [0.1, 0.5, 1.0][out.len() % 3];
+        let mut f = DMat3::IDENTITY
+            + DMat3::from_cols_array(&std::array::from_fn(|_| rng.random_range(-scale..scale)));
+        // Neo-Hookean is undefined for J <= 0, so it gets no inverted samples.
+        let inverted = out.len() % 4 == 3 && model != MaterialModel::NeoHookean;
+        if inverted {
+            f.z_axis = -f.z_axis;
+        }
+        let j = f.determinant();
+        let allowed = match model {
+            MaterialModel::NeoHookean => j > 0.2,
+            _ => j.abs() > 0.05,
+        };
+        // Stay clear of the twist singularity of the rotation family (s_i + s_j = 0).
+        let (_, s, _) = crate::math::signed_svd(&f);
+        if allowed && (s.y + s.z).abs() > 0.05 {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Largest entry of `|a - b|` relative to `max(1, |a|)`, with the index where it happens.
+fn worst_relative(a: &[f64], b: &[f64]) -> (f64, usize) {
+    let scale = a.iter().map(|x| x.abs()).fold(1.0, f64::max);
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .map(|(i, (x, y))| ((x - y).abs() / scale, i))
+        .fold((0.0, 0), |acc, e| if e.0 > acc.0 { e } else { acc })
+}
+
+// Central differences with step 1e-6 on O(1) quantities: truncation ~1e-12, round-off
+// ~1e-16/1e-6 = 1e-10, so 1e-6 relative is a wide but still sharp margin.
+const FD_STEP: f64 = 1e-6;
+const FD_TOLERANCE: f64 = 1e-6;
+
+#[test]
+fn stress_is_the_energy_gradient() {
+    for model in MODELS {
+        let m = evaluator(model);
+        for (n, f) in random_deformations(model, 60, 1).iter().enumerate() {
+            let p = vec9(&m.stress(f));
+            let base = vec9(f);
+            let fd: Vec<f64> = (0..9)
+                .map(|r| {
+                    let (mut a, mut b) = (base, base);
+                    a[r] += FD_STEP;
+                    b[r] -= FD_STEP;
+                    (m.energy(&unvec9(&a)) - m.energy(&unvec9(&b))) / (2.0 * FD_STEP)
+                })
+                .collect();
+            let (err, at) = worst_relative(&p, &fd);
+            assert!(
+                err < FD_TOLERANCE,
+                "{model:?} sample {n}: P vs FD error {err:e} at entry {at}"
+            );
+        }
+    }
+}
+
+fn assert_tangent_matches_fd(m: &Elastic, f: &DMat3, k: &Mat9, label: &str) {
+    let base = vec9(f);
+    for c in 0..9 {
+        let (mut a, mut b) = (base, base);
+        a[c] += FD_STEP;
+        b[c] -= FD_STEP;
+        let pa = vec9(&m.stress(&unvec9(&a)));
+        let pb = vec9(&m.stress(&unvec9(&b)));
+        let fd: Vec<f64> = (0..9).map(|r| (pa[r] - pb[r]) / (2.0 * FD_STEP)).collect();
+        let column: Vec<f64> = (0..9).map(|r| k[r][c]).collect();
+        let (err, at) = worst_relative(&column, &fd);
+        assert!(
+            err < FD_TOLERANCE,
+            "{label}: dP/dF column {c} row {at} off by {err:e}"
+        );
+    }
+}
+
+#[test]
+fn stress_derivative_is_the_stress_jacobian() {
+    for model in MODELS {
+        let m = evaluator(model);
+        for (n, f) in random_deformations(model, 60, 2).iter().enumerate() {
+            let k = m.stress_derivative(f, Projection::None);
+            assert_tangent_matches_fd(&m, f, &k, &format!("{model:?} sample {n}"));
+        }
+    }
+}
+
+#[test]
+fn eigensystem_agrees_with_polynomial_forms() {
+    // StVK and both neo-Hookeans are evaluated from F on the hot path; their stretch forms
+    // (used for the PSD projection) must describe the same function.
+    for model in [
+        MaterialModel::StVK,
+        MaterialModel::NeoHookean,
+        MaterialModel::StableNeoHookean,
+    ] {
+        let m = evaluator(model);
+        for f in random_deformations(model, 30, 3) {
+            let (u, s, v) = crate::math::signed_svd(&f);
+            let e_stretch = m.stretch_energy(s);
+            assert!((e_stretch - m.energy(&f)).abs() < 1e-10 * (1.0 + m.energy(&f).abs()));
+            let k_poly = m.stress_derivative(&f, Projection::None);
+            let k_eig = m.eigensystem_tangent(&u, s, &v, Projection::None);
+            let (err, at) = worst_relative(&k_poly.concat(), &k_eig.concat());
+            // Both are analytic; agreement is limited by the SVD's round-off.
+            assert!(
+                err < 1e-9,
+                "{model:?}: tangent forms differ by {err:e} at {at}"
+            );
+        }
+    }
+}
+
+#[test]
+fn projected_derivative_is_psd_and_exact_when_already_psd() {
+    for model in MODELS {
+        let m = evaluator(model);
+        for f in random_deformations(model, 60, 4) {
+            let exact = m.stress_derivative(&f, Projection::None);
+            let projected = m.stress_derivative(&f, Projection::Psd);
+            let rows = |k: &Mat9| k.iter().map(|r| r.to_vec()).collect::<Vec<_>>();
+            let min_projected = smallest_eigenvalue(&rows(&projected));
+            // Clamped eigenvalues are exactly zero; reassembly round-off is ~1e-13 of O(10) entries.
+            assert!(
+                min_projected > -1e-9,
+                "{model:?}: projected tangent has eigenvalue {min_projected:e}"
+            );
+            if smallest_eigenvalue(&rows(&exact)) > 1e-8 {
+                let (err, at) = worst_relative(&exact.concat(), &projected.concat());
+                assert!(
+                    err < 1e-9,
+                    "{model:?}: projection changed a PSD tangent by {err:e} at {at}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rest_shape_has_zero_energy_and_stress() {
+    for model in MODELS {
+        let m = evaluator(model);
+        assert!(
+            m.energy(&DMat3::IDENTITY).abs() < 1e-14,
+            "{model:?} rest energy"
+        );
+        let p = vec9(&m.stress(&DMat3::IDENTITY));
+        assert!(
+            p.iter().all(|x| x.abs() < 1e-13),
+            "{model:?} rest stress {p:?}"
+        );
+    }
+}
+
+#[test]
+fn rotations_cost_nothing() {
+    let r = DMat3::from_axis_angle(DVec3::new(1.0, 2.0, 3.0).normalize(), 1.1);
+    for model in MODELS {
+        let m = evaluator(model);
+        assert!(m.energy(&r).abs() < 1e-12, "{model:?} energy of a rotation");
+    }
+}
+
+#[test]
+fn small_strain_matches_linear_elasticity() {
+    // Every model is parametrised so that (E, nu) mean the same thing at small strain.
+    let strain = 1e-5;
+    let f = DMat3::from_diagonal(DVec3::new(1.0 + strain, 1.0, 1.0));
+    let (youngs, poisson) = (1e5, 0.3);
+    for model in MODELS {
+        let material = match model {
+            MaterialModel::Arap => continue,
+            _ => Material {
+                model,
+                parameters: Parameters::Engineering { youngs, poisson },
+            },
+        };
+        let (mu, lambda) = material.lame_parameters().unwrap();
+        let p = material.elastic().unwrap().stress(&f);
+        let expected = (2.0 * mu + lambda) * strain;
+        let got = crate::math::at(&p, 0, 0);
+        // First-order agreement: the relative difference is O(strain).
+        assert!(
+            (got - expected).abs() < 1e-4 * expected,
+            "{model:?}: P00 {got} vs {expected}"
+        );
+    }
+}
+
+#[test]
+fn inverted_neo_hookean_is_infinite() {
+    let m = evaluator(MaterialModel::NeoHookean);
+    let f = DMat3::from_diagonal(DVec3::new(1.0, 1.0, -0.5));
+    assert_eq!(m.energy(&f), f64::INFINITY);
+    // Stable neo-Hookean and fixed corotated push inverted elements back with finite energy.
+    for model in [
+        MaterialModel::StableNeoHookean,
+        MaterialModel::FixedCorotated,
+    ] {
+        let e = evaluator(model).energy(&f);
+        assert!(e.is_finite() && e > 0.0, "{model:?} energy {e}");
+    }
+}
+
+#[test]
+fn bad_parameters_are_rejected_with_their_name() {
+    let cases = [
+        (Material::stvk(1e5, 0.5), "Poisson"),
+        (Material::stvk(1e5, -1.0), "Poisson"),
+        (Material::neo_hookean(-1.0, 0.3), "Young"),
+        (Material::corotated(f64::NAN, 0.3), "Young"),
+        (Material::lame(MaterialModel::StVK, 0.0, 1.0), "mu"),
+        (Material::lame(MaterialModel::StVK, 1.0, -1.0), "lambda"),
+    ];
+    for (material, needle) in cases {
+        let message = material.lame_parameters().unwrap_err().to_string();
+        assert!(
+            message.contains(needle),
+            "message {message:?} should name {needle}"
+        );
+    }
+}
+
+#[test]
+fn springs_match_finite_differences() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for kind in [SpringKind::Hooke, SpringKind::StVK] {
+        for n in 0..200 {
+            let law = SpringLaw {
+                kind,
+                stiffness: 3.0,
+                rest: rng.random_range(0.5..1.5),
+            };
+            let d = DVec3::new(
+                rng.random_range(-2.0..2.0),
+                rng.random_range(-2.0..2.0),
+                rng.random_range(-2.0..2.0),
+            );
+            let g = law.gradient(d);
+            let h = law.hessian(d, Projection::None);
+            for c in 0..3 {
+                let mut e = DVec3::ZERO;
+                e[c] = FD_STEP;
+                let fd_g = (law.energy(d + e) - law.energy(d - e)) / (2.0 * FD_STEP);
+                let fd_h = (law.gradient(d + e) - law.gradient(d - e)) / (2.0 * FD_STEP);
+                let scale = 1.0 + g.abs().max_element();
+                assert!(
+                    (fd_g - g[c]).abs() < FD_TOLERANCE * scale,
+                    "{kind:?} {n}: gradient {c}"
+                );
+                let scale = 1.0
+                    + h.abs()
+                        .to_cols_array()
+                        .iter()
+                        .fold(0.0_f64, |a, b| a.max(*b));
+                let err = (fd_h - h.col(c)).abs().max_element();
+                assert!(
+                    err < FD_TOLERANCE * scale,
+                    "{kind:?} {n}: Hessian column {c} off by {err:e}"
+                );
+            }
+            let p = law.hessian(d, Projection::Psd);
+            let rows: Vec<Vec<f64>> = (0..3)
+                .map(|i| (0..3).map(|j| p.col(j)[i]).collect())
+                .collect();
+            assert!(
+                smallest_eigenvalue(&rows) > -1e-12,
+                "{kind:?}: projected spring Hessian not PSD"
+            );
+        }
+        let law = SpringLaw {
+            kind,
+            stiffness: 3.0,
+            rest: 1.0,
+        };
+        assert_eq!(law.energy(DVec3::new(0.6, 0.8, 0.0)), 0.0);
+        assert_eq!(law.gradient(DVec3::new(0.6, 0.8, 0.0)), DVec3::ZERO);
+    }
+}
+
+#[test]
+fn flat_index_is_row_major() {
+    let m = crate::math::from_rows([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]);
+    assert_eq!(vec9(&m)[flat(1, 2)], 6.0);
+}

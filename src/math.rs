@@ -1,0 +1,262 @@
+//! Small fixed-size linear algebra in f64: 3x3 symmetric eigenproblems, the signed SVD that
+//! isotropic materials need, and the 9x9 tangent matrices of the first Piola stress.
+
+use glam::{DMat3, DVec3};
+
+/// A 9x9 matrix acting on `vec(F)`, with `F[i][j]` stored at index `3 * i + j` (row-major).
+pub type Mat9 = [[f64; 9]; 9];
+
+/// Index of `F[i][j]` in `vec(F)`.
+#[inline]
+pub fn flat(i: usize, j: usize) -> usize {
+    3 * i + j
+}
+
+/// `F[i][j]` of a glam matrix (glam stores columns).
+#[inline]
+pub fn at(m: &DMat3, i: usize, j: usize) -> f64 {
+    m.col(j)[i]
+}
+
+/// Builds a matrix from rows.
+pub fn from_rows(r: [[f64; 3]; 3]) -> DMat3 {
+    DMat3::from_cols_array_2d(&r).transpose()
+}
+
+/// Rows of a matrix.
+pub fn to_rows(m: &DMat3) -> [[f64; 3]; 3] {
+    m.transpose().to_cols_array_2d()
+}
+
+/// `vec(M)` in the row-major convention of [`flat`].
+pub fn vec9(m: &DMat3) -> [f64; 9] {
+    let r = to_rows(m);
+    [
+        r[0][0], r[0][1], r[0][2], r[1][0], r[1][1], r[1][2], r[2][0], r[2][1], r[2][2],
+    ]
+}
+
+/// Inverse of [`vec9`].
+pub fn unvec9(v: &[f64; 9]) -> DMat3 {
+    from_rows([[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]])
+}
+
+/// Eigen-decomposition of a symmetric 3x3 matrix by cyclic Jacobi rotations.
+/// Returns eigenvalues in descending order and the eigenvectors as the columns of a rotation.
+pub fn symmetric_eigen3(m: &DMat3) -> ([f64; 3], DMat3) {
+    let mut a = to_rows(m);
+    let mut v = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    let scale = a.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
+    for _sweep in 0..32 {
+        let off = a[0][1] * a[0][1] + a[0][2] * a[0][2] + a[1][2] * a[1][2];
+        // Converged once off-diagonal mass is at f64 round-off of the matrix norm.
+        if off <= (1e-17 * scale) * (1e-17 * scale) || off == 0.0 {
+            break;
+        }
+        for (p, q) in [(0, 1), (0, 2), (1, 2)] {
+            if a[p][q] == 0.0 {
+                continue;
+            }
+            let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+            let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+            let t = if theta == 0.0 { 1.0 } else { t };
+            let c = 1.0 / (t * t + 1.0).sqrt();
+            let s = t * c;
+            for k in 0..3 {
+                let akp = a[k][p];
+                let akq = a[k][q];
+                a[k][p] = c * akp - s * akq;
+                a[k][q] = s * akp + c * akq;
+            }
+            for k in 0..3 {
+                let apk = a[p][k];
+                let aqk = a[q][k];
+                a[p][k] = c * apk - s * aqk;
+                a[q][k] = s * apk + c * aqk;
+            }
+            for row in v.iter_mut() {
+                let vp = row[p];
+                let vq = row[q];
+                row[p] = c * vp - s * vq;
+                row[q] = s * vp + c * vq;
+            }
+        }
+    }
+    let mut order = [0usize, 1, 2];
+    order.sort_by(|&i, &j| a[j][j].total_cmp(&a[i][i]));
+    let values = [
+        a[order[0]][order[0]],
+        a[order[1]][order[1]],
+        a[order[2]][order[2]],
+    ];
+    let mut vectors = DMat3::from_cols(
+        DVec3::new(v[0][order[0]], v[1][order[0]], v[2][order[0]]),
+        DVec3::new(v[0][order[1]], v[1][order[1]], v[2][order[1]]),
+        DVec3::new(v[0][order[2]], v[1][order[2]], v[2][order[2]]),
+    );
+    if vectors.determinant() < 0.0 {
+        vectors.z_axis = -vectors.z_axis;
+    }
+    (values, vectors)
+}
+
+/// Any unit vector orthogonal to `a` (which must be non-zero).
+fn any_orthogonal(a: DVec3) -> DVec3 {
+    let helper = if a.x.abs() < 0.9 { DVec3::X } else { DVec3::Y };
+    a.cross(helper).normalize()
+}
+
+/// Signed ("rotation-variant") SVD: `F = U diag(sigma) V^T` with `U`, `V` proper rotations,
+/// `sigma[0] >= sigma[1] >= |sigma[2]|`, and `sigma[2] < 0` exactly when `det F < 0`.
+/// Inverted elements then have a well-defined, smooth set of principal stretches.
+pub fn signed_svd(f: &DMat3) -> (DMat3, DVec3, DMat3) {
+    let (_, v) = symmetric_eigen3(&(f.transpose() * *f));
+    let b = *f * v;
+    let (b0, b1, b2) = (b.x_axis, b.y_axis, b.z_axis);
+    let n0 = b0.length();
+    let scale = f
+        .to_cols_array()
+        .iter()
+        .map(|x| x.abs())
+        .fold(0.0, f64::max);
+    // A column below round-off of the matrix is treated as zero (rank-deficient F).
+    let tiny = 1e-300_f64.max(1e-15 * scale);
+    let u0 = if n0 > tiny { b0 / n0 } else { DVec3::X };
+    let r1 = b1 - u0 * u0.dot(b1);
+    let n1 = r1.length();
+    let u1 = if n1 > tiny {
+        r1 / n1
+    } else {
+        any_orthogonal(u0)
+    };
+    let u2 = u0.cross(u1);
+    let sigma = DVec3::new(u0.dot(b0), u1.dot(b1), u2.dot(b2));
+    (DMat3::from_cols(u0, u1, u2), sigma, v)
+}
+
+/// `a^T M b` for 9-vectors.
+pub fn quadratic9(m: &Mat9, a: &[f64; 9], b: &[f64; 9]) -> f64 {
+    let mut s = 0.0;
+    for i in 0..9 {
+        let mut row = 0.0;
+        for j in 0..9 {
+            row += m[i][j] * b[j];
+        }
+        s += a[i] * row;
+    }
+    s
+}
+
+/// Adds `w a a^T` to `m`.
+#[inline]
+pub fn add_outer9(m: &mut Mat9, w: f64, a: &[f64; 9]) {
+    for i in 0..9 {
+        let wa = w * a[i];
+        for j in 0..9 {
+            m[i][j] += wa * a[j];
+        }
+    }
+}
+
+/// Smallest eigenvalue of a symmetric matrix of any small size, by Jacobi sweeps.
+/// Used by tests and assertions, never on the hot path.
+pub fn smallest_eigenvalue(m: &[Vec<f64>]) -> f64 {
+    let n = m.len();
+    let mut a: Vec<Vec<f64>> = m.to_vec();
+    for _ in 0..100 {
+        let mut off = 0.0;
+        for p in 0..n {
+            for q in p + 1..n {
+                off += a[p][q] * a[p][q];
+            }
+        }
+        if off < 1e-30 {
+            break;
+        }
+        for p in 0..n {
+            for q in p + 1..n {
+                if a[p][q].abs() < 1e-300 {
+                    continue;
+                }
+                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+                let t = if theta == 0.0 {
+                    1.0
+                } else {
+                    theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt())
+                };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for k in 0..n {
+                    let akp = a[k][p];
+                    let akq = a[k][q];
+                    a[k][p] = c * akp - s * akq;
+                    a[k][q] = s * akp + c * akq;
+                }
+                for k in 0..n {
+                    let apk = a[p][k];
+                    let aqk = a[q][k];
+                    a[p][k] = c * apk - s * aqk;
+                    a[q][k] = s * apk + c * aqk;
+                }
+            }
+        }
+    }
+    (0..n).map(|i| a[i][i]).fold(f64::INFINITY, f64::min)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn random_matrix(rng: &mut ChaCha8Rng) -> DMat3 {
+        DMat3::from_cols_array(&std::array::from_fn(|_| rng.random_range(-2.0..2.0)))
+    }
+
+    #[test]
+    fn signed_svd_reconstructs_and_is_orthogonal() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut worst = 0.0_f64;
+        for k in 0..2000 {
+            let mut f = random_matrix(&mut rng);
+            if k % 7 == 0 {
+                f.z_axis = f.x_axis * 0.5; // rank-deficient
+            }
+            if k % 11 == 0 {
+                f = DMat3::from_diagonal(DVec3::new(1.0, 1.0, -1.0)); // repeated singular values
+            }
+            let (u, s, v) = signed_svd(&f);
+            let back = u * DMat3::from_diagonal(s) * v.transpose();
+            let err = (back - f)
+                .to_cols_array()
+                .iter()
+                .map(|x| x.abs())
+                .fold(0.0, f64::max);
+            let ortho_u = (u.transpose() * u - DMat3::IDENTITY).to_cols_array();
+            let ortho_v = (v.transpose() * v - DMat3::IDENTITY).to_cols_array();
+            let ortho = ortho_u
+                .iter()
+                .chain(&ortho_v)
+                .map(|x| x.abs())
+                .fold(0.0, f64::max);
+            worst = worst.max(err).max(ortho);
+            assert!((u.determinant() - 1.0).abs() < 1e-12 && (v.determinant() - 1.0).abs() < 1e-12);
+            assert!(
+                s.x >= s.y - 1e-12 && s.y >= s.z.abs() - 1e-12,
+                "order broken at {k}: {s}"
+            );
+            // The sign of the smallest stretch is the sign of det F (clear of round-off).
+            let det = f.determinant();
+            if det.abs() > 1e-9 {
+                assert_eq!(
+                    s.z < 0.0,
+                    det < 0.0,
+                    "sign of sigma_3 at {k}: {s}, det {det}"
+                );
+            }
+        }
+        // Entries are O(1); reconstruction and orthogonality at a few hundred ulps.
+        assert!(worst < 1e-12, "worst SVD error {worst:e}");
+    }
+}

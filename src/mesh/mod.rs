@@ -1,0 +1,14 @@
+//! Meshes: tetrahedral bodies and mass-spring bodies, their generators and validation.
+
+mod spring_mesh;
+mod tet_mesh;
+
+pub use spring_mesh::{Spring, SpringKind, SpringMesh};
+pub use tet_mesh::TetMesh;
+
+/// Signed volume of the tetrahedron `(a, b, c, d)`: positive when `d` lies on the side of
+/// `(a, b, c)` that their counter-clockwise normal points to.
+pub(crate) fn signed_volume(a: [f64; 3], b: [f64; 3], c: [f64; 3], d: [f64; 3]) -> f64 {
+    let e = |p: [f64; 3]| glam::DVec3::from(p) - glam::DVec3::from(a);
+    e(b).cross(e(c)).dot(e(d)) / 6.0
+}

@@ -1,0 +1,136 @@
+//! `Model`: everything that stays fixed during a run — rest shape, masses, materials, pins.
+
+use crate::error::{Error, Result};
+use crate::material::{Elastic, Material, SpringLaw};
+use crate::mesh::{SpringMesh, TetMesh, signed_volume};
+
+/// Rest data of one tet: the gradients of its four linear shape functions (so that
+/// `F = sum_a x_a grad_a^T`) and its rest volume.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct TetRest {
+    pub shape_gradients: [[f64; 3]; 4],
+    pub volume: f64,
+}
+
+/// The fixed part of a simulation. Vertices of all bodies are numbered in the order the
+/// bodies were added.
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub(crate) rest: Vec<[f64; 3]>,
+    pub(crate) masses: Vec<f64>,
+    pub(crate) pinned: Vec<bool>,
+    pub(crate) gravity: [f64; 3],
+    pub(crate) tets: Vec<[u32; 4]>,
+    pub(crate) tet_rest: Vec<TetRest>,
+    pub(crate) tet_material: Vec<Elastic>,
+    pub(crate) springs: Vec<[u32; 2]>,
+    pub(crate) spring_law: Vec<SpringLaw>,
+}
+
+impl Model {
+    pub(crate) fn empty(gravity: [f64; 3]) -> Model {
+        Model {
+            rest: Vec::new(),
+            masses: Vec::new(),
+            pinned: Vec::new(),
+            gravity,
+            tets: Vec::new(),
+            tet_rest: Vec::new(),
+            tet_material: Vec::new(),
+            springs: Vec::new(),
+            spring_law: Vec::new(),
+        }
+    }
+
+    /// Appends a tetrahedral body with lumped masses from `density` (kg/m^3).
+    pub(crate) fn add_tet_body(
+        &mut self,
+        mesh: &TetMesh,
+        material: &Material,
+        density: f64,
+    ) -> Result<()> {
+        crate::error::require_positive("density", density)?;
+        let elastic = material.elastic()?;
+        let offset = self.rest.len() as u32;
+        self.rest.extend_from_slice(mesh.positions());
+        self.masses.resize(self.rest.len(), 0.0);
+        self.pinned.resize(self.rest.len(), false);
+        for (e, tet) in mesh.tets().iter().enumerate() {
+            let p = tet.map(|v| glam::DVec3::from(mesh.positions()[v as usize]));
+            let volume = signed_volume(p[0].into(), p[1].into(), p[2].into(), p[3].into());
+            let dm = glam::DMat3::from_cols(p[1] - p[0], p[2] - p[0], p[3] - p[0]);
+            let dm_inv = dm.inverse();
+            if !(volume > 0.0) || !dm_inv.is_finite() {
+                return Err(Error::Mesh(format!("element {e} {tet:?} is degenerate")));
+            }
+            // Row c of Dm^-1 is the gradient of the shape function of vertex c + 1.
+            let rows = crate::math::to_rows(&dm_inv);
+            let first = [0, 1, 2].map(|j| -(rows[0][j] + rows[1][j] + rows[2][j]));
+            let shape_gradients = [first, rows[0], rows[1], rows[2]];
+            for &v in tet {
+                self.masses[(offset + v) as usize] += density * volume / 4.0;
+            }
+            self.tets.push(tet.map(|v| v + offset));
+            self.tet_rest.push(TetRest {
+                shape_gradients,
+                volume,
+            });
+            self.tet_material.push(elastic);
+        }
+        if let Some(v) = (offset as usize..self.rest.len()).find(|&v| self.masses[v] <= 0.0) {
+            return Err(Error::Mesh(format!(
+                "vertex {} belongs to no tet, so it has no mass; remove unused vertices",
+                v - offset as usize
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends a spring body.
+    pub(crate) fn add_spring_body(&mut self, mesh: &SpringMesh) -> Result<()> {
+        mesh.validate()?;
+        let offset = self.rest.len() as u32;
+        self.rest.extend_from_slice(mesh.positions());
+        self.masses.extend_from_slice(mesh.masses());
+        self.pinned.resize(self.rest.len(), false);
+        for spring in mesh.springs() {
+            self.springs.push(spring.ends.map(|v| v + offset));
+            self.spring_law.push(SpringLaw {
+                kind: spring.kind,
+                stiffness: spring.stiffness,
+                rest: spring.rest,
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of vertices over all bodies.
+    pub fn vertex_count(&self) -> usize {
+        self.rest.len()
+    }
+
+    /// Number of tets over all bodies.
+    pub fn tet_count(&self) -> usize {
+        self.tets.len()
+    }
+
+    /// Lumped vertex masses (kg).
+    pub fn masses(&self) -> &[f64] {
+        &self.masses
+    }
+
+    /// Which vertices are pinned.
+    pub fn pinned(&self) -> &[bool] {
+        &self.pinned
+    }
+
+    /// Rest positions of all vertices.
+    pub fn rest_positions(&self) -> &[[f64; 3]] {
+        &self.rest
+    }
+
+    /// Gravitational acceleration (m/s^2).
+    pub fn gravity(&self) -> [f64; 3] {
+        self.gravity
+    }
+}

@@ -1,0 +1,479 @@
+//! `Simulation`: the fixed-step driver, its builder, and the statistics it reports.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use glam::DVec3;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::{Stages, StepProblem};
+use crate::contact::{Collider, ContactModel};
+use crate::error::{Error, Result};
+use crate::integrator::{Integrator, StepInput, combine};
+use crate::material::Material;
+use crate::mesh::{SpringMesh, TetMesh};
+use crate::model::Model;
+use crate::solver::Solver;
+use crate::solver::newton::{self, PhaseTimes};
+use crate::state::State;
+
+/// Where the element and linear-algebra stages run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The f64 CPU reference.
+    Cpu,
+    /// WGSL compute shaders through wgpu.
+    Gpu,
+    /// The GPU when one is available, otherwise the CPU.
+    Auto,
+}
+
+/// Wall-clock time per phase of one step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTimings {
+    /// The whole step.
+    pub total: Duration,
+    /// Element passes (objective, gradient, Hessian) and assembly.
+    pub evaluate: Duration,
+    /// Linear solves.
+    pub linear_solve: Duration,
+    /// Line searches.
+    pub line_search: Duration,
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepStats {
+    /// Outer solver iterations (Newton iterations).
+    pub iterations: usize,
+    /// Inner linear-solver iterations summed over the step.
+    pub linear_iterations: usize,
+    /// Newton iterations that used PSD-projected element Hessians.
+    pub projected_iterations: usize,
+    /// The blend factor of the energy-controlled integrators (negative: forward-Euler side).
+    pub alpha: Option<f64>,
+    /// The solver reached its tolerance (explicit steps always report true).
+    pub converged: bool,
+    /// The solver stopped early because the objective could not resolve further progress.
+    pub round_off: bool,
+    /// Final gradient norm of the step objective (N); zero for explicit steps.
+    pub gradient_norm: f64,
+    /// Time per phase.
+    pub timings: StepTimings,
+}
+
+/// Energies of the current state (J).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EnergyReport {
+    /// `1/2 v^T M v`.
+    pub kinetic: f64,
+    /// Elastic, spring and gravitational potential.
+    pub potential: f64,
+    /// `kinetic + potential`.
+    pub total: f64,
+    /// The energy the controlled integrators aim for (the initial total for now).
+    pub target: f64,
+}
+
+type PinPredicate = Box<dyn Fn(&[f64; 3]) -> bool>;
+
+enum Body {
+    Tets {
+        mesh: TetMesh,
+        material: Material,
+        density: f64,
+    },
+    Springs(SpringMesh),
+}
+
+/// Builds a [`Simulation`]; see the crate docs for an example.
+pub struct SimulationBuilder {
+    bodies: Vec<Body>,
+    dt: f64,
+    gravity: [f64; 3],
+    integrator: Integrator,
+    solver: Solver,
+    backend: Backend,
+    pins: Vec<PinPredicate>,
+    colliders: Vec<Collider>,
+    contact_model: Option<ContactModel>,
+}
+
+impl SimulationBuilder {
+    /// Adds a tetrahedral body of `material` with mass density `density` (kg/m^3).
+    pub fn tet_body(mut self, mesh: TetMesh, material: Material, density: f64) -> Self {
+        self.bodies.push(Body::Tets {
+            mesh,
+            material,
+            density,
+        });
+        self
+    }
+
+    /// Adds a mass-spring body.
+    pub fn spring_body(mut self, mesh: SpringMesh) -> Self {
+        self.bodies.push(Body::Springs(mesh));
+        self
+    }
+
+    /// Time step (s); default 1/30.
+    pub fn dt(mut self, dt: f64) -> Self {
+        self.dt = dt;
+        self
+    }
+
+    /// Gravitational acceleration (m/s^2); default zero.
+    pub fn gravity(mut self, gravity: [f64; 3]) -> Self {
+        self.gravity = gravity;
+        self
+    }
+
+    /// Time integrator; default backward Euler.
+    pub fn integrator(mut self, integrator: Integrator) -> Self {
+        self.integrator = integrator;
+        self
+    }
+
+    /// Nonlinear solver; default `Solver::newton()`.
+    pub fn solver(mut self, solver: Solver) -> Self {
+        self.solver = solver;
+        self
+    }
+
+    /// Where the stages run; default `Backend::Cpu`.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Pins every vertex whose rest position satisfies `predicate` (may be called repeatedly).
+    pub fn pin(mut self, predicate: impl Fn(&[f64; 3]) -> bool + 'static) -> Self {
+        self.pins.push(Box::new(predicate));
+        self
+    }
+
+    /// Adds a static collider.
+    pub fn collider(mut self, collider: Collider) -> Self {
+        self.colliders.push(collider);
+        self
+    }
+
+    /// How contact is enforced.
+    pub fn contact_model(mut self, model: ContactModel) -> Self {
+        self.contact_model = Some(model);
+        self
+    }
+
+    /// Validates everything and builds the simulation, at rest in the bodies' rest shapes.
+    pub fn build(self) -> Result<Simulation> {
+        crate::error::require_positive("time step dt", self.dt)?;
+        if self.gravity.iter().any(|g| !g.is_finite()) {
+            return Err(Error::Parameter(format!(
+                "gravity must be finite, got {:?}",
+                self.gravity
+            )));
+        }
+        self.solver.validate()?;
+        match self.integrator {
+            Integrator::Stabilized { .. } | Integrator::A1 | Integrator::ASearch { .. } => {
+                return Err(Error::Unsupported(format!(
+                    "the energy-controlled integrator {} is not implemented yet; use Avf or BackwardEuler",
+                    self.integrator.name()
+                )));
+            }
+            _ => {}
+        }
+        if !self.colliders.is_empty() || self.contact_model.is_some() {
+            return Err(Error::Unsupported(
+                "colliders and contact models are not implemented yet; remove them from the builder".into(),
+            ));
+        }
+        if self.bodies.is_empty() {
+            return Err(Error::Parameter(
+                "the simulation has no bodies; add one with tet_body or spring_body".into(),
+            ));
+        }
+        let mut model = Model::empty(self.gravity);
+        for body in &self.bodies {
+            match body {
+                Body::Tets {
+                    mesh,
+                    material,
+                    density,
+                } => model.add_tet_body(mesh, material, *density)?,
+                Body::Springs(mesh) => model.add_spring_body(mesh)?,
+            }
+        }
+        for (v, p) in model.rest.iter().enumerate() {
+            model.pinned[v] = self.pins.iter().any(|pin| pin(p));
+        }
+        let stages: Box<dyn Stages> = match self.backend {
+            Backend::Cpu | Backend::Auto => Box::new(CpuBackend::new(Arc::new(model.clone()))),
+            Backend::Gpu => {
+                return Err(Error::NoGpu(
+                    "this build has no GPU backend yet; use Backend::Cpu or Backend::Auto".into(),
+                ));
+            }
+        };
+        let state = State::at_rest(model.rest.clone());
+        let mut sim = Simulation {
+            model: Arc::new(model),
+            state,
+            integrator: self.integrator,
+            solver: self.solver,
+            stages,
+            dt: self.dt,
+            time: 0.0,
+            energy: EnergyReport::default(),
+        };
+        sim.refresh_energy(true);
+        Ok(sim)
+    }
+}
+
+/// A running simulation: model, state, integrator, solver and backend.
+pub struct Simulation {
+    model: Arc<Model>,
+    state: State,
+    integrator: Integrator,
+    solver: Solver,
+    stages: Box<dyn Stages>,
+    dt: f64,
+    time: f64,
+    energy: EnergyReport,
+}
+
+impl Simulation {
+    /// A builder with defaults: dt 1/30 s, no gravity, backward Euler, Newton, CPU.
+    pub fn builder() -> SimulationBuilder {
+        SimulationBuilder {
+            bodies: Vec::new(),
+            dt: 1.0 / 30.0,
+            gravity: [0.0; 3],
+            integrator: Integrator::BackwardEuler,
+            solver: Solver::newton(),
+            backend: Backend::Cpu,
+            pins: Vec::new(),
+            colliders: Vec::new(),
+            contact_model: None,
+        }
+    }
+
+    /// Advances one time step. On error the state is unchanged.
+    pub fn step(&mut self) -> Result<StepStats> {
+        let started = Instant::now();
+        let n = self.model.vertex_count();
+        let h = self.dt;
+        let mut gradient = vec![[0.0; 3]; n];
+        self.stages
+            .potential_gradient(&self.state.positions, &mut gradient);
+        let acceleration: Vec<[f64; 3]> = gradient
+            .iter()
+            .zip(&self.model.masses)
+            .map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m])
+            .collect();
+        let previous = self
+            .state
+            .previous
+            .as_ref()
+            .map(|(x, v)| (x.as_slice(), v.as_slice()));
+        let input = StepInput {
+            dt: h,
+            positions: &self.state.positions,
+            velocities: &self.state.velocities,
+            previous,
+            acceleration: &acceleration,
+        };
+        let mut stats = StepStats {
+            converged: true,
+            ..StepStats::default()
+        };
+        let (x, v) = if let Some(explicit) = self.integrator.explicit() {
+            explicit(&input)
+        } else if let Some(scheme) = self.integrator.scheme() {
+            let plan = scheme.plan(&input);
+            self.stages.begin_step(StepProblem {
+                start: input.positions,
+                target: &plan.target,
+                nodes: &plan.nodes,
+                dt: h,
+            });
+            // The two guesses of the optimization integrator: inertia alone, and the explicit
+            // prediction with forces frozen at x_n (exact in free fall).
+            let inertial = combine([(1.0, input.positions), (h, input.velocities)]);
+            let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
+            let explicit = combine([(1.0, &plan.target), (h * h * force_weight, &acceleration)]);
+            if newton::pick_initial_guess(
+                self.stages.as_mut(),
+                &[&explicit, &inertial, input.positions],
+            )
+            .is_none()
+            {
+                return Err(Error::Solver(
+                    "every initial guess puts an element outside its material's domain (an inverted \
+                     neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
+                        .into(),
+                ));
+            }
+            let report = newton::minimize(self.stages.as_mut(), &self.solver);
+            let mut x = vec![[0.0; 3]; n];
+            self.stages.read_iterate(&mut x);
+            let v = scheme.velocity(&input, &x);
+            stats.iterations = report.iterations;
+            stats.linear_iterations = report.linear_iterations;
+            stats.projected_iterations = report.projected_iterations;
+            stats.converged = report.converged;
+            stats.round_off = report.round_off;
+            stats.gradient_norm = report.gradient_norm;
+            let PhaseTimes {
+                evaluate,
+                linear_solve,
+                line_search,
+            } = report.times;
+            stats.timings = StepTimings {
+                evaluate,
+                linear_solve,
+                line_search,
+                ..StepTimings::default()
+            };
+            (x, v)
+        } else {
+            unreachable!("build() rejects integrators without an implementation")
+        };
+        if let Some(bad) = x
+            .iter()
+            .chain(&v)
+            .position(|p| p.iter().any(|c| !c.is_finite()))
+        {
+            return Err(Error::Solver(format!(
+                "the step produced a non-finite value at vertex {} (dt {h} may be too large for {}); \
+                 the state was left unchanged",
+                bad % n,
+                self.integrator.name()
+            )));
+        }
+        let previous_positions = std::mem::replace(&mut self.state.positions, x);
+        let previous_velocities = std::mem::replace(&mut self.state.velocities, v);
+        self.state.previous = Some((previous_positions, previous_velocities));
+        self.time += h;
+        self.refresh_energy(false);
+        stats.timings.total = started.elapsed();
+        Ok(stats)
+    }
+
+    /// Positions of all vertices (m), bodies in the order they were added.
+    pub fn positions(&self) -> &[[f64; 3]] {
+        &self.state.positions
+    }
+
+    /// Velocities of all vertices (m/s).
+    pub fn velocities(&self) -> &[[f64; 3]] {
+        &self.state.velocities
+    }
+
+    /// Replaces positions and velocities (one entry per vertex). Pinned vertices keep their
+    /// positions' values as given and are held there with zero velocity. Clears the step
+    /// history (BDF2 restarts with backward Euler) and resets the energy target.
+    pub fn set_state(&mut self, positions: &[[f64; 3]], velocities: &[[f64; 3]]) -> Result<()> {
+        let n = self.model.vertex_count();
+        for (name, values) in [("positions", positions), ("velocities", velocities)] {
+            if values.len() != n {
+                return Err(Error::State(format!(
+                    "{name} has {} entries; the simulation has {n} vertices",
+                    values.len()
+                )));
+            }
+            if let Some(v) = values.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
+                return Err(Error::State(format!(
+                    "{name} of vertex {v} is not finite: {:?}",
+                    values[v]
+                )));
+            }
+        }
+        self.state.positions = positions.to_vec();
+        self.state.velocities = velocities
+            .iter()
+            .zip(&self.model.pinned)
+            .map(|(v, &pinned)| if pinned { [0.0; 3] } else { *v })
+            .collect();
+        self.state.previous = None;
+        self.refresh_energy(true);
+        Ok(())
+    }
+
+    /// Energies of the current state.
+    pub fn energy(&self) -> EnergyReport {
+        self.energy
+    }
+
+    /// Total angular momentum about the centre of mass (kg m^2/s).
+    pub fn angular_momentum(&self) -> [f64; 3] {
+        let masses = &self.model.masses;
+        let total: f64 = masses.iter().sum();
+        let center = self
+            .state
+            .positions
+            .iter()
+            .zip(masses)
+            .fold(DVec3::ZERO, |acc, (x, m)| acc + DVec3::from(*x) * *m)
+            / total;
+        let l = self
+            .state
+            .positions
+            .iter()
+            .zip(&self.state.velocities)
+            .zip(masses)
+            .fold(DVec3::ZERO, |acc, ((x, v), m)| {
+                acc + (DVec3::from(*x) - center).cross(DVec3::from(*v)) * *m
+            });
+        l.into()
+    }
+
+    /// Simulated time (s).
+    pub fn time(&self) -> f64 {
+        self.time
+    }
+
+    /// Time step (s).
+    pub fn dt(&self) -> f64 {
+        self.dt
+    }
+
+    /// The integrator.
+    pub fn integrator(&self) -> &Integrator {
+        &self.integrator
+    }
+
+    /// The fixed model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The current state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    fn refresh_energy(&mut self, reset_target: bool) {
+        let potential = self.stages.potential(&self.state.positions);
+        let kinetic: f64 = self
+            .state
+            .velocities
+            .iter()
+            .zip(&self.model.masses)
+            .map(|(v, m)| 0.5 * m * DVec3::from(*v).length_squared())
+            .sum();
+        let total = kinetic + potential;
+        let target = if reset_target {
+            total
+        } else {
+            self.energy.target
+        };
+        self.energy = EnergyReport {
+            kinetic,
+            potential,
+            total,
+            target,
+        };
+    }
+}

@@ -1,0 +1,88 @@
+//! Backtracking line search that never increases the objective (Armijo), evaluating
+//! candidates in batches the backend chooses.
+
+use crate::backend::Stages;
+
+/// Armijo's sufficient-decrease constant.
+const ARMIJO: f64 = 1e-4;
+/// Doublings tried past the full step when extrapolating.
+const MAX_DOUBLINGS: usize = 10;
+/// Halvings before giving up: 2^-40 of a step is below any meaningful change.
+const MAX_HALVINGS: usize = 40;
+/// Multiple of the noise floor of `G` below which a predicted decrease is not resolvable,
+/// and up to which a rise of `G` counts as flat. The floor is a first-order estimate, so an
+/// order of magnitude of margin.
+const NOISE_MARGIN: f64 = 10.0;
+
+/// Outcome of a line search along the backend's current direction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Step {
+    /// Sufficient decrease at this step length, with the new objective value.
+    Accepted { alpha: f64, value: f64 },
+    /// No decrease is resolvable: the full step changes `G` only at round-off.
+    RoundOff { value: f64 },
+    /// No acceptable step.
+    Failed,
+}
+
+/// Searches `alpha = 1, 1/2, 1/4, ...` for `G(x + alpha d) <= G(x) + c alpha slope`.
+///
+/// Near a tight tolerance the predicted decrease of the full step falls below the f64
+/// resolution of `G`, and Armijo then compares noise: it rejects the (good) full Newton step
+/// and accepts meaningless tiny ones. In that regime the full step is taken if `G` stays flat
+/// to round-off; the caller keeps it only while the gradient norm keeps falling.
+///
+/// With `extrapolate`, an accepted full step is followed by `alpha = 2, 4, ...` while the
+/// objective keeps falling: a projected Hessian overestimates curvature along directions the
+/// true Hessian bends down, and the full step then undershoots badly.
+pub(crate) fn search(
+    stages: &mut dyn Stages,
+    value: f64,
+    slope: f64,
+    noise_floor: f64,
+    extrapolate: bool,
+) -> Step {
+    if -slope <= NOISE_MARGIN * noise_floor {
+        let full = stages.candidate_objectives(&[1.0])[0];
+        return if full <= value + NOISE_MARGIN * noise_floor {
+            Step::RoundOff { value: full }
+        } else {
+            Step::Failed
+        };
+    }
+    let batch = stages.preferred_batch().max(1);
+    let mut alpha = 1.0;
+    let mut tried = 0;
+    while tried < MAX_HALVINGS {
+        let alphas: Vec<f64> = (0..batch).map(|k| alpha * 0.5f64.powi(k as i32)).collect();
+        let values = stages.candidate_objectives(&alphas);
+        for (&a, &v) in alphas.iter().zip(&values) {
+            if v.is_finite() && v <= value + ARMIJO * a * slope {
+                if extrapolate && a == 1.0 {
+                    return extend(stages, value, slope, v);
+                }
+                return Step::Accepted { alpha: a, value: v };
+            }
+        }
+        alpha *= 0.5f64.powi(batch as i32);
+        tried += batch;
+    }
+    Step::Failed
+}
+
+/// Doubles an accepted full step while the objective keeps decreasing sufficiently.
+fn extend(stages: &mut dyn Stages, value: f64, slope: f64, full: f64) -> Step {
+    let (mut best_alpha, mut best_value) = (1.0, full);
+    for _ in 0..MAX_DOUBLINGS {
+        let alpha = 2.0 * best_alpha;
+        let v = stages.candidate_objectives(&[alpha])[0];
+        if !(v.is_finite() && v < best_value && v <= value + ARMIJO * alpha * slope) {
+            break;
+        }
+        (best_alpha, best_value) = (alpha, v);
+    }
+    Step::Accepted {
+        alpha: best_alpha,
+        value: best_value,
+    }
+}

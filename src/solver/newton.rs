@@ -1,0 +1,172 @@
+//! Newton's method for the step objective, as in the optimization integrator (Gast et al.,
+//! section 3.1): inexact directions from CG with an adaptive tolerance, a downhill test,
+//! a step-length clamp, a line search that never increases the objective, and the better of
+//! several initial guesses.
+
+use std::time::{Duration, Instant};
+
+use super::line_search::{self, Step};
+use super::{HessianPolicy, Solver};
+use crate::backend::Stages;
+use crate::material::Projection;
+
+/// Downhill test: `d . grad < -KAPPA |d| |grad|` (the paper's kappa).
+const KAPPA: f64 = 1e-2;
+/// Step-length clamp `l` (m): the paper's 10^3, large enough never to bind in practice.
+const MAX_STEP: f64 = 1e3;
+
+/// Time spent per phase of a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Element passes: objective, gradient and Hessian evaluation and assembly.
+    pub evaluate: Duration,
+    /// Linear solves for Newton directions.
+    pub linear_solve: Duration,
+    /// Line-search objective evaluations.
+    pub line_search: Duration,
+}
+
+/// What a minimization did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NewtonReport {
+    /// Newton iterations (directions computed).
+    pub iterations: usize,
+    /// Linear-solver iterations summed over Newton iterations.
+    pub linear_iterations: usize,
+    /// Iterations that fell back to PSD-projected element Hessians.
+    pub projected_iterations: usize,
+    /// The gradient norm reached the tolerance.
+    pub converged: bool,
+    /// Stopped before the tolerance because `G` could not resolve further decrease.
+    pub round_off: bool,
+    /// `|grad G|` (N) at the returned iterate.
+    pub gradient_norm: f64,
+    /// Phase timings.
+    pub times: PhaseTimes,
+}
+
+/// Sets the iterate to whichever guess has the lowest objective; `None` if all are infinite
+/// (every guess puts some element outside its model's domain).
+pub(crate) fn pick_initial_guess(
+    stages: &mut dyn Stages,
+    guesses: &[&[[f64; 3]]],
+) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (k, guess) in guesses.iter().enumerate() {
+        stages.set_iterate(guess);
+        let value = stages.objective();
+        if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
+            best = Some((k, value));
+        }
+    }
+    let (k, _) = best?;
+    stages.set_iterate(guesses[k]);
+    Some(k)
+}
+
+/// Minimizes the step objective from the backend's current iterate.
+pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonReport {
+    let mut report = NewtonReport::default();
+    let timed = |slot: &mut Duration, start: Instant| *slot += start.elapsed();
+    let base_projection = match settings.hessian {
+        HessianPolicy::AlwaysProject => Projection::Psd,
+        HessianPolicy::ProjectOnNegativeCurvature => Projection::None,
+    };
+    let t = Instant::now();
+    let mut value = stages.objective();
+    timed(&mut report.times.evaluate, t);
+    let mut previous_gradient = f64::INFINITY;
+    let mut first_gradient: Option<f64> = None;
+    let mut after_round_off = false;
+    loop {
+        let t = Instant::now();
+        let mut projection = base_projection;
+        let status = stages.linearize(projection);
+        let gradient_norm = status.gradient_norm;
+        timed(&mut report.times.evaluate, t);
+        report.gradient_norm = gradient_norm;
+        if gradient_norm <= settings.tolerance {
+            report.converged = true;
+            break;
+        }
+        if !gradient_norm.is_finite() || report.iterations >= settings.max_iterations {
+            break;
+        }
+        if after_round_off && gradient_norm >= previous_gradient {
+            report.round_off = true;
+            break;
+        }
+        previous_gradient = gradient_norm;
+        report.iterations += 1;
+
+        // Solve loosely far from the solution and tightly near it. The paper's sigma makes the
+        // gradient unitless; sigma = 1/sqrt(|g_0|) does that for any force scale, keeping the
+        // forcing term min(1/2, sqrt(|g|/|g_0|)) superlinear (sigma = 1 with forces of 1e3 N
+        // would pin it at 1/2 and Newton at linear convergence).
+        let initial_gradient = *first_gradient.get_or_insert(gradient_norm);
+        let relative =
+            0.5f64.min((gradient_norm.max(settings.tolerance) / initial_gradient).sqrt());
+        let t = Instant::now();
+        let mut direction =
+            stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
+        report.linear_iterations += direction.iterations;
+        timed(&mut report.times.linear_solve, t);
+        if direction.negative_curvature && projection == Projection::None {
+            projection = Projection::Psd;
+            report.projected_iterations += 1;
+            let t = Instant::now();
+            stages.linearize(projection);
+            timed(&mut report.times.evaluate, t);
+            let t = Instant::now();
+            direction =
+                stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
+            report.linear_iterations += direction.iterations;
+            timed(&mut report.times.linear_solve, t);
+        }
+        if !(direction.slope < -KAPPA * direction.norm * gradient_norm) {
+            // CG directions are never uphill, so -d is never the better choice here.
+            direction = stages.use_negative_gradient();
+        }
+        if direction.norm > MAX_STEP {
+            let factor = MAX_STEP / direction.norm;
+            stages.scale_direction(factor);
+            direction.slope *= factor;
+        }
+
+        let t = Instant::now();
+        let step = line_search::search(
+            stages,
+            value,
+            direction.slope,
+            status.noise_floor,
+            projection == Projection::Psd,
+        );
+        timed(&mut report.times.line_search, t);
+        if std::env::var_os("LIVELY_TRACE").is_some() {
+            eprintln!(
+                "it {} |g| {gradient_norm:.3e} G {value:.12e} cg {} neg {} proj {:?} slope {:.3e} |d| {:.3e} step {step:?}",
+                report.iterations,
+                direction.iterations,
+                direction.negative_curvature,
+                projection,
+                direction.slope,
+                direction.norm
+            );
+        }
+        match step {
+            Step::Accepted { alpha, value: next } => {
+                stages.advance(alpha);
+                value = next;
+                after_round_off = false;
+            }
+            Step::RoundOff { value: next } => {
+                stages.advance(1.0);
+                value = next;
+                after_round_off = true;
+            }
+            // No descent along a downhill direction: the iterate is the best safe state.
+            Step::Failed => break,
+        }
+    }
+    report
+}

@@ -42,9 +42,11 @@ pub(crate) fn search(
     noise_floor: f64,
     extrapolate: bool,
 ) -> Step {
-    if -slope <= NOISE_MARGIN * noise_floor {
+    // Rounding x moves G by the noise floor; rounding G's own sum adds an ulp or so of G.
+    let noise = NOISE_MARGIN * (noise_floor + f64::EPSILON * value.abs());
+    if -slope <= noise {
         let full = stages.candidate_objectives(&[1.0])[0];
-        return if full <= value + NOISE_MARGIN * noise_floor {
+        return if full <= value + noise {
             Step::RoundOff { value: full }
         } else {
             Step::Failed

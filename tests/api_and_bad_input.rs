@@ -1,0 +1,306 @@
+//! The public API contract of DESIGN.md section 5 and the bad-input policy of section 7:
+//! a clear error that says what to change, and the simulation left untouched.
+
+mod common;
+
+use lively::{
+    Backend, Collider, ContactModel, Decay, Error, Integrator, Material, Simulation, Solver,
+    SpringKind, SpringMesh, TetMesh,
+};
+
+fn bar_builder() -> lively::SimulationBuilder {
+    Simulation::builder().tet_body(
+        TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]),
+        Material::stvk(1e5, 0.3),
+        1000.0,
+    )
+}
+
+fn message(result: Result<Simulation, Error>) -> String {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
+    let mesh = TetMesh::bar([10, 3, 3], [1.0, 0.3, 0.3]);
+    let result = Simulation::builder()
+        .tet_body(mesh.clone(), Material::stvk(1e5, 0.3), 1000.0)
+        .dt(1.0 / 30.0)
+        .gravity([0.0, -9.81, 0.0])
+        .integrator(Integrator::Avf)
+        .solver(Solver::newton().tolerance(1e-8).max_iterations(50))
+        .backend(Backend::Cpu)
+        .pin(|p| p[0] < 1e-9)
+        .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.3))
+        .contact_model(ContactModel::Barrier {
+            distance: 1e-3,
+            stiffness: 1e5,
+        })
+        .build();
+    assert!(
+        matches!(result, Err(Error::Unsupported(_))),
+        "contact is not implemented yet and must say so"
+    );
+
+    let mut sim = Simulation::builder()
+        .tet_body(mesh, Material::stvk(1e5, 0.3), 1000.0)
+        .dt(1.0 / 30.0)
+        .gravity([0.0, -9.81, 0.0])
+        .integrator(Integrator::Avf)
+        .solver(Solver::newton().tolerance(1e-8).max_iterations(50))
+        .backend(Backend::Auto)
+        .pin(|p| p[0] < 1e-9)
+        .build()
+        .unwrap();
+    let stats = sim.step().unwrap();
+    assert!(stats.converged && stats.iterations > 0 && stats.linear_iterations >= stats.iterations);
+    assert!(stats.alpha.is_none());
+    assert!(stats.timings.total >= stats.timings.evaluate);
+    let x: &[[f64; 3]] = sim.positions();
+    let v: &[[f64; 3]] = sim.velocities();
+    let (x0, v0) = (x.to_vec(), v.to_vec());
+    sim.set_state(&x0, &v0).unwrap();
+    let e = sim.energy();
+    assert!((e.total - (e.kinetic + e.potential)).abs() < 1e-9 * e.total.abs().max(1.0));
+    assert_eq!(e.target, e.total);
+    let l: [f64; 3] = sim.angular_momentum();
+    assert!(l.iter().all(|c| c.is_finite()));
+    let _ = Integrator::ASearch {
+        alpha_min: 0.0,
+        alpha_max: 1.1,
+        decay: Some(Decay {
+            time_constant: 1.0,
+            ground: 0.0,
+        }),
+    };
+    let _ = (
+        Solver::local_global(10),
+        Solver::mixed_fem(),
+        ContactModel::Penalty { stiffness: 1e4 },
+        ContactModel::Projection,
+    );
+    let _ = (
+        Collider::sphere([0.0; 3], 1.0),
+        Collider::cuboid([0.0; 3], [1.0; 3]),
+        Collider::capsule([0.0; 3], [1.0; 3], 0.1),
+    );
+    let _ = SpringMesh::cloth(4, 4, [1.0, 1.0]).spring(0, 5, 10.0, SpringKind::Hooke);
+}
+
+#[test]
+fn bad_parameters_name_what_to_change() {
+    let cases: Vec<(Result<Simulation, Error>, &str)> = vec![
+        (bar_builder().dt(0.0).build(), "dt"),
+        (bar_builder().dt(-1.0).build(), "dt"),
+        (bar_builder().dt(f64::NAN).build(), "dt"),
+        (
+            bar_builder().gravity([0.0, f64::INFINITY, 0.0]).build(),
+            "gravity",
+        ),
+        (
+            Simulation::builder()
+                .tet_body(
+                    TetMesh::bar([2, 2, 2], [1.0; 3]),
+                    Material::stvk(1e5, 0.5),
+                    1000.0,
+                )
+                .build(),
+            "Poisson",
+        ),
+        (
+            Simulation::builder()
+                .tet_body(
+                    TetMesh::bar([2, 2, 2], [1.0; 3]),
+                    Material::neo_hookean(1e5, -1.5),
+                    1000.0,
+                )
+                .build(),
+            "Poisson",
+        ),
+        (
+            Simulation::builder()
+                .tet_body(
+                    TetMesh::bar([2, 2, 2], [1.0; 3]),
+                    Material::stvk(0.0, 0.3),
+                    1000.0,
+                )
+                .build(),
+            "Young",
+        ),
+        (
+            Simulation::builder()
+                .tet_body(
+                    TetMesh::bar([2, 2, 2], [1.0; 3]),
+                    Material::stvk(1e5, 0.3),
+                    -5.0,
+                )
+                .build(),
+            "density",
+        ),
+        (
+            Simulation::builder()
+                .spring_body(
+                    SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 1.0]).spring(
+                        0,
+                        1,
+                        -3.0,
+                        SpringKind::Hooke,
+                    ),
+                )
+                .build(),
+            "stiffness of spring 0",
+        ),
+        (
+            Simulation::builder()
+                .spring_body(
+                    SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 0.0]).spring(
+                        0,
+                        1,
+                        3.0,
+                        SpringKind::Hooke,
+                    ),
+                )
+                .build(),
+            "vertex 1 has mass",
+        ),
+        (
+            Simulation::builder()
+                .spring_body(
+                    SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 1.0]).spring(
+                        0,
+                        7,
+                        3.0,
+                        SpringKind::Hooke,
+                    ),
+                )
+                .build(),
+            "spring 0",
+        ),
+        (
+            bar_builder()
+                .solver(Solver::newton().tolerance(-1.0))
+                .build(),
+            "tolerance",
+        ),
+        (
+            bar_builder()
+                .solver(Solver::newton().max_iterations(0))
+                .build(),
+            "max_iterations",
+        ),
+        (Simulation::builder().build(), "no bodies"),
+        (bar_builder().backend(Backend::Gpu).build(), "Backend::Cpu"),
+        (
+            bar_builder().solver(Solver::local_global(10)).build(),
+            "Solver::newton",
+        ),
+        (
+            bar_builder()
+                .integrator(Integrator::Stabilized { epsilon: 0.01 })
+                .build(),
+            "not implemented",
+        ),
+    ];
+    for (k, (result, needle)) in cases.into_iter().enumerate() {
+        let text = message(result);
+        assert!(
+            text.contains(needle),
+            "case {k}: {text:?} should mention {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_states_are_rejected_and_leave_the_simulation_untouched() {
+    let mut sim = bar_builder().gravity([0.0, -9.81, 0.0]).build().unwrap();
+    sim.step().unwrap();
+    let (x, v, e) = (
+        sim.positions().to_vec(),
+        sim.velocities().to_vec(),
+        sim.energy(),
+    );
+    let n = x.len();
+    let mut nan = x.clone();
+    nan[3][1] = f64::NAN;
+    let errors = [
+        sim.set_state(&x[..n - 1], &v).unwrap_err(),
+        sim.set_state(&x, &v[..2]).unwrap_err(),
+        sim.set_state(&nan, &v).unwrap_err(),
+        sim.set_state(&x, &vec![[f64::INFINITY, 0.0, 0.0]; n])
+            .unwrap_err(),
+    ];
+    for (k, error) in errors.iter().enumerate() {
+        assert!(matches!(error, Error::State(_)), "case {k}: {error}");
+    }
+    assert!(errors[0].to_string().contains(&format!("{n} vertices")));
+    assert!(errors[2].to_string().contains("vertex 3"));
+    assert_eq!(sim.positions(), &x[..]);
+    assert_eq!(sim.velocities(), &v[..]);
+    assert_eq!(sim.energy(), e);
+}
+
+#[test]
+fn a_step_that_blows_up_is_refused_and_the_state_stays_finite() {
+    // Forward Euler at 1/30 s on a stiff bar overflows within a few dozen steps.
+    let mut sim = Simulation::builder()
+        .tet_body(
+            TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]),
+            Material::stvk(1e7, 0.3),
+            1000.0,
+        )
+        .integrator(Integrator::ForwardEuler)
+        .build()
+        .unwrap();
+    let stretched: Vec<[f64; 3]> = sim
+        .positions()
+        .iter()
+        .map(|p| [1.1 * p[0], p[1], p[2]])
+        .collect();
+    let zero = vec![[0.0; 3]; stretched.len()];
+    sim.set_state(&stretched, &zero).unwrap();
+    let mut failure = None;
+    for _ in 0..500 {
+        let before = (sim.positions().to_vec(), sim.velocities().to_vec());
+        match sim.step() {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(
+                    sim.positions(),
+                    &before.0[..],
+                    "a failed step must not change the state"
+                );
+                assert_eq!(sim.velocities(), &before.1[..]);
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let failure = failure.expect("forward Euler should blow up at this step size");
+    assert!(
+        matches!(failure, Error::Solver(_)) && failure.to_string().contains("non-finite"),
+        "{failure}"
+    );
+    assert!(sim.positions().iter().flatten().all(|c| c.is_finite()));
+}
+
+#[test]
+fn inverted_neo_hookean_start_is_a_clear_error() {
+    let mesh = TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]);
+    let mut sim = Simulation::builder()
+        .tet_body(mesh, Material::neo_hookean(1e5, 0.3), 1000.0)
+        .build()
+        .unwrap();
+    let flipped: Vec<[f64; 3]> = sim
+        .positions()
+        .iter()
+        .map(|p| [p[0], p[1], -p[2]])
+        .collect();
+    let zero = vec![[0.0; 3]; flipped.len()];
+    sim.set_state(&flipped, &zero).unwrap();
+    let error = sim.step().unwrap_err();
+    assert!(error.to_string().contains("stable_neo_hookean"), "{error}");
+    assert_eq!(sim.positions(), &flipped[..]);
+}

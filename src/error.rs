@@ -42,8 +42,6 @@ pub(crate) fn require_positive(name: &str, value: f64) -> Result<()> {
     if value.is_finite() && value > 0.0 {
         Ok(())
     } else {
-        Err(Error::Parameter(format!(
-            "{name} must be a finite number greater than zero, got {value}"
-        )))
+        Err(Error::Parameter(format!("{name} must be a finite number greater than zero, got {value}")))
     }
 }

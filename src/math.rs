@@ -31,9 +31,7 @@ pub fn to_rows(m: &DMat3) -> [[f64; 3]; 3] {
 /// `vec(M)` in the row-major convention of [`flat`].
 pub fn vec9(m: &DMat3) -> [f64; 9] {
     let r = to_rows(m);
-    [
-        r[0][0], r[0][1], r[0][2], r[1][0], r[1][1], r[1][2], r[2][0], r[2][1], r[2][2],
-    ]
+    [r[0][0], r[0][1], r[0][2], r[1][0], r[1][1], r[1][2], r[2][0], r[2][1], r[2][2]]
 }
 
 /// Inverse of [`vec9`].
@@ -84,11 +82,7 @@ pub fn symmetric_eigen3(m: &DMat3) -> ([f64; 3], DMat3) {
     }
     let mut order = [0usize, 1, 2];
     order.sort_by(|&i, &j| a[j][j].total_cmp(&a[i][i]));
-    let values = [
-        a[order[0]][order[0]],
-        a[order[1]][order[1]],
-        a[order[2]][order[2]],
-    ];
+    let values = [a[order[0]][order[0]], a[order[1]][order[1]], a[order[2]][order[2]]];
     let mut vectors = DMat3::from_cols(
         DVec3::new(v[0][order[0]], v[1][order[0]], v[2][order[0]]),
         DVec3::new(v[0][order[1]], v[1][order[1]], v[2][order[1]]),
@@ -114,21 +108,13 @@ pub fn signed_svd(f: &DMat3) -> (DMat3, DVec3, DMat3) {
     let b = *f * v;
     let (b0, b1, b2) = (b.x_axis, b.y_axis, b.z_axis);
     let n0 = b0.length();
-    let scale = f
-        .to_cols_array()
-        .iter()
-        .map(|x| x.abs())
-        .fold(0.0, f64::max);
+    let scale = f.to_cols_array().iter().map(|x| x.abs()).fold(0.0, f64::max);
     // A column below round-off of the matrix is treated as zero (rank-deficient F).
     let tiny = 1e-300_f64.max(1e-15 * scale);
     let u0 = if n0 > tiny { b0 / n0 } else { DVec3::X };
     let r1 = b1 - u0 * u0.dot(b1);
     let n1 = r1.length();
-    let u1 = if n1 > tiny {
-        r1 / n1
-    } else {
-        any_orthogonal(u0)
-    };
+    let u1 = if n1 > tiny { r1 / n1 } else { any_orthogonal(u0) };
     let u2 = u0.cross(u1);
     let sigma = DVec3::new(u0.dot(b0), u1.dot(b1), u2.dot(b2));
     (DMat3::from_cols(u0, u1, u2), sigma, v)
@@ -228,32 +214,17 @@ mod tests {
             }
             let (u, s, v) = signed_svd(&f);
             let back = u * DMat3::from_diagonal(s) * v.transpose();
-            let err = (back - f)
-                .to_cols_array()
-                .iter()
-                .map(|x| x.abs())
-                .fold(0.0, f64::max);
+            let err = (back - f).to_cols_array().iter().map(|x| x.abs()).fold(0.0, f64::max);
             let ortho_u = (u.transpose() * u - DMat3::IDENTITY).to_cols_array();
             let ortho_v = (v.transpose() * v - DMat3::IDENTITY).to_cols_array();
-            let ortho = ortho_u
-                .iter()
-                .chain(&ortho_v)
-                .map(|x| x.abs())
-                .fold(0.0, f64::max);
+            let ortho = ortho_u.iter().chain(&ortho_v).map(|x| x.abs()).fold(0.0, f64::max);
             worst = worst.max(err).max(ortho);
             assert!((u.determinant() - 1.0).abs() < 1e-12 && (v.determinant() - 1.0).abs() < 1e-12);
-            assert!(
-                s.x >= s.y - 1e-12 && s.y >= s.z.abs() - 1e-12,
-                "order broken at {k}: {s}"
-            );
+            assert!(s.x >= s.y - 1e-12 && s.y >= s.z.abs() - 1e-12, "order broken at {k}: {s}");
             // The sign of the smallest stretch is the sign of det F (clear of round-off).
             let det = f.determinant();
             if det.abs() > 1e-9 {
-                assert_eq!(
-                    s.z < 0.0,
-                    det < 0.0,
-                    "sign of sigma_3 at {k}: {s}, det {det}"
-                );
+                assert_eq!(s.z < 0.0, det < 0.0, "sign of sigma_3 at {k}: {s}, det {det}");
             }
         }
         // Entries are O(1); reconstruction and orthogonality at a few hundred ulps.

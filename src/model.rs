@@ -43,12 +43,7 @@ impl Model {
     }
 
     /// Appends a tetrahedral body with lumped masses from `density` (kg/m^3).
-    pub(crate) fn add_tet_body(
-        &mut self,
-        mesh: &TetMesh,
-        material: &Material,
-        density: f64,
-    ) -> Result<()> {
+    pub(crate) fn add_tet_body(&mut self, mesh: &TetMesh, material: &Material, density: f64) -> Result<()> {
         crate::error::require_positive("density", density)?;
         let elastic = material.elastic()?;
         let offset = self.rest.len() as u32;
@@ -71,10 +66,7 @@ impl Model {
                 self.masses[(offset + v) as usize] += density * volume / 4.0;
             }
             self.tets.push(tet.map(|v| v + offset));
-            self.tet_rest.push(TetRest {
-                shape_gradients,
-                volume,
-            });
+            self.tet_rest.push(TetRest { shape_gradients, volume });
             self.tet_material.push(elastic);
         }
         if let Some(v) = (offset as usize..self.rest.len()).find(|&v| self.masses[v] <= 0.0) {

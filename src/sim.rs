@@ -75,14 +75,24 @@ pub struct EnergyReport {
     pub target: f64,
 }
 
+/// The threads the CPU stages run on. Steps run *inside* this pool, so the calling thread
+/// sleeps instead of competing with spinning workers for the cores (on a 2-core machine that
+/// contention cost a third of every step).
+fn worker_pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("lively-{i}"))
+            .build()
+            .or_else(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build())
+            .expect("a one-thread pool can always be built")
+    })
+}
+
 type PinPredicate = Box<dyn Fn(&[f64; 3]) -> bool>;
 
 enum Body {
-    Tets {
-        mesh: TetMesh,
-        material: Material,
-        density: f64,
-    },
+    Tets { mesh: TetMesh, material: Material, density: f64 },
     Springs(SpringMesh),
 }
 
@@ -102,11 +112,7 @@ pub struct SimulationBuilder {
 impl SimulationBuilder {
     /// Adds a tetrahedral body of `material` with mass density `density` (kg/m^3).
     pub fn tet_body(mut self, mesh: TetMesh, material: Material, density: f64) -> Self {
-        self.bodies.push(Body::Tets {
-            mesh,
-            material,
-            density,
-        });
+        self.bodies.push(Body::Tets { mesh, material, density });
         self
     }
 
@@ -168,10 +174,7 @@ impl SimulationBuilder {
     pub fn build(self) -> Result<Simulation> {
         crate::error::require_positive("time step dt", self.dt)?;
         if self.gravity.iter().any(|g| !g.is_finite()) {
-            return Err(Error::Parameter(format!(
-                "gravity must be finite, got {:?}",
-                self.gravity
-            )));
+            return Err(Error::Parameter(format!("gravity must be finite, got {:?}", self.gravity)));
         }
         self.solver.validate()?;
         match self.integrator {
@@ -196,11 +199,7 @@ impl SimulationBuilder {
         let mut model = Model::empty(self.gravity);
         for body in &self.bodies {
             match body {
-                Body::Tets {
-                    mesh,
-                    material,
-                    density,
-                } => model.add_tet_body(mesh, material, *density)?,
+                Body::Tets { mesh, material, density } => model.add_tet_body(mesh, material, *density)?,
                 Body::Springs(mesh) => model.add_spring_body(mesh)?,
             }
         }
@@ -261,22 +260,18 @@ impl Simulation {
 
     /// Advances one time step. On error the state is unchanged.
     pub fn step(&mut self) -> Result<StepStats> {
+        worker_pool().install(|| self.advance())
+    }
+
+    fn advance(&mut self) -> Result<StepStats> {
         let started = Instant::now();
         let n = self.model.vertex_count();
         let h = self.dt;
         let mut gradient = vec![[0.0; 3]; n];
-        self.stages
-            .potential_gradient(&self.state.positions, &mut gradient);
-        let acceleration: Vec<[f64; 3]> = gradient
-            .iter()
-            .zip(&self.model.masses)
-            .map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m])
-            .collect();
-        let previous = self
-            .state
-            .previous
-            .as_ref()
-            .map(|(x, v)| (x.as_slice(), v.as_slice()));
+        self.stages.potential_gradient(&self.state.positions, &mut gradient);
+        let acceleration: Vec<[f64; 3]> =
+            gradient.iter().zip(&self.model.masses).map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m]).collect();
+        let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));
         let input = StepInput {
             dt: h,
             positions: &self.state.positions,
@@ -284,10 +279,7 @@ impl Simulation {
             previous,
             acceleration: &acceleration,
         };
-        let mut stats = StepStats {
-            converged: true,
-            ..StepStats::default()
-        };
+        let mut stats = StepStats { converged: true, ..StepStats::default() };
         let (x, v) = if let Some(explicit) = self.integrator.explicit() {
             explicit(&input)
         } else if let Some(scheme) = self.integrator.scheme() {
@@ -303,11 +295,8 @@ impl Simulation {
             let inertial = combine([(1.0, input.positions), (h, input.velocities)]);
             let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
             let explicit = combine([(1.0, &plan.target), (h * h * force_weight, &acceleration)]);
-            if newton::pick_initial_guess(
-                self.stages.as_mut(),
-                &[&explicit, &inertial, input.positions],
-            )
-            .is_none()
+            if newton::pick_initial_guess(self.stages.as_mut(), &[&explicit, &inertial, input.positions])
+                .is_none()
             {
                 return Err(Error::Solver(
                     "every initial guess puts an element outside its material's domain (an inverted \
@@ -325,26 +314,13 @@ impl Simulation {
             stats.converged = report.converged;
             stats.round_off = report.round_off;
             stats.gradient_norm = report.gradient_norm;
-            let PhaseTimes {
-                evaluate,
-                linear_solve,
-                line_search,
-            } = report.times;
-            stats.timings = StepTimings {
-                evaluate,
-                linear_solve,
-                line_search,
-                ..StepTimings::default()
-            };
+            let PhaseTimes { evaluate, linear_solve, line_search } = report.times;
+            stats.timings = StepTimings { evaluate, linear_solve, line_search, ..StepTimings::default() };
             (x, v)
         } else {
             unreachable!("build() rejects integrators without an implementation")
         };
-        if let Some(bad) = x
-            .iter()
-            .chain(&v)
-            .position(|p| p.iter().any(|c| !c.is_finite()))
-        {
+        if let Some(bad) = x.iter().chain(&v).position(|p| p.iter().any(|c| !c.is_finite())) {
             return Err(Error::Solver(format!(
                 "the step produced a non-finite value at vertex {} (dt {h} may be too large for {}); \
                  the state was left unchanged",
@@ -384,10 +360,7 @@ impl Simulation {
                 )));
             }
             if let Some(v) = values.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
-                return Err(Error::State(format!(
-                    "{name} of vertex {v} is not finite: {:?}",
-                    values[v]
-                )));
+                return Err(Error::State(format!("{name} of vertex {v} is not finite: {:?}", values[v])));
             }
         }
         self.state.positions = positions.to_vec();
@@ -455,7 +428,7 @@ impl Simulation {
     }
 
     fn refresh_energy(&mut self, reset_target: bool) {
-        let potential = self.stages.potential(&self.state.positions);
+        let potential = worker_pool().install(|| self.stages.potential(&self.state.positions));
         let kinetic: f64 = self
             .state
             .velocities
@@ -464,16 +437,7 @@ impl Simulation {
             .map(|(v, m)| 0.5 * m * DVec3::from(*v).length_squared())
             .sum();
         let total = kinetic + potential;
-        let target = if reset_target {
-            total
-        } else {
-            self.energy.target
-        };
-        self.energy = EnergyReport {
-            kinetic,
-            potential,
-            total,
-            target,
-        };
+        let target = if reset_target { total } else { self.energy.target };
+        self.energy = EnergyReport { kinetic, potential, total, target };
     }
 }

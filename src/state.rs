@@ -15,10 +15,6 @@ impl State {
     /// A state at rest at `positions`.
     pub fn at_rest(positions: Vec<[f64; 3]>) -> State {
         let velocities = vec![[0.0; 3]; positions.len()];
-        State {
-            positions,
-            velocities,
-            previous: None,
-        }
+        State { positions, velocities, previous: None }
     }
 }

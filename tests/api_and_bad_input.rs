@@ -4,16 +4,12 @@
 mod common;
 
 use lively::{
-    Backend, Collider, ContactModel, Decay, Error, Integrator, Material, Simulation, Solver,
-    SpringKind, SpringMesh, TetMesh,
+    Backend, Collider, ContactModel, Decay, Error, Integrator, Material, Simulation, Solver, SpringKind,
+    SpringMesh, TetMesh,
 };
 
 fn bar_builder() -> lively::SimulationBuilder {
-    Simulation::builder().tet_body(
-        TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]),
-        Material::stvk(1e5, 0.3),
-        1000.0,
-    )
+    Simulation::builder().tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), Material::stvk(1e5, 0.3), 1000.0)
 }
 
 fn message(result: Result<Simulation, Error>) -> String {
@@ -35,15 +31,9 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
         .backend(Backend::Cpu)
         .pin(|p| p[0] < 1e-9)
         .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.3))
-        .contact_model(ContactModel::Barrier {
-            distance: 1e-3,
-            stiffness: 1e5,
-        })
+        .contact_model(ContactModel::Barrier { distance: 1e-3, stiffness: 1e5 })
         .build();
-    assert!(
-        matches!(result, Err(Error::Unsupported(_))),
-        "contact is not implemented yet and must say so"
-    );
+    assert!(matches!(result, Err(Error::Unsupported(_))), "contact is not implemented yet and must say so");
 
     let mut sim = Simulation::builder()
         .tet_body(mesh, Material::stvk(1e5, 0.3), 1000.0)
@@ -71,10 +61,7 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
     let _ = Integrator::ASearch {
         alpha_min: 0.0,
         alpha_max: 1.1,
-        decay: Some(Decay {
-            time_constant: 1.0,
-            ground: 0.0,
-        }),
+        decay: Some(Decay { time_constant: 1.0, ground: 0.0 }),
     };
     let _ = (
         Solver::local_global(10),
@@ -96,120 +83,74 @@ fn bad_parameters_name_what_to_change() {
         (bar_builder().dt(0.0).build(), "dt"),
         (bar_builder().dt(-1.0).build(), "dt"),
         (bar_builder().dt(f64::NAN).build(), "dt"),
-        (
-            bar_builder().gravity([0.0, f64::INFINITY, 0.0]).build(),
-            "gravity",
-        ),
+        (bar_builder().gravity([0.0, f64::INFINITY, 0.0]).build(), "gravity"),
         (
             Simulation::builder()
-                .tet_body(
-                    TetMesh::bar([2, 2, 2], [1.0; 3]),
-                    Material::stvk(1e5, 0.5),
-                    1000.0,
-                )
+                .tet_body(TetMesh::bar([2, 2, 2], [1.0; 3]), Material::stvk(1e5, 0.5), 1000.0)
                 .build(),
             "Poisson",
         ),
         (
             Simulation::builder()
-                .tet_body(
-                    TetMesh::bar([2, 2, 2], [1.0; 3]),
-                    Material::neo_hookean(1e5, -1.5),
-                    1000.0,
-                )
+                .tet_body(TetMesh::bar([2, 2, 2], [1.0; 3]), Material::neo_hookean(1e5, -1.5), 1000.0)
                 .build(),
             "Poisson",
         ),
         (
             Simulation::builder()
-                .tet_body(
-                    TetMesh::bar([2, 2, 2], [1.0; 3]),
-                    Material::stvk(0.0, 0.3),
-                    1000.0,
-                )
+                .tet_body(TetMesh::bar([2, 2, 2], [1.0; 3]), Material::stvk(0.0, 0.3), 1000.0)
                 .build(),
             "Young",
         ),
         (
             Simulation::builder()
-                .tet_body(
-                    TetMesh::bar([2, 2, 2], [1.0; 3]),
-                    Material::stvk(1e5, 0.3),
-                    -5.0,
-                )
+                .tet_body(TetMesh::bar([2, 2, 2], [1.0; 3]), Material::stvk(1e5, 0.3), -5.0)
                 .build(),
             "density",
         ),
         (
             Simulation::builder()
-                .spring_body(
-                    SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 1.0]).spring(
-                        0,
-                        1,
-                        -3.0,
-                        SpringKind::Hooke,
-                    ),
-                )
+                .spring_body(SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 1.0]).spring(
+                    0,
+                    1,
+                    -3.0,
+                    SpringKind::Hooke,
+                ))
                 .build(),
             "stiffness of spring 0",
         ),
         (
             Simulation::builder()
-                .spring_body(
-                    SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 0.0]).spring(
-                        0,
-                        1,
-                        3.0,
-                        SpringKind::Hooke,
-                    ),
-                )
+                .spring_body(SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 0.0]).spring(
+                    0,
+                    1,
+                    3.0,
+                    SpringKind::Hooke,
+                ))
                 .build(),
             "vertex 1 has mass",
         ),
         (
             Simulation::builder()
-                .spring_body(
-                    SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 1.0]).spring(
-                        0,
-                        7,
-                        3.0,
-                        SpringKind::Hooke,
-                    ),
-                )
+                .spring_body(SpringMesh::new(vec![[0.0; 3], [1.0, 0.0, 0.0]], vec![1.0, 1.0]).spring(
+                    0,
+                    7,
+                    3.0,
+                    SpringKind::Hooke,
+                ))
                 .build(),
             "spring 0",
         ),
-        (
-            bar_builder()
-                .solver(Solver::newton().tolerance(-1.0))
-                .build(),
-            "tolerance",
-        ),
-        (
-            bar_builder()
-                .solver(Solver::newton().max_iterations(0))
-                .build(),
-            "max_iterations",
-        ),
+        (bar_builder().solver(Solver::newton().tolerance(-1.0)).build(), "tolerance"),
+        (bar_builder().solver(Solver::newton().max_iterations(0)).build(), "max_iterations"),
         (Simulation::builder().build(), "no bodies"),
         (bar_builder().backend(Backend::Gpu).build(), "Backend::Cpu"),
-        (
-            bar_builder().solver(Solver::local_global(10)).build(),
-            "Solver::newton",
-        ),
-        (
-            bar_builder()
-                .integrator(Integrator::Stabilized { epsilon: 0.01 })
-                .build(),
-            "not implemented",
-        ),
+        (bar_builder().solver(Solver::local_global(10)).build(), "Solver::newton"),
+        (bar_builder().integrator(Integrator::Stabilized { epsilon: 0.01 }).build(), "not implemented"),
     ];
     for (k, (result, needle)) in cases.into_iter().enumerate() {
         let text = message(result);
-        assert!(
-            text.contains(needle),
-            "case {k}: {text:?} should mention {needle:?}"
-        );
+        assert!(text.contains(needle), "case {k}: {text:?} should mention {needle:?}");
     }
 }
 
@@ -217,11 +158,7 @@ fn bad_parameters_name_what_to_change() {
 fn bad_states_are_rejected_and_leave_the_simulation_untouched() {
     let mut sim = bar_builder().gravity([0.0, -9.81, 0.0]).build().unwrap();
     sim.step().unwrap();
-    let (x, v, e) = (
-        sim.positions().to_vec(),
-        sim.velocities().to_vec(),
-        sim.energy(),
-    );
+    let (x, v, e) = (sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy());
     let n = x.len();
     let mut nan = x.clone();
     nan[3][1] = f64::NAN;
@@ -229,8 +166,7 @@ fn bad_states_are_rejected_and_leave_the_simulation_untouched() {
         sim.set_state(&x[..n - 1], &v).unwrap_err(),
         sim.set_state(&x, &v[..2]).unwrap_err(),
         sim.set_state(&nan, &v).unwrap_err(),
-        sim.set_state(&x, &vec![[f64::INFINITY, 0.0, 0.0]; n])
-            .unwrap_err(),
+        sim.set_state(&x, &vec![[f64::INFINITY, 0.0, 0.0]; n]).unwrap_err(),
     ];
     for (k, error) in errors.iter().enumerate() {
         assert!(matches!(error, Error::State(_)), "case {k}: {error}");
@@ -246,19 +182,11 @@ fn bad_states_are_rejected_and_leave_the_simulation_untouched() {
 fn a_step_that_blows_up_is_refused_and_the_state_stays_finite() {
     // Forward Euler at 1/30 s on a stiff bar overflows within a few dozen steps.
     let mut sim = Simulation::builder()
-        .tet_body(
-            TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]),
-            Material::stvk(1e7, 0.3),
-            1000.0,
-        )
+        .tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), Material::stvk(1e7, 0.3), 1000.0)
         .integrator(Integrator::ForwardEuler)
         .build()
         .unwrap();
-    let stretched: Vec<[f64; 3]> = sim
-        .positions()
-        .iter()
-        .map(|p| [1.1 * p[0], p[1], p[2]])
-        .collect();
+    let stretched: Vec<[f64; 3]> = sim.positions().iter().map(|p| [1.1 * p[0], p[1], p[2]]).collect();
     let zero = vec![[0.0; 3]; stretched.len()];
     sim.set_state(&stretched, &zero).unwrap();
     let mut failure = None;
@@ -267,11 +195,7 @@ fn a_step_that_blows_up_is_refused_and_the_state_stays_finite() {
         match sim.step() {
             Ok(_) => {}
             Err(e) => {
-                assert_eq!(
-                    sim.positions(),
-                    &before.0[..],
-                    "a failed step must not change the state"
-                );
+                assert_eq!(sim.positions(), &before.0[..], "a failed step must not change the state");
                 assert_eq!(sim.velocities(), &before.1[..]);
                 failure = Some(e);
                 break;
@@ -279,25 +203,16 @@ fn a_step_that_blows_up_is_refused_and_the_state_stays_finite() {
         }
     }
     let failure = failure.expect("forward Euler should blow up at this step size");
-    assert!(
-        matches!(failure, Error::Solver(_)) && failure.to_string().contains("non-finite"),
-        "{failure}"
-    );
+    assert!(matches!(failure, Error::Solver(_)) && failure.to_string().contains("non-finite"), "{failure}");
     assert!(sim.positions().iter().flatten().all(|c| c.is_finite()));
 }
 
 #[test]
 fn inverted_neo_hookean_start_is_a_clear_error() {
     let mesh = TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]);
-    let mut sim = Simulation::builder()
-        .tet_body(mesh, Material::neo_hookean(1e5, 0.3), 1000.0)
-        .build()
-        .unwrap();
-    let flipped: Vec<[f64; 3]> = sim
-        .positions()
-        .iter()
-        .map(|p| [p[0], p[1], -p[2]])
-        .collect();
+    let mut sim =
+        Simulation::builder().tet_body(mesh, Material::neo_hookean(1e5, 0.3), 1000.0).build().unwrap();
+    let flipped: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1], -p[2]]).collect();
     let zero = vec![[0.0; 3]; flipped.len()];
     sim.set_state(&flipped, &zero).unwrap();
     let error = sim.step().unwrap_err();

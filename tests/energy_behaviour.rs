@@ -12,10 +12,7 @@ fn relative_drift(sim: &mut Simulation, steps: usize) -> (f64, Vec<f64>) {
     let mut worst = 0.0_f64;
     for step in 0..steps {
         let stats = sim.step().unwrap_or_else(|e| panic!("step {step}: {e}"));
-        assert!(
-            stats.converged || stats.round_off,
-            "step {step} did not converge: {stats:?}"
-        );
+        assert!(stats.converged || stats.round_off, "step {step} did not converge: {stats:?}");
         let h = sim.energy().total / h0;
         worst = worst.max((h - 1.0).abs());
         history.push(h);
@@ -47,11 +44,7 @@ fn avf_conserves_stvk_body_energy_under_gravity_with_pins() {
         .unwrap();
     let (worst, history) = relative_drift(&mut sim, 200);
     // H0 is the potential at rest (gravity only, ~ -1000 J scale); same budget as above.
-    assert!(
-        worst < 1e-7,
-        "AVF drifted by {worst:e} of |H0|; history tail {:?}",
-        &history[190..]
-    );
+    assert!(worst < 1e-7, "AVF drifted by {worst:e} of |H0|; history tail {:?}", &history[190..]);
 }
 
 #[test]
@@ -60,10 +53,7 @@ fn avf_conserves_stvk_spring_energy() {
     let (worst, _) = relative_drift(&mut sim, 300);
     println!("AVF rotating spring: max |H/H0 - 1| over 300 steps = {worst:.2e}");
     // H0 = 78 kJ; the residual is 1e-9 N, so conservation holds to round-off of the solve.
-    assert!(
-        worst < 1e-9,
-        "AVF drifted by {worst:e} of H0 on the rotating spring"
-    );
+    assert!(worst < 1e-9, "AVF drifted by {worst:e} of H0 on the rotating spring");
 }
 
 #[test]
@@ -101,8 +91,7 @@ fn implicit_midpoint_stays_bounded_with_the_papers_small_step() {
         .pin(|p| p[0] == 0.0)
         .build()
         .unwrap();
-    sim.set_state(&[[0.0; 3], [1.5, 0.0, 0.0]], &[[0.0; 3], [0.0, 10.0, 0.0]])
-        .unwrap();
+    sim.set_state(&[[0.0; 3], [1.5, 0.0, 0.0]], &[[0.0; 3], [0.0, 10.0, 0.0]]).unwrap();
     let h0 = sim.energy().total;
     let mut deviation = Vec::new();
     for _ in 0..600 {
@@ -111,16 +100,11 @@ fn implicit_midpoint_stays_bounded_with_the_papers_small_step() {
         let r = sim.positions()[1];
         let radius = (r[0] * r[0] + r[1] * r[1] + r[2] * r[2]).sqrt();
         // The paper's red circle: the spring never extends past its initial 1.5 m.
-        assert!(
-            radius < 1.5 + 1e-6,
-            "spring left the red circle: |x| = {radius}"
-        );
+        assert!(radius < 1.5 + 1e-6, "spring left the red circle: |x| = {radius}");
     }
     let early = deviation[..300].iter().cloned().fold(0.0, f64::max);
     let late = deviation[300..].iter().cloned().fold(0.0, f64::max);
-    println!(
-        "small-step midpoint: max |H/H0 - 1| {early:.3e} (first 300 steps), {late:.3e} (next 300)"
-    );
+    println!("small-step midpoint: max |H/H0 - 1| {early:.3e} (first 300 steps), {late:.3e} (next 300)");
     // omega h ~ 0.5 at the stretched length, so midpoint's energy error oscillates with an
     // amplitude of order (omega h)^2 / 4 ~ 0.06; what matters is that it does not grow.
     assert!(early < 0.1, "energy oscillation too large: {early}");

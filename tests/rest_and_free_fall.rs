@@ -3,9 +3,7 @@
 mod common;
 
 use common::{PLAIN_INTEGRATORS, worst_difference};
-use lively::{
-    Integrator, Material, MaterialModel, Simulation, Solver, SpringKind, SpringMesh, TetMesh,
-};
+use lively::{Integrator, Material, MaterialModel, Simulation, Solver, SpringKind, SpringMesh, TetMesh};
 
 const MATERIALS: [fn(f64, f64) -> Material; 6] = [
     Material::stvk,
@@ -17,12 +15,7 @@ const MATERIALS: [fn(f64, f64) -> Material; 6] = [
 ];
 
 /// A bar, a 2-vertex StVK spring and (optionally) a light Hooke cloth.
-fn scene(
-    integrator: Integrator,
-    material: Material,
-    gravity: [f64; 3],
-    with_cloth: bool,
-) -> Simulation {
+fn scene(integrator: Integrator, material: Material, gravity: [f64; 3], with_cloth: bool) -> Simulation {
     let springs = SpringMesh::new(vec![[2.0, 0.0, 0.0], [2.0, 1.0, 0.0]], vec![0.5, 0.5]).spring(
         0,
         1,
@@ -31,10 +24,7 @@ fn scene(
     );
     // Explicit schemes are unstable at 1/30 s on these stiffnesses (cloth: omega ~ 3e3 rad/s),
     // and then rest is an equilibrium only in exact arithmetic; give them a stable step.
-    let dt = if matches!(
-        integrator,
-        Integrator::ForwardEuler | Integrator::SymplecticEuler
-    ) {
+    let dt = if matches!(integrator, Integrator::ForwardEuler | Integrator::SymplecticEuler) {
         1e-4
     } else {
         1.0 / 30.0
@@ -59,11 +49,7 @@ fn rest_shape_has_zero_energy_and_stays_put_for_every_integrator() {
             let mut sim = scene(integrator.clone(), material(1e5, 0.3), [0.0; 3], true);
             let rest = sim.positions().to_vec();
             // Rounding F = I from rest positions leaves energies at ~(1e-16)^2 of the moduli.
-            assert!(
-                sim.energy().total.abs() < 1e-18,
-                "{integrator:?}: rest energy {}",
-                sim.energy().total
-            );
+            assert!(sim.energy().total.abs() < 1e-18, "{integrator:?}: rest energy {}", sim.energy().total);
             for step in 0..5 {
                 let stats = sim.step().unwrap();
                 assert!(stats.converged, "{integrator:?} step {step}");
@@ -73,10 +59,7 @@ fn rest_shape_has_zero_energy_and_stays_put_for_every_integrator() {
             let (moved, at) = worst_difference(&rest, sim.positions());
             // Rest forces are rounding of F = I: about eps k |x| ~ 1e-13 N on the 1 g cloth
             // vertices, i.e. 1e-10 m/s^2, moving them ~1e-12 m in five steps.
-            assert!(
-                moved < 1e-11,
-                "{integrator:?}: vertex {at} moved {moved:e} from rest"
-            );
+            assert!(moved < 1e-11, "{integrator:?}: vertex {at} moved {moved:e} from rest");
         }
     }
 }
@@ -84,12 +67,7 @@ fn rest_shape_has_zero_energy_and_stays_put_for_every_integrator() {
 /// A free body under gravity: every vertex follows x0 + v0 t + g t^2 / 2.
 fn free_fall(integrator: Integrator) -> (Simulation, Vec<[f64; 3]>, [f64; 3]) {
     // No light cloth here: rounding forces on 1 g vertices would dominate the comparison.
-    let mut sim = scene(
-        integrator,
-        Material::stvk(1e5, 0.3),
-        [0.0, -9.81, 0.0],
-        false,
-    );
+    let mut sim = scene(integrator, Material::stvk(1e5, 0.3), [0.0, -9.81, 0.0], false);
     let x0 = sim.positions().to_vec();
     let v0 = [0.3, 1.0, -0.2];
     let velocities = vec![v0; x0.len()];
@@ -98,9 +76,7 @@ fn free_fall(integrator: Integrator) -> (Simulation, Vec<[f64; 3]>, [f64; 3]) {
 }
 
 fn parabola(x0: &[[f64; 3]], v0: [f64; 3], g: [f64; 3], t: f64, offset: [f64; 3]) -> Vec<[f64; 3]> {
-    x0.iter()
-        .map(|p| std::array::from_fn(|c| p[c] + v0[c] * t + 0.5 * g[c] * t * t + offset[c]))
-        .collect()
+    x0.iter().map(|p| std::array::from_fn(|c| p[c] + v0[c] * t + 0.5 * g[c] * t * t + offset[c])).collect()
 }
 
 const G: [f64; 3] = [0.0, -9.81, 0.0];
@@ -115,14 +91,8 @@ fn implicit_midpoint_free_fall_is_the_exact_parabola() {
         // Exact but for rounding of O(1) coordinates and of the elastic forces of the moving
         // rest shape (~1e-13 N on 0.3 kg vertices). Backward Euler would be off by
         // h^2 g / 2 = 5e-3 m after one step.
-        assert!(
-            err < 1e-11,
-            "step {step}: vertex {at} off the parabola by {err:e}"
-        );
-        let (verr, _) = worst_difference(
-            sim.velocities(),
-            &vec![[v0[0], v0[1] - 9.81 * t, v0[2]]; x0.len()],
-        );
+        assert!(err < 1e-11, "step {step}: vertex {at} off the parabola by {err:e}");
+        let (verr, _) = worst_difference(sim.velocities(), &vec![[v0[0], v0[1] - 9.81 * t, v0[2]]; x0.len()]);
         assert!(verr < 1e-10, "step {step}: velocity off by {verr:e}");
     }
 }
@@ -141,14 +111,8 @@ fn bdf2_free_fall_is_exact_after_its_backward_euler_start() {
         let offset = [0.0, 0.75 * h * h * G[1] * shrink, 0.0];
         let (err, at) = worst_difference(sim.positions(), &parabola(&x0, v0, G, t, offset));
         // Same rounding budget as the midpoint test.
-        assert!(
-            err < 1e-11,
-            "step {step}: vertex {at} off the predicted trajectory by {err:e}"
-        );
-        let (verr, _) = worst_difference(
-            sim.velocities(),
-            &vec![[v0[0], v0[1] - 9.81 * t, v0[2]]; x0.len()],
-        );
+        assert!(err < 1e-11, "step {step}: vertex {at} off the predicted trajectory by {err:e}");
+        let (verr, _) = worst_difference(sim.velocities(), &vec![[v0[0], v0[1] - 9.81 * t, v0[2]]; x0.len()]);
         assert!(verr < 1e-10, "step {step}: velocity off by {verr:e}");
     }
 }
@@ -165,10 +129,7 @@ fn backward_euler_free_fall_loses_exactly_m_h2_g2_over_2_per_step() {
         let loss = previous - sim.energy().total;
         previous = sim.energy().total;
         // Energies here are O(100) J; the per-step loss is known to f64 rounding of them.
-        assert!(
-            (loss - expected).abs() < 1e-9,
-            "step {step}: lost {loss} J, expected {expected} J"
-        );
+        assert!((loss - expected).abs() < 1e-9, "step {step}: lost {loss} J, expected {expected} J");
     }
 }
 
@@ -185,9 +146,7 @@ fn pinned_vertices_stay_exactly_where_they_are() {
         .pin(|p| p[0] < 1e-9)
         .build()
         .unwrap();
-    let pinned: Vec<usize> = (0..sim.positions().len())
-        .filter(|&v| sim.model().pinned()[v])
-        .collect();
+    let pinned: Vec<usize> = (0..sim.positions().len()).filter(|&v| sim.model().pinned()[v]).collect();
     assert_eq!(pinned.len(), 9);
     let before: Vec<[f64; 3]> = pinned.iter().map(|&v| sim.positions()[v]).collect();
     for _ in 0..20 {
@@ -198,13 +157,6 @@ fn pinned_vertices_stay_exactly_where_they_are() {
         assert_eq!(sim.velocities()[v], [0.0; 3]);
     }
     // ...while the free end has sagged.
-    let tip = sim
-        .positions()
-        .iter()
-        .map(|p| p[1])
-        .fold(f64::INFINITY, f64::min);
-    assert!(
-        tip < -0.01,
-        "the bar should sag under gravity, lowest point {tip}"
-    );
+    let tip = sim.positions().iter().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+    assert!(tip < -0.01, "the bar should sag under gravity, lowest point {tip}");
 }

@@ -10,11 +10,7 @@ use rand_chacha::ChaCha8Rng;
 
 fn cube() -> Simulation {
     Simulation::builder()
-        .tet_body(
-            TetMesh::bar([4, 4, 4], [1.0, 1.0, 1.0]),
-            Material::fixed_corotated(1e5, 0.3),
-            1000.0,
-        )
+        .tet_body(TetMesh::bar([4, 4, 4], [1.0, 1.0, 1.0]), Material::fixed_corotated(1e5, 0.3), 1000.0)
         .dt(1.0 / 24.0)
         .integrator(Integrator::BackwardEuler)
         .solver(Solver::newton().tolerance(1e-6).max_iterations(100))
@@ -27,18 +23,10 @@ fn recover(sim: &mut Simulation, start: Vec<[f64; 3]>, label: &str) -> usize {
     let zero = vec![[0.0; 3]; start.len()];
     sim.set_state(&start, &zero).unwrap();
     let initial = sim.energy().potential;
-    assert!(
-        initial > 1e3,
-        "{label}: the start should be far from rest ({initial} J)"
-    );
+    assert!(initial > 1e3, "{label}: the start should be far from rest ({initial} J)");
     for step in 1..=240 {
-        let stats = sim
-            .step()
-            .unwrap_or_else(|e| panic!("{label} step {step}: {e}"));
-        assert!(
-            sim.positions().iter().flatten().all(|c| c.is_finite()),
-            "{label}: NaN at step {step}"
-        );
+        let stats = sim.step().unwrap_or_else(|e| panic!("{label} step {step}: {e}"));
+        assert!(sim.positions().iter().flatten().all(|c| c.is_finite()), "{label}: NaN at step {step}");
         assert!(stats.iterations <= 100);
         let e = sim.energy();
         // Back in its rest shape up to a rigid motion: elastic energy below a millionth of the
@@ -55,10 +43,7 @@ fn recover(sim: &mut Simulation, start: Vec<[f64; 3]>, label: &str) -> usize {
             return step;
         }
     }
-    panic!(
-        "{label}: not recovered after 240 steps (potential {} J)",
-        sim.energy().potential
-    );
+    panic!("{label}: not recovered after 240 steps (potential {} J)", sim.energy().potential);
 }
 
 /// Every tet positively oriented with nearly its rest volume.
@@ -66,11 +51,7 @@ fn assert_rest_volumes(sim: &Simulation, mesh: &TetMesh, label: &str) {
     for (e, tet) in mesh.tets().iter().enumerate() {
         let rest = volume(tet.map(|v| mesh.positions()[v as usize]));
         let now = volume(tet.map(|v| sim.positions()[v as usize]));
-        assert!(
-            (now / rest - 1.0).abs() < 1e-2,
-            "{label}: tet {e} has volume ratio {}",
-            now / rest
-        );
+        assert!((now / rest - 1.0).abs() < 1e-2, "{label}: tet {e} has volume ratio {}", now / rest);
     }
 }
 
@@ -86,9 +67,8 @@ fn volume(p: [[f64; 3]; 4]) -> f64 {
 fn randomized_cube_recovers_its_rest_shape() {
     let mut sim = cube();
     let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let start: Vec<[f64; 3]> = (0..sim.positions().len())
-        .map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0)))
-        .collect();
+    let start: Vec<[f64; 3]> =
+        (0..sim.positions().len()).map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0))).collect();
     let steps = recover(&mut sim, start, "random");
     println!("randomized cube recovered in {steps} steps");
     assert_rest_volumes(&sim, &TetMesh::bar([4, 4, 4], [1.0, 1.0, 1.0]), "random");

@@ -66,6 +66,9 @@ pub struct DirectionReport {
 pub struct Linearization {
     /// `|grad G|` over free vertices (N).
     pub gradient_norm: f64,
+    /// The total magnitude of the forces being balanced, `sum_v (|inertia_v| + |gravity_v| +
+    /// sum |corner forces|)` (N): the unit that makes `gradient_norm` a relative imbalance.
+    pub force_scale: f64,
     /// How precisely `G` is known at this iterate: the first-order change of `G` when every
     /// position is rounded, `eps sum_v |x_v| (|inertia_v| + |gravity_v| + sum |corner forces|)`.
     /// Decreases predicted below this are noise.

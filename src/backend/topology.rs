@@ -45,11 +45,7 @@ impl Topology {
             for (a, &va) in ends.iter().enumerate() {
                 corner_list.push((va, 4 * tet_count + 2 * s as u32 + a as u32));
                 for (b, &vb) in ends.iter().enumerate() {
-                    block_list.push((
-                        va,
-                        vb,
-                        16 * tet_count + 4 * s as u32 + 2 * a as u32 + b as u32,
-                    ));
+                    block_list.push((va, vb, 16 * tet_count + 4 * s as u32 + 2 * a as u32 + b as u32));
                 }
             }
         }
@@ -94,15 +90,7 @@ impl Topology {
         for v in 0..n {
             row_offsets[v + 1] += row_offsets[v];
         }
-        Topology {
-            corner_offsets,
-            corners,
-            row_offsets,
-            columns,
-            diagonal,
-            source_offsets,
-            block_sources,
-        }
+        Topology { corner_offsets, corners, row_offsets, columns, diagonal, source_offsets, block_sources }
     }
 
     /// Number of stored 3x3 blocks.

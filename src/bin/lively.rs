@@ -8,12 +8,7 @@ const USAGE: &str = "usage: lively demo\n\n  demo   release a stretched StVK bar
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["demo"] => match demo() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -36,18 +31,10 @@ fn main() -> ExitCode {
 /// free space. Its energy should stay where it started.
 fn demo() -> Result<(), lively::Error> {
     const STEPS: usize = 90;
-    let integrators = [
-        Integrator::BackwardEuler,
-        Integrator::Bdf2,
-        Integrator::ImplicitMidpoint,
-        Integrator::Avf,
-    ];
+    let integrators =
+        [Integrator::BackwardEuler, Integrator::Bdf2, Integrator::ImplicitMidpoint, Integrator::Avf];
     let mesh = TetMesh::bar([10, 3, 3], [1.0, 0.3, 0.3]);
-    let stretched: Vec<[f64; 3]> = mesh
-        .positions()
-        .iter()
-        .map(|p| [1.3 * p[0], p[1], p[2]])
-        .collect();
+    let stretched: Vec<[f64; 3]> = mesh.positions().iter().map(|p| [1.3 * p[0], p[1], p[2]]).collect();
     println!(
         "lively demo: a 1 m StVK bar (E 1e5 Pa, nu 0.3, 1000 kg/m^3, {} tets) stretched 30 % and released",
         mesh.tets().len()
@@ -93,18 +80,11 @@ fn demo() -> Result<(), lively::Error> {
     println!();
     for (k, integrator) in integrators.iter().enumerate() {
         let last = *history[k].last().unwrap_or(&1.0);
-        let worst = history[k]
-            .iter()
-            .map(|h| (h - 1.0).abs())
-            .fold(0.0, f64::max);
+        let worst = history[k].iter().map(|h| (h - 1.0).abs()).fold(0.0, f64::max);
         let verdict = if worst < 1e-6 {
             format!("conserves energy: max |H/H0 - 1| = {worst:.1e}")
         } else if last < 0.5 {
-            format!(
-                "dies down: {:.0} % of the energy lost in {:.1} s",
-                100.0 * (1.0 - last),
-                sims[k].time()
-            )
+            format!("dies down: {:.0} % of the energy lost in {:.1} s", 100.0 * (1.0 - last), sims[k].time())
         } else if history[k].iter().any(|&h| h > 1.05) {
             let peak = history[k].iter().cloned().fold(0.0, f64::max);
             format!("gains energy: peaks at {peak:.2} H0")

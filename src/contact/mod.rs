@@ -18,24 +18,14 @@ pub enum Shape {
     /// Ball.
     Sphere { center: [f64; 3], radius: f64 },
     /// Axis-aligned box.
-    Cuboid {
-        center: [f64; 3],
-        half_extents: [f64; 3],
-    },
+    Cuboid { center: [f64; 3], half_extents: [f64; 3] },
     /// Segment `a`-`b` swept by a ball.
-    Capsule {
-        a: [f64; 3],
-        b: [f64; 3],
-        radius: f64,
-    },
+    Capsule { a: [f64; 3], b: [f64; 3], radius: f64 },
 }
 
 impl Collider {
     fn new(shape: Shape) -> Collider {
-        Collider {
-            shape,
-            friction: 0.0,
-        }
+        Collider { shape, friction: 0.0 }
     }
 
     /// The half-space `normal . x >= offset`.
@@ -50,10 +40,7 @@ impl Collider {
 
     /// An axis-aligned box.
     pub fn cuboid(center: [f64; 3], half_extents: [f64; 3]) -> Collider {
-        Collider::new(Shape::Cuboid {
-            center,
-            half_extents,
-        })
+        Collider::new(Shape::Cuboid { center, half_extents })
     }
 
     /// A capsule.

@@ -9,10 +9,7 @@ impl Scheme for BackwardEuler {
     fn plan(&self, input: &StepInput<'_>) -> Plan {
         Plan {
             target: combine([(1.0, input.positions), (input.dt, input.velocities)]),
-            nodes: vec![Node {
-                weight: 1.0,
-                theta: 1.0,
-            }],
+            nodes: vec![Node { weight: 1.0, theta: 1.0 }],
         }
     }
 

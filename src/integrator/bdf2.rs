@@ -20,10 +20,7 @@ impl Scheme for Bdf2 {
                 (8.0 / 9.0 * h, input.velocities),
                 (-2.0 / 9.0 * h, v_prev),
             ]),
-            nodes: vec![Node {
-                weight: 4.0 / 9.0,
-                theta: 1.0,
-            }],
+            nodes: vec![Node { weight: 4.0 / 9.0, theta: 1.0 }],
         }
     }
 

@@ -140,9 +140,5 @@ pub(crate) fn combine<const K: usize>(terms: [(f64, &[[f64; 3]]); K]) -> Vec<[f6
 /// Velocity of the trapezoidal family: `2 (x - x_n) / h - v_n`.
 pub(crate) fn trapezoidal_velocity(input: &StepInput<'_>, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
     let h = input.dt;
-    combine([
-        (2.0 / h, x),
-        (-2.0 / h, input.positions),
-        (-1.0, input.velocities),
-    ])
+    combine([(2.0 / h, x), (-2.0 / h, input.positions), (-1.0, input.velocities)])
 }

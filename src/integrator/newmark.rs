@@ -15,10 +15,7 @@ impl Scheme for Newmark {
                 (h, input.velocities),
                 (h * h / 4.0, input.acceleration),
             ]),
-            nodes: vec![Node {
-                weight: 0.25,
-                theta: 1.0,
-            }],
+            nodes: vec![Node { weight: 0.25, theta: 1.0 }],
         }
     }
 

@@ -42,11 +42,7 @@ const PAIRS: [(usize, usize); 3] = [(1, 2), (0, 2), (0, 1)];
 fn guarded_sum(a: f64, b: f64) -> f64 {
     let s = a + b;
     // Below 1e-8 the twist eigenvalue would exceed 1e8 mu; the clamp keeps it finite.
-    if s.abs() < 1e-8 {
-        1e-8_f64.copysign(s)
-    } else {
-        s
-    }
+    if s.abs() < 1e-8 { 1e-8_f64.copysign(s) } else { s }
 }
 
 impl Elastic {
@@ -66,11 +62,7 @@ impl Elastic {
 
     /// Effective `lambda` of the rotation-based family (ARAP has none).
     fn corotated_lambda(&self) -> f64 {
-        if self.model == MaterialModel::Arap {
-            0.0
-        } else {
-            self.lambda
-        }
+        if self.model == MaterialModel::Arap { 0.0 } else { self.lambda }
     }
 
     /// Energy density. `+inf` where the model is undefined (neo-Hookean with `J <= 0`).
@@ -95,8 +87,7 @@ impl Elastic {
             MaterialModel::StableNeoHookean => {
                 let j = f.determinant();
                 let ic: f64 = f.to_cols_array().iter().map(|x| x * x).sum();
-                0.5 * mu * (ic - 3.0) - mu * (j - 1.0)
-                    + 0.5 * self.snh_lambda() * (j - 1.0) * (j - 1.0)
+                0.5 * mu * (ic - 3.0) - mu * (j - 1.0) + 0.5 * self.snh_lambda() * (j - 1.0) * (j - 1.0)
             }
             _ => {
                 let (_, s, _) = signed_svd(f);
@@ -135,9 +126,7 @@ impl Elastic {
     pub fn stress_derivative(&self, f: &DMat3, projection: Projection) -> Mat9 {
         if projection == Projection::None {
             match self.model {
-                MaterialModel::StVK
-                | MaterialModel::NeoHookean
-                | MaterialModel::StableNeoHookean => {
+                MaterialModel::StVK | MaterialModel::NeoHookean | MaterialModel::StableNeoHookean => {
                     return self.polynomial_tangent(f);
                 }
                 _ => {}
@@ -167,11 +156,7 @@ impl Elastic {
                 let g = f.inverse().transpose();
                 let lnj = f.determinant().ln();
                 Box::new(move |d: &DMat3| {
-                    let tr = (g.transpose() * *d)
-                        .to_cols_array()
-                        .iter()
-                        .step_by(4)
-                        .sum::<f64>();
+                    let tr = (g.transpose() * *d).to_cols_array().iter().step_by(4).sum::<f64>();
                     *d * mu - g * d.transpose() * g * (lambda * lnj - mu) + g * (lambda * tr)
                 })
             }
@@ -181,12 +166,8 @@ impl Elastic {
                 let s = l * (f.determinant() - 1.0) - mu;
                 let f = *f;
                 Box::new(move |d: &DMat3| {
-                    let c_dot_d: f64 = c
-                        .to_cols_array()
-                        .iter()
-                        .zip(d.to_cols_array())
-                        .map(|(a, b)| a * b)
-                        .sum();
+                    let c_dot_d: f64 =
+                        c.to_cols_array().iter().zip(d.to_cols_array()).map(|(a, b)| a * b).sum();
                     *d * mu + c * (l * c_dot_d) + cofactor_derivative(&f, d) * s
                 })
             }
@@ -208,20 +189,10 @@ impl Elastic {
 
     /// Reassembles `dP/dF` from its analytic eigensystem, clamping negative eigenvalues when
     /// projecting.
-    pub(super) fn eigensystem_tangent(
-        &self,
-        u: &DMat3,
-        s: DVec3,
-        v: &DMat3,
-        projection: Projection,
-    ) -> Mat9 {
+    pub(super) fn eigensystem_tangent(&self, u: &DMat3, s: DVec3, v: &DMat3, projection: Projection) -> Mat9 {
         let d = self.stretch_derivatives(s);
         let clamp = |x: f64| {
-            if projection == Projection::Psd {
-                x.max(0.0)
-            } else {
-                x
-            }
+            if projection == Projection::Psd { x.max(0.0) } else { x }
         };
         let mut k = [[0.0; 9]; 9];
         // Scaling modes: D_a = u_a v_a^T, coupled through d2psi/dsigma2.
@@ -283,12 +254,8 @@ impl Elastic {
         let j = s[0] * s[1] * s[2];
         // Product of the two stretches other than k.
         let others = |k: usize| j_without(&s, k);
-        let mut out = StretchDerivatives {
-            grad: [0.0; 3],
-            hess: [[0.0; 3]; 3],
-            flip: [0.0; 3],
-            twist: [0.0; 3],
-        };
+        let mut out =
+            StretchDerivatives { grad: [0.0; 3], hess: [[0.0; 3]; 3], flip: [0.0; 3], twist: [0.0; 3] };
         match self.model {
             MaterialModel::StVK => {
                 let c = 0.5 * lambda * (s.iter().map(|x| x * x).sum::<f64>() - 3.0) - mu;
@@ -332,8 +299,7 @@ impl Elastic {
                 }
                 for (p, &(a, b)) in PAIRS.iter().enumerate() {
                     out.flip[p] = 2.0 * mu - lambda * (j - 1.0) * s[p];
-                    out.twist[p] =
-                        2.0 * mu - 4.0 * mu / guarded_sum(s[a], s[b]) + lambda * (j - 1.0) * s[p];
+                    out.twist[p] = 2.0 * mu - 4.0 * mu / guarded_sum(s[a], s[b]) + lambda * (j - 1.0) * s[p];
                 }
             }
             MaterialModel::NeoHookean => {
@@ -357,11 +323,8 @@ impl Elastic {
                 for i in 0..3 {
                     out.grad[i] = mu * s[i] + sc * others(i);
                     for k in 0..3 {
-                        out.hess[i][k] = if i == k {
-                            mu + l * others(i).powi(2)
-                        } else {
-                            s[3 - i - k] * (l * j + sc)
-                        };
+                        out.hess[i][k] =
+                            if i == k { mu + l * others(i).powi(2) } else { s[3 - i - k] * (l * j + sc) };
                     }
                 }
                 for p in 0..3 {
@@ -398,9 +361,5 @@ pub(crate) fn cofactor(f: &DMat3) -> DMat3 {
 fn cofactor_derivative(f: &DMat3, d: &DMat3) -> DMat3 {
     let (f0, f1, f2) = (f.x_axis, f.y_axis, f.z_axis);
     let (d0, d1, d2) = (d.x_axis, d.y_axis, d.z_axis);
-    DMat3::from_cols(
-        d1.cross(f2) + f1.cross(d2),
-        d2.cross(f0) + f2.cross(d0),
-        d0.cross(f1) + f0.cross(d1),
-    )
+    DMat3::from_cols(d1.cross(f2) + f1.cross(d2), d2.cross(f0) + f2.cross(d0), d0.cross(f1) + f0.cross(d1))
 }

@@ -49,10 +49,7 @@ macro_rules! engineering_constructor {
     ($name:ident, $model:ident, $doc:literal) => {
         #[doc = $doc]
         pub fn $name(youngs: f64, poisson: f64) -> Material {
-            Material {
-                model: MaterialModel::$model,
-                parameters: Parameters::Engineering { youngs, poisson },
-            }
+            Material { model: MaterialModel::$model, parameters: Parameters::Engineering { youngs, poisson } }
         }
     };
 }
@@ -63,11 +60,7 @@ impl Material {
         StVK,
         "Saint Venant-Kirchhoff from Young's modulus (Pa) and Poisson ratio."
     );
-    engineering_constructor!(
-        corotated,
-        Corotated,
-        "Corotated from Young's modulus (Pa) and Poisson ratio."
-    );
+    engineering_constructor!(corotated, Corotated, "Corotated from Young's modulus (Pa) and Poisson ratio.");
     engineering_constructor!(
         fixed_corotated,
         FixedCorotated,
@@ -91,10 +84,7 @@ impl Material {
 
     /// A material from Lame parameters directly.
     pub fn lame(model: MaterialModel, mu: f64, lambda: f64) -> Material {
-        Material {
-            model,
-            parameters: Parameters::Lame { mu, lambda },
-        }
+        Material { model, parameters: Parameters::Lame { mu, lambda } }
     }
 
     /// The constitutive model.

@@ -31,11 +31,7 @@ impl SpringLaw {
                 let len = d.length();
                 // A collapsed spring pushes along no particular direction: zero is the
                 // subgradient of minimal norm.
-                if len <= f64::MIN_POSITIVE {
-                    DVec3::ZERO
-                } else {
-                    d * (k * (len - self.rest) / len)
-                }
+                if len <= f64::MIN_POSITIVE { DVec3::ZERO } else { d * (k * (len - self.rest) / len) }
             }
             SpringKind::StVK => d * (2.0 * k * (d.length_squared() - self.rest * self.rest)),
         }
@@ -47,20 +43,12 @@ impl SpringLaw {
         let k = self.stiffness;
         let len2 = d.length_squared();
         let clamp = |x: f64| {
-            if projection == Projection::Psd {
-                x.max(0.0)
-            } else {
-                x
-            }
+            if projection == Projection::Psd { x.max(0.0) } else { x }
         };
         let (along, across) = match self.kind {
             SpringKind::Hooke => {
                 let len = len2.sqrt();
-                let across = if len <= f64::MIN_POSITIVE {
-                    0.0
-                } else {
-                    k * (1.0 - self.rest / len)
-                };
+                let across = if len <= f64::MIN_POSITIVE { 0.0 } else { k * (1.0 - self.rest / len) };
                 (k, across)
             }
             SpringKind::StVK => {

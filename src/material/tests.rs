@@ -80,10 +80,7 @@ fn stress_is_the_energy_gradient() {
                 })
                 .collect();
             let (err, at) = worst_relative(&p, &fd);
-            assert!(
-                err < FD_TOLERANCE,
-                "{model:?} sample {n}: P vs FD error {err:e} at entry {at}"
-            );
+            assert!(err < FD_TOLERANCE, "{model:?} sample {n}: P vs FD error {err:e} at entry {at}");
         }
     }
 }
@@ -99,10 +96,7 @@ fn assert_tangent_matches_fd(m: &Elastic, f: &DMat3, k: &Mat9, label: &str) {
         let fd: Vec<f64> = (0..9).map(|r| (pa[r] - pb[r]) / (2.0 * FD_STEP)).collect();
         let column: Vec<f64> = (0..9).map(|r| k[r][c]).collect();
         let (err, at) = worst_relative(&column, &fd);
-        assert!(
-            err < FD_TOLERANCE,
-            "{label}: dP/dF column {c} row {at} off by {err:e}"
-        );
+        assert!(err < FD_TOLERANCE, "{label}: dP/dF column {c} row {at} off by {err:e}");
     }
 }
 
@@ -121,11 +115,7 @@ fn stress_derivative_is_the_stress_jacobian() {
 fn eigensystem_agrees_with_polynomial_forms() {
     // StVK and both neo-Hookeans are evaluated from F on the hot path; their stretch forms
     // (used for the PSD projection) must describe the same function.
-    for model in [
-        MaterialModel::StVK,
-        MaterialModel::NeoHookean,
-        MaterialModel::StableNeoHookean,
-    ] {
+    for model in [MaterialModel::StVK, MaterialModel::NeoHookean, MaterialModel::StableNeoHookean] {
         let m = evaluator(model);
         for f in random_deformations(model, 30, 3) {
             let (u, s, v) = crate::math::signed_svd(&f);
@@ -135,10 +125,7 @@ fn eigensystem_agrees_with_polynomial_forms() {
             let k_eig = m.eigensystem_tangent(&u, s, &v, Projection::None);
             let (err, at) = worst_relative(&k_poly.concat(), &k_eig.concat());
             // Both are analytic; agreement is limited by the SVD's round-off.
-            assert!(
-                err < 1e-9,
-                "{model:?}: tangent forms differ by {err:e} at {at}"
-            );
+            assert!(err < 1e-9, "{model:?}: tangent forms differ by {err:e} at {at}");
         }
     }
 }
@@ -153,16 +140,10 @@ fn projected_derivative_is_psd_and_exact_when_already_psd() {
             let rows = |k: &Mat9| k.iter().map(|r| r.to_vec()).collect::<Vec<_>>();
             let min_projected = smallest_eigenvalue(&rows(&projected));
             // Clamped eigenvalues are exactly zero; reassembly round-off is ~1e-13 of O(10) entries.
-            assert!(
-                min_projected > -1e-9,
-                "{model:?}: projected tangent has eigenvalue {min_projected:e}"
-            );
+            assert!(min_projected > -1e-9, "{model:?}: projected tangent has eigenvalue {min_projected:e}");
             if smallest_eigenvalue(&rows(&exact)) > 1e-8 {
                 let (err, at) = worst_relative(&exact.concat(), &projected.concat());
-                assert!(
-                    err < 1e-9,
-                    "{model:?}: projection changed a PSD tangent by {err:e} at {at}"
-                );
+                assert!(err < 1e-9, "{model:?}: projection changed a PSD tangent by {err:e} at {at}");
             }
         }
     }
@@ -172,15 +153,9 @@ fn projected_derivative_is_psd_and_exact_when_already_psd() {
 fn rest_shape_has_zero_energy_and_stress() {
     for model in MODELS {
         let m = evaluator(model);
-        assert!(
-            m.energy(&DMat3::IDENTITY).abs() < 1e-14,
-            "{model:?} rest energy"
-        );
+        assert!(m.energy(&DMat3::IDENTITY).abs() < 1e-14, "{model:?} rest energy");
         let p = vec9(&m.stress(&DMat3::IDENTITY));
-        assert!(
-            p.iter().all(|x| x.abs() < 1e-13),
-            "{model:?} rest stress {p:?}"
-        );
+        assert!(p.iter().all(|x| x.abs() < 1e-13), "{model:?} rest stress {p:?}");
     }
 }
 
@@ -202,20 +177,14 @@ fn small_strain_matches_linear_elasticity() {
     for model in MODELS {
         let material = match model {
             MaterialModel::Arap => continue,
-            _ => Material {
-                model,
-                parameters: Parameters::Engineering { youngs, poisson },
-            },
+            _ => Material { model, parameters: Parameters::Engineering { youngs, poisson } },
         };
         let (mu, lambda) = material.lame_parameters().unwrap();
         let p = material.elastic().unwrap().stress(&f);
         let expected = (2.0 * mu + lambda) * strain;
         let got = crate::math::at(&p, 0, 0);
         // First-order agreement: the relative difference is O(strain).
-        assert!(
-            (got - expected).abs() < 1e-4 * expected,
-            "{model:?}: P00 {got} vs {expected}"
-        );
+        assert!((got - expected).abs() < 1e-4 * expected, "{model:?}: P00 {got} vs {expected}");
     }
 }
 
@@ -225,10 +194,7 @@ fn inverted_neo_hookean_is_infinite() {
     let f = DMat3::from_diagonal(DVec3::new(1.0, 1.0, -0.5));
     assert_eq!(m.energy(&f), f64::INFINITY);
     // Stable neo-Hookean and fixed corotated push inverted elements back with finite energy.
-    for model in [
-        MaterialModel::StableNeoHookean,
-        MaterialModel::FixedCorotated,
-    ] {
+    for model in [MaterialModel::StableNeoHookean, MaterialModel::FixedCorotated] {
         let e = evaluator(model).energy(&f);
         assert!(e.is_finite() && e > 0.0, "{model:?} energy {e}");
     }
@@ -246,10 +212,7 @@ fn bad_parameters_are_rejected_with_their_name() {
     ];
     for (material, needle) in cases {
         let message = material.lame_parameters().unwrap_err().to_string();
-        assert!(
-            message.contains(needle),
-            "message {message:?} should name {needle}"
-        );
+        assert!(message.contains(needle), "message {message:?} should name {needle}");
     }
 }
 
@@ -258,11 +221,7 @@ fn springs_match_finite_differences() {
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     for kind in [SpringKind::Hooke, SpringKind::StVK] {
         for n in 0..200 {
-            let law = SpringLaw {
-                kind,
-                stiffness: 3.0,
-                rest: rng.random_range(0.5..1.5),
-            };
+            let law = SpringLaw { kind, stiffness: 3.0, rest: rng.random_range(0.5..1.5) };
             let d = DVec3::new(
                 rng.random_range(-2.0..2.0),
                 rng.random_range(-2.0..2.0),
@@ -276,35 +235,16 @@ fn springs_match_finite_differences() {
                 let fd_g = (law.energy(d + e) - law.energy(d - e)) / (2.0 * FD_STEP);
                 let fd_h = (law.gradient(d + e) - law.gradient(d - e)) / (2.0 * FD_STEP);
                 let scale = 1.0 + g.abs().max_element();
-                assert!(
-                    (fd_g - g[c]).abs() < FD_TOLERANCE * scale,
-                    "{kind:?} {n}: gradient {c}"
-                );
-                let scale = 1.0
-                    + h.abs()
-                        .to_cols_array()
-                        .iter()
-                        .fold(0.0_f64, |a, b| a.max(*b));
+                assert!((fd_g - g[c]).abs() < FD_TOLERANCE * scale, "{kind:?} {n}: gradient {c}");
+                let scale = 1.0 + h.abs().to_cols_array().iter().fold(0.0_f64, |a, b| a.max(*b));
                 let err = (fd_h - h.col(c)).abs().max_element();
-                assert!(
-                    err < FD_TOLERANCE * scale,
-                    "{kind:?} {n}: Hessian column {c} off by {err:e}"
-                );
+                assert!(err < FD_TOLERANCE * scale, "{kind:?} {n}: Hessian column {c} off by {err:e}");
             }
             let p = law.hessian(d, Projection::Psd);
-            let rows: Vec<Vec<f64>> = (0..3)
-                .map(|i| (0..3).map(|j| p.col(j)[i]).collect())
-                .collect();
-            assert!(
-                smallest_eigenvalue(&rows) > -1e-12,
-                "{kind:?}: projected spring Hessian not PSD"
-            );
+            let rows: Vec<Vec<f64>> = (0..3).map(|i| (0..3).map(|j| p.col(j)[i]).collect()).collect();
+            assert!(smallest_eigenvalue(&rows) > -1e-12, "{kind:?}: projected spring Hessian not PSD");
         }
-        let law = SpringLaw {
-            kind,
-            stiffness: 3.0,
-            rest: 1.0,
-        };
+        let law = SpringLaw { kind, stiffness: 3.0, rest: 1.0 };
         assert_eq!(law.energy(DVec3::new(0.6, 0.8, 0.0)), 0.0);
         assert_eq!(law.gradient(DVec3::new(0.6, 0.8, 0.0)), DVec3::ZERO);
     }

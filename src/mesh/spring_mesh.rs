@@ -35,19 +35,12 @@ pub struct SpringMesh {
 impl SpringMesh {
     /// Point masses at `positions` (m) with `masses` (kg), no springs yet.
     pub fn new(positions: Vec<[f64; 3]>, masses: Vec<f64>) -> SpringMesh {
-        SpringMesh {
-            positions,
-            masses,
-            springs: Vec::new(),
-        }
+        SpringMesh { positions, masses, springs: Vec::new() }
     }
 
     /// Adds a spring whose rest length is the current distance of its ends.
     pub fn spring(self, i: u32, j: u32, stiffness: f64, kind: SpringKind) -> SpringMesh {
-        let rest = match (
-            self.positions.get(i as usize),
-            self.positions.get(j as usize),
-        ) {
+        let rest = match (self.positions.get(i as usize), self.positions.get(j as usize)) {
             (Some(a), Some(b)) => (glam::DVec3::from(*a) - glam::DVec3::from(*b)).length(),
             // Out-of-range ends are reported by `validate`, with the spring named.
             _ => 0.0,
@@ -64,12 +57,7 @@ impl SpringMesh {
         stiffness: f64,
         kind: SpringKind,
     ) -> SpringMesh {
-        self.springs.push(Spring {
-            ends: [i, j],
-            rest,
-            stiffness,
-            kind,
-        });
+        self.springs.push(Spring { ends: [i, j], rest, stiffness, kind });
         self
     }
 
@@ -83,11 +71,7 @@ impl SpringMesh {
         let mut positions = Vec::new();
         for j in 0..=ny {
             for i in 0..=nx {
-                positions.push([
-                    size[0] * i as f64 / nx as f64,
-                    size[1] * j as f64 / ny as f64,
-                    0.0,
-                ]);
+                positions.push([size[0] * i as f64 / nx as f64, size[1] * j as f64 / ny as f64, 0.0]);
             }
         }
         let vertex_mass = 0.2 * size[0] * size[1] / positions.len() as f64;
@@ -105,12 +89,7 @@ impl SpringMesh {
                 for (di, dj, k) in links {
                     let (ti, tj) = (i as isize + di, j as isize + dj);
                     if (0..=nx as isize).contains(&ti) && tj <= ny as isize {
-                        mesh = mesh.spring(
-                            id(i, j),
-                            id(ti as usize, tj as usize),
-                            k,
-                            SpringKind::Hooke,
-                        );
+                        mesh = mesh.spring(id(i, j), id(ti as usize, tj as usize), k, SpringKind::Hooke);
                     }
                 }
             }
@@ -142,20 +121,10 @@ impl SpringMesh {
                 self.masses.len()
             )));
         }
-        if let Some(i) = self
-            .positions
-            .iter()
-            .position(|p| p.iter().any(|c| !c.is_finite()))
-        {
-            return Err(Error::Mesh(format!(
-                "spring-mesh vertex {i} has a non-finite coordinate"
-            )));
+        if let Some(i) = self.positions.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
+            return Err(Error::Mesh(format!("spring-mesh vertex {i} has a non-finite coordinate")));
         }
-        if let Some(i) = self
-            .masses
-            .iter()
-            .position(|m| !(m.is_finite() && *m > 0.0))
-        {
+        if let Some(i) = self.masses.iter().position(|m| !(m.is_finite() && *m > 0.0)) {
             return Err(Error::Parameter(format!(
                 "spring-mesh vertex {i} has mass {}; masses must be finite and greater than zero",
                 self.masses[i]
@@ -170,9 +139,7 @@ impl SpringMesh {
                 )));
             }
             if i == j {
-                return Err(Error::Mesh(format!(
-                    "spring {s} joins vertex {i} to itself"
-                )));
+                return Err(Error::Mesh(format!("spring {s} joins vertex {i} to itself")));
             }
             crate::error::require_positive(&format!("stiffness of spring {s}"), spring.stiffness)?;
             if !(spring.rest.is_finite() && spring.rest >= 0.0) {

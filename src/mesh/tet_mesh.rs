@@ -20,14 +20,8 @@ impl TetMesh {
     /// A mesh from rest positions and tets. Rejects out-of-range indices, repeated vertices,
     /// non-finite positions and inverted or zero-volume elements, naming the element.
     pub fn new(positions: Vec<[f64; 3]>, tets: Vec<[u32; 4]>) -> Result<TetMesh> {
-        if let Some(i) = positions
-            .iter()
-            .position(|p| p.iter().any(|c| !c.is_finite()))
-        {
-            return Err(Error::Mesh(format!(
-                "vertex {i} has a non-finite coordinate {:?}",
-                positions[i]
-            )));
+        if let Some(i) = positions.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
+            return Err(Error::Mesh(format!("vertex {i} has a non-finite coordinate {:?}", positions[i])));
         }
         let extent = bounding_extent(&positions);
         // Volumes below 1e-12 of the body's bounding cube are zero to f64 round-off.
@@ -42,9 +36,7 @@ impl TetMesh {
             let mut sorted = *tet;
             sorted.sort_unstable();
             if sorted.windows(2).any(|w| w[0] == w[1]) {
-                return Err(Error::Mesh(format!(
-                    "element {e} repeats a vertex: {tet:?}"
-                )));
+                return Err(Error::Mesh(format!("element {e} repeats a vertex: {tet:?}")));
             }
             let p = tet.map(|v| positions[v as usize]);
             let volume = signed_volume(p[0], p[1], p[2], p[3]);
@@ -60,11 +52,7 @@ impl TetMesh {
             }
         }
         let surface = boundary_triangles(&tets);
-        Ok(TetMesh {
-            positions,
-            tets,
-            surface,
-        })
+        Ok(TetMesh { positions, tets, surface })
     }
 
     /// A box `[0, size]` split into `cells` cubes of five tets each. Neighbouring cubes use
@@ -87,20 +75,8 @@ impl TetMesh {
         }
         // Cube corners by bit pattern (x | y << 1 | z << 2). Each split has one central tet
         // on four corners of equal parity and four corner tets on the other four.
-        const EVEN: [[usize; 4]; 5] = [
-            [1, 2, 4, 7],
-            [0, 1, 2, 4],
-            [3, 1, 2, 7],
-            [5, 1, 4, 7],
-            [6, 2, 4, 7],
-        ];
-        const ODD: [[usize; 4]; 5] = [
-            [0, 3, 5, 6],
-            [1, 0, 3, 5],
-            [2, 0, 3, 6],
-            [4, 0, 5, 6],
-            [7, 3, 5, 6],
-        ];
+        const EVEN: [[usize; 4]; 5] = [[1, 2, 4, 7], [0, 1, 2, 4], [3, 1, 2, 7], [5, 1, 4, 7], [6, 2, 4, 7]];
+        const ODD: [[usize; 4]; 5] = [[0, 3, 5, 6], [1, 0, 3, 5], [2, 0, 3, 6], [4, 0, 5, 6], [7, 3, 5, 6]];
         let mut tets = Vec::with_capacity(5 * nx * ny * nz);
         for k in 0..nz {
             for j in 0..ny {
@@ -119,11 +95,7 @@ impl TetMesh {
             }
         }
         let surface = boundary_triangles(&tets);
-        TetMesh {
-            positions,
-            tets,
-            surface,
-        }
+        TetMesh { positions, tets, surface }
     }
 
     /// Rest positions.
@@ -170,11 +142,7 @@ fn boundary_triangles(tets: &[[u32; 4]]) -> Vec<[u32; 3]> {
             count.entry(key).or_insert((0, tri)).0 += 1;
         }
     }
-    let mut surface: Vec<[u32; 3]> = count
-        .into_values()
-        .filter(|(n, _)| *n == 1)
-        .map(|(_, t)| t)
-        .collect();
+    let mut surface: Vec<[u32; 3]> = count.into_values().filter(|(n, _)| *n == 1).map(|(_, t)| t).collect();
     surface.sort_unstable();
     surface
 }
@@ -209,13 +177,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_bad_element() {
-        let p = vec![
-            [0.0, 0.0, 0.0],
-            [1.0, 0.0, 0.0],
-            [0.0, 1.0, 0.0],
-            [0.0, 0.0, 1.0],
-            [1.0, 1.0, 0.0],
-        ];
+        let p = vec![[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]];
         let good = [0, 1, 2, 3];
         let cases: [(Vec<[u32; 4]>, &str); 4] = [
             (vec![good, [0, 2, 1, 3]], "element 1"),
@@ -225,24 +187,11 @@ mod tests {
         ];
         for (tets, needle) in cases {
             let message = TetMesh::new(p.clone(), tets).unwrap_err().to_string();
-            assert!(
-                message.contains(needle),
-                "{message:?} should contain {needle:?}"
-            );
+            assert!(message.contains(needle), "{message:?} should contain {needle:?}");
         }
-        assert!(
-            TetMesh::new(p.clone(), vec![[0, 2, 1, 3]])
-                .unwrap_err()
-                .to_string()
-                .contains("inverted")
-        );
+        assert!(TetMesh::new(p.clone(), vec![[0, 2, 1, 3]]).unwrap_err().to_string().contains("inverted"));
         let mut nan = p;
         nan[2][1] = f64::NAN;
-        assert!(
-            TetMesh::new(nan, vec![good])
-                .unwrap_err()
-                .to_string()
-                .contains("non-finite")
-        );
+        assert!(TetMesh::new(nan, vec![good]).unwrap_err().to_string().contains("non-finite"));
     }
 }

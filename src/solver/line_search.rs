@@ -46,11 +46,7 @@ pub(crate) fn search(
     let noise = NOISE_MARGIN * (noise_floor + f64::EPSILON * value.abs());
     if -slope <= noise {
         let full = stages.candidate_objectives(&[1.0])[0];
-        return if full <= value + noise {
-            Step::RoundOff { value: full }
-        } else {
-            Step::Failed
-        };
+        return if full <= value + noise { Step::RoundOff { value: full } } else { Step::Failed };
     }
     let batch = stages.preferred_batch().max(1);
     let mut alpha = 1.0;
@@ -83,8 +79,5 @@ fn extend(stages: &mut dyn Stages, value: f64, slope: f64, full: f64) -> Step {
         }
         (best_alpha, best_value) = (alpha, v);
     }
-    Step::Accepted {
-        alpha: best_alpha,
-        value: best_value,
-    }
+    Step::Accepted { alpha: best_alpha, value: best_value }
 }

@@ -131,3 +131,6 @@ impl Solver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

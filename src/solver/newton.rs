@@ -47,10 +47,7 @@ pub struct NewtonReport {
 
 /// Sets the iterate to whichever guess has the lowest objective; `None` if all are infinite
 /// (every guess puts some element outside its model's domain).
-pub(crate) fn pick_initial_guess(
-    stages: &mut dyn Stages,
-    guesses: &[&[[f64; 3]]],
-) -> Option<usize> {
+pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
     for (k, guess) in guesses.iter().enumerate() {
         stages.set_iterate(guess);
@@ -76,7 +73,6 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
     let mut value = stages.objective();
     timed(&mut report.times.evaluate, t);
     let mut previous_gradient = f64::INFINITY;
-    let mut first_gradient: Option<f64> = None;
     let mut after_round_off = false;
     loop {
         let t = Instant::now();
@@ -99,16 +95,16 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
         previous_gradient = gradient_norm;
         report.iterations += 1;
 
-        // Solve loosely far from the solution and tightly near it. The paper's sigma makes the
-        // gradient unitless; sigma = 1/sqrt(|g_0|) does that for any force scale, keeping the
-        // forcing term min(1/2, sqrt(|g|/|g_0|)) superlinear (sigma = 1 with forces of 1e3 N
-        // would pin it at 1/2 and Newton at linear convergence).
-        let initial_gradient = *first_gradient.get_or_insert(gradient_norm);
-        let relative =
-            0.5f64.min((gradient_norm.max(settings.tolerance) / initial_gradient).sqrt());
+        // Solve loosely far from the solution and tightly near it: relative tolerance
+        // min(1/2, sigma sqrt(|g|)). The paper's sigma makes the gradient unitless; here
+        // sigma = 1/sqrt(force scale), so the forcing term is the square root of the relative
+        // force imbalance. A nearly balanced guess gets accurate directions (a linearization
+        // costs far more than CG iterations, so fewer Newton iterations win); a wild one, like
+        // a randomized body, gets cheap ones.
+        let imbalance = gradient_norm.max(settings.tolerance) / status.force_scale.max(f64::MIN_POSITIVE);
+        let relative = 0.5f64.min(imbalance.sqrt());
         let t = Instant::now();
-        let mut direction =
-            stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
+        let mut direction = stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
         report.linear_iterations += direction.iterations;
         timed(&mut report.times.linear_solve, t);
         if direction.negative_curvature && projection == Projection::None {
@@ -118,8 +114,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             stages.linearize(projection);
             timed(&mut report.times.evaluate, t);
             let t = Instant::now();
-            direction =
-                stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
+            direction = stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
             report.linear_iterations += direction.iterations;
             timed(&mut report.times.linear_solve, t);
         }

@@ -23,35 +23,32 @@ pub(crate) fn hessian(
         rows.push(row);
         rest = tail;
     }
-    rows.into_par_iter()
-        .enumerate()
-        .with_min_len(64)
-        .for_each(|(v, row)| {
-            let first = topology.row_offsets[v] as usize;
-            for (local, block) in row.iter_mut().enumerate() {
-                let index = first + local;
-                let column = topology.columns[index] as usize;
-                *block = [0.0; 9];
-                if model.pinned[v] || model.pinned[column] {
-                    if column == v {
-                        *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
-                    }
-                    continue;
-                }
-                let sources = topology.source_offsets[index] as usize
-                    ..topology.source_offsets[index + 1] as usize;
-                for &source in &topology.block_sources[sources] {
-                    let b = &element_blocks[source as usize];
-                    for k in 0..9 {
-                        block[k] += b[k];
-                    }
-                }
+    rows.into_par_iter().enumerate().with_min_len(64).for_each(|(v, row)| {
+        let first = topology.row_offsets[v] as usize;
+        for (local, block) in row.iter_mut().enumerate() {
+            let index = first + local;
+            let column = topology.columns[index] as usize;
+            *block = [0.0; 9];
+            if model.pinned[v] || model.pinned[column] {
                 if column == v {
-                    let m = model.masses[v] * inv_h2;
-                    block[0] += m;
-                    block[4] += m;
-                    block[8] += m;
+                    *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+                }
+                continue;
+            }
+            let sources =
+                topology.source_offsets[index] as usize..topology.source_offsets[index + 1] as usize;
+            for &source in &topology.block_sources[sources] {
+                let b = &element_blocks[source as usize];
+                for k in 0..9 {
+                    block[k] += b[k];
                 }
             }
-        });
+            if column == v {
+                let m = model.masses[v] * inv_h2;
+                block[0] += m;
+                block[4] += m;
+                block[8] += m;
+            }
+        }
+    });
 }

@@ -37,9 +37,7 @@ impl Cholesky {
         for vj in 0..n {
             for l in 0..3 {
                 let c = 3 * vj + l;
-                for index in
-                    topology.row_offsets[vj] as usize..topology.row_offsets[vj + 1] as usize
-                {
+                for index in topology.row_offsets[vj] as usize..topology.row_offsets[vj + 1] as usize {
                     let vi = topology.columns[index] as usize;
                     for k in 0..3 {
                         let r = 3 * vi + k;
@@ -58,30 +56,15 @@ impl Cholesky {
         let pattern = SymbolicSparseColMat::new_checked(3 * n, 3 * n, col_ptr, None, row_idx);
         let symbolic = SymbolicLlt::try_new(pattern.as_ref(), Side::Lower).ok()?;
         let values = vec![0.0; sources.len()];
-        Some(Cholesky {
-            pattern,
-            symbolic,
-            sources,
-            diagonal_values,
-            values,
-        })
+        Some(Cholesky { pattern, symbolic, sources, diagonal_values, values })
     }
 
     /// Solves `A x = b` for the block matrix `blocks`; `x` receives the solution.
-    pub fn solve(
-        &mut self,
-        blocks: &[[f64; 9]],
-        b: &[[f64; 3]],
-        x: &mut [[f64; 3]],
-    ) -> Option<Outcome> {
+    pub fn solve(&mut self, blocks: &[[f64; 9]], b: &[[f64; 3]], x: &mut [[f64; 3]]) -> Option<Outcome> {
         for (value, &(block, entry)) in self.values.iter_mut().zip(&self.sources) {
             *value = blocks[block as usize][entry as usize];
         }
-        let largest = self
-            .diagonal_values
-            .iter()
-            .map(|&i| self.values[i].abs())
-            .fold(0.0, f64::max);
+        let largest = self.diagonal_values.iter().map(|&i| self.values[i].abs()).fold(0.0, f64::max);
         let mut shift = 0.0;
         let mut indefinite = false;
         for attempt in 0..6 {
@@ -95,8 +78,7 @@ impl Cholesky {
                 shift = next;
             }
             let matrix = SparseColMatRef::new(self.pattern.as_ref(), &self.values);
-            if let Ok(llt) = Llt::try_new_with_symbolic(self.symbolic.clone(), matrix, Side::Lower)
-            {
+            if let Ok(llt) = Llt::try_new_with_symbolic(self.symbolic.clone(), matrix, Side::Lower) {
                 x.copy_from_slice(b);
                 llt.solve_in_place(ColMut::from_slice_mut(x.as_flattened_mut()).as_mat_mut());
                 return Some(Outcome { indefinite });

@@ -156,11 +156,8 @@ fn derivative_pass(
 
 /// Sum of all element energies at the nodes (no derivatives): the line-search pass.
 pub(crate) fn energy(model: &Model, x: &[[f64; 3]], start: &[[f64; 3]], nodes: &[Node]) -> f64 {
-    energy_pass(model.tets.len(), |e| {
-        tet(model, e, x, start, nodes, None, None)
-    }) + energy_pass(model.springs.len(), |s| {
-        spring(model, s, x, start, nodes, None, None)
-    })
+    energy_pass(model.tets.len(), |e| tet(model, e, x, start, nodes, None, None))
+        + energy_pass(model.springs.len(), |s| spring(model, s, x, start, nodes, None, None))
 }
 
 /// Element energies plus corner gradients (slots as in `Topology`) and, when `projection` is
@@ -178,30 +175,8 @@ pub(crate) fn derivatives(
     let (tet_gradients, spring_gradients) = corner_gradients.split_at_mut(4 * nt);
     let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(16 * nt);
     derivative_pass(nt, 4, tet_gradients, tet_blocks, |e, g, h| {
-        tet(
-            model,
-            e,
-            x,
-            start,
-            nodes,
-            Some(g),
-            projection.map(|p| (h, p)),
-        )
-    }) + derivative_pass(
-        model.springs.len(),
-        2,
-        spring_gradients,
-        spring_blocks,
-        |s, g, h| {
-            spring(
-                model,
-                s,
-                x,
-                start,
-                nodes,
-                Some(g),
-                projection.map(|p| (h, p)),
-            )
-        },
-    )
+        tet(model, e, x, start, nodes, Some(g), projection.map(|p| (h, p)))
+    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, |s, g, h| {
+        spring(model, s, x, start, nodes, Some(g), projection.map(|p| (h, p)))
+    })
 }

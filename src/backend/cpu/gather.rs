@@ -44,7 +44,8 @@ pub(crate) fn vertex_energy(
 }
 
 /// `grad G` per vertex: gathered element corners plus inertia and gravity; zero on pinned
-/// vertices. Returns `|grad G|^2` and the noise floor of `G` (see `Linearization`).
+/// vertices. Returns `|grad G|^2`, the force scale and the noise floor of `G` (see
+/// `Linearization`).
 pub(crate) fn gradient(
     model: &Model,
     topology: &Topology,
@@ -54,14 +55,14 @@ pub(crate) fn gradient(
     nodes: &[Node],
     inv_h2: f64,
     out: &mut [[f64; 3]],
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let gravity_weight: f64 = nodes.iter().map(|n| n.weight * n.theta).sum();
     let g = DVec3::from(model.gravity) * gravity_weight;
-    let partial: Vec<(f64, f64)> = out
+    let partial: Vec<(f64, f64, f64)> = out
         .par_chunks_mut(CHUNK)
         .enumerate()
         .map(|(c, out)| {
-            let (mut sum, mut magnitude) = (0.0, 0.0);
+            let (mut sum, mut scale, mut magnitude) = (0.0, 0.0, 0.0);
             for (local, o) in out.iter_mut().enumerate() {
                 let v = c * CHUNK + local;
                 if model.pinned[v] {
@@ -72,21 +73,19 @@ pub(crate) fn gradient(
                 let inertia = (DVec3::from(x[v]) - DVec3::from(target[v])) * (m * inv_h2);
                 let mut acc = inertia - g * m;
                 let mut forces = inertia.length() + (g * m).length();
-                let range =
-                    topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize;
+                let range = topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize;
                 for &corner in &topology.corners[range] {
                     let f = DVec3::from(corner_gradients[corner as usize]);
                     acc += f;
                     forces += f.length();
                 }
                 sum += acc.length_squared();
+                scale += forces;
                 magnitude += forces * DVec3::from(x[v]).abs().max_element();
                 *o = acc.into();
             }
-            (sum, magnitude)
+            (sum, scale, magnitude)
         })
         .collect();
-    partial
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d))
+    partial.iter().fold((0.0, 0.0, 0.0), |(a, b, c), (d, e, f)| (a + d, b + e, c + f))
 }

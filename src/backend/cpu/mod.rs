@@ -17,10 +17,7 @@ use crate::material::Projection;
 use crate::model::Model;
 
 /// Evaluating the potential is the objective at one node `(c, theta) = (1, 1)` without inertia.
-const POTENTIAL_NODE: [Node; 1] = [Node {
-    weight: 1.0,
-    theta: 1.0,
-}];
+const POTENTIAL_NODE: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
 
 /// The CPU implementation of [`Stages`].
 pub struct CpuBackend {
@@ -69,14 +66,27 @@ impl CpuBackend {
 
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
         element::energy(&self.model, x, &self.start, &self.nodes)
-            + gather::vertex_energy(
-                &self.model,
-                x,
-                &self.start,
-                &self.target,
-                &self.nodes,
-                self.inv_h2,
-            )
+            + gather::vertex_energy(&self.model, x, &self.start, &self.target, &self.nodes, self.inv_h2)
+    }
+
+    /// The gradient from the last `linearize`.
+    #[cfg(test)]
+    pub(crate) fn gradient(&self) -> &[[f64; 3]] {
+        &self.gradient
+    }
+
+    /// The direction from the last solve.
+    #[cfg(test)]
+    pub(crate) fn direction(&self) -> &[[f64; 3]] {
+        &self.direction
+    }
+
+    /// `H v` with the Hessian from the last `linearize`.
+    #[cfg(test)]
+    pub(crate) fn hessian_times(&self, v: &[[f64; 3]]) -> Vec<[f64; 3]> {
+        let mut out = vec![[0.0; 3]; v.len()];
+        hessian_product::apply(&self.topology, &self.blocks, v, &mut out);
+        out
     }
 
     fn report(&self, iterations: usize, negative_curvature: bool) -> DirectionReport {
@@ -120,7 +130,7 @@ impl Stages for CpuBackend {
             &mut self.corner_gradients,
             &mut self.element_blocks,
         );
-        let (squared, magnitude) = gather::gradient(
+        let (squared, force_scale, magnitude) = gather::gradient(
             &self.model,
             &self.topology,
             &self.corner_gradients,
@@ -130,17 +140,8 @@ impl Stages for CpuBackend {
             self.inv_h2,
             &mut self.gradient,
         );
-        assemble::hessian(
-            &self.model,
-            &self.topology,
-            &self.element_blocks,
-            self.inv_h2,
-            &mut self.blocks,
-        );
-        Linearization {
-            gradient_norm: squared.sqrt(),
-            noise_floor: f64::EPSILON * magnitude,
-        }
+        assemble::hessian(&self.model, &self.topology, &self.element_blocks, self.inv_h2, &mut self.blocks);
+        Linearization { gradient_norm: squared.sqrt(), force_scale, noise_floor: f64::EPSILON * magnitude }
     }
 
     fn solve_direction(
@@ -244,3 +245,6 @@ impl Stages for CpuBackend {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

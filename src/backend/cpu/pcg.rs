@@ -2,11 +2,19 @@
 //! from zero. Following the optimization integrator, a direction of non-positive curvature
 //! ends the solve: the last iterate is returned (or the right-hand side, if it happens on the
 //! first iteration), which is still a descent direction for the Newton step.
+//!
+//! Each iteration is three passes over the vertices, as on a GPU: (1) `Ap` and `p.Ap`;
+//! (2) the updates of `x`, `r` and `z = P r` with `r.r` and `r.z`; (3) `p = z + beta p`.
+//! Reductions are summed per fixed chunk and then in chunk order, so results are
+//! bit-identical run to run whatever the thread count.
 
 use rayon::prelude::*;
 
-use super::{hessian_product, vector};
+use super::hessian_product;
 use crate::backend::topology::Topology;
+
+/// Vertices per work item: large enough that fork-join overhead stays small next to the work.
+const CHUNK: usize = 512;
 
 /// Work vectors, kept between solves.
 #[derive(Default)]
@@ -27,6 +35,15 @@ pub(crate) struct Outcome {
     pub relative_residual: f64,
 }
 
+fn dot3(a: &[f64; 3], b: &[f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+/// Sums per-chunk partials in chunk order.
+fn ordered_sum<const K: usize>(partials: Vec<[f64; K]>) -> [f64; K] {
+    partials.iter().fold([0.0; K], |acc, p| std::array::from_fn(|k| acc[k] + p[k]))
+}
+
 /// Solves `A x = b` to `|r| <= tolerance |b|`, at most `max_iterations` iterations.
 pub(crate) fn solve(
     topology: &Topology,
@@ -38,55 +55,57 @@ pub(crate) fn solve(
     max_iterations: usize,
 ) -> Outcome {
     let n = b.len();
-    for v in [
-        &mut scratch.r,
-        &mut scratch.z,
-        &mut scratch.p,
-        &mut scratch.ap,
-        &mut scratch.inverse_diagonal,
-    ] {
+    for v in [&mut scratch.r, &mut scratch.z, &mut scratch.p, &mut scratch.ap, &mut scratch.inverse_diagonal]
+    {
         v.resize(n, [0.0; 3]);
     }
-    let Scratch {
-        r,
-        z,
-        p,
-        ap,
-        inverse_diagonal,
-    } = scratch;
-    inverse_diagonal
-        .par_iter_mut()
-        .enumerate()
-        .for_each(|(v, d)| {
-            let block = &blocks[topology.diagonal[v] as usize];
-            // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
-            *d = [block[0], block[4], block[8]].map(|a| if a != 0.0 { 1.0 / a.abs() } else { 1.0 });
-        });
-    let precondition = |r: &[[f64; 3]], z: &mut [[f64; 3]], inv: &[[f64; 3]]| {
-        z.par_iter_mut()
-            .with_min_len(1024)
-            .zip(r.par_iter().zip(inv.par_iter()))
-            .for_each(|(z, (r, d))| {
-                *z = [r[0] * d[0], r[1] * d[1], r[2] * d[2]];
-            });
-    };
-    x.fill([0.0; 3]);
-    r.copy_from_slice(b);
-    let b_norm = vector::dot(b, b).sqrt();
+    let Scratch { r, z, p, ap, inverse_diagonal } = scratch;
+    // Setup: x = 0, r = b, z = P b, p = z, with |b|^2 and r.z.
+    let [bb, mut rz] = ordered_sum(
+        (x.par_chunks_mut(CHUNK), r.par_chunks_mut(CHUNK), z.par_chunks_mut(CHUNK), p.par_chunks_mut(CHUNK))
+            .into_par_iter()
+            .zip(inverse_diagonal.par_chunks_mut(CHUNK))
+            .enumerate()
+            .map(|(c, ((x, r, z, p), inv))| {
+                let mut sums = [0.0; 2];
+                for k in 0..x.len() {
+                    let v = c * CHUNK + k;
+                    let block = &blocks[topology.diagonal[v] as usize];
+                    // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
+                    inv[k] =
+                        [block[0], block[4], block[8]].map(|a| if a != 0.0 { 1.0 / a.abs() } else { 1.0 });
+                    x[k] = [0.0; 3];
+                    r[k] = b[v];
+                    z[k] = std::array::from_fn(|i| inv[k][i] * r[k][i]);
+                    p[k] = z[k];
+                    sums[0] += dot3(&r[k], &r[k]);
+                    sums[1] += dot3(&r[k], &z[k]);
+                }
+                sums
+            })
+            .collect(),
+    );
+    let b_norm = bb.sqrt();
     if b_norm == 0.0 {
-        return Outcome {
-            iterations: 0,
-            negative_curvature: false,
-            relative_residual: 0.0,
-        };
+        return Outcome { iterations: 0, negative_curvature: false, relative_residual: 0.0 };
     }
-    precondition(r, z, inverse_diagonal);
-    p.copy_from_slice(z);
-    let mut rz = vector::dot(r, z);
     let mut residual = 1.0;
     for iteration in 0..max_iterations {
-        hessian_product::apply(topology, blocks, p, ap);
-        let curvature = vector::dot(p, ap);
+        // Pass 1: Ap and p.Ap.
+        let [curvature] = ordered_sum(
+            ap.par_chunks_mut(CHUNK)
+                .enumerate()
+                .map(|(c, ap)| {
+                    let mut sum = 0.0;
+                    for (k, out) in ap.iter_mut().enumerate() {
+                        let v = c * CHUNK + k;
+                        *out = hessian_product::row(topology, blocks, p, v);
+                        sum += dot3(&p[v], out);
+                    }
+                    [sum]
+                })
+                .collect(),
+        );
         if !(curvature > 0.0) {
             if iteration == 0 {
                 x.copy_from_slice(b);
@@ -98,9 +117,27 @@ pub(crate) fn solve(
             };
         }
         let alpha = rz / curvature;
-        vector::axpy(alpha, p, x);
-        vector::axpy(-alpha, ap, r);
-        residual = vector::dot(r, r).sqrt() / b_norm;
+        // Pass 2: x += alpha p, r -= alpha Ap, z = P r, with r.r and r.z.
+        let [rr, rz_next] = ordered_sum(
+            (x.par_chunks_mut(CHUNK), r.par_chunks_mut(CHUNK), z.par_chunks_mut(CHUNK))
+                .into_par_iter()
+                .zip((p.par_chunks(CHUNK), ap.par_chunks(CHUNK), inverse_diagonal.par_chunks(CHUNK)))
+                .map(|((x, r, z), (p, ap, inv))| {
+                    let mut sums = [0.0; 2];
+                    for k in 0..x.len() {
+                        for i in 0..3 {
+                            x[k][i] += alpha * p[k][i];
+                            r[k][i] -= alpha * ap[k][i];
+                            z[k][i] = inv[k][i] * r[k][i];
+                        }
+                        sums[0] += dot3(&r[k], &r[k]);
+                        sums[1] += dot3(&r[k], &z[k]);
+                    }
+                    sums
+                })
+                .collect(),
+        );
+        residual = rr.sqrt() / b_norm;
         if residual <= tolerance {
             return Outcome {
                 iterations: iteration + 1,
@@ -108,22 +145,16 @@ pub(crate) fn solve(
                 relative_residual: residual,
             };
         }
-        precondition(r, z, inverse_diagonal);
-        let rz_next = vector::dot(r, z);
         let beta = rz_next / rz;
         rz = rz_next;
-        p.par_iter_mut()
-            .with_min_len(1024)
-            .zip(z.par_iter())
-            .for_each(|(p, z)| {
-                for c in 0..3 {
-                    p[c] = z[c] + beta * p[c];
+        // Pass 3: p = z + beta p.
+        p.par_chunks_mut(CHUNK).zip(z.par_chunks(CHUNK)).for_each(|(p, z)| {
+            for (p, z) in p.iter_mut().zip(z) {
+                for i in 0..3 {
+                    p[i] = z[i] + beta * p[i];
                 }
-            });
+            }
+        });
     }
-    Outcome {
-        iterations: max_iterations,
-        negative_curvature: false,
-        relative_residual: residual,
-    }
+    Outcome { iterations: max_iterations, negative_curvature: false, relative_residual: residual }
 }

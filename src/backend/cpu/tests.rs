@@ -1,0 +1,165 @@
+//! The CPU stages against finite differences and residuals, on seeded random inputs.
+
+use std::sync::Arc;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::CpuBackend;
+use crate::backend::{LinearSolver, Node, Stages, StepProblem};
+use crate::material::{Material, Projection};
+use crate::mesh::{SpringKind, SpringMesh, TetMesh};
+use crate::model::Model;
+
+/// A bar of every material in turn plus springs of both kinds, one end pinned, gravity on.
+pub(crate) fn mixed_model(material: Material) -> Model {
+    let mut model = Model::empty([0.0, -9.81, 0.0]);
+    model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &material, 1000.0).unwrap();
+    let springs =
+        SpringMesh::new(vec![[0.5, 0.0, 0.0], [0.6, 0.1, 0.0], [0.7, 0.0, 0.1]], vec![0.2, 0.3, 0.4])
+            .spring(0, 1, 500.0, SpringKind::Hooke)
+            .spring(1, 2, 800.0, SpringKind::StVK)
+            .spring(0, 2, 300.0, SpringKind::Hooke);
+    model.add_spring_body(&springs).unwrap();
+    for v in 0..model.vertex_count() {
+        model.pinned[v] = model.rest[v][0] < 1e-9;
+    }
+    model
+}
+
+fn perturbed(x: &[[f64; 3]], scale: f64, rng: &mut ChaCha8Rng) -> Vec<[f64; 3]> {
+    x.iter().map(|p| std::array::from_fn(|c| p[c] + rng.random_range(-scale..scale))).collect()
+}
+
+/// A backend loaded with an AVF-like two-node objective at random start, target and iterate.
+fn loaded(material: Material, seed: u64) -> (CpuBackend, Vec<[f64; 3]>) {
+    let model = Arc::new(mixed_model(material));
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let start = perturbed(&model.rest, 0.01, &mut rng);
+    let target = perturbed(&model.rest, 0.02, &mut rng);
+    let mut x = perturbed(&start, 0.01, &mut rng);
+    for v in 0..x.len() {
+        if model.pinned[v] {
+            x[v] = start[v];
+        }
+    }
+    let mut backend = CpuBackend::new(model);
+    let nodes = [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }];
+    backend.begin_step(StepProblem { start: &start, target: &target, nodes: &nodes, dt: 1.0 / 30.0 });
+    backend.set_iterate(&x);
+    (backend, x)
+}
+
+const MATERIALS: [fn(f64, f64) -> Material; 6] = [
+    Material::stvk,
+    Material::corotated,
+    Material::fixed_corotated,
+    Material::neo_hookean,
+    Material::stable_neo_hookean,
+    Material::arap,
+];
+
+#[test]
+fn objective_gradient_and_hessian_match_finite_differences() {
+    for (m, material) in MATERIALS.iter().enumerate() {
+        let (mut backend, x) = loaded(material(2e4, 0.3), 10 + m as u64);
+        backend.linearize(Projection::None);
+        let gradient = backend.gradient().to_vec();
+        let pinned = backend.model.pinned.clone();
+        let mut rng = ChaCha8Rng::seed_from_u64(99);
+        let direction: Vec<[f64; 3]> = (0..x.len())
+            .map(|v| if pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) })
+            .collect();
+        // Directional derivative of G and of grad G along a random direction, central FD.
+        let step = 1e-6;
+        let at = |backend: &mut CpuBackend, s: f64| {
+            let shifted: Vec<[f64; 3]> =
+                x.iter().zip(&direction).map(|(p, d)| std::array::from_fn(|c| p[c] + s * d[c])).collect();
+            backend.set_iterate(&shifted);
+            let value = backend.objective();
+            backend.linearize(Projection::None);
+            (value, backend.gradient().to_vec())
+        };
+        let (plus, g_plus) = at(&mut backend, step);
+        let (minus, g_minus) = at(&mut backend, -step);
+        backend.set_iterate(&x);
+        backend.linearize(Projection::None);
+        let slope: f64 =
+            gradient.iter().zip(&direction).map(|(g, d)| g[0] * d[0] + g[1] * d[1] + g[2] * d[2]).sum();
+        let fd_slope = (plus - minus) / (2.0 * step);
+        // G ~ 1e3 here; central differences at 1e-6 leave ~1e-12 G / 1e-6 = 1e-6 absolute noise.
+        assert!(
+            (slope - fd_slope).abs() < 1e-6 * slope.abs().max(1.0),
+            "material {m}: slope {slope} vs FD {fd_slope}"
+        );
+        let hv = backend.hessian_times(&direction);
+        let scale = hv.iter().flatten().fold(1.0_f64, |a, b| a.max(b.abs()));
+        for v in 0..x.len() {
+            for c in 0..3 {
+                let fd = (g_plus[v][c] - g_minus[v][c]) / (2.0 * step);
+                let expected = if pinned[v] { direction[v][c] } else { fd };
+                assert!(
+                    (hv[v][c] - expected).abs() < 1e-6 * scale,
+                    "material {m}: (H d)[{v}][{c}] = {} vs FD {expected}",
+                    hv[v][c]
+                );
+            }
+            if pinned[v] {
+                assert_eq!(gradient[v], [0.0; 3], "pinned vertex {v} has a gradient");
+            }
+        }
+    }
+}
+
+#[test]
+fn pcg_meets_its_residual_and_cholesky_solves_exactly() {
+    for (m, material) in MATERIALS.iter().enumerate() {
+        let (mut backend, _) = loaded(material(2e4, 0.3), 20 + m as u64);
+        backend.linearize(Projection::Psd);
+        let b: Vec<[f64; 3]> = backend.gradient().iter().map(|g| g.map(|c| -c)).collect();
+        let norm = |v: &[[f64; 3]]| v.iter().flatten().map(|c| c * c).sum::<f64>().sqrt();
+        for (solver, tolerance) in [(LinearSolver::Pcg, 1e-8), (LinearSolver::Cholesky, 1e-12)] {
+            let report = backend.solve_direction(solver, tolerance, 10_000);
+            assert!(!report.negative_curvature, "material {m}: projected system must be positive definite");
+            let hd = backend.hessian_times(backend.direction());
+            let residual: Vec<[f64; 3]> =
+                hd.iter().zip(&b).map(|(a, b)| std::array::from_fn(|c| b[c] - a[c])).collect();
+            let relative = norm(&residual) / norm(&b);
+            // PCG stops at its tolerance; Cholesky is exact to rounding of a condition ~1e4 matrix.
+            let bound = if solver == LinearSolver::Pcg { tolerance } else { 1e-10 };
+            assert!(relative <= bound, "material {m} {solver:?}: relative residual {relative:e}");
+            assert!(report.slope < 0.0, "a solve of a PD system gives a descent direction");
+        }
+    }
+}
+
+#[test]
+fn pcg_stops_at_negative_curvature_with_a_descent_direction() {
+    // A StVK bar compressed to half its length has an indefinite Hessian once the mass term is
+    // small (large h).
+    let model = Arc::new(mixed_model(Material::stvk(1e6, 0.3)));
+    let squeezed: Vec<[f64; 3]> = model.rest.iter().map(|p| [0.5 * p[0], 0.6 * p[1], p[2]]).collect();
+    let mut backend = CpuBackend::new(model);
+    let nodes = [Node { weight: 1.0, theta: 1.0 }];
+    backend.begin_step(StepProblem { start: &squeezed, target: &squeezed, nodes: &nodes, dt: 10.0 });
+    backend.set_iterate(&squeezed);
+    backend.linearize(Projection::None);
+    let report = backend.solve_direction(LinearSolver::Pcg, 1e-10, 10_000);
+    assert!(report.negative_curvature, "expected CG to meet negative curvature");
+    assert!(report.slope < 0.0, "the returned direction must still go downhill: slope {}", report.slope);
+    backend.linearize(Projection::Psd);
+    let report = backend.solve_direction(LinearSolver::Pcg, 1e-10, 10_000);
+    assert!(!report.negative_curvature, "the projected Hessian is positive definite");
+}
+
+#[test]
+fn same_input_gives_the_same_bits() {
+    let run = || {
+        let (mut backend, _) = loaded(Material::fixed_corotated(3e4, 0.35), 5);
+        let status = backend.linearize(Projection::Psd);
+        let report = backend.solve_direction(LinearSolver::Pcg, 1e-6, 1000);
+        let values = backend.candidate_objectives(&[1.0, 0.5]);
+        (status, report, values, backend.direction().to_vec())
+    };
+    assert_eq!(run(), run());
+}

@@ -5,8 +5,23 @@
 
 use crate::model::Model;
 
+/// Marks a block source that is added transposed.
+pub(crate) const TRANSPOSED: u32 = 1 << 31;
+
+/// Index of block `(a, b)`, `a <= b`, among the upper blocks of an element of `n` corners.
+pub(crate) const fn upper(a: usize, b: usize, n: usize) -> usize {
+    a * n - a * (a + 1) / 2 + b
+}
+
+/// Where an element's block `(a, b)` is stored, flagged when it is the mirror of `(b, a)`.
+fn source(first: u32, a: usize, b: usize, n: usize) -> u32 {
+    if a <= b { first + upper(a, b, n) as u32 } else { (first + upper(b, a, n) as u32) | TRANSPOSED }
+}
+
 /// Element corner `a` of tet `e` is slot `4e + a`; corner `b` of spring `s` is `4T + 2s + b`.
-/// Element Hessian block `(a, b)` of tet `e` is `16e + 4a + b`; of spring `s`, `16T + 4s + 2a + b`.
+/// Element Hessians are symmetric, so only blocks `(a, b)` with `a <= b` are stored: tet `e`
+/// at `10e + upper(a, b)`, spring `s` at `10T + 3s + upper(a, b)`. A source with
+/// [`TRANSPOSED`] set stands for the mirror block `(b, a)`, added transposed.
 #[derive(Clone, Debug)]
 pub(crate) struct Topology {
     /// Per vertex, the range of `corners` that touch it (CSR offsets).
@@ -37,7 +52,7 @@ impl Topology {
             for (a, &va) in tet.iter().enumerate() {
                 corner_list.push((va, 4 * e as u32 + a as u32));
                 for (b, &vb) in tet.iter().enumerate() {
-                    block_list.push((va, vb, 16 * e as u32 + 4 * a as u32 + b as u32));
+                    block_list.push((va, vb, source(10 * e as u32, a, b, 4)));
                 }
             }
         }
@@ -45,7 +60,7 @@ impl Topology {
             for (a, &va) in ends.iter().enumerate() {
                 corner_list.push((va, 4 * tet_count + 2 * s as u32 + a as u32));
                 for (b, &vb) in ends.iter().enumerate() {
-                    block_list.push((va, vb, 16 * tet_count + 4 * s as u32 + 2 * a as u32 + b as u32));
+                    block_list.push((va, vb, source(10 * tet_count + 3 * s as u32, a, b, 2)));
                 }
             }
         }

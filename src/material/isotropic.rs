@@ -13,7 +13,7 @@
 use glam::{DMat3, DVec3};
 
 use super::{MaterialModel, Projection};
-use crate::math::{Mat9, add_outer9, flat, signed_svd, symmetric_eigen3, vec9};
+use crate::math::{Mat9, add_outer9, signed_svd, symmetric_eigen3, vec9};
 
 /// A model with its Lame parameters: the per-element evaluator.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -136,53 +136,79 @@ impl Elastic {
         self.eigensystem_tangent(&u, s, &v, projection)
     }
 
-    /// The true tangent of the models with closed forms in `F`, one directional derivative
-    /// `dP[delta]` per unit direction.
+    /// The true tangent of the models with closed forms in `F`, entry by entry:
+    /// `K[(i,j),(k,l)] = dP_ij / dF_kl`.
     fn polynomial_tangent(&self, f: &DMat3) -> Mat9 {
         let (mu, lambda) = (self.mu, self.lambda);
-        let directional: Box<dyn Fn(&DMat3) -> DMat3> = match self.model {
+        let fr = crate::math::to_rows(f);
+        let mut k = [[0.0; 9]; 9];
+        match self.model {
             MaterialModel::StVK => {
+                // dP = dF S + F (mu (dF^T F + F^T dF) + lambda tr(F^T dF) I)
                 let e = (f.transpose() * *f - DMat3::IDENTITY) * 0.5;
                 let tr = e.x_axis.x + e.y_axis.y + e.z_axis.z;
-                let s = e * (2.0 * mu) + DMat3::IDENTITY * (lambda * tr);
-                let f = *f;
-                Box::new(move |d: &DMat3| {
-                    let ftd = f.transpose() * *d;
-                    let trace = ftd.x_axis.x + ftd.y_axis.y + ftd.z_axis.z;
-                    *d * s + f * ((ftd + ftd.transpose()) * mu + DMat3::IDENTITY * (lambda * trace))
-                })
-            }
-            MaterialModel::NeoHookean => {
-                let g = f.inverse().transpose();
-                let lnj = f.determinant().ln();
-                Box::new(move |d: &DMat3| {
-                    let tr = (g.transpose() * *d).to_cols_array().iter().step_by(4).sum::<f64>();
-                    *d * mu - g * d.transpose() * g * (lambda * lnj - mu) + g * (lambda * tr)
-                })
-            }
-            MaterialModel::StableNeoHookean => {
-                let l = self.snh_lambda();
-                let c = cofactor(f);
-                let s = l * (f.determinant() - 1.0) - mu;
-                let f = *f;
-                Box::new(move |d: &DMat3| {
-                    let c_dot_d: f64 =
-                        c.to_cols_array().iter().zip(d.to_cols_array()).map(|(a, b)| a * b).sum();
-                    *d * mu + c * (l * c_dot_d) + cofactor_derivative(&f, d) * s
-                })
-            }
-            _ => unreachable!("only polynomial models have a closed-form tangent"),
-        };
-        let mut k = [[0.0; 9]; 9];
-        for kk in 0..3 {
-            for l in 0..3 {
-                let mut delta = DMat3::ZERO;
-                delta.col_mut(l)[kk] = 1.0;
-                let column = vec9(&directional(&delta));
-                for (r, value) in column.iter().enumerate() {
-                    k[r][flat(kk, l)] = *value;
+                let s = crate::math::to_rows(&(e * (2.0 * mu) + DMat3::IDENTITY * (lambda * tr)));
+                let ff = crate::math::to_rows(&(*f * f.transpose()));
+                for i in 0..3 {
+                    for j in 0..3 {
+                        for kk in 0..3 {
+                            for l in 0..3 {
+                                let mut value = mu * fr[i][l] * fr[kk][j] + lambda * fr[i][j] * fr[kk][l];
+                                if i == kk {
+                                    value += s[l][j];
+                                }
+                                if j == l {
+                                    value += mu * ff[i][kk];
+                                }
+                                k[3 * i + j][3 * kk + l] = value;
+                            }
+                        }
+                    }
                 }
             }
+            MaterialModel::NeoHookean => {
+                // dP = mu dF - (lambda ln J - mu) G dF^T G + lambda tr(F^-1 dF) G, G = F^-T
+                let g = crate::math::to_rows(&f.inverse().transpose());
+                let c = lambda * f.determinant().ln() - mu;
+                for i in 0..3 {
+                    for j in 0..3 {
+                        for kk in 0..3 {
+                            for l in 0..3 {
+                                k[3 * i + j][3 * kk + l] =
+                                    lambda * g[kk][l] * g[i][j] - c * g[i][l] * g[kk][j];
+                            }
+                        }
+                    }
+                }
+                for r in 0..9 {
+                    k[r][r] += mu;
+                }
+            }
+            MaterialModel::StableNeoHookean => {
+                // dP = mu dF + l (cof F : dF) cof F + s d(cof F), where
+                // d2J / dF_ij dF_kl = eps_ikm eps_jln F_mn.
+                let l_snh = self.snh_lambda();
+                let c = crate::math::to_rows(&cofactor(f));
+                let s = l_snh * (f.determinant() - 1.0) - mu;
+                for i in 0..3 {
+                    for j in 0..3 {
+                        for kk in 0..3 {
+                            for l in 0..3 {
+                                let mut value = l_snh * c[i][j] * c[kk][l];
+                                if i != kk && j != l {
+                                    let (m, n) = (3 - i - kk, 3 - j - l);
+                                    value += s * LEVI_CIVITA[i][kk] * LEVI_CIVITA[j][l] * fr[m][n];
+                                }
+                                k[3 * i + j][3 * kk + l] = value;
+                            }
+                        }
+                    }
+                }
+                for r in 0..9 {
+                    k[r][r] += mu;
+                }
+            }
+            _ => unreachable!("only polynomial models have a closed-form tangent"),
         }
         k
     }
@@ -357,9 +383,5 @@ pub(crate) fn cofactor(f: &DMat3) -> DMat3 {
     DMat3::from_cols(f1.cross(f2), f2.cross(f0), f0.cross(f1))
 }
 
-/// Directional derivative of [`cofactor`] along `d`.
-fn cofactor_derivative(f: &DMat3, d: &DMat3) -> DMat3 {
-    let (f0, f1, f2) = (f.x_axis, f.y_axis, f.z_axis);
-    let (d0, d1, d2) = (d.x_axis, d.y_axis, d.z_axis);
-    DMat3::from_cols(d1.cross(f2) + f1.cross(d2), d2.cross(f0) + f2.cross(d0), d0.cross(f1) + f0.cross(d1))
-}
+/// `eps_{a b m}` for distinct `a`, `b` (with `m` the third index); zero on the diagonal.
+const LEVI_CIVITA: [[f64; 3]; 3] = [[0.0, 1.0, -1.0], [-1.0, 0.0, 1.0], [1.0, -1.0, 0.0]];

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::topology::Topology;
+use crate::backend::topology::{TRANSPOSED, Topology};
 use crate::model::Model;
 
 pub(crate) fn hessian(
@@ -38,9 +38,17 @@ pub(crate) fn hessian(
             let sources =
                 topology.source_offsets[index] as usize..topology.source_offsets[index + 1] as usize;
             for &source in &topology.block_sources[sources] {
-                let b = &element_blocks[source as usize];
-                for k in 0..9 {
-                    block[k] += b[k];
+                let b = &element_blocks[(source & !TRANSPOSED) as usize];
+                if source & TRANSPOSED == 0 {
+                    for k in 0..9 {
+                        block[k] += b[k];
+                    }
+                } else {
+                    for r in 0..3 {
+                        for c in 0..3 {
+                            block[3 * r + c] += b[3 * c + r];
+                        }
+                    }
                 }
             }
             if column == v {

@@ -6,6 +6,7 @@ use glam::{DMat3, DVec3};
 use rayon::prelude::*;
 
 use crate::backend::Node;
+use crate::backend::topology::upper;
 use crate::material::Projection;
 use crate::model::Model;
 
@@ -62,10 +63,10 @@ fn tet(
                     }
                 }
             }
-            // H_ab[i][kk] = sum_j beta_a[j] t[3 i + j][b][kk]
+            // H_ab[i][kk] = sum_j beta_a[j] t[3 i + j][b][kk], upper blocks only (symmetric).
             for a in 0..4 {
-                for b in 0..4 {
-                    let block = &mut h[4 * a + b];
+                for b in a..4 {
+                    let block = &mut h[upper(a, b, 4)];
                     for i in 0..3 {
                         for kk in 0..3 {
                             let s = beta[a].x * t[3 * i][b][kk]
@@ -105,7 +106,8 @@ fn spring(
         if let Some((h, projection)) = blocks.as_mut() {
             let hd = law.hessian(d, *projection) * (node.weight * node.theta * node.theta);
             let rows = crate::math::to_rows(&hd);
-            for (b, sign) in [(0, 1.0), (1, -1.0), (2, -1.0), (3, 1.0)] {
+            // Upper blocks (0,0), (0,1), (1,1) of [[H, -H], [-H, H]].
+            for (b, sign) in [(0, 1.0), (1, -1.0), (2, 1.0)] {
                 for r in 0..3 {
                     for c in 0..3 {
                         h[b][3 * r + c] += sign * rows[r][c];
@@ -127,7 +129,7 @@ fn energy_pass(count: usize, kernel: impl Fn(usize) -> f64 + Sync) -> f64 {
 }
 
 /// Runs `kernel` over `count` elements of `arity` corners, handing each its own gradient and
-/// Hessian-block slots (zeroed first); sums the energies in chunk order.
+/// upper Hessian-block slots (zeroed first); sums the energies in chunk order.
 fn derivative_pass(
     count: usize,
     arity: usize,
@@ -135,9 +137,10 @@ fn derivative_pass(
     blocks: &mut [[f64; 9]],
     kernel: impl Fn(usize, &mut [[f64; 3]], &mut [[f64; 9]]) -> f64 + Sync,
 ) -> f64 {
+    let per_element = upper(arity - 1, arity - 1, arity) + 1;
     let partial: Vec<f64> = gradients[..arity * count]
         .par_chunks_mut(arity * CHUNK)
-        .zip(blocks[..arity * arity * count].par_chunks_mut(arity * arity * CHUNK))
+        .zip(blocks[..per_element * count].par_chunks_mut(per_element * CHUNK))
         .enumerate()
         .map(|(c, (g, h))| {
             g.fill([0.0; 3]);
@@ -145,7 +148,7 @@ fn derivative_pass(
             let mut sum = 0.0;
             for (local, e) in (c * CHUNK..((c + 1) * CHUNK).min(count)).enumerate() {
                 let g = &mut g[arity * local..arity * (local + 1)];
-                let h = &mut h[arity * arity * local..arity * arity * (local + 1)];
+                let h = &mut h[per_element * local..per_element * (local + 1)];
                 sum += kernel(e, g, h);
             }
             sum
@@ -173,7 +176,7 @@ pub(crate) fn derivatives(
 ) -> f64 {
     let nt = model.tets.len();
     let (tet_gradients, spring_gradients) = corner_gradients.split_at_mut(4 * nt);
-    let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(16 * nt);
+    let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(10 * nt);
     derivative_pass(nt, 4, tet_gradients, tet_blocks, |e, g, h| {
         tet(model, e, x, start, nodes, Some(g), projection.map(|p| (h, p)))
     }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, |s, g, h| {

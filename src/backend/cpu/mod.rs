@@ -44,7 +44,7 @@ impl CpuBackend {
         let topology = Topology::new(&model);
         let n = model.vertex_count();
         let corners = 4 * model.tets.len() + 2 * model.springs.len();
-        let element_blocks = 16 * model.tets.len() + 4 * model.springs.len();
+        let element_blocks = 10 * model.tets.len() + 3 * model.springs.len();
         CpuBackend {
             start: vec![[0.0; 3]; n],
             target: vec![[0.0; 3]; n],

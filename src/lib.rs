@@ -28,6 +28,7 @@
 
 pub mod backend;
 mod contact;
+mod damping;
 mod error;
 pub mod integrator;
 pub mod material;
@@ -40,11 +41,12 @@ mod state;
 
 pub use backend::LinearSolver;
 pub use contact::{Collider, ContactModel, Shape};
+pub use damping::Damping;
 pub use error::{Error, Result};
-pub use integrator::{Decay, Integrator};
+pub use integrator::{Decay, EnergyLedger, Integrator};
 pub use material::{Material, MaterialModel};
 pub use mesh::{Spring, SpringKind, SpringMesh, TetMesh};
 pub use model::Model;
-pub use sim::{Backend, EnergyReport, Simulation, SimulationBuilder, StepStats, StepTimings};
+pub use sim::{Backend, EnergyReport, HandleId, Simulation, SimulationBuilder, StepStats, StepTimings};
 pub use solver::{HessianPolicy, Solver};
 pub use state::State;

@@ -1,5 +1,6 @@
 //! `Model`: everything that stays fixed during a run — rest shape, masses, materials, pins.
 
+use crate::contact::Collider;
 use crate::error::{Error, Result};
 use crate::material::{Elastic, Material, SpringLaw};
 use crate::mesh::{SpringMesh, TetMesh, signed_volume};
@@ -25,6 +26,9 @@ pub struct Model {
     pub(crate) tet_material: Vec<Elastic>,
     pub(crate) springs: Vec<[u32; 2]>,
     pub(crate) spring_law: Vec<SpringLaw>,
+    pub(crate) colliders: Vec<Collider>,
+    /// Penalty stiffness of the colliders (N/m).
+    pub(crate) contact_stiffness: f64,
 }
 
 impl Model {
@@ -39,6 +43,8 @@ impl Model {
             tet_material: Vec::new(),
             springs: Vec::new(),
             spring_law: Vec::new(),
+            colliders: Vec::new(),
+            contact_stiffness: 0.0,
         }
     }
 
@@ -119,6 +125,11 @@ impl Model {
     /// Rest positions of all vertices.
     pub fn rest_positions(&self) -> &[[f64; 3]] {
         &self.rest
+    }
+
+    /// Static colliders.
+    pub fn colliders(&self) -> &[Collider] {
+        &self.colliders
     }
 
     /// Gravitational acceleration (m/s^2).

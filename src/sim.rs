@@ -6,15 +6,16 @@ use std::time::{Duration, Instant};
 use glam::DVec3;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::{Stages, StepProblem};
+use crate::backend::{Anchor, Stages};
 use crate::contact::{Collider, ContactModel};
+use crate::damping::Damping;
 use crate::error::{Error, Result};
-use crate::integrator::{Integrator, StepInput, combine};
+use crate::integrator::{EnergyLedger, Integrator, Outcome, StepInput, Stepper, kinetic_energy};
 use crate::material::Material;
 use crate::mesh::{SpringMesh, TetMesh};
 use crate::model::Model;
 use crate::solver::Solver;
-use crate::solver::newton::{self, PhaseTimes};
+use crate::solver::newton::{NewtonReport, PhaseTimes};
 use crate::state::State;
 
 /// Where the element and linear-algebra stages run.
@@ -52,12 +53,16 @@ pub struct StepStats {
     pub projected_iterations: usize,
     /// The blend factor of the energy-controlled integrators (negative: forward-Euler side).
     pub alpha: Option<f64>,
-    /// The solver reached its tolerance (explicit steps always report true).
+    /// Every solve of the step reached its tolerance, or the round-off limit below it
+    /// (explicit steps always report true).
     pub converged: bool,
-    /// The solver stopped early because the objective could not resolve further progress.
+    /// Some solve stopped above its tolerance because the objective could not resolve
+    /// further progress in f64.
     pub round_off: bool,
     /// Final gradient norm of the step objective (N); zero for explicit steps.
     pub gradient_norm: f64,
+    /// Energy removed on purpose this step — damping and friction — as booked in the ledger (J).
+    pub dissipated: f64,
     /// Time per phase.
     pub timings: StepTimings,
 }
@@ -71,7 +76,8 @@ pub struct EnergyReport {
     pub potential: f64,
     /// `kinetic + potential`.
     pub total: f64,
-    /// The energy the controlled integrators aim for (the initial total for now).
+    /// The energy the controlled integrators aim for: the ledger's target (initial energy,
+    /// plus what the user put in, minus what damping and friction took out, decayed if asked).
     pub target: f64,
 }
 
@@ -107,6 +113,7 @@ pub struct SimulationBuilder {
     pins: Vec<PinPredicate>,
     colliders: Vec<Collider>,
     contact_model: Option<ContactModel>,
+    damping: Vec<Damping>,
 }
 
 impl SimulationBuilder {
@@ -170,6 +177,12 @@ impl SimulationBuilder {
         self
     }
 
+    /// Adds a damping model (may be called repeatedly to combine models).
+    pub fn damping(mut self, damping: Damping) -> Self {
+        self.damping.push(damping);
+        self
+    }
+
     /// Validates everything and builds the simulation, at rest in the bodies' rest shapes.
     pub fn build(self) -> Result<Simulation> {
         crate::error::require_positive("time step dt", self.dt)?;
@@ -177,18 +190,13 @@ impl SimulationBuilder {
             return Err(Error::Parameter(format!("gravity must be finite, got {:?}", self.gravity)));
         }
         self.solver.validate()?;
-        match self.integrator {
-            Integrator::Stabilized { .. } | Integrator::A1 | Integrator::ASearch { .. } => {
-                return Err(Error::Unsupported(format!(
-                    "the energy-controlled integrator {} is not implemented yet; use Avf or BackwardEuler",
-                    self.integrator.name()
-                )));
-            }
-            _ => {}
+        self.integrator.validate()?;
+        for damping in &self.damping {
+            damping.validate()?;
         }
-        if !self.colliders.is_empty() || self.contact_model.is_some() {
+        if self.integrator.explicit().is_some() && !self.damping.is_empty() {
             return Err(Error::Unsupported(
-                "colliders and contact models are not implemented yet; remove them from the builder".into(),
+                "damping acts inside implicit solves; use an implicit integrator with damping".into(),
             ));
         }
         if self.bodies.is_empty() {
@@ -206,6 +214,28 @@ impl SimulationBuilder {
         for (v, p) in model.rest.iter().enumerate() {
             model.pinned[v] = self.pins.iter().any(|pin| pin(p));
         }
+        for (i, collider) in self.colliders.iter().enumerate() {
+            collider.validate(i)?;
+        }
+        model.colliders = self.colliders;
+        match (&self.contact_model, model.colliders.is_empty()) {
+            (None, true) => {}
+            (None, false) => {
+                return Err(Error::Parameter(
+                    "colliders need a contact model; add .contact_model(ContactModel::Penalty { stiffness })"
+                        .into(),
+                ));
+            }
+            (Some(ContactModel::Penalty { stiffness }), _) => {
+                crate::error::require_positive("penalty stiffness", *stiffness)?;
+                model.contact_stiffness = *stiffness;
+            }
+            (Some(other), _) => {
+                return Err(Error::Unsupported(format!(
+                    "contact model {other:?} is not implemented yet; use ContactModel::Penalty"
+                )));
+            }
+        }
         let stages: Box<dyn Stages> = match self.backend {
             Backend::Cpu | Backend::Auto => Box::new(CpuBackend::new(Arc::new(model.clone()))),
             Backend::Gpu => {
@@ -218,25 +248,37 @@ impl SimulationBuilder {
         let mut sim = Simulation {
             model: Arc::new(model),
             state,
+            ledger: EnergyLedger::new(0.0, self.integrator.decay()),
             integrator: self.integrator,
             solver: self.solver,
+            damping: self.damping,
             stages,
+            handles: Vec::new(),
             dt: self.dt,
             time: 0.0,
             energy: EnergyReport::default(),
         };
-        sim.refresh_energy(true);
+        sim.refresh_energy();
+        sim.ledger.reset(sim.energy.total);
+        sim.energy.target = sim.ledger.target();
         Ok(sim)
     }
 }
+
+/// Identifies a handle added with [`Simulation::add_handle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HandleId(usize);
 
 /// A running simulation: model, state, integrator, solver and backend.
 pub struct Simulation {
     model: Arc<Model>,
     state: State,
+    ledger: EnergyLedger,
     integrator: Integrator,
     solver: Solver,
+    damping: Vec<Damping>,
     stages: Box<dyn Stages>,
+    handles: Vec<Anchor>,
     dt: f64,
     time: f64,
     energy: EnergyReport,
@@ -255,6 +297,7 @@ impl Simulation {
             pins: Vec::new(),
             colliders: Vec::new(),
             contact_model: None,
+            damping: Vec::new(),
         }
     }
 
@@ -271,55 +314,56 @@ impl Simulation {
         self.stages.potential_gradient(&self.state.positions, &mut gradient);
         let acceleration: Vec<[f64; 3]> =
             gradient.iter().zip(&self.model.masses).map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m]).collect();
-        let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));
-        let input = StepInput {
-            dt: h,
-            positions: &self.state.positions,
-            velocities: &self.state.velocities,
-            previous,
-            acceleration: &acceleration,
-        };
-        let mut stats = StepStats { converged: true, ..StepStats::default() };
-        let (x, v) = if let Some(explicit) = self.integrator.explicit() {
-            explicit(&input)
-        } else if let Some(scheme) = self.integrator.scheme() {
-            let plan = scheme.plan(&input);
-            self.stages.begin_step(StepProblem {
-                start: input.positions,
-                target: &plan.target,
-                nodes: &plan.nodes,
-                dt: h,
-            });
-            // The two guesses of the optimization integrator: inertia alone, and the explicit
-            // prediction with forces frozen at x_n (exact in free fall).
-            let inertial = combine([(1.0, input.positions), (h, input.velocities)]);
-            let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
-            let explicit = combine([(1.0, &plan.target), (h * h * force_weight, &acceleration)]);
-            if newton::pick_initial_guess(self.stages.as_mut(), &[&explicit, &inertial, input.positions])
-                .is_none()
-            {
-                return Err(Error::Solver(
-                    "every initial guess puts an element outside its material's domain (an inverted \
-                     neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
-                        .into(),
-                ));
+        // Lagged per-vertex damping of this step: ether drag and friction at x_n.
+        let mut vertex_damping = Vec::new();
+        let mut rayleigh = 0.0;
+        let ether: f64 = self
+            .damping
+            .iter()
+            .map(|d| if let Damping::Ether { coefficient } = d { *coefficient } else { 0.0 })
+            .sum();
+        if ether > 0.0 || self.model.colliders.iter().any(|c| c.friction > 0.0) {
+            vertex_damping = vec![[0.0; 9]; n];
+            crate::damping::add_ether(ether, h, &mut vertex_damping);
+            crate::contact::add_lagged_friction(
+                &self.model,
+                &self.state.positions,
+                &self.state.velocities,
+                h,
+                &mut vertex_damping,
+            );
+        }
+        for d in &self.damping {
+            if let Damping::Rayleigh { stiffness } = d {
+                rayleigh += stiffness;
             }
-            let report = newton::minimize(self.stages.as_mut(), &self.solver);
-            let mut x = vec![[0.0; 3]; n];
-            self.stages.read_iterate(&mut x);
-            let v = scheme.velocity(&input, &x);
-            stats.iterations = report.iterations;
-            stats.linear_iterations = report.linear_iterations;
-            stats.projected_iterations = report.projected_iterations;
-            stats.converged = report.converged;
-            stats.round_off = report.round_off;
-            stats.gradient_norm = report.gradient_norm;
-            let PhaseTimes { evaluate, linear_solve, line_search } = report.times;
-            stats.timings = StepTimings { evaluate, linear_solve, line_search, ..StepTimings::default() };
-            (x, v)
-        } else {
-            unreachable!("build() rejects integrators without an implementation")
+        }
+        let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));
+        let mut stepper = Stepper {
+            stages: self.stages.as_mut(),
+            model: &self.model,
+            solver: &self.solver,
+            input: StepInput {
+                dt: h,
+                positions: &self.state.positions,
+                velocities: &self.state.velocities,
+                previous,
+                acceleration: &acceleration,
+            },
+            vertex_damping: &vertex_damping,
+            rayleigh,
+            report: NewtonReport::empty(),
         };
+        let outcome = self.integrator.advance(&mut stepper, self.ledger.target())?;
+        let report = stepper.report;
+        let Outcome { x, mut v, alpha, mut dissipated } = outcome;
+        for d in &self.damping {
+            if let Damping::MomentumPreserving { coefficient } = d {
+                let damped = crate::damping::momentum_preserving(&self.model, &x, &v, *coefficient);
+                dissipated += kinetic_energy(&self.model, &v) - kinetic_energy(&self.model, &damped);
+                v = damped;
+            }
+        }
         if let Some(bad) = x.iter().chain(&v).position(|p| p.iter().any(|c| !c.is_finite())) {
             return Err(Error::Solver(format!(
                 "the step produced a non-finite value at vertex {} (dt {h} may be too large for {}); \
@@ -332,9 +376,75 @@ impl Simulation {
         let previous_velocities = std::mem::replace(&mut self.state.velocities, v);
         self.state.previous = Some((previous_positions, previous_velocities));
         self.time += h;
-        self.refresh_energy(false);
-        stats.timings.total = started.elapsed();
-        Ok(stats)
+        self.ledger.dissipate(dissipated);
+        self.refresh_energy();
+        self.energy.target = self.ledger.target();
+        self.ledger.advance(h);
+        let PhaseTimes { evaluate, linear_solve, line_search } = report.times;
+        Ok(StepStats {
+            iterations: report.iterations,
+            linear_iterations: report.linear_iterations,
+            projected_iterations: report.projected_iterations,
+            alpha,
+            converged: report.converged,
+            round_off: report.round_off,
+            gradient_norm: report.gradient_norm,
+            dissipated,
+            timings: StepTimings { total: started.elapsed(), evaluate, linear_solve, line_search },
+        })
+    }
+
+    /// Ties `vertex` to a handle by a spring of `stiffness` (N/m). The handle starts where the
+    /// vertex is, so adding it changes no energy; move it with [`move_handle`](Self::move_handle).
+    pub fn add_handle(&mut self, vertex: usize, stiffness: f64) -> Result<HandleId> {
+        if vertex >= self.model.vertex_count() {
+            return Err(Error::Parameter(format!(
+                "handle vertex {vertex} is out of range; the simulation has {} vertices",
+                self.model.vertex_count()
+            )));
+        }
+        crate::error::require_positive("handle stiffness", stiffness)?;
+        self.handles.push(Anchor {
+            vertex: vertex as u32,
+            stiffness,
+            position: self.state.positions[vertex],
+        });
+        self.stages.set_anchors(&self.handles);
+        Ok(HandleId(self.handles.len() - 1))
+    }
+
+    /// Moves a handle. The potential energy this injects (or removes) is booked in the energy
+    /// ledger before the next step, as user forcing (stabilizing paper, Alg. 1).
+    pub fn move_handle(&mut self, id: HandleId, position: [f64; 3]) -> Result<()> {
+        if position.iter().any(|c| !c.is_finite()) {
+            return Err(Error::Parameter(format!("handle position must be finite, got {position:?}")));
+        }
+        let Some(handle) = self.handles.get_mut(id.0) else {
+            return Err(Error::Parameter(format!("no handle {}", id.0)));
+        };
+        handle.position = position;
+        let before = self.energy.potential;
+        self.stages.set_anchors(&self.handles);
+        self.refresh_energy();
+        self.ledger.add(self.energy.potential - before);
+        self.energy.target = self.ledger.target();
+        Ok(())
+    }
+
+    /// Sets the energy target of the controlled integrators (J), e.g. below the initial energy
+    /// to damp spurious start-up motion. Booked additions and losses count from here.
+    pub fn set_energy_target(&mut self, target: f64) -> Result<()> {
+        if !target.is_finite() {
+            return Err(Error::Parameter(format!("energy target must be finite, got {target}")));
+        }
+        self.ledger.reset(target);
+        self.energy.target = target;
+        Ok(())
+    }
+
+    /// The energy account: initial target, energy added by the user and removed on purpose.
+    pub fn ledger(&self) -> &EnergyLedger {
+        &self.ledger
     }
 
     /// Positions of all vertices (m), bodies in the order they were added.
@@ -370,7 +480,9 @@ impl Simulation {
             .map(|(v, &pinned)| if pinned { [0.0; 3] } else { *v })
             .collect();
         self.state.previous = None;
-        self.refresh_energy(true);
+        self.refresh_energy();
+        self.ledger.reset(self.energy.total);
+        self.energy.target = self.ledger.target();
         Ok(())
     }
 
@@ -427,17 +539,11 @@ impl Simulation {
         &self.state
     }
 
-    fn refresh_energy(&mut self, reset_target: bool) {
+    /// Recomputes the energies of the current state (the target is the ledger's business).
+    fn refresh_energy(&mut self) {
         let potential = worker_pool().install(|| self.stages.potential(&self.state.positions));
-        let kinetic: f64 = self
-            .state
-            .velocities
-            .iter()
-            .zip(&self.model.masses)
-            .map(|(v, m)| 0.5 * m * DVec3::from(*v).length_squared())
-            .sum();
-        let total = kinetic + potential;
-        let target = if reset_target { total } else { self.energy.target };
-        self.energy = EnergyReport { kinetic, potential, total, target };
+        let kinetic = kinetic_energy(&self.model, &self.state.velocities);
+        self.energy =
+            EnergyReport { kinetic, potential, total: kinetic + potential, target: self.energy.target };
     }
 }

@@ -4,8 +4,8 @@
 mod common;
 
 use lively::{
-    Backend, Collider, ContactModel, Decay, Error, Integrator, Material, Simulation, Solver, SpringKind,
-    SpringMesh, TetMesh,
+    Backend, Collider, ContactModel, Damping, Decay, Error, Integrator, Material, Simulation, Solver,
+    SpringKind, SpringMesh, TetMesh,
 };
 
 fn bar_builder() -> lively::SimulationBuilder {
@@ -33,7 +33,10 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
         .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.3))
         .contact_model(ContactModel::Barrier { distance: 1e-3, stiffness: 1e5 })
         .build();
-    assert!(matches!(result, Err(Error::Unsupported(_))), "contact is not implemented yet and must say so");
+    assert!(
+        matches!(result, Err(Error::Unsupported(_))),
+        "the barrier contact model is not implemented yet and must say so"
+    );
 
     let mut sim = Simulation::builder()
         .tet_body(mesh, Material::stvk(1e5, 0.3), 1000.0)
@@ -146,7 +149,50 @@ fn bad_parameters_name_what_to_change() {
         (Simulation::builder().build(), "no bodies"),
         (bar_builder().backend(Backend::Gpu).build(), "Backend::Cpu"),
         (bar_builder().solver(Solver::local_global(10)).build(), "Solver::newton"),
-        (bar_builder().integrator(Integrator::Stabilized { epsilon: 0.01 }).build(), "not implemented"),
+        (bar_builder().integrator(Integrator::Stabilized { epsilon: 2.0 }).build(), "epsilon"),
+        (
+            bar_builder()
+                .integrator(Integrator::ASearch { alpha_min: 1.0, alpha_max: 0.0, decay: None })
+                .build(),
+            "alpha_min",
+        ),
+        (
+            bar_builder()
+                .integrator(Integrator::ASearch {
+                    alpha_min: 0.0,
+                    alpha_max: 1.1,
+                    decay: Some(Decay { time_constant: -1.0, ground: 0.0 }),
+                })
+                .build(),
+            "time constant",
+        ),
+        (bar_builder().damping(Damping::Rayleigh { stiffness: -0.1 }).build(), "Rayleigh"),
+        (
+            bar_builder().damping(Damping::MomentumPreserving { coefficient: 1.5 }).build(),
+            "momentum-preserving",
+        ),
+        (
+            bar_builder()
+                .integrator(Integrator::ForwardEuler)
+                .damping(Damping::Ether { coefficient: 1.0 })
+                .build(),
+            "implicit integrator",
+        ),
+        (bar_builder().collider(Collider::plane([0.0, 1.0, 0.0], 0.0)).build(), "contact model"),
+        (
+            bar_builder()
+                .collider(Collider::plane([0.0, 0.0, 0.0], 0.0))
+                .contact_model(ContactModel::Penalty { stiffness: 1e4 })
+                .build(),
+            "collider 0",
+        ),
+        (
+            bar_builder()
+                .collider(Collider::sphere([0.0; 3], 1.0))
+                .contact_model(ContactModel::Penalty { stiffness: 0.0 })
+                .build(),
+            "penalty stiffness",
+        ),
     ];
     for (k, (result, needle)) in cases.into_iter().enumerate() {
         let text = message(result);

@@ -35,6 +35,23 @@ pub struct StepProblem<'a> {
     pub nodes: &'a [Node],
     /// Time step `h` (s).
     pub dt: f64,
+    /// Lagged per-vertex damping `1/2 dx^T A_v dx` with `dx = x - x_n` (ether drag, lagged
+    /// friction), one row-major 3x3 `A_v` per vertex; empty for none.
+    pub vertex_damping: &'a [[f64; 9]],
+    /// Lagged Rayleigh damping `k/(2h) dx^T D dx`, `D` the PSD-projected stiffness at `x_n`:
+    /// this is `k` (s); zero for none.
+    pub rayleigh: f64,
+}
+
+/// A spring of `stiffness` (N/m) from a vertex to a point the application moves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Anchor {
+    /// The vertex pulled.
+    pub vertex: u32,
+    /// Spring stiffness (N/m).
+    pub stiffness: f64,
+    /// Where the application holds the other end (m).
+    pub position: [f64; 3],
 }
 
 /// Which linear solver computes Newton directions.
@@ -79,6 +96,11 @@ pub struct Linearization {
 pub trait Stages: Send {
     /// Loads what stays fixed during one step's minimization.
     fn begin_step(&mut self, problem: StepProblem<'_>);
+    /// Sets the handle springs (part of the potential until changed).
+    fn set_anchors(&mut self, anchors: &[Anchor]);
+    /// The step's damping pseudo-potential at the iterate; twice it is the energy the lagged
+    /// damping and friction removed over the step.
+    fn dissipation(&mut self) -> f64;
     /// Sets the iterate `x`.
     fn set_iterate(&mut self, x: &[[f64; 3]]);
     /// Copies the iterate out.
@@ -105,7 +127,7 @@ pub trait Stages: Send {
     fn preferred_batch(&self) -> usize;
     /// `x += alpha d`.
     fn advance(&mut self, alpha: f64);
-    /// Total potential energy `E(x)` (elastic, springs, gravity).
+    /// Total potential energy `E(x)` (elastic, springs, gravity, collider penalties, handles).
     fn potential(&mut self, x: &[[f64; 3]]) -> f64;
     /// `grad E(x)` into `out` (zero rows for pinned vertices).
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]);

@@ -73,3 +73,141 @@ pub enum ContactModel {
         stiffness: f64,
     },
 }
+
+use glam::{DMat3, DVec3};
+
+/// Signed distance to a collider's surface (negative inside the solid), its gradient (the
+/// outward normal) and its Hessian.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Distance {
+    pub phi: f64,
+    pub normal: DVec3,
+    pub hessian: DMat3,
+}
+
+/// `(I - n n^T - a a^T) / rho`: the curvature of a distance to a point (`a = 0`) or a line.
+fn curvature(normal: DVec3, axis: DVec3, rho: f64) -> DMat3 {
+    let outer = |u: DVec3| DMat3::from_cols(u * u.x, u * u.y, u * u.z);
+    (DMat3::IDENTITY - outer(normal) - outer(axis)) / rho
+}
+
+/// The direction from `center` to `x`, or a fixed one where they coincide.
+fn direction(x: DVec3, center: DVec3) -> (DVec3, f64) {
+    let d = x - center;
+    let rho = d.length();
+    if rho > 1e-300 { (d / rho, rho) } else { (DVec3::Y, 0.0) }
+}
+
+impl Collider {
+    /// Validates the geometry, naming what is wrong.
+    pub(crate) fn validate(&self, index: usize) -> crate::Result<()> {
+        let finite = |v: &[f64]| v.iter().all(|c| c.is_finite());
+        let ok = match &self.shape {
+            Shape::Plane { normal, offset } => {
+                finite(normal) && offset.is_finite() && DVec3::from(*normal).length() > 0.0
+            }
+            Shape::Sphere { center, radius } => finite(center) && radius.is_finite() && *radius > 0.0,
+            Shape::Cuboid { center, half_extents } => {
+                finite(center) && half_extents.iter().all(|h| h.is_finite() && *h > 0.0)
+            }
+            Shape::Capsule { a, b, radius } => finite(a) && finite(b) && radius.is_finite() && *radius > 0.0,
+        };
+        if !ok {
+            return Err(crate::Error::Parameter(format!(
+                "collider {index} ({:?}) needs finite coordinates, a non-zero plane normal and positive sizes",
+                self.shape
+            )));
+        }
+        if !(self.friction.is_finite() && self.friction >= 0.0) {
+            return Err(crate::Error::Parameter(format!(
+                "collider {index}: friction must be finite and not negative, got {}",
+                self.friction
+            )));
+        }
+        Ok(())
+    }
+
+    /// Signed distance at `x`. Exact for planes, spheres and capsules; inside a cuboid, the
+    /// distance to the nearest face.
+    pub(crate) fn distance(&self, x: DVec3) -> Distance {
+        match &self.shape {
+            Shape::Plane { normal, offset } => {
+                let length = DVec3::from(*normal).length();
+                let n = DVec3::from(*normal) / length;
+                Distance { phi: n.dot(x) - offset / length, normal: n, hessian: DMat3::ZERO }
+            }
+            Shape::Sphere { center, radius } => {
+                let (n, rho) = direction(x, DVec3::from(*center));
+                let hessian = if rho > 0.0 { curvature(n, DVec3::ZERO, rho) } else { DMat3::ZERO };
+                Distance { phi: rho - radius, normal: n, hessian }
+            }
+            Shape::Cuboid { center, half_extents } => {
+                let d = x - DVec3::from(*center);
+                let q = d.abs() - DVec3::from(*half_extents);
+                if q.max_element() <= 0.0 {
+                    // Inside: the nearest face decides.
+                    let axis = if q.x >= q.y && q.x >= q.z {
+                        0
+                    } else if q.y >= q.z {
+                        1
+                    } else {
+                        2
+                    };
+                    let mut n = DVec3::ZERO;
+                    n[axis] = d[axis].signum();
+                    Distance { phi: q[axis], normal: n, hessian: DMat3::ZERO }
+                } else {
+                    let outside = q.max(DVec3::ZERO);
+                    let normal = (outside * d.signum()).normalize();
+                    Distance { phi: outside.length(), normal, hessian: DMat3::ZERO }
+                }
+            }
+            Shape::Capsule { a, b, radius } => {
+                let (a, b) = (DVec3::from(*a), DVec3::from(*b));
+                let axis = b - a;
+                let length2 = axis.length_squared();
+                let t = if length2 > 0.0 { ((x - a).dot(axis) / length2).clamp(0.0, 1.0) } else { 0.0 };
+                let (n, rho) = direction(x, a + axis * t);
+                let along = if t > 0.0 && t < 1.0 { axis / length2.sqrt() } else { DVec3::ZERO };
+                let hessian = if rho > 0.0 { curvature(n, along, rho) } else { DMat3::ZERO };
+                Distance { phi: rho - radius, normal: n, hessian }
+            }
+        }
+    }
+}
+
+/// Below this tangential speed (m/s) lagged friction acts as a stiff viscous stick.
+const STICK_SPEED: f64 = 1e-3;
+
+/// Adds lagged Coulomb friction to the per-vertex lagged quadratics: for a vertex inside a
+/// collider at `x_n`, with normal force `lambda = k |phi|` and tangential velocity `v_t`, the
+/// pseudo-potential `c/(2h) |P_t dx|^2`, `c = mu lambda / max(|v_t|, STICK_SPEED)`, whose force
+/// `-c v_t` has the Coulomb magnitude `mu lambda` while sliding (DESIGN.md: lagged friction;
+/// the ledger books twice the pseudo-potential).
+pub(crate) fn add_lagged_friction(
+    model: &crate::model::Model,
+    x: &[[f64; 3]],
+    v: &[[f64; 3]],
+    dt: f64,
+    out: &mut [[f64; 9]],
+) {
+    for (i, block) in out.iter_mut().enumerate() {
+        if model.pinned[i] {
+            continue;
+        }
+        for collider in model.colliders.iter().filter(|c| c.friction > 0.0) {
+            let d = collider.distance(DVec3::from(x[i]));
+            if d.phi >= 0.0 {
+                continue;
+            }
+            let n = d.normal;
+            let tangent = DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z);
+            let v_t = tangent * DVec3::from(v[i]);
+            let c = collider.friction * model.contact_stiffness * d.phi.abs() / v_t.length().max(STICK_SPEED);
+            let a = (tangent * (c / dt)).transpose().to_cols_array();
+            for k in 0..9 {
+                block[k] += a[k];
+            }
+        }
+    }
+}

@@ -2,15 +2,24 @@
 //! the potential and a velocity update (DESIGN.md section 2); the shared objective and the
 //! solver do the rest. One file per scheme.
 
+mod a_search;
 mod avf;
 mod backward_euler;
 mod bdf2;
+pub mod energy_ledger;
 mod forward_euler;
 mod implicit_midpoint;
 mod newmark;
+mod stabilized;
 mod symplectic_euler;
 
-use crate::backend::Node;
+pub use energy_ledger::EnergyLedger;
+
+use crate::backend::{Node, Stages, StepProblem};
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::solver::Solver;
+use crate::solver::newton::{self, NewtonReport};
 
 /// Exponential decay of the energy target toward `ground`:
 /// `target(t) = ground + (H0 - ground) exp(-t / time_constant)`.
@@ -79,6 +88,68 @@ impl Integrator {
         }
     }
 
+    /// Whether this integrator follows the energy ledger's target.
+    pub fn is_energy_controlled(&self) -> bool {
+        matches!(self, Integrator::Stabilized { .. } | Integrator::A1 | Integrator::ASearch { .. })
+    }
+
+    /// Checks the integrator's own parameters.
+    pub(crate) fn validate(&self) -> Result<()> {
+        match *self {
+            Integrator::Stabilized { epsilon }
+                if !(epsilon.is_finite() && epsilon > 0.0 && epsilon < 1.0) =>
+            {
+                Err(Error::Parameter(format!("Stabilized epsilon must lie in (0, 1), got {epsilon}")))
+            }
+            Integrator::ASearch { alpha_min, alpha_max, decay } => {
+                if !(alpha_min.is_finite() && alpha_max.is_finite() && alpha_min <= alpha_max) {
+                    return Err(Error::Parameter(format!(
+                        "ASearch needs finite alpha_min <= alpha_max, got [{alpha_min}, {alpha_max}]"
+                    )));
+                }
+                match decay {
+                    Some(Decay { time_constant, ground })
+                        if !(time_constant.is_finite() && time_constant > 0.0 && ground.is_finite()) =>
+                    {
+                        Err(Error::Parameter(format!(
+                            "Decay needs a positive time constant and a finite ground, got {time_constant} and {ground}"
+                        )))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The decay of the energy target, if any.
+    pub(crate) fn decay(&self) -> Option<Decay> {
+        match self {
+            Integrator::ASearch { decay, .. } => *decay,
+            _ => None,
+        }
+    }
+
+    /// Advances one step. `target` is the ledger's energy target for this step.
+    pub(crate) fn advance(&self, stepper: &mut Stepper<'_>, target: f64) -> Result<Outcome> {
+        if let Some(explicit) = self.explicit() {
+            let (x, v) = explicit(&stepper.input);
+            return Ok(Outcome { x, v, alpha: None, dissipated: 0.0 });
+        }
+        if let Some(scheme) = self.scheme() {
+            let solved = stepper.implicit(scheme, None)?;
+            return Ok(Outcome { x: solved.x, v: solved.v, alpha: None, dissipated: solved.dissipated });
+        }
+        match *self {
+            Integrator::Stabilized { epsilon } => stabilized::step(stepper, epsilon, target),
+            Integrator::A1 => a_search::step(stepper, None, target),
+            Integrator::ASearch { alpha_min, alpha_max, .. } => {
+                a_search::step(stepper, Some((alpha_min, alpha_max)), target)
+            }
+            _ => unreachable!("every integrator is explicit, plain implicit or controlled"),
+        }
+    }
+
     /// A short lower-case name (`be`, `bdf2`, `im`, ...).
     pub fn name(&self) -> &'static str {
         match self {
@@ -141,4 +212,103 @@ pub(crate) fn combine<const K: usize>(terms: [(f64, &[[f64; 3]]); K]) -> Vec<[f6
 pub(crate) fn trapezoidal_velocity(input: &StepInput<'_>, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
     let h = input.dt;
     combine([(2.0 / h, x), (-2.0 / h, input.positions), (-1.0, input.velocities)])
+}
+
+/// What one integrator step produced.
+pub(crate) struct Outcome {
+    pub x: Vec<[f64; 3]>,
+    pub v: Vec<[f64; 3]>,
+    /// The blend or correction factor of the controlled integrators.
+    pub alpha: Option<f64>,
+    /// Energy the step's lagged damping and friction removed (J).
+    pub dissipated: f64,
+}
+
+/// An implicit solve's result.
+pub(crate) struct Solved {
+    pub x: Vec<[f64; 3]>,
+    pub v: Vec<[f64; 3]>,
+    pub dissipated: f64,
+}
+
+/// What the integrators use to take a step: the backend, the solver and the step's input.
+pub(crate) struct Stepper<'a> {
+    pub stages: &'a mut dyn Stages,
+    pub model: &'a Model,
+    pub solver: &'a Solver,
+    pub input: StepInput<'a>,
+    /// Lagged per-vertex damping quadratics (drag, friction) for every solve of this step.
+    pub vertex_damping: &'a [[f64; 9]],
+    /// Lagged Rayleigh coefficient (s) for every solve of this step.
+    pub rayleigh: f64,
+    /// Newton statistics summed over the step's solves.
+    pub report: NewtonReport,
+}
+
+impl Stepper<'_> {
+    /// Solves one implicit scheme with Newton from the best of its guesses (plus `warm_start`).
+    pub fn implicit(&mut self, scheme: &dyn Scheme, warm_start: Option<&[[f64; 3]]>) -> Result<Solved> {
+        let input = &self.input;
+        let h = input.dt;
+        let plan = scheme.plan(input);
+        self.stages.begin_step(StepProblem {
+            start: input.positions,
+            target: &plan.target,
+            nodes: &plan.nodes,
+            dt: h,
+            vertex_damping: self.vertex_damping,
+            rayleigh: self.rayleigh,
+        });
+        // The optimization integrator's two guesses: inertia alone, and the explicit
+        // prediction with forces frozen at x_n (exact in free fall).
+        let inertial = combine([(1.0, input.positions), (h, input.velocities)]);
+        let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
+        let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
+        let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, &inertial];
+        guesses.extend(warm_start);
+        if newton::pick_initial_guess(self.stages, &guesses).is_none()
+            && newton::pick_initial_guess(self.stages, &[input.positions]).is_none()
+        {
+            return Err(Error::Solver(
+                "every initial guess puts an element outside its material's domain (an inverted \
+                 neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
+                    .into(),
+            ));
+        }
+        let report = newton::minimize(self.stages, self.solver);
+        self.report.accumulate(&report);
+        let mut x = vec![[0.0; 3]; input.positions.len()];
+        self.stages.read_iterate(&mut x);
+        let dissipated = 2.0 * self.stages.dissipation();
+        let v = scheme.velocity(input, &x);
+        Ok(Solved { x, v, dissipated })
+    }
+
+    /// Total energy `E(x) + 1/2 v^T M v`.
+    pub fn energy(&mut self, x: &[[f64; 3]], v: &[[f64; 3]]) -> f64 {
+        self.stages.potential(x) + kinetic_energy(self.model, v)
+    }
+
+    /// `grad E(x)` (zero on pinned vertices).
+    pub fn potential_gradient(&mut self, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
+        let mut out = vec![[0.0; 3]; x.len()];
+        self.stages.potential_gradient(x, &mut out);
+        out
+    }
+
+    /// Energy the step's lagged damping and friction remove on the way to `x`.
+    pub fn dissipated(&mut self, x: &[[f64; 3]]) -> f64 {
+        self.stages.set_iterate(x);
+        2.0 * self.stages.dissipation()
+    }
+}
+
+/// `1/2 v^T M v`.
+pub(crate) fn kinetic_energy(model: &Model, v: &[[f64; 3]]) -> f64 {
+    v.iter().zip(&model.masses).map(|(v, m)| 0.5 * m * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2])).sum()
+}
+
+/// `(1 - alpha) a + alpha b`, per vertex.
+pub(crate) fn blend(a: &[[f64; 3]], b: &[[f64; 3]], alpha: f64) -> Vec<[f64; 3]> {
+    combine([(1.0 - alpha, a), (alpha, b)])
 }

@@ -45,6 +45,27 @@ pub struct NewtonReport {
     pub times: PhaseTimes,
 }
 
+impl NewtonReport {
+    /// A report for a step that has not solved anything yet.
+    pub(crate) fn empty() -> NewtonReport {
+        NewtonReport { converged: true, ..NewtonReport::default() }
+    }
+
+    /// Adds another solve of the same step: counts and times add up; the step converged if
+    /// every solve reached its tolerance or the round-off limit.
+    pub(crate) fn accumulate(&mut self, other: &NewtonReport) {
+        self.iterations += other.iterations;
+        self.linear_iterations += other.linear_iterations;
+        self.projected_iterations += other.projected_iterations;
+        self.converged &= other.converged || other.round_off;
+        self.round_off |= other.round_off;
+        self.gradient_norm = other.gradient_norm;
+        self.times.evaluate += other.times.evaluate;
+        self.times.linear_solve += other.times.linear_solve;
+        self.times.line_search += other.times.line_search;
+    }
+}
+
 /// Sets the iterate to whichever guess has the lowest objective; `None` if all are infinite
 /// (every guess puts some element outside its model's domain).
 pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<usize> {

@@ -25,6 +25,12 @@ impl Stages for Recording {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
         self.inner.begin_step(problem)
     }
+    fn set_anchors(&mut self, anchors: &[crate::backend::Anchor]) {
+        self.inner.set_anchors(anchors)
+    }
+    fn dissipation(&mut self) -> f64 {
+        self.inner.dissipation()
+    }
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
         self.inner.set_iterate(x)
     }
@@ -105,7 +111,14 @@ fn solve(
     let mut stages =
         Recording { inner: CpuBackend::new(model.clone()), pending: Vec::new(), accepted: Vec::new() };
     let nodes = [Node { weight: 1.0, theta: 1.0 }];
-    stages.begin_step(StepProblem { start, target: &target, nodes: &nodes, dt: 1.0 / 30.0 });
+    stages.begin_step(StepProblem {
+        start,
+        target: &target,
+        nodes: &nodes,
+        dt: 1.0 / 30.0,
+        vertex_damping: &[],
+        rayleigh: 0.0,
+    });
     pick_initial_guess(&mut stages, &[start, target]).unwrap();
     stages.accepted.clear();
     let report = minimize(&mut stages, settings);

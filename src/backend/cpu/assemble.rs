@@ -1,17 +1,20 @@
-//! Stage `assemble`: the block-sparse Hessian `M/h^2 + sum_q c_q theta_q^2 hess E`, one
-//! invocation per block row, each block summing its element sources in a fixed order.
-//! Pinned vertices get identity rows and columns.
+//! Stage `assemble`: a block-sparse matrix from element blocks (each block summing its
+//! sources in a fixed order), one invocation per block row. With `vertex_blocks` it is the
+//! Hessian `M/h^2 + sum_q c_q theta_q^2 hess E + ...` (pinned vertices get identity rows and
+//! columns); without, a plain stiffness matrix (pinned rows and columns zero), as the lagged
+//! Rayleigh damping needs. `extra` is added block by block.
 
 use rayon::prelude::*;
 
 use crate::backend::topology::{TRANSPOSED, Topology};
 use crate::model::Model;
 
-pub(crate) fn hessian(
+pub(crate) fn matrix(
     model: &Model,
     topology: &Topology,
     element_blocks: &[[f64; 9]],
-    inv_h2: f64,
+    vertex_blocks: Option<&[[f64; 9]]>,
+    extra: Option<&[[f64; 9]]>,
     blocks: &mut [[f64; 9]],
 ) {
     // Split the block array by rows so each row is written by one task.
@@ -30,8 +33,8 @@ pub(crate) fn hessian(
             let column = topology.columns[index] as usize;
             *block = [0.0; 9];
             if model.pinned[v] || model.pinned[column] {
-                if column == v {
-                    *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+                if let (true, Some(vertex)) = (column == v, vertex_blocks) {
+                    *block = vertex[v];
                 }
                 continue;
             }
@@ -51,11 +54,15 @@ pub(crate) fn hessian(
                     }
                 }
             }
-            if column == v {
-                let m = model.masses[v] * inv_h2;
-                block[0] += m;
-                block[4] += m;
-                block[8] += m;
+            if let (true, Some(vertex)) = (column == v, vertex_blocks) {
+                for k in 0..9 {
+                    block[k] += vertex[v][k];
+                }
+            }
+            if let Some(extra) = extra {
+                for k in 0..9 {
+                    block[k] += extra[index][k];
+                }
             }
         }
     });

@@ -1,78 +1,215 @@
-//! Stage `gather`: per-vertex objective terms (inertia and gravity) and the gather of element
-//! corner gradients into vertex gradients, one invocation per vertex.
+//! Stage `gather`: everything that lives on one vertex — inertia, gravity, collider penalties,
+//! handle springs and the lagged per-vertex damping — and the gather of element corner
+//! gradients into vertex gradients. One invocation per vertex.
 
-use glam::DVec3;
+use glam::{DMat3, DVec3};
 use rayon::prelude::*;
 
-use crate::backend::Node;
 use crate::backend::topology::Topology;
+use crate::backend::{Anchor, Node};
+use crate::material::Projection;
 use crate::model::Model;
 
 /// Vertices per work item.
 const CHUNK: usize = 512;
 
-/// The vertex part of the objective: `1/(2h^2) |x - y|_M^2` over free vertices plus gravity's
-/// potential `-m g . z` at each node. `inv_h2 = 0` leaves gravity alone (the potential).
-pub(crate) fn vertex_energy(
-    model: &Model,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    target: &[[f64; 3]],
-    nodes: &[Node],
-    inv_h2: f64,
-) -> f64 {
-    let g = DVec3::from(model.gravity);
+/// Handle springs grouped by vertex (CSR), so each vertex finds its own.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Anchors {
+    offsets: Vec<u32>,
+    springs: Vec<(f64, DVec3)>,
+}
+
+impl Anchors {
+    pub fn new(vertex_count: usize, anchors: &[Anchor]) -> Anchors {
+        if anchors.is_empty() {
+            return Anchors::default();
+        }
+        let mut sorted: Vec<&Anchor> = anchors.iter().collect();
+        sorted.sort_by_key(|a| a.vertex);
+        let mut offsets = vec![0u32; vertex_count + 1];
+        for a in &sorted {
+            offsets[a.vertex as usize + 1] += 1;
+        }
+        for v in 0..vertex_count {
+            offsets[v + 1] += offsets[v];
+        }
+        Anchors { offsets, springs: sorted.iter().map(|a| (a.stiffness, DVec3::from(a.position))).collect() }
+    }
+
+    fn of(&self, v: usize) -> &[(f64, DVec3)] {
+        if self.offsets.is_empty() {
+            &[]
+        } else {
+            &self.springs[self.offsets[v] as usize..self.offsets[v + 1] as usize]
+        }
+    }
+}
+
+/// The inputs of the per-vertex terms of one objective.
+pub(crate) struct VertexTerms<'a> {
+    pub model: &'a Model,
+    pub start: &'a [[f64; 3]],
+    pub target: &'a [[f64; 3]],
+    pub nodes: &'a [Node],
+    /// `1/h^2`; zero leaves inertia out (the potential alone).
+    pub inv_h2: f64,
+    pub anchors: &'a Anchors,
+    /// Per-vertex lagged quadratic `1/2 dx^T A_v dx`, `dx = x - x_n` (row-major 3x3); empty for none.
+    pub damping: &'a [[f64; 9]],
+}
+
+fn outer(u: DVec3) -> DMat3 {
+    DMat3::from_cols(u * u.x, u * u.y, u * u.z)
+}
+
+impl VertexTerms<'_> {
+    /// Conservative potential of vertex `v` at `z`: gravity, penalties, handles.
+    fn potential(&self, v: usize, z: DVec3) -> f64 {
+        let m = self.model;
+        let mut u = -m.masses[v] * DVec3::from(m.gravity).dot(z);
+        for collider in &m.colliders {
+            let phi = collider.distance(z).phi;
+            if phi < 0.0 {
+                u += 0.5 * m.contact_stiffness * phi * phi;
+            }
+        }
+        for &(k, p) in self.anchors.of(v) {
+            u += 0.5 * k * (z - p).length_squared();
+        }
+        u
+    }
+
+    /// Gradient and Hessian of [`potential`](Self::potential), and the magnitude of the forces in it.
+    fn potential_derivatives(&self, v: usize, z: DVec3, projection: Projection) -> (DVec3, DMat3, f64) {
+        let m = self.model;
+        let weight = m.masses[v] * DVec3::from(m.gravity);
+        let (mut g, mut h, mut magnitude) = (-weight, DMat3::ZERO, weight.length());
+        for collider in &m.colliders {
+            let d = collider.distance(z);
+            if d.phi < 0.0 {
+                let k = m.contact_stiffness;
+                g += d.normal * (k * d.phi);
+                magnitude += k * d.phi.abs();
+                // Along the normal the penalty has curvature k; across it, k phi kappa <= 0,
+                // which the projection drops.
+                h += outer(d.normal) * k;
+                if projection == Projection::None {
+                    h += d.hessian * (k * d.phi);
+                }
+            }
+        }
+        for &(k, p) in self.anchors.of(v) {
+            g += (z - p) * k;
+            magnitude += k * (z - p).length();
+            h += DMat3::IDENTITY * k;
+        }
+        (g, h, magnitude)
+    }
+
+    fn damping_matrix(&self, v: usize) -> Option<DMat3> {
+        self.damping.get(v).map(|a| DMat3::from_cols_array(a).transpose())
+    }
+
+    /// The lagged damping quadratic `1/2 dx^T A_v dx` of vertex `v`.
+    fn dissipation(&self, v: usize, x: DVec3) -> f64 {
+        self.damping_matrix(v).map_or(0.0, |a| {
+            let dx = x - DVec3::from(self.start[v]);
+            0.5 * dx.dot(a * dx)
+        })
+    }
+
+    /// The vertex's part of the objective.
+    fn energy(&self, v: usize, x: DVec3) -> f64 {
+        let m = self.model;
+        let start = DVec3::from(self.start[v]);
+        let mut sum = 0.0;
+        if !m.pinned[v] && self.inv_h2 > 0.0 {
+            sum += 0.5 * self.inv_h2 * m.masses[v] * (x - DVec3::from(self.target[v])).length_squared();
+        }
+        for node in self.nodes {
+            sum += node.weight * self.potential(v, x * node.theta + start * (1.0 - node.theta));
+        }
+        sum + self.dissipation(v, x)
+    }
+
+    /// Gradient, Hessian block and force magnitude of the vertex's part of the objective.
+    fn derivatives(&self, v: usize, x: DVec3, projection: Projection) -> (DVec3, DMat3, f64) {
+        let m = self.model;
+        let start = DVec3::from(self.start[v]);
+        let mass = m.masses[v] * self.inv_h2;
+        let inertia = (x - DVec3::from(self.target[v])) * mass;
+        let (mut g, mut h, mut magnitude) = (inertia, DMat3::IDENTITY * mass, inertia.length());
+        for node in self.nodes {
+            let z = x * node.theta + start * (1.0 - node.theta);
+            let (gz, hz, fz) = self.potential_derivatives(v, z, projection);
+            g += gz * (node.weight * node.theta);
+            h += hz * (node.weight * node.theta * node.theta);
+            magnitude += fz * node.weight * node.theta;
+        }
+        if let Some(a) = self.damping_matrix(v) {
+            let f = a * (x - start);
+            g += f;
+            h += a;
+            magnitude += f.length();
+        }
+        (g, h, magnitude)
+    }
+}
+
+/// Sum of the vertex parts of the objective at `x`, reduced in chunk order.
+pub(crate) fn vertex_energy(terms: &VertexTerms<'_>, x: &[[f64; 3]]) -> f64 {
     let partial: Vec<f64> = (0..x.len().div_ceil(CHUNK))
         .into_par_iter()
         .map(|c| {
-            let mut sum = 0.0;
-            for v in c * CHUNK..((c + 1) * CHUNK).min(x.len()) {
-                let m = model.masses[v];
-                let xv = DVec3::from(x[v]);
-                if !model.pinned[v] && inv_h2 > 0.0 {
-                    sum += 0.5 * inv_h2 * m * (xv - DVec3::from(target[v])).length_squared();
-                }
-                for node in nodes {
-                    let z = xv * node.theta + DVec3::from(start[v]) * (1.0 - node.theta);
-                    sum -= node.weight * m * g.dot(z);
-                }
-            }
-            sum
+            (c * CHUNK..((c + 1) * CHUNK).min(x.len())).map(|v| terms.energy(v, DVec3::from(x[v]))).sum()
         })
         .collect();
     partial.iter().sum()
 }
 
-/// `grad G` per vertex: gathered element corners plus inertia and gravity; zero on pinned
-/// vertices. Returns `|grad G|^2`, the force scale and the noise floor of `G` (see
-/// `Linearization`).
+/// Sum of the lagged damping quadratics at `x` (the pseudo-potential whose double is booked
+/// as dissipated energy).
+pub(crate) fn dissipation(terms: &VertexTerms<'_>, x: &[[f64; 3]]) -> f64 {
+    if terms.damping.is_empty() {
+        return 0.0;
+    }
+    let partial: Vec<f64> = (0..x.len().div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            (c * CHUNK..((c + 1) * CHUNK).min(x.len())).map(|v| terms.dissipation(v, DVec3::from(x[v]))).sum()
+        })
+        .collect();
+    partial.iter().sum()
+}
+
+/// `grad G` per vertex (gathered element corners plus the vertex terms; zero on pinned
+/// vertices) and the vertex Hessian blocks (identity on pinned vertices). Returns
+/// `|grad G|^2`, the force scale and the noise floor of `G` (see `Linearization`).
 pub(crate) fn gradient(
-    model: &Model,
+    terms: &VertexTerms<'_>,
     topology: &Topology,
     corner_gradients: &[[f64; 3]],
     x: &[[f64; 3]],
-    target: &[[f64; 3]],
-    nodes: &[Node],
-    inv_h2: f64,
+    projection: Projection,
     out: &mut [[f64; 3]],
+    vertex_blocks: &mut [[f64; 9]],
 ) -> (f64, f64, f64) {
-    let gravity_weight: f64 = nodes.iter().map(|n| n.weight * n.theta).sum();
-    let g = DVec3::from(model.gravity) * gravity_weight;
     let partial: Vec<(f64, f64, f64)> = out
         .par_chunks_mut(CHUNK)
+        .zip(vertex_blocks.par_chunks_mut(CHUNK))
         .enumerate()
-        .map(|(c, out)| {
+        .map(|(c, (out, blocks))| {
             let (mut sum, mut scale, mut magnitude) = (0.0, 0.0, 0.0);
-            for (local, o) in out.iter_mut().enumerate() {
+            for (local, (o, block)) in out.iter_mut().zip(blocks.iter_mut()).enumerate() {
                 let v = c * CHUNK + local;
-                if model.pinned[v] {
+                if terms.model.pinned[v] {
                     *o = [0.0; 3];
+                    *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
                     continue;
                 }
-                let m = model.masses[v];
-                let inertia = (DVec3::from(x[v]) - DVec3::from(target[v])) * (m * inv_h2);
-                let mut acc = inertia - g * m;
-                let mut forces = inertia.length() + (g * m).length();
+                let xv = DVec3::from(x[v]);
+                let (mut acc, h, mut forces) = terms.derivatives(v, xv, projection);
                 let range = topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize;
                 for &corner in &topology.corners[range] {
                     let f = DVec3::from(corner_gradients[corner as usize]);
@@ -81,8 +218,9 @@ pub(crate) fn gradient(
                 }
                 sum += acc.length_squared();
                 scale += forces;
-                magnitude += forces * DVec3::from(x[v]).abs().max_element();
+                magnitude += forces * xv.abs().max_element();
                 *o = acc.into();
+                *block = h.transpose().to_cols_array();
             }
             (sum, scale, magnitude)
         })

@@ -20,7 +20,6 @@ pub(crate) fn row(topology: &Topology, blocks: &[[f64; 9]], v: &[[f64; 3]], row:
 }
 
 /// `out = H v`.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn apply(topology: &Topology, blocks: &[[f64; 9]], v: &[[f64; 3]], out: &mut [[f64; 3]]) {
     out.par_iter_mut().with_min_len(256).enumerate().for_each(|(r, o)| *o = row(topology, blocks, v, r));
 }

@@ -12,7 +12,7 @@ mod vector;
 use std::sync::Arc;
 
 use super::topology::Topology;
-use super::{DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
+use super::{Anchor, DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
 use crate::material::Projection;
 use crate::model::Model;
 
@@ -27,12 +27,17 @@ pub struct CpuBackend {
     target: Vec<[f64; 3]>,
     nodes: Vec<Node>,
     inv_h2: f64,
+    anchors: gather::Anchors,
+    vertex_damping: Vec<[f64; 9]>,
+    /// The lagged Rayleigh matrix `k/h D(x_n)` (block-sparse, same pattern); empty for none.
+    rayleigh: Vec<[f64; 9]>,
     x: Vec<[f64; 3]>,
     gradient: Vec<[f64; 3]>,
     direction: Vec<[f64; 3]>,
     scratch: Vec<[f64; 3]>,
     corner_gradients: Vec<[f64; 3]>,
     element_blocks: Vec<[f64; 9]>,
+    vertex_blocks: Vec<[f64; 9]>,
     blocks: Vec<[f64; 9]>,
     pcg: pcg::Scratch,
     cholesky: Option<cholesky::Cholesky>,
@@ -50,12 +55,16 @@ impl CpuBackend {
             target: vec![[0.0; 3]; n],
             nodes: Vec::new(),
             inv_h2: 0.0,
+            anchors: gather::Anchors::default(),
+            vertex_damping: Vec::new(),
+            rayleigh: Vec::new(),
             x: vec![[0.0; 3]; n],
             gradient: vec![[0.0; 3]; n],
             direction: vec![[0.0; 3]; n],
             scratch: vec![[0.0; 3]; n],
             corner_gradients: vec![[0.0; 3]; corners],
             element_blocks: vec![[0.0; 9]; element_blocks],
+            vertex_blocks: vec![[0.0; 9]; n],
             blocks: vec![[0.0; 9]; topology.block_count()],
             pcg: pcg::Scratch::default(),
             cholesky: None,
@@ -64,9 +73,47 @@ impl CpuBackend {
         }
     }
 
+    /// The vertex terms of the current step's objective.
+    fn vertex_terms(&self) -> gather::VertexTerms<'_> {
+        gather::VertexTerms {
+            model: &self.model,
+            start: &self.start,
+            target: &self.target,
+            nodes: &self.nodes,
+            inv_h2: self.inv_h2,
+            anchors: &self.anchors,
+            damping: &self.vertex_damping,
+        }
+    }
+
+    /// The vertex terms of the potential alone at `x`.
+    fn potential_terms<'a>(&'a self, x: &'a [[f64; 3]]) -> gather::VertexTerms<'a> {
+        gather::VertexTerms {
+            model: &self.model,
+            start: x,
+            target: x,
+            nodes: &POTENTIAL_NODE,
+            inv_h2: 0.0,
+            anchors: &self.anchors,
+            damping: &[],
+        }
+    }
+
+    /// `1/2 dx^T R dx` with the lagged Rayleigh matrix, `dx = x - x_n`; `R dx` into `out`.
+    fn rayleigh_term(&self, x: &[[f64; 3]], out: &mut [[f64; 3]]) -> f64 {
+        let dx: Vec<[f64; 3]> =
+            x.iter().zip(&self.start).map(|(a, b)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]]).collect();
+        hessian_product::apply(&self.topology, &self.rayleigh, &dx, out);
+        0.5 * vector::dot(&dx, out)
+    }
+
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
-        element::energy(&self.model, x, &self.start, &self.nodes)
-            + gather::vertex_energy(&self.model, x, &self.start, &self.target, &self.nodes, self.inv_h2)
+        let mut value = element::energy(&self.model, x, &self.start, &self.nodes)
+            + gather::vertex_energy(&self.vertex_terms(), x);
+        if !self.rayleigh.is_empty() {
+            value += self.rayleigh_term(x, &mut vec![[0.0; 3]; x.len()]);
+        }
+        value
     }
 
     /// The gradient from the last `linearize`.
@@ -106,6 +153,44 @@ impl Stages for CpuBackend {
         self.target.copy_from_slice(problem.target);
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
+        self.vertex_damping = problem.vertex_damping.to_vec();
+        self.rayleigh.clear();
+        if problem.rayleigh > 0.0 {
+            // D = the PSD-projected stiffness at x_n, scaled by k/h (Gast et al. 4.2).
+            element::derivatives(
+                &self.model,
+                problem.start,
+                problem.start,
+                &POTENTIAL_NODE,
+                Some(Projection::Psd),
+                &mut self.corner_gradients,
+                &mut self.element_blocks,
+            );
+            for b in &mut self.element_blocks {
+                *b = b.map(|c| c * problem.rayleigh / problem.dt);
+            }
+            self.rayleigh = vec![[0.0; 9]; self.topology.block_count()];
+            assemble::matrix(
+                &self.model,
+                &self.topology,
+                &self.element_blocks,
+                None,
+                None,
+                &mut self.rayleigh,
+            );
+        }
+    }
+
+    fn set_anchors(&mut self, anchors: &[Anchor]) {
+        self.anchors = gather::Anchors::new(self.model.vertex_count(), anchors);
+    }
+
+    fn dissipation(&mut self) -> f64 {
+        let mut value = gather::dissipation(&self.vertex_terms(), &self.x);
+        if !self.rayleigh.is_empty() {
+            value += self.rayleigh_term(&self.x, &mut vec![[0.0; 3]; self.x.len()]);
+        }
+        value
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
@@ -130,17 +215,38 @@ impl Stages for CpuBackend {
             &mut self.corner_gradients,
             &mut self.element_blocks,
         );
-        let (squared, force_scale, magnitude) = gather::gradient(
-            &self.model,
+        let mut gradient = std::mem::take(&mut self.gradient);
+        let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
+        let (mut squared, force_scale, magnitude) = gather::gradient(
+            &self.vertex_terms(),
             &self.topology,
             &self.corner_gradients,
             &self.x,
-            &self.target,
-            &self.nodes,
-            self.inv_h2,
-            &mut self.gradient,
+            projection,
+            &mut gradient,
+            &mut vertex_blocks,
         );
-        assemble::hessian(&self.model, &self.topology, &self.element_blocks, self.inv_h2, &mut self.blocks);
+        if !self.rayleigh.is_empty() {
+            let mut damping = vec![[0.0; 3]; self.x.len()];
+            self.rayleigh_term(&self.x, &mut damping);
+            for (v, (g, d)) in gradient.iter_mut().zip(&damping).enumerate() {
+                if !self.model.pinned[v] {
+                    *g = [g[0] + d[0], g[1] + d[1], g[2] + d[2]];
+                }
+            }
+            squared = vector::dot(&gradient, &gradient);
+        }
+        let extra = if self.rayleigh.is_empty() { None } else { Some(self.rayleigh.as_slice()) };
+        assemble::matrix(
+            &self.model,
+            &self.topology,
+            &self.element_blocks,
+            Some(&vertex_blocks),
+            extra,
+            &mut self.blocks,
+        );
+        self.gradient = gradient;
+        self.vertex_blocks = vertex_blocks;
         Linearization { gradient_norm: squared.sqrt(), force_scale, noise_floor: f64::EPSILON * magnitude }
     }
 
@@ -220,7 +326,7 @@ impl Stages for CpuBackend {
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
         element::energy(&self.model, x, x, &POTENTIAL_NODE)
-            + gather::vertex_energy(&self.model, x, x, x, &POTENTIAL_NODE, 0.0)
+            + gather::vertex_energy(&self.potential_terms(x), x)
     }
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
@@ -233,16 +339,17 @@ impl Stages for CpuBackend {
             &mut self.corner_gradients,
             &mut self.element_blocks,
         );
+        let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
         gather::gradient(
-            &self.model,
+            &self.potential_terms(x),
             &self.topology,
             &self.corner_gradients,
             x,
-            x,
-            &POTENTIAL_NODE,
-            0.0,
+            Projection::None,
             out,
+            &mut vertex_blocks,
         );
+        self.vertex_blocks = vertex_blocks;
     }
 }
 

@@ -6,7 +6,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::CpuBackend;
-use crate::backend::{LinearSolver, Node, Stages, StepProblem};
+use crate::backend::{Anchor, LinearSolver, Node, Stages, StepProblem};
+use crate::contact::Collider;
 use crate::material::{Material, Projection};
 use crate::mesh::{SpringKind, SpringMesh, TetMesh};
 use crate::model::Model;
@@ -24,6 +25,14 @@ pub(crate) fn mixed_model(material: Material) -> Model {
     for v in 0..model.vertex_count() {
         model.pinned[v] = model.rest[v][0] < 1e-9;
     }
+    // Colliders of every shape, placed so that some vertices are inside them.
+    model.colliders = vec![
+        Collider::plane([0.0, 1.0, 0.0], 0.005),
+        Collider::sphere([0.3, 0.2, 0.1], 0.08),
+        Collider::cuboid([0.2, 0.1, 0.2], [0.03, 0.04, 0.05]),
+        Collider::capsule([0.55, -0.1, 0.0], [0.65, 0.2, 0.05], 0.04),
+    ];
+    model.contact_stiffness = 3e4;
     model
 }
 
@@ -43,9 +52,30 @@ fn loaded(material: Material, seed: u64) -> (CpuBackend, Vec<[f64; 3]>) {
             x[v] = start[v];
         }
     }
+    let n = model.vertex_count();
     let mut backend = CpuBackend::new(model);
+    backend.set_anchors(&[
+        Anchor { vertex: 5, stiffness: 700.0, position: [0.2, 0.3, 0.1] },
+        Anchor { vertex: 5, stiffness: 300.0, position: [0.1, 0.1, 0.3] },
+        Anchor { vertex: n as u32 - 1, stiffness: 900.0, position: [0.8, 0.0, 0.1] },
+    ]);
+    // Random symmetric positive semi-definite per-vertex damping quadratics.
+    let damping: Vec<[f64; 9]> = (0..n)
+        .map(|_| {
+            let a: [f64; 9] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+            let m = glam::DMat3::from_cols_array(&a);
+            (m * m.transpose() * 40.0).to_cols_array()
+        })
+        .collect();
     let nodes = [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }];
-    backend.begin_step(StepProblem { start: &start, target: &target, nodes: &nodes, dt: 1.0 / 30.0 });
+    backend.begin_step(StepProblem {
+        start: &start,
+        target: &target,
+        nodes: &nodes,
+        dt: 1.0 / 30.0,
+        vertex_damping: &damping,
+        rayleigh: 0.01,
+    });
     backend.set_iterate(&x);
     (backend, x)
 }
@@ -141,7 +171,14 @@ fn pcg_stops_at_negative_curvature_with_a_descent_direction() {
     let squeezed: Vec<[f64; 3]> = model.rest.iter().map(|p| [0.5 * p[0], 0.6 * p[1], p[2]]).collect();
     let mut backend = CpuBackend::new(model);
     let nodes = [Node { weight: 1.0, theta: 1.0 }];
-    backend.begin_step(StepProblem { start: &squeezed, target: &squeezed, nodes: &nodes, dt: 10.0 });
+    backend.begin_step(StepProblem {
+        start: &squeezed,
+        target: &squeezed,
+        nodes: &nodes,
+        dt: 10.0,
+        vertex_damping: &[],
+        rayleigh: 0.0,
+    });
     backend.set_iterate(&squeezed);
     backend.linearize(Projection::None);
     let report = backend.solve_direction(LinearSolver::Pcg, 1e-10, 10_000);

@@ -1,0 +1,72 @@
+//! A-1 and A-search (energy-controllable-a-search.md, Alg. 1): positions from backward Euler
+//! (damping and friction inside that solve), then the implicit velocity `w = (x - x_n)/h`
+//! corrected by the conservative force difference, `v = w - alpha dv` with
+//! `dv = h M^-1 (grad P(x_n) - grad P(x))`. A-1 takes alpha = 1; A-search takes the root
+//! nearer 1 of `P(x) + 1/2 |w - alpha dv|_M^2 = target` (the parabola's vertex when there is
+//! no real root) and clips it to `[alpha_min, alpha_max]`.
+
+use super::backward_euler::BackwardEuler;
+use super::{Outcome, Stepper, combine, kinetic_energy};
+use crate::error::Result;
+
+pub(crate) fn step(stepper: &mut Stepper<'_>, clip: Option<(f64, f64)>, target: f64) -> Result<Outcome> {
+    let h = stepper.input.dt;
+    let solved = stepper.implicit(&BackwardEuler, None)?;
+    let model = stepper.model;
+    // Conservative forces only: a(x) = -M^-1 grad P(x); dv = h (a(x) - a(x_n)).
+    let gradient = stepper.potential_gradient(&solved.x);
+    let dv: Vec<[f64; 3]> = gradient
+        .iter()
+        .zip(stepper.input.acceleration)
+        .zip(&model.masses)
+        .map(|((g, a_n), m)| std::array::from_fn(|c| h * (-g[c] / m - a_n[c])))
+        .collect();
+    let w = solved.v;
+    let alpha = match clip {
+        None => 1.0,
+        Some((alpha_min, alpha_max)) => {
+            // P(x) + 1/2 |w|^2 - alpha w.M dv + alpha^2/2 |dv|^2 = target - dissipated
+            let quadratic = 2.0 * kinetic_energy(model, &dv);
+            let linear: f64 = w
+                .iter()
+                .zip(&dv)
+                .zip(&model.masses)
+                .map(|((w, d), m)| m * (w[0] * d[0] + w[1] * d[1] + w[2] * d[2]))
+                .sum();
+            let constant = stepper.stages.potential(&solved.x) + kinetic_energy(model, &w)
+                - (target - solved.dissipated);
+            nearest_root(0.5 * quadratic, -linear, constant).clamp(alpha_min, alpha_max)
+        }
+    };
+    let v = combine([(1.0, &w), (-alpha, &dv)]);
+    Ok(Outcome { x: solved.x, v, alpha: Some(alpha), dissipated: solved.dissipated })
+}
+
+/// The root of `a t^2 + b t + c` nearer 1, the vertex when there is no real root, and 1 when
+/// the correction does nothing (`a = 0`).
+fn nearest_root(a: f64, b: f64, c: f64) -> f64 {
+    if !(a > 0.0) {
+        return 1.0;
+    }
+    let discriminant = b * b - 4.0 * a * c;
+    if discriminant < 0.0 {
+        return -b / (2.0 * a);
+    }
+    let s = discriminant.sqrt();
+    let (r1, r2) = ((-b - s) / (2.0 * a), (-b + s) / (2.0 * a));
+    if (r1 - 1.0).abs() <= (r2 - 1.0).abs() { r1 } else { r2 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nearest_root;
+
+    #[test]
+    fn picks_the_root_nearer_one_or_the_vertex() {
+        // (t - 0.9)(t - 3) = t^2 - 3.9 t + 2.7
+        assert!((nearest_root(1.0, -3.9, 2.7) - 0.9).abs() < 1e-12);
+        // no real root: vertex of t^2 - 2t + 5 is 1
+        assert_eq!(nearest_root(1.0, -2.0, 5.0), 1.0);
+        assert_eq!(nearest_root(0.0, 1.0, 1.0), 1.0);
+    }
+}

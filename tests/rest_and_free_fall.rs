@@ -35,6 +35,10 @@ fn scene(integrator: Integrator, material: Material, gravity: [f64; 3], with_clo
         .gravity(gravity)
         .dt(dt)
         .integrator(integrator)
+        // Tight enough that a step is solved, not just predicted: accepting the explicit guess
+        // whenever its residual is below tolerance amplifies rounding by ~(omega h)^2 per step
+        // on the stiff cloth. Rounding leaves gradients of ~1e-10 N here, so Newton may take a
+        // round-off step or two; it stops there by itself.
         .solver(Solver::newton().tolerance(1e-10));
     if with_cloth {
         builder = builder.spring_body(SpringMesh::cloth(3, 2, [0.3, 0.2]));
@@ -45,16 +49,21 @@ fn scene(integrator: Integrator, material: Material, gravity: [f64; 3], with_clo
 #[test]
 fn rest_shape_has_zero_energy_and_stays_put_for_every_integrator() {
     for integrator in PLAIN_INTEGRATORS {
-        for material in MATERIALS {
+        for (m, material) in MATERIALS.iter().enumerate() {
             let mut sim = scene(integrator.clone(), material(1e5, 0.3), [0.0; 3], true);
             let rest = sim.positions().to_vec();
             // Rounding F = I from rest positions leaves energies at ~(1e-16)^2 of the moduli.
             assert!(sim.energy().total.abs() < 1e-18, "{integrator:?}: rest energy {}", sim.energy().total);
             for step in 0..5 {
                 let stats = sim.step().unwrap();
-                assert!(stats.converged, "{integrator:?} step {step}");
-                // Zero gradient at rest: Newton has nothing to do.
-                assert_eq!(stats.iterations, 0, "{integrator:?} iterated at rest");
+                assert!(stats.converged, "{integrator:?} material {m} step {step}");
+                // Zero gradient at rest, up to rounding: what is left is at most a few times
+                // 1e-10 N (see the solver tolerance above).
+                assert!(
+                    stats.gradient_norm < 1e-9,
+                    "{integrator:?} material {m}: gradient {:e} at rest",
+                    stats.gradient_norm
+                );
             }
             let (moved, at) = worst_difference(&rest, sim.positions());
             // Rest forces are rounding of F = I: about eps k |x| ~ 1e-13 N on the 1 g cloth
@@ -92,6 +101,8 @@ fn implicit_midpoint_free_fall_is_the_exact_parabola() {
         // rest shape (~1e-13 N on 0.3 kg vertices). Backward Euler would be off by
         // h^2 g / 2 = 5e-3 m after one step.
         assert!(err < 1e-11, "step {step}: vertex {at} off the parabola by {err:e}");
+        // v = 2 (x - x_n)/h - v_n turns ~2e-14 m of position rounding (|x| ~ 10 m) into
+        // ~1e-12 m/s per step; 60 steps stay below 1e-10 m/s even added up.
         let (verr, _) = worst_difference(sim.velocities(), &vec![[v0[0], v0[1] - 9.81 * t, v0[2]]; x0.len()]);
         assert!(verr < 1e-10, "step {step}: velocity off by {verr:e}");
     }

@@ -66,28 +66,39 @@ impl Elastic {
     }
 
     /// Energy density. `+inf` where the model is undefined (neo-Hookean with `J <= 0`).
+    ///
+    /// The polynomial models are written in the displacement gradient `H = F - I`, so that no
+    /// term cancels near rest: `I_C - 3 = |H|^2 + 2 tr H` and `J - 1 = tr H + (tr^2 H -
+    /// tr H^2)/2 + det H`. Evaluated from `F` directly, neo-Hookean's `mu/2 (I_C - 3) - mu ln J`
+    /// loses everything to rounding at small strain, and the line search then compares noise.
     pub fn energy(&self, f: &DMat3) -> f64 {
         let (mu, lambda) = (self.mu, self.lambda);
+        let h = *f - DMat3::IDENTITY;
+        let squared = |m: &DMat3| m.to_cols_array().iter().map(|x| x * x).sum::<f64>();
+        let trace = |m: &DMat3| m.x_axis.x + m.y_axis.y + m.z_axis.z;
+        let j_minus_one = || {
+            let t = trace(&h);
+            t + 0.5 * (t * t - trace(&(h * h))) + h.determinant()
+        };
         match self.model {
             MaterialModel::StVK => {
-                let e = (f.transpose() * *f - DMat3::IDENTITY) * 0.5;
-                let tr = e.x_axis.x + e.y_axis.y + e.z_axis.z;
-                let e2: f64 = e.to_cols_array().iter().map(|x| x * x).sum();
-                mu * e2 + 0.5 * lambda * tr * tr
+                let e = (h + h.transpose() + h.transpose() * h) * 0.5;
+                let tr = trace(&e);
+                mu * squared(&e) + 0.5 * lambda * tr * tr
             }
             MaterialModel::NeoHookean => {
-                let j = f.determinant();
-                if j <= 0.0 {
+                let jm1 = j_minus_one();
+                if jm1 <= -1.0 {
                     return f64::INFINITY;
                 }
-                let ic: f64 = f.to_cols_array().iter().map(|x| x * x).sum();
-                let lnj = j.ln();
-                0.5 * mu * (ic - 3.0) - mu * lnj + 0.5 * lambda * lnj * lnj
+                let lnj = jm1.ln_1p();
+                // mu/2 (I_C - 3) - mu ln J with the first-order terms paired: mu (tr H - ln J).
+                0.5 * mu * squared(&h) + mu * (trace(&h) - lnj) + 0.5 * lambda * lnj * lnj
             }
             MaterialModel::StableNeoHookean => {
-                let j = f.determinant();
-                let ic: f64 = f.to_cols_array().iter().map(|x| x * x).sum();
-                0.5 * mu * (ic - 3.0) - mu * (j - 1.0) + 0.5 * self.snh_lambda() * (j - 1.0) * (j - 1.0)
+                let jm1 = j_minus_one();
+                // mu/2 (I_C - 3) - mu (J - 1) with tr H cancelled analytically.
+                0.5 * mu * squared(&h) - mu * (jm1 - trace(&h)) + 0.5 * self.snh_lambda() * jm1 * jm1
             }
             _ => {
                 let (_, s, _) = signed_svd(f);

@@ -255,3 +255,22 @@ fn flat_index_is_row_major() {
     let m = crate::math::from_rows([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]);
     assert_eq!(vec9(&m)[flat(1, 2)], 6.0);
 }
+
+#[test]
+fn energy_is_accurate_at_tiny_strain() {
+    // Near rest psi(I + d) = 1/2 d:K:d. With strains of 1e-7 the energy is ~1e-14 of the
+    // moduli; a form that cancels O(1) terms would leave only rounding (~1e-16) behind.
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    for model in MODELS {
+        let m = evaluator(model);
+        let k = m.stress_derivative(&DMat3::IDENTITY, Projection::None);
+        for _ in 0..20 {
+            let d: [f64; 9] = std::array::from_fn(|_| rng.random_range(-1e-7..1e-7));
+            let expected = 0.5 * crate::math::quadratic9(&k, &d, &d);
+            let f = unvec9(&std::array::from_fn(|i| d[i] + if i % 4 == 0 { 1.0 } else { 0.0 }));
+            let got = m.energy(&f);
+            // Third-order terms are 1e-7 relative; rounding of F itself (1e-16 / 1e-7) 1e-9.
+            assert!((got - expected).abs() <= 1e-5 * expected.abs(), "{model:?}: {got:e} vs {expected:e}");
+        }
+    }
+}

@@ -110,6 +110,10 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             break;
         }
         if after_round_off && gradient_norm >= previous_gradient {
+            // The flat step did not reduce the gradient either: it was noise. Take it back
+            // (the direction is still the one it was taken along) and stop at round-off.
+            stages.advance(-1.0);
+            report.gradient_norm = previous_gradient;
             report.round_off = true;
             break;
         }

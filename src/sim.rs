@@ -354,7 +354,11 @@ impl Simulation {
             rayleigh,
             report: NewtonReport::empty(),
         };
-        let outcome = self.integrator.advance(&mut stepper, self.ledger.target())?;
+        // Alg. 1 of the A-search paper updates the target first, so that the state after
+        // this step aims at target(t_{n+1}). The ledger is only committed once the step is.
+        let mut ledger = self.ledger;
+        ledger.advance(h);
+        let outcome = self.integrator.advance(&mut stepper, ledger.target())?;
         let report = stepper.report;
         let Outcome { x, mut v, alpha, mut dissipated } = outcome;
         for d in &self.damping {
@@ -376,10 +380,10 @@ impl Simulation {
         let previous_velocities = std::mem::replace(&mut self.state.velocities, v);
         self.state.previous = Some((previous_positions, previous_velocities));
         self.time += h;
-        self.ledger.dissipate(dissipated);
+        ledger.dissipate(dissipated);
+        self.ledger = ledger;
         self.refresh_energy();
         self.energy.target = self.ledger.target();
-        self.ledger.advance(h);
         let PhaseTimes { evaluate, linear_solve, line_search } = report.times;
         Ok(StepStats {
             iterations: report.iterations,

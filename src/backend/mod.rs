@@ -41,6 +41,10 @@ pub struct StepProblem<'a> {
     /// Lagged Rayleigh damping `k/(2h) dx^T D dx`, `D` the PSD-projected stiffness at `x_n`:
     /// this is `k` (s); zero for none.
     pub rayleigh: f64,
+    /// How the scheme weights a force acting at the end of the step (1 for backward Euler,
+    /// 1/2 for the trapezoidal family, 4/9 for BDF2); the damping pseudo-potential enters the
+    /// objective with this weight so that every scheme applies the same damping force.
+    pub damping_weight: f64,
 }
 
 /// A spring of `stiffness` (N/m) from a vertex to a point the application moves.
@@ -98,8 +102,8 @@ pub trait Stages: Send {
     fn begin_step(&mut self, problem: StepProblem<'_>);
     /// Sets the handle springs (part of the potential until changed).
     fn set_anchors(&mut self, anchors: &[Anchor]);
-    /// The step's damping pseudo-potential at the iterate; twice it is the energy the lagged
-    /// damping and friction removed over the step.
+    /// The step's (unweighted) damping pseudo-potential at the iterate; twice it is the energy
+    /// the lagged damping and friction removed over the step.
     fn dissipation(&mut self) -> f64;
     /// Sets the iterate `x`.
     fn set_iterate(&mut self, x: &[[f64; 3]]);

@@ -16,4 +16,8 @@ impl Scheme for BackwardEuler {
     fn velocity(&self, input: &StepInput<'_>, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
         combine([(1.0 / input.dt, x), (-1.0 / input.dt, input.positions)])
     }
+
+    fn damping_weight(&self, _input: &StepInput<'_>) -> f64 {
+        1.0
+    }
 }

@@ -31,4 +31,8 @@ impl Scheme for Bdf2 {
         let h = input.dt;
         combine([(1.5 / h, x), (-2.0 / h, input.positions), (0.5 / h, x_prev)])
     }
+
+    fn damping_weight(&self, input: &StepInput<'_>) -> f64 {
+        if input.previous.is_some() { 4.0 / 9.0 } else { BackwardEuler.damping_weight(input) }
+    }
 }

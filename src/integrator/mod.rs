@@ -190,6 +190,12 @@ pub(crate) trait Scheme: Sync {
     fn plan(&self, input: &StepInput<'_>) -> Plan;
     /// Velocities once the step's positions `x` are known.
     fn velocity(&self, input: &StepInput<'_>, x: &[[f64; 3]]) -> Vec<[f64; 3]>;
+    /// How the scheme weights a force acting at the end of the step: damping enters the
+    /// objective with this weight so that it exerts the same force under every scheme.
+    /// The trapezoidal family's `v = 2 (x - x_n)/h - v_n` doubles what enters the objective.
+    fn damping_weight(&self, _input: &StepInput<'_>) -> f64 {
+        0.5
+    }
 }
 
 /// `sum_k w_k a_k` per vertex, for the short linear combinations the schemes are made of.
@@ -258,6 +264,7 @@ impl Stepper<'_> {
             dt: h,
             vertex_damping: self.vertex_damping,
             rayleigh: self.rayleigh,
+            damping_weight: scheme.damping_weight(input),
         });
         // The optimization integrator's two guesses: inertia alone, and the explicit
         // prediction with forces frozen at x_n (exact in free fall).

@@ -118,6 +118,7 @@ fn solve(
         dt: 1.0 / 30.0,
         vertex_damping: &[],
         rayleigh: 0.0,
+        damping_weight: 1.0,
     });
     pick_initial_guess(&mut stages, &[start, target]).unwrap();
     stages.accepted.clear();

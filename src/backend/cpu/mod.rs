@@ -28,8 +28,10 @@ pub struct CpuBackend {
     nodes: Vec<Node>,
     inv_h2: f64,
     anchors: gather::Anchors,
+    /// The per-vertex damping quadratics, already multiplied by the damping weight.
     vertex_damping: Vec<[f64; 9]>,
-    /// The lagged Rayleigh matrix `k/h D(x_n)` (block-sparse, same pattern); empty for none.
+    damping_weight: f64,
+    /// The lagged Rayleigh matrix (times the damping weight) `k/h D(x_n)` (block-sparse, same pattern); empty for none.
     rayleigh: Vec<[f64; 9]>,
     x: Vec<[f64; 3]>,
     gradient: Vec<[f64; 3]>,
@@ -57,6 +59,7 @@ impl CpuBackend {
             inv_h2: 0.0,
             anchors: gather::Anchors::default(),
             vertex_damping: Vec::new(),
+            damping_weight: 1.0,
             rayleigh: Vec::new(),
             x: vec![[0.0; 3]; n],
             gradient: vec![[0.0; 3]; n],
@@ -153,7 +156,9 @@ impl Stages for CpuBackend {
         self.target.copy_from_slice(problem.target);
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
-        self.vertex_damping = problem.vertex_damping.to_vec();
+        let w = problem.damping_weight;
+        self.damping_weight = w;
+        self.vertex_damping = problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect();
         self.rayleigh.clear();
         if problem.rayleigh > 0.0 {
             // D = the PSD-projected stiffness at x_n, scaled by k/h (Gast et al. 4.2).
@@ -167,7 +172,7 @@ impl Stages for CpuBackend {
                 &mut self.element_blocks,
             );
             for b in &mut self.element_blocks {
-                *b = b.map(|c| c * problem.rayleigh / problem.dt);
+                *b = b.map(|c| c * w * problem.rayleigh / problem.dt);
             }
             self.rayleigh = vec![[0.0; 9]; self.topology.block_count()];
             assemble::matrix(
@@ -190,7 +195,7 @@ impl Stages for CpuBackend {
         if !self.rayleigh.is_empty() {
             value += self.rayleigh_term(&self.x, &mut vec![[0.0; 3]; self.x.len()]);
         }
-        value
+        if self.damping_weight > 0.0 { value / self.damping_weight } else { 0.0 }
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {

@@ -75,6 +75,7 @@ fn loaded(material: Material, seed: u64) -> (CpuBackend, Vec<[f64; 3]>) {
         dt: 1.0 / 30.0,
         vertex_damping: &damping,
         rayleigh: 0.01,
+        damping_weight: 0.7,
     });
     backend.set_iterate(&x);
     (backend, x)
@@ -178,6 +179,7 @@ fn pcg_stops_at_negative_curvature_with_a_descent_direction() {
         dt: 10.0,
         vertex_damping: &[],
         rayleigh: 0.0,
+        damping_weight: 1.0,
     });
     backend.set_iterate(&squeezed);
     backend.linearize(Projection::None);

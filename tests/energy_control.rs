@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::rotating_spring;
+use common::{rotating_spring, spinning_cube};
 use lively::{
     Collider, ContactModel, Damping, Decay, Integrator, Material, Simulation, Solver, SpringKind, SpringMesh,
     TetMesh,
@@ -121,31 +121,6 @@ fn a1_leaves_a_stiff_wall_after_four_steps_with_its_incoming_speed() {
             (1.0 - beta) * h
         );
     }
-}
-
-/// A corotated cube, pre-stretched 1.5x along x and spinning at 3 rad/s about a tilted axis
-/// (the stabilizing paper's Figs. 4-5 use a spinning corotated cube at h = 0.033 s).
-fn spinning_cube(integrator: Integrator) -> Simulation {
-    let mesh = TetMesh::bar([3, 3, 3], [1.0, 1.0, 1.0]);
-    let mut sim = Simulation::builder()
-        .tet_body(mesh, Material::corotated(1e5, 0.3), 1000.0)
-        .dt(0.033)
-        .integrator(integrator)
-        .solver(Solver::newton().tolerance(1e-6))
-        .build()
-        .unwrap();
-    let spin = 3.0;
-    let x: Vec<[f64; 3]> = sim.positions().iter().map(|p| [0.5 + 1.5 * (p[0] - 0.5), p[1], p[2]]).collect();
-    let v: Vec<[f64; 3]> = sim
-        .positions()
-        .iter()
-        .map(|p| {
-            let r = [p[0] - 0.5, p[1] - 0.5, p[2] - 0.5];
-            [spin * (0.3 * r[2] - r[1]), spin * r[0], -0.3 * spin * r[0]]
-        })
-        .collect();
-    sim.set_state(&x, &v).unwrap();
-    sim
 }
 
 fn norm(l: [f64; 3]) -> f64 {

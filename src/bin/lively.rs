@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use lively::{Integrator, Material, Simulation, Solver, TetMesh};
+use lively::Integrator;
 
 const USAGE: &str = "usage: lively demo\n\n  demo   release a stretched StVK bar at h = 1/30 s under backward Euler, BDF2,\n         implicit midpoint and AVF, and print the energy of each per step";
 
@@ -33,25 +33,15 @@ fn demo() -> Result<(), lively::Error> {
     const STEPS: usize = 90;
     let integrators =
         [Integrator::BackwardEuler, Integrator::Bdf2, Integrator::ImplicitMidpoint, Integrator::Avf];
-    let mesh = TetMesh::bar([10, 3, 3], [1.0, 0.3, 0.3]);
-    let stretched: Vec<[f64; 3]> = mesh.positions().iter().map(|p| [1.3 * p[0], p[1], p[2]]).collect();
-    println!(
-        "lively demo: a 1 m StVK bar (E 1e5 Pa, nu 0.3, 1000 kg/m^3, {} tets) stretched 30 % and released",
-        mesh.tets().len()
-    );
-    println!("             h = 1/30 s, Newton to 1e-8 N; columns are total energy H / H0\n");
     let mut sims = Vec::new();
     for integrator in &integrators {
-        let mut sim = Simulation::builder()
-            .tet_body(mesh.clone(), Material::stvk(1e5, 0.3), 1000.0)
-            .dt(1.0 / 30.0)
-            .integrator(integrator.clone())
-            .solver(Solver::newton().tolerance(1e-8))
-            .build()?;
-        let velocities = vec![[0.0; 3]; stretched.len()];
-        sim.set_state(&stretched, &velocities)?;
-        sims.push(sim);
+        sims.push(lively::presets::stretched_bar(integrator.clone(), [10, 3, 3], [1.0, 0.3, 0.3], 1e5, 1.3)?);
     }
+    println!(
+        "lively demo: a 1 m StVK bar (E 1e5 Pa, nu 0.3, 1000 kg/m^3, {} tets) stretched 30 % and released",
+        sims[0].model().tet_count()
+    );
+    println!("             h = 1/30 s, Newton to 1e-8 N; columns are total energy H / H0\n");
     let h0 = sims[0].energy().total;
     println!("H0 = {h0:.4} J\n");
     print!("{:>5} {:>7}", "step", "t (s)");

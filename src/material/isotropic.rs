@@ -55,6 +55,11 @@ impl Elastic {
         self.model
     }
 
+    /// Lame parameters `(mu, lambda)` as given (before any model-specific reparametrization).
+    pub fn lame(&self) -> (f64, f64) {
+        (self.mu, self.lambda)
+    }
+
     /// Lame `lambda` as the stable neo-Hookean formula uses it (`lambda + mu`, see the model docs).
     fn snh_lambda(&self) -> f64 {
         self.lambda + self.mu

@@ -3,7 +3,7 @@
 
 mod assemble;
 mod cholesky;
-mod element;
+pub(crate) mod element;
 mod gather;
 mod hessian_product;
 mod pcg;
@@ -359,4 +359,4 @@ impl Stages for CpuBackend {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,0 +1,157 @@
+// Polynomial hyperelastic models in f32: the twins of the closed forms in
+// src/material/isotropic.rs (energies in the displacement gradient H = F - I so that nothing
+// cancels near rest). F[j][i] is F_ij: WGSL matrices are indexed by column.
+
+const STVK: u32 = 0u;
+const NEO_HOOKEAN: u32 = 1u;
+const STABLE_NEO_HOOKEAN: u32 = 2u;
+
+struct Lame {
+    model: u32,
+    mu: f32,
+    lambda: f32,
+}
+
+fn lame(packed: vec4<f32>) -> Lame {
+    return Lame(u32(packed.x), packed.y, packed.z);
+}
+
+fn trace3(m: mat3x3<f32>) -> f32 {
+    return m[0][0] + m[1][1] + m[2][2];
+}
+
+fn squared_norm(m: mat3x3<f32>) -> f32 {
+    return dot(m[0], m[0]) + dot(m[1], m[1]) + dot(m[2], m[2]);
+}
+
+// dJ/dF, column by column as cross products (defined for singular F).
+fn cofactor(f: mat3x3<f32>) -> mat3x3<f32> {
+    return mat3x3<f32>(cross(f[1], f[2]), cross(f[2], f[0]), cross(f[0], f[1]));
+}
+
+// J - 1 = tr H + (tr^2 H - tr H^2) / 2 + det H.
+fn j_minus_one(h: mat3x3<f32>) -> f32 {
+    let t = trace3(h);
+    return t + 0.5 * (t * t - trace3(h * h)) + determinant(h);
+}
+
+// ln(1 + x) without losing x when it is tiny.
+fn ln_1p(x: f32) -> f32 {
+    let u = 1.0 + x;
+    if (u == 1.0) {
+        return x;
+    }
+    return log(u) * x / (u - 1.0);
+}
+
+fn identity3() -> mat3x3<f32> {
+    return mat3x3<f32>(vec3<f32>(1.0, 0.0, 0.0), vec3<f32>(0.0, 1.0, 0.0), vec3<f32>(0.0, 0.0, 1.0));
+}
+
+// Energy density; +inf where neo-Hookean is undefined (J <= 0).
+fn energy_density(f: mat3x3<f32>, m: Lame) -> f32 {
+    let h = f - identity3();
+    if (m.model == STVK) {
+        let e = (h + transpose(h) + transpose(h) * h) * 0.5;
+        let tr = trace3(e);
+        return m.mu * squared_norm(e) + 0.5 * m.lambda * tr * tr;
+    }
+    let jm1 = j_minus_one(h);
+    if (m.model == NEO_HOOKEAN) {
+        if (jm1 <= -1.0) {
+            return bitcast<f32>(0x7f800000u);
+        }
+        let lnj = ln_1p(jm1);
+        return 0.5 * m.mu * squared_norm(h) + m.mu * (trace3(h) - lnj) + 0.5 * m.lambda * lnj * lnj;
+    }
+    let l = m.lambda + m.mu;
+    return 0.5 * m.mu * squared_norm(h) - m.mu * (jm1 - trace3(h)) + 0.5 * l * jm1 * jm1;
+}
+
+// First Piola-Kirchhoff stress P = dpsi/dF.
+fn first_piola(f: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
+    if (m.model == STVK) {
+        let h = f - identity3();
+        let e = (h + transpose(h) + transpose(h) * h) * 0.5;
+        return f * (e * (2.0 * m.mu) + identity3() * (m.lambda * trace3(e)));
+    }
+    let c = cofactor(f);
+    let jm1 = j_minus_one(f - identity3());
+    if (m.model == NEO_HOOKEAN) {
+        // F^-T = cof F / J
+        return f * m.mu + c * ((m.lambda * ln_1p(jm1) - m.mu) / (1.0 + jm1));
+    }
+    let l = m.lambda + m.mu;
+    return f * m.mu + c * (l * jm1 - m.mu);
+}
+
+// eps_{a b m} for distinct a, b (m the third index).
+fn levi_civita(a: u32, b: u32) -> f32 {
+    if ((a + 1u) % 3u == b) {
+        return 1.0;
+    }
+    return -1.0;
+}
+
+// dP/dF, K[3i + j][3k + l] = dP_ij / dF_kl (the exact tangent).
+fn tangent(f: mat3x3<f32>, m: Lame) -> array<array<f32, 9>, 9> {
+    var k: array<array<f32, 9>, 9>;
+    if (m.model == STVK) {
+        let h = f - identity3();
+        let e = (h + transpose(h) + transpose(h) * h) * 0.5;
+        let s = e * (2.0 * m.mu) + identity3() * (m.lambda * trace3(e));
+        let ff = f * transpose(f);
+        for (var i = 0u; i < 3u; i++) {
+            for (var j = 0u; j < 3u; j++) {
+                for (var kk = 0u; kk < 3u; kk++) {
+                    for (var l = 0u; l < 3u; l++) {
+                        var value = m.mu * f[l][i] * f[j][kk] + m.lambda * f[j][i] * f[l][kk];
+                        if (i == kk) {
+                            value += s[j][l];
+                        }
+                        if (j == l) {
+                            value += m.mu * ff[kk][i];
+                        }
+                        k[3u * i + j][3u * kk + l] = value;
+                    }
+                }
+            }
+        }
+        return k;
+    }
+    let c = cofactor(f);
+    let jm1 = j_minus_one(f - identity3());
+    if (m.model == NEO_HOOKEAN) {
+        let g = c * (1.0 / (1.0 + jm1));
+        let a = m.lambda * ln_1p(jm1) - m.mu;
+        for (var i = 0u; i < 3u; i++) {
+            for (var j = 0u; j < 3u; j++) {
+                for (var kk = 0u; kk < 3u; kk++) {
+                    for (var l = 0u; l < 3u; l++) {
+                        k[3u * i + j][3u * kk + l] = m.lambda * g[l][kk] * g[j][i] - a * g[l][i] * g[j][kk];
+                    }
+                }
+            }
+        }
+    } else {
+        let l_snh = m.lambda + m.mu;
+        let s = l_snh * jm1 - m.mu;
+        for (var i = 0u; i < 3u; i++) {
+            for (var j = 0u; j < 3u; j++) {
+                for (var kk = 0u; kk < 3u; kk++) {
+                    for (var l = 0u; l < 3u; l++) {
+                        var value = l_snh * c[j][i] * c[l][kk];
+                        if (i != kk && j != l) {
+                            value += s * levi_civita(i, kk) * levi_civita(j, l) * f[3u - j - l][3u - i - kk];
+                        }
+                        k[3u * i + j][3u * kk + l] = value;
+                    }
+                }
+            }
+        }
+    }
+    for (var r = 0u; r < 9u; r++) {
+        k[r][r] += m.mu;
+    }
+    return k;
+}

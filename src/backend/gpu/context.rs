@@ -1,0 +1,108 @@
+//! The wgpu device and queue the GPU stages run on: created here, or the application's own.
+
+use wgpu::util::DeviceExt;
+
+use crate::error::{Error, Result};
+
+/// A device and queue for the GPU stages.
+pub struct GpuContext {
+    /// The device.
+    pub device: wgpu::Device,
+    /// Its queue.
+    pub queue: wgpu::Queue,
+    /// The adapter's name, for reports.
+    pub adapter: String,
+}
+
+impl GpuContext {
+    /// Picks the highest-performance adapter and opens a device with that adapter's own
+    /// limits, so that buffers beyond the default binding limits fit where the hardware allows.
+    pub fn new() -> Result<GpuContext> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            compatible_surface: None,
+            ..Default::default()
+        }))
+        .map_err(|e| {
+            Error::NoGpu(format!("{e}; install a Vulkan, Metal or DX12 driver, or use Backend::Cpu"))
+        })?;
+        let info = adapter.get_info();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("lively"),
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::NoGpu(format!("adapter {} refused a device: {e}", info.name)))?;
+        Ok(GpuContext { device, queue, adapter: format!("{} ({:?})", info.name, info.backend) })
+    }
+
+    /// Wraps the application's own device and queue (e.g. its renderer's).
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
+        GpuContext { device, queue, adapter: "application device".into() }
+    }
+
+    /// A storage buffer initialised with `data`.
+    pub(crate) fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
+        // wgpu rejects zero-sized bindings; an empty array still gets one element of room.
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let padded;
+        let contents = if bytes.is_empty() {
+            padded = [0u8; 16];
+            &padded[..]
+        } else {
+            bytes
+        };
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        })
+    }
+
+    /// A zeroed storage buffer of `len` elements of `T`.
+    pub(crate) fn scratch<T: bytemuck::Pod>(&self, label: &str, len: usize) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (std::mem::size_of::<T>() * len.max(1)).next_multiple_of(4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Copies `len` elements of `T` out of `buffer` (waits for the queue).
+    pub(crate) fn read<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, len: usize) -> Result<Vec<T>> {
+        let size = (std::mem::size_of::<T>() * len) as u64;
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder =
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        self.queue.submit([encoder.finish()]);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |result| {
+            let _ = sender.send(result);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::DeviceLost(format!("waiting for a readback: {e}")))?;
+        receiver
+            .recv()
+            .map_err(|_| Error::DeviceLost("the readback was dropped".into()))?
+            .map_err(|e| Error::DeviceLost(format!("mapping a readback buffer: {e}")))?;
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| Error::DeviceLost(format!("reading a mapped buffer: {e}")))?;
+        let out = bytemuck::cast_slice(&view).to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+}

@@ -1,0 +1,312 @@
+//! `WgElement` (the element stage's pipelines) and `GpuElements` (its buffers): the GPU twin
+//! of `backend/cpu/element.rs`, run on the model's tets and springs.
+
+use encase::ShaderType;
+
+use super::context::GpuContext;
+use super::shaders::{Binding, BindingKind, compose};
+use crate::backend::Node;
+use crate::error::{Error, Result};
+use crate::material::MaterialModel;
+use crate::mesh::SpringKind;
+use crate::model::Model;
+
+/// Invocations per workgroup (`WORKGROUP` in the shader).
+pub const WORKGROUP: u32 = 64;
+
+/// The stage's per-dispatch parameters (group 0).
+#[derive(Clone, Copy, Debug, Default, ShaderType)]
+pub struct ElementParams {
+    pub tet_count: u32,
+    pub spring_count: u32,
+    /// 0: energy only; 1: and gradients; 2: and Hessian blocks.
+    pub outputs: u32,
+    pub node_count: u32,
+    pub weight_0: f32,
+    pub theta_0: f32,
+    pub weight_1: f32,
+    pub theta_1: f32,
+}
+
+const fn storage(group: u32, binding: u32, name: &'static str, read_only: bool) -> Binding {
+    Binding { group, binding, name, kind: BindingKind::Storage { read_only } }
+}
+
+/// The bindings `shaders/element.wgsl` declares, by lifetime: 0 parameters, 1 model,
+/// 2 state, 3 scratch.
+pub fn bindings() -> Vec<Binding> {
+    vec![
+        Binding {
+            group: 0,
+            binding: 0,
+            name: "params",
+            kind: BindingKind::Uniform { size: ElementParams::min_size().get() },
+        },
+        storage(1, 0, "tets", true),
+        storage(1, 1, "tet_rest", true),
+        storage(1, 2, "tet_material", true),
+        storage(1, 3, "springs", true),
+        storage(1, 4, "spring_laws", true),
+        storage(2, 0, "x", true),
+        storage(2, 1, "x_start", true),
+        storage(3, 0, "corner_gradients", false),
+        storage(3, 1, "element_blocks", false),
+        storage(3, 2, "energy_partials", false),
+    ]
+}
+
+/// Bind-group layouts built from a binding table.
+pub(crate) fn layouts(device: &wgpu::Device, table: &[Binding]) -> Vec<wgpu::BindGroupLayout> {
+    let groups = table.iter().map(|b| b.group).max().map_or(0, |g| g + 1);
+    (0..groups)
+        .map(|group| {
+            let entries: Vec<wgpu::BindGroupLayoutEntry> = table
+                .iter()
+                .filter(|b| b.group == group)
+                .map(|b| wgpu::BindGroupLayoutEntry {
+                    binding: b.binding,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: match b.kind {
+                            BindingKind::Uniform { .. } => wgpu::BufferBindingType::Uniform,
+                            BindingKind::Storage { read_only } => {
+                                wgpu::BufferBindingType::Storage { read_only }
+                            }
+                        },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                })
+                .collect();
+            device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("lively"),
+                entries: &entries,
+            })
+        })
+        .collect()
+}
+
+/// The element stage's compute pipelines.
+pub struct WgElement {
+    layouts: Vec<wgpu::BindGroupLayout>,
+    tets: wgpu::ComputePipeline,
+    springs: wgpu::ComputePipeline,
+}
+
+impl WgElement {
+    pub fn new(context: &GpuContext) -> Result<WgElement> {
+        let device = &context.device;
+        let source = compose("element")?;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("element"),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let layouts = layouts(device, &bindings());
+        let refs: Vec<Option<&wgpu::BindGroupLayout>> = layouts.iter().map(Some).collect();
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("element"),
+            bind_group_layouts: &refs,
+            immediate_size: 0,
+        });
+        let pipeline = |entry: &str| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&layout),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        Ok(WgElement { tets: pipeline("tets_main"), springs: pipeline("springs_main"), layouts })
+    }
+}
+
+/// What one element pass produced, read back.
+pub struct ElementOutputs {
+    /// Sum of the element energies (the partials added in order, in f64).
+    pub energy: f64,
+    /// Corner gradients, 3 floats per slot.
+    pub corner_gradients: Vec<f32>,
+    /// Upper Hessian blocks, 9 floats per block.
+    pub element_blocks: Vec<f32>,
+}
+
+/// The element stage's buffers for one model.
+pub struct GpuElements {
+    tet_count: u32,
+    spring_count: u32,
+    vertex_count: usize,
+    params: wgpu::Buffer,
+    x: wgpu::Buffer,
+    x_start: wgpu::Buffer,
+    corner_gradients: wgpu::Buffer,
+    element_blocks: wgpu::Buffer,
+    energy_partials: wgpu::Buffer,
+    groups: Vec<wgpu::BindGroup>,
+}
+
+impl GpuElements {
+    /// Uploads the model's topology, rest data and materials.
+    pub fn new(context: &GpuContext, stage: &WgElement, model: &Model) -> Result<GpuElements> {
+        let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
+        let mut tet_rest = Vec::with_capacity(4 * model.tets.len());
+        for rest in &model.tet_rest {
+            for (a, g) in rest.shape_gradients.iter().enumerate() {
+                let w = if a == 0 { rest.volume } else { 0.0 };
+                tet_rest.push([g[0] as f32, g[1] as f32, g[2] as f32, w as f32]);
+            }
+        }
+        let tet_material = model
+            .tet_material
+            .iter()
+            .map(|m| {
+                let id = match m.model() {
+                    MaterialModel::StVK => 0.0,
+                    MaterialModel::NeoHookean => 1.0,
+                    MaterialModel::StableNeoHookean => 2.0,
+                    other => {
+                        return Err(Error::Unsupported(format!(
+                            "the GPU element stage has StVK, neo-Hookean and stable neo-Hookean so far, not {other:?}"
+                        )));
+                    }
+                };
+                let (mu, lambda) = m.lame();
+                Ok([id, mu as f32, lambda as f32, 0.0])
+            })
+            .collect::<Result<Vec<[f32; 4]>>>()?;
+        let springs: Vec<u32> = model.springs.iter().flatten().copied().collect();
+        let spring_laws: Vec<[f32; 4]> = model
+            .spring_law
+            .iter()
+            .map(|s| {
+                let kind = if s.kind == SpringKind::Hooke { 0.0 } else { 1.0 };
+                [kind, s.stiffness as f32, s.rest as f32, 0.0]
+            })
+            .collect();
+        let (nt, ns, n) = (model.tets.len(), model.springs.len(), model.vertex_count());
+        let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
+        let c = context;
+        let params = c.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("element params"),
+            size: ElementParams::min_size().get(),
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let model_buffers = [
+            c.storage("tets", &tets),
+            c.storage("tet_rest", &tet_rest),
+            c.storage("tet_material", &tet_material),
+            c.storage("springs", &springs),
+            c.storage("spring_laws", &spring_laws),
+        ];
+        let x = c.scratch::<f32>("x", 3 * n);
+        let x_start = c.scratch::<f32>("x_start", 3 * n);
+        let corner_gradients = c.scratch::<f32>("corner_gradients", 3 * (4 * nt + 2 * ns));
+        let element_blocks = c.scratch::<f32>("element_blocks", 9 * (10 * nt + 3 * ns));
+        let energy_partials = c.scratch::<f32>("energy_partials", partials);
+        let group = |index: usize, buffers: &[&wgpu::Buffer]| {
+            let entries: Vec<wgpu::BindGroupEntry> = buffers
+                .iter()
+                .enumerate()
+                .map(|(b, buffer)| wgpu::BindGroupEntry {
+                    binding: b as u32,
+                    resource: buffer.as_entire_binding(),
+                })
+                .collect();
+            c.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("element"),
+                layout: &stage.layouts[index],
+                entries: &entries,
+            })
+        };
+        let groups = vec![
+            group(0, &[&params]),
+            group(1, &model_buffers.iter().collect::<Vec<_>>()),
+            group(2, &[&x, &x_start]),
+            group(3, &[&corner_gradients, &element_blocks, &energy_partials]),
+        ];
+        Ok(GpuElements {
+            tet_count: nt as u32,
+            spring_count: ns as u32,
+            vertex_count: n,
+            params,
+            x,
+            x_start,
+            corner_gradients,
+            element_blocks,
+            energy_partials,
+            groups,
+        })
+    }
+
+    /// Evaluates the elements at `x` (nodes between `start` and `x`) and reads the results back.
+    /// `outputs`: 0 energy, 1 and gradients, 2 and Hessian blocks.
+    pub fn evaluate(
+        &self,
+        context: &GpuContext,
+        stage: &WgElement,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+        nodes: &[Node],
+        outputs: u32,
+    ) -> Result<ElementOutputs> {
+        if x.len() != self.vertex_count
+            || start.len() != self.vertex_count
+            || nodes.is_empty()
+            || nodes.len() > 2
+        {
+            return Err(Error::State("positions must have one entry per vertex, and 1 or 2 nodes".into()));
+        }
+        let flat = |p: &[[f64; 3]]| p.iter().flatten().map(|&c| c as f32).collect::<Vec<f32>>();
+        context.queue.write_buffer(&self.x, 0, bytemuck::cast_slice(&flat(x)));
+        context.queue.write_buffer(&self.x_start, 0, bytemuck::cast_slice(&flat(start)));
+        let second = nodes.get(1).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
+        let params = ElementParams {
+            tet_count: self.tet_count,
+            spring_count: self.spring_count,
+            outputs,
+            node_count: nodes.len() as u32,
+            weight_0: nodes[0].weight as f32,
+            theta_0: nodes[0].theta as f32,
+            weight_1: second.weight as f32,
+            theta_1: second.theta as f32,
+        };
+        let mut uniform = encase::UniformBuffer::new(Vec::<u8>::new());
+        uniform.write(&params).map_err(|e| Error::DeviceLost(format!("encoding parameters: {e}")))?;
+        context.queue.write_buffer(&self.params, 0, &uniform.into_inner());
+        let mut encoder =
+            context.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("element") });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("element"),
+                timestamp_writes: None,
+            });
+            for (g, group) in self.groups.iter().enumerate() {
+                pass.set_bind_group(g as u32, group, &[]);
+            }
+            for (pipeline, count) in [(&stage.tets, self.tet_count), (&stage.springs, self.spring_count)] {
+                if count > 0 {
+                    pass.set_pipeline(pipeline);
+                    pass.dispatch_workgroups(count.div_ceil(WORKGROUP), 1, 1);
+                }
+            }
+        }
+        context.queue.submit([encoder.finish()]);
+        let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
+        let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
+        let energy = context.read::<f32>(&self.energy_partials, partials)?.iter().map(|&e| e as f64).sum();
+        let corner_gradients = if outputs >= 1 {
+            context.read(&self.corner_gradients, 3 * (4 * nt + 2 * ns))?
+        } else {
+            Vec::new()
+        };
+        let element_blocks = if outputs >= 2 {
+            context.read(&self.element_blocks, 9 * (10 * nt + 3 * ns))?
+        } else {
+            Vec::new()
+        };
+        Ok(ElementOutputs { energy, corner_gradients, element_blocks })
+    }
+}

@@ -1,0 +1,25 @@
+//! The GPU backend: WGSL compute stages through wgpu, f32 on the device, every stage the twin
+//! of a CPU stage in `backend/cpu` (same slots, same meaning) and tested against it.
+//!
+//! Landed so far: the device context (own or the application's), the `#import` shader
+//! preprocessor with naga validation of every composed module, and the element stage for
+//! the polynomial materials and both spring kinds. The remaining stages (gather, assembly,
+//! PCG, line-search batches) and `Backend::Gpu` in `Simulation` come next.
+
+mod context;
+pub mod element;
+pub mod shaders;
+
+pub use context::GpuContext;
+
+/// The binding table the Rust side declares for a stage, by stage name.
+pub fn stage_bindings(stage: &str) -> Option<Vec<shaders::Binding>> {
+    match stage {
+        "element" => Some(element::bindings()),
+        _ => None,
+    }
+}
+pub use element::{ElementOutputs, GpuElements, WgElement};
+
+#[cfg(test)]
+mod tests;

@@ -1,12 +1,12 @@
 //! The f64 CPU reference backend: every stage in plain Rust, parallel over elements, vertices
 //! or block rows with rayon, reductions in a fixed order.
 
-mod assemble;
+pub(crate) mod assemble;
 mod cholesky;
 pub(crate) mod element;
-mod gather;
-mod hessian_product;
-mod pcg;
+pub(crate) mod gather;
+pub(crate) mod hessian_product;
+pub(crate) mod pcg;
 mod vector;
 
 use std::sync::Arc;

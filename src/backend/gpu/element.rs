@@ -4,15 +4,13 @@
 use encase::ShaderType;
 
 use super::context::GpuContext;
-use super::shaders::{Binding, BindingKind, compose};
+use super::shaders::Binding;
+use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
 use crate::backend::Node;
 use crate::error::{Error, Result};
 use crate::material::MaterialModel;
 use crate::mesh::SpringKind;
 use crate::model::Model;
-
-/// Invocations per workgroup (`WORKGROUP` in the shader).
-pub const WORKGROUP: u32 = 64;
 
 /// The stage's per-dispatch parameters (group 0).
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
@@ -28,20 +26,11 @@ pub struct ElementParams {
     pub theta_1: f32,
 }
 
-const fn storage(group: u32, binding: u32, name: &'static str, read_only: bool) -> Binding {
-    Binding { group, binding, name, kind: BindingKind::Storage { read_only } }
-}
-
 /// The bindings `shaders/element.wgsl` declares, by lifetime: 0 parameters, 1 model,
 /// 2 state, 3 scratch.
 pub fn bindings() -> Vec<Binding> {
     vec![
-        Binding {
-            group: 0,
-            binding: 0,
-            name: "params",
-            kind: BindingKind::Uniform { size: ElementParams::min_size().get() },
-        },
+        uniform::<ElementParams>(),
         storage(1, 0, "tets", true),
         storage(1, 1, "tet_rest", true),
         storage(1, 2, "tet_material", true),
@@ -55,71 +44,12 @@ pub fn bindings() -> Vec<Binding> {
     ]
 }
 
-/// Bind-group layouts built from a binding table.
-pub(crate) fn layouts(device: &wgpu::Device, table: &[Binding]) -> Vec<wgpu::BindGroupLayout> {
-    let groups = table.iter().map(|b| b.group).max().map_or(0, |g| g + 1);
-    (0..groups)
-        .map(|group| {
-            let entries: Vec<wgpu::BindGroupLayoutEntry> = table
-                .iter()
-                .filter(|b| b.group == group)
-                .map(|b| wgpu::BindGroupLayoutEntry {
-                    binding: b.binding,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: match b.kind {
-                            BindingKind::Uniform { .. } => wgpu::BufferBindingType::Uniform,
-                            BindingKind::Storage { read_only } => {
-                                wgpu::BufferBindingType::Storage { read_only }
-                            }
-                        },
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                })
-                .collect();
-            device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some("lively"),
-                entries: &entries,
-            })
-        })
-        .collect()
-}
-
 /// The element stage's compute pipelines.
-pub struct WgElement {
-    layouts: Vec<wgpu::BindGroupLayout>,
-    tets: wgpu::ComputePipeline,
-    springs: wgpu::ComputePipeline,
-}
+pub struct WgElement(WgStage);
 
 impl WgElement {
     pub fn new(context: &GpuContext) -> Result<WgElement> {
-        let device = &context.device;
-        let source = compose("element")?;
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some("element"),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
-        let layouts = layouts(device, &bindings());
-        let refs: Vec<Option<&wgpu::BindGroupLayout>> = layouts.iter().map(Some).collect();
-        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("element"),
-            bind_group_layouts: &refs,
-            immediate_size: 0,
-        });
-        let pipeline = |entry: &str| {
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(entry),
-                layout: Some(&layout),
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        };
-        Ok(WgElement { tets: pipeline("tets_main"), springs: pipeline("springs_main"), layouts })
+        Ok(WgElement(WgStage::new(context, "element", &bindings(), &["tets_main", "springs_main"])?))
     }
 }
 
@@ -188,12 +118,7 @@ impl GpuElements {
         let (nt, ns, n) = (model.tets.len(), model.springs.len(), model.vertex_count());
         let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
         let c = context;
-        let params = c.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("element params"),
-            size: ElementParams::min_size().get(),
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let params = uniform_buffer::<ElementParams>(c, "element params");
         let model_buffers = [
             c.storage("tets", &tets),
             c.storage("tet_rest", &tet_rest),
@@ -206,21 +131,7 @@ impl GpuElements {
         let corner_gradients = c.scratch::<f32>("corner_gradients", 3 * (4 * nt + 2 * ns));
         let element_blocks = c.scratch::<f32>("element_blocks", 9 * (10 * nt + 3 * ns));
         let energy_partials = c.scratch::<f32>("energy_partials", partials);
-        let group = |index: usize, buffers: &[&wgpu::Buffer]| {
-            let entries: Vec<wgpu::BindGroupEntry> = buffers
-                .iter()
-                .enumerate()
-                .map(|(b, buffer)| wgpu::BindGroupEntry {
-                    binding: b as u32,
-                    resource: buffer.as_entire_binding(),
-                })
-                .collect();
-            c.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("element"),
-                layout: &stage.layouts[index],
-                entries: &entries,
-            })
-        };
+        let group = |index: usize, buffers: &[&wgpu::Buffer]| stage.0.bind_group(c, index, buffers);
         let groups = vec![
             group(0, &[&params]),
             group(1, &model_buffers.iter().collect::<Vec<_>>()),
@@ -273,9 +184,7 @@ impl GpuElements {
             weight_1: second.weight as f32,
             theta_1: second.theta as f32,
         };
-        let mut uniform = encase::UniformBuffer::new(Vec::<u8>::new());
-        uniform.write(&params).map_err(|e| Error::DeviceLost(format!("encoding parameters: {e}")))?;
-        context.queue.write_buffer(&self.params, 0, &uniform.into_inner());
+        write_uniform(context, &self.params, &params)?;
         let mut encoder =
             context.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("element") });
         {
@@ -286,9 +195,9 @@ impl GpuElements {
             for (g, group) in self.groups.iter().enumerate() {
                 pass.set_bind_group(g as u32, group, &[]);
             }
-            for (pipeline, count) in [(&stage.tets, self.tet_count), (&stage.springs, self.spring_count)] {
+            for (entry, count) in [("tets_main", self.tet_count), ("springs_main", self.spring_count)] {
                 if count > 0 {
-                    pass.set_pipeline(pipeline);
+                    pass.set_pipeline(stage.0.pipeline(entry));
                     pass.dispatch_workgroups(count.div_ceil(WORKGROUP), 1, 1);
                 }
             }

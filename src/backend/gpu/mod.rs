@@ -8,7 +8,9 @@
 
 mod context;
 pub mod element;
+pub mod linear;
 pub mod shaders;
+mod stage;
 
 pub use context::GpuContext;
 
@@ -16,10 +18,14 @@ pub use context::GpuContext;
 pub fn stage_bindings(stage: &str) -> Option<Vec<shaders::Binding>> {
     match stage {
         "element" => Some(element::bindings()),
+        "gather" => Some(linear::gather_bindings()),
+        "assemble" => Some(linear::assemble_bindings()),
+        "pcg" => Some(linear::pcg_bindings()),
         _ => None,
     }
 }
 pub use element::{ElementOutputs, GpuElements, WgElement};
+pub use linear::{GpuLinear, PcgStatus, WgLinear};
 
 #[cfg(test)]
 mod tests;

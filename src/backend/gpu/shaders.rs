@@ -8,10 +8,13 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/material", include_str!("../../../shaders/shared/material.wgsl")),
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
+    ("gather", include_str!("../../../shaders/gather.wgsl")),
+    ("assemble", include_str!("../../../shaders/assemble.wgsl")),
+    ("pcg", include_str!("../../../shaders/pcg.wgsl")),
 ];
 
 /// The stages: composed modules with entry points.
-pub const STAGES: &[&str] = &["element"];
+pub const STAGES: &[&str] = &["element", "gather", "assemble", "pcg"];
 
 fn source(name: &str) -> Result<&'static str> {
     SOURCES

@@ -105,3 +105,180 @@ fn element_stage_gives_the_same_bits_every_run() {
     assert_eq!(a.corner_gradients, b.corner_gradients);
     assert_eq!(a.element_blocks, b.element_blocks);
 }
+
+/// A model for the linear-algebra stages: the mixed bar and springs, without colliders (the
+/// GPU gather does inertia and gravity only so far).
+fn linear_model(material: Material) -> Arc<Model> {
+    let mut model = mixed_model(material);
+    model.colliders.clear();
+    Arc::new(model)
+}
+
+/// The CPU reference of one linearization: corner gradients, element blocks, gathered
+/// gradient, vertex blocks and sums, assembled matrix.
+struct Reference {
+    corners: Vec<[f64; 3]>,
+    element_blocks: Vec<[f64; 9]>,
+    gradient: Vec<[f64; 3]>,
+    vertex_blocks: Vec<[f64; 9]>,
+    sums: (f64, f64, f64),
+    vertex_energy: f64,
+    blocks: Vec<[f64; 9]>,
+    target: Vec<[f64; 3]>,
+}
+
+const H: f64 = 1.0 / 30.0;
+
+fn reference(model: &Model, x: &[[f64; 3]], start: &[[f64; 3]], projection: Projection) -> Reference {
+    use crate::backend::cpu::{assemble, gather};
+    let topology = crate::backend::topology::Topology::new(model);
+    let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0] + 0.01, p[1] - 0.02, p[2]]).collect();
+    let mut corners = vec![[0.0; 3]; 4 * model.tets.len() + 2 * model.springs.len()];
+    let mut element_blocks = vec![[0.0; 9]; 10 * model.tets.len() + 3 * model.springs.len()];
+    element::derivatives(model, x, start, &NODES, Some(projection), &mut corners, &mut element_blocks);
+    let anchors = gather::Anchors::default();
+    let terms = gather::VertexTerms {
+        model,
+        start,
+        target: &target,
+        nodes: &NODES,
+        inv_h2: 1.0 / (H * H),
+        anchors: &anchors,
+        damping: &[],
+    };
+    let n = model.vertex_count();
+    let (mut gradient, mut vertex_blocks) = (vec![[0.0; 3]; n], vec![[0.0; 9]; n]);
+    let sums =
+        gather::gradient(&terms, &topology, &corners, x, projection, &mut gradient, &mut vertex_blocks);
+    let vertex_energy = gather::vertex_energy(&terms, x);
+    let mut blocks = vec![[0.0; 9]; topology.block_count()];
+    assemble::matrix(model, &topology, &element_blocks, Some(&vertex_blocks), None, &mut blocks);
+    Reference { corners, element_blocks, gradient, vertex_blocks, sums, vertex_energy, blocks, target }
+}
+
+fn gather_params(model: &Model) -> super::linear::GatherParams {
+    let w: f64 = NODES.iter().map(|q| q.weight * q.theta).sum();
+    super::linear::GatherParams {
+        vertex_count: model.vertex_count() as u32,
+        node_count: 2,
+        inv_h2: (1.0 / (H * H)) as f32,
+        gravity_weight: w as f32,
+        gravity_x: model.gravity[0] as f32,
+        gravity_y: model.gravity[1] as f32,
+        gravity_z: model.gravity[2] as f32,
+        weight_0: NODES[0].weight as f32,
+        theta_0: NODES[0].theta as f32,
+        weight_1: NODES[1].weight as f32,
+        theta_1: NODES[1].theta as f32,
+    }
+}
+
+fn to_f32(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&v| v as f32).collect()
+}
+
+#[test]
+fn gather_and_assemble_match_their_cpu_twins() {
+    let Some(context) = context() else { return };
+    let stages = super::WgLinear::new(&context).unwrap();
+    let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
+    let (x, start) = random_state(&model, 12);
+    let cpu = reference(&model, &x, &start, Projection::None);
+    let gpu = super::GpuLinear::for_model(&context, &stages, &model);
+    gpu.write_positions(&context, &x, &start, &cpu.target);
+    gpu.write_corner_gradients(&context, &to_f32(cpu.corners.as_flattened()));
+    gpu.write_element_blocks(&context, &to_f32(cpu.element_blocks.as_flattened()));
+    let sums = gpu.gather(&context, &stages, &gather_params(&model)).unwrap();
+    gpu.assemble(&context, &stages).unwrap();
+    // Inputs rounded to f32 (1e-7) and short f32 sums: 1e-5 of the largest entry is ample;
+    // a wrong term or slot would be off by O(1).
+    let (g_error, g_at) = worst(&gpu.read_gradient(&context).unwrap(), cpu.gradient.as_flattened());
+    assert!(g_error < 1e-5, "gradient entry {g_at} off by {g_error:e}");
+    let (v_error, v_at) = worst(&gpu.read_vertex_blocks(&context).unwrap(), cpu.vertex_blocks.as_flattened());
+    assert!(v_error < 1e-6, "vertex block entry {v_at} off by {v_error:e}");
+    let (b_error, b_at) = worst(&gpu.read_blocks(&context).unwrap(), cpu.blocks.as_flattened());
+    assert!(b_error < 1e-5, "assembled block entry {b_at} off by {b_error:e}");
+    let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
+    // The energy and |g|^2 are sums over every vertex in f32: 1e-4 relative.
+    assert!(
+        relative(sums[0], cpu.vertex_energy) < 1e-4,
+        "vertex energy {} vs {}",
+        sums[0],
+        cpu.vertex_energy
+    );
+    assert!(relative(sums[1], cpu.sums.0) < 1e-4, "|grad|^2 {} vs {}", sums[1], cpu.sums.0);
+    assert!(relative(sums[2], cpu.sums.1) < 1e-4, "force scale {} vs {}", sums[2], cpu.sums.1);
+    println!(
+        "gather/assemble parity: gradient {g_error:.1e}, vertex blocks {v_error:.1e}, blocks {b_error:.1e}"
+    );
+}
+
+#[test]
+fn gpu_pcg_meets_its_residual_and_stops_on_negative_curvature() {
+    use crate::backend::cpu::{hessian_product, pcg};
+    let Some(context) = context() else { return };
+    let stages = super::WgLinear::new(&context).unwrap();
+    let model = linear_model(Material::stvk(2e4, 0.3));
+    let (x, start) = random_state(&model, 13);
+    let cpu = reference(&model, &x, &start, Projection::Psd);
+    let topology = crate::backend::topology::Topology::new(&model);
+    let b: Vec<[f64; 3]> = cpu.gradient.iter().map(|g| g.map(|c| -c)).collect();
+    let gpu = super::GpuLinear::for_model(&context, &stages, &model);
+    gpu.write_blocks(&context, &to_f32(cpu.blocks.as_flattened()));
+    gpu.write_rhs(&context, &b);
+    // f32 CG: the recursive residual drifts from the true one by about condition x 1e-7, so
+    // ask for 1e-4 and check the true residual in f64 against 3e-4.
+    let status = gpu.pcg(&context, &stages, 1e-4, 2000).unwrap();
+    assert_eq!(status.state, 1, "GPU PCG should converge: {status:?}");
+    let solution: Vec<[f64; 3]> = gpu
+        .read_solution(&context)
+        .unwrap()
+        .chunks(3)
+        .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
+        .collect();
+    let mut product = vec![[0.0; 3]; b.len()];
+    hessian_product::apply(&topology, &cpu.blocks, &solution, &mut product);
+    let norm = |v: &[[f64; 3]]| v.iter().flatten().map(|c| c * c).sum::<f64>().sqrt();
+    let residual: Vec<[f64; 3]> =
+        product.iter().zip(&b).map(|(a, b)| std::array::from_fn(|c| b[c] - a[c])).collect();
+    let relative = norm(&residual) / norm(&b);
+    let mut cpu_x = vec![[0.0; 3]; b.len()];
+    let cpu_outcome =
+        pcg::solve(&topology, &cpu.blocks, &b, &mut cpu_x, &mut pcg::Scratch::default(), 1e-4, 2000);
+    println!(
+        "GPU PCG: {} iterations (CPU {}), true relative residual {relative:.2e}",
+        status.iterations, cpu_outcome.iterations
+    );
+    assert!(relative < 3e-4, "true relative residual {relative:e}");
+    assert!((status.iterations as f64) < 1.5 * cpu_outcome.iterations as f64 + 5.0);
+
+    // A squeezed StVK bar at a huge step is indefinite: the loop must stop, descending.
+    let squeezed: Vec<[f64; 3]> = model.rest.iter().map(|p| [0.5 * p[0], 0.6 * p[1], p[2]]).collect();
+    let indefinite = reference(&model, &squeezed, &squeezed, Projection::None);
+    let big_step: Vec<[f64; 9]> = indefinite
+        .blocks
+        .iter()
+        .zip(&topology.columns)
+        .enumerate()
+        .map(|(index, (block, _))| {
+            // Remove most of the mass term (as a step of 10 s would) from the diagonal blocks.
+            let mut out = *block;
+            let row = topology.row_offsets.partition_point(|&o| o as usize <= index) - 1;
+            if topology.columns[index] as usize == row && !model.pinned[row] {
+                let m = model.masses[row] / (H * H) * (1.0 - 1e-5);
+                out[0] -= m;
+                out[4] -= m;
+                out[8] -= m;
+            }
+            out
+        })
+        .collect();
+    let rhs: Vec<[f64; 3]> = indefinite.gradient.iter().map(|g| g.map(|c| -c)).collect();
+    gpu.write_blocks(&context, &to_f32(big_step.as_flattened()));
+    gpu.write_rhs(&context, &rhs);
+    let status = gpu.pcg(&context, &stages, 1e-8, 2000).unwrap();
+    assert!(status.state == 2 || status.state == 3, "expected negative curvature, got {status:?}");
+    let d = gpu.read_solution(&context).unwrap();
+    let slope: f64 = d.iter().zip(rhs.as_flattened()).map(|(d, r)| -(*d as f64) * r).sum();
+    assert!(slope < 0.0, "the direction must go downhill (slope {slope})");
+}

@@ -1,0 +1,65 @@
+// Stage `assemble`: the block-sparse Hessian from the upper element blocks (mirrors added
+// transposed) and the vertex blocks, one invocation per block row, each block summing its
+// sources in a fixed order. Pinned vertices get identity rows and columns.
+// The twin of src/backend/cpu/assemble.rs (Hessian form).
+
+struct Params {
+    vertex_count: u32,
+}
+
+const TRANSPOSED: u32 = 0x80000000u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+
+@group(1) @binding(0) var<storage, read> pinned: array<u32>;
+@group(1) @binding(1) var<storage, read> row_offsets: array<u32>;
+@group(1) @binding(2) var<storage, read> columns: array<u32>;
+@group(1) @binding(3) var<storage, read> source_offsets: array<u32>;
+@group(1) @binding(4) var<storage, read> block_sources: array<u32>;
+
+@group(3) @binding(0) var<storage, read> element_blocks: array<f32>;
+@group(3) @binding(1) var<storage, read> vertex_blocks: array<f32>;
+@group(3) @binding(2) var<storage, read_write> blocks: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let v = gid.x;
+    if (v >= params.vertex_count) {
+        return;
+    }
+    for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
+        let column = columns[index];
+        var block: array<f32, 9>;
+        if (pinned[v] != 0u || pinned[column] != 0u) {
+            if (column == v) {
+                for (var k = 0u; k < 9u; k++) {
+                    block[k] = vertex_blocks[9u * v + k];
+                }
+            }
+        } else {
+            for (var s = source_offsets[index]; s < source_offsets[index + 1u]; s++) {
+                let source = block_sources[s];
+                let base = 9u * (source & ~TRANSPOSED);
+                if ((source & TRANSPOSED) == 0u) {
+                    for (var k = 0u; k < 9u; k++) {
+                        block[k] += element_blocks[base + k];
+                    }
+                } else {
+                    for (var r = 0u; r < 3u; r++) {
+                        for (var c = 0u; c < 3u; c++) {
+                            block[3u * r + c] += element_blocks[base + 3u * c + r];
+                        }
+                    }
+                }
+            }
+            if (column == v) {
+                for (var k = 0u; k < 9u; k++) {
+                    block[k] += vertex_blocks[9u * v + k];
+                }
+            }
+        }
+        for (var k = 0u; k < 9u; k++) {
+            blocks[9u * index + k] = block[k];
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! The linear-algebra stages on the GPU: `gather` (vertex terms and gradient gather),
+//! `assemble` (block-sparse Hessian) and `pcg` (the whole Jacobi-PCG loop, its scalars in a GPU
+//! buffer, status read back every few iterations). Twins of `backend/cpu/{gather, assemble,
+//! pcg}.rs`.
+
+use encase::ShaderType;
+
+use super::context::GpuContext;
+use super::shaders::Binding;
+use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
+use crate::backend::topology::Topology;
+use crate::error::{Error, Result};
+
+/// Parameters of `shaders/gather.wgsl`.
+#[derive(Clone, Copy, Debug, Default, ShaderType)]
+pub struct GatherParams {
+    pub vertex_count: u32,
+    pub node_count: u32,
+    pub inv_h2: f32,
+    pub gravity_weight: f32,
+    pub gravity_x: f32,
+    pub gravity_y: f32,
+    pub gravity_z: f32,
+    pub weight_0: f32,
+    pub theta_0: f32,
+    pub weight_1: f32,
+    pub theta_1: f32,
+}
+
+/// The bindings of `shaders/gather.wgsl`.
+pub fn gather_bindings() -> Vec<Binding> {
+    vec![
+        uniform::<GatherParams>(),
+        storage(1, 0, "masses", true),
+        storage(1, 1, "pinned", true),
+        storage(1, 2, "corner_offsets", true),
+        storage(1, 3, "corners", true),
+        storage(2, 0, "x", true),
+        storage(2, 1, "x_start", true),
+        storage(2, 2, "target_positions", true),
+        storage(3, 0, "corner_gradients", true),
+        storage(3, 1, "gradient", false),
+        storage(3, 2, "vertex_blocks", false),
+        storage(3, 3, "partials", false),
+    ]
+}
+
+/// Parameters of `shaders/assemble.wgsl`.
+#[derive(Clone, Copy, Debug, Default, ShaderType)]
+pub struct AssembleParams {
+    pub vertex_count: u32,
+}
+
+/// The bindings of `shaders/assemble.wgsl`.
+pub fn assemble_bindings() -> Vec<Binding> {
+    vec![
+        uniform::<AssembleParams>(),
+        storage(1, 0, "pinned", true),
+        storage(1, 1, "row_offsets", true),
+        storage(1, 2, "columns", true),
+        storage(1, 3, "source_offsets", true),
+        storage(1, 4, "block_sources", true),
+        storage(3, 0, "element_blocks", true),
+        storage(3, 1, "vertex_blocks", true),
+        storage(3, 2, "blocks", false),
+    ]
+}
+
+/// Parameters of `shaders/pcg.wgsl`.
+#[derive(Clone, Copy, Debug, Default, ShaderType)]
+pub struct PcgParams {
+    pub vertex_count: u32,
+    pub partial_count: u32,
+    pub max_iterations: u32,
+    pub tolerance: f32,
+}
+
+/// The bindings of `shaders/pcg.wgsl`.
+pub fn pcg_bindings() -> Vec<Binding> {
+    vec![
+        uniform::<PcgParams>(),
+        storage(1, 0, "row_offsets", true),
+        storage(1, 1, "columns", true),
+        storage(1, 2, "diagonal", true),
+        storage(3, 0, "blocks", true),
+        storage(3, 1, "b", true),
+        storage(3, 2, "x", false),
+        storage(3, 3, "r", false),
+        storage(3, 4, "z", false),
+        storage(3, 5, "p", false),
+        storage(3, 6, "ap", false),
+        storage(3, 7, "inverse_diagonal", false),
+        storage(3, 8, "partials", false),
+        storage(3, 9, "scalars", false),
+    ]
+}
+
+/// The PCG scalars as the shader keeps them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PcgStatus {
+    pub rz: f32,
+    pub alpha: f32,
+    pub beta: f32,
+    pub residual_squared: f32,
+    pub threshold_squared: f32,
+    pub b_norm_squared: f32,
+    pub iterations: u32,
+    /// 0 running, 1 converged, 2 negative curvature at once, 3 negative curvature later,
+    /// 4 iteration limit.
+    pub state: u32,
+}
+
+/// Iterations encoded per submission between status readbacks.
+const ITERATIONS_PER_READBACK: u32 = 16;
+
+/// The three linear-algebra stages' pipelines.
+pub struct WgLinear {
+    gather: WgStage,
+    assemble: WgStage,
+    pcg: WgStage,
+}
+
+impl WgLinear {
+    pub fn new(context: &GpuContext) -> Result<WgLinear> {
+        Ok(WgLinear {
+            gather: WgStage::new(context, "gather", &gather_bindings(), &["main"])?,
+            assemble: WgStage::new(context, "assemble", &assemble_bindings(), &["main"])?,
+            pcg: WgStage::new(
+                context,
+                "pcg",
+                &pcg_bindings(),
+                &[
+                    "setup",
+                    "reduce_setup",
+                    "product",
+                    "reduce_curvature",
+                    "update",
+                    "reduce_residual",
+                    "direction",
+                ],
+            )?,
+        })
+    }
+}
+
+/// Buffers of the linear-algebra stages for one model.
+pub struct GpuLinear {
+    vertex_count: usize,
+    block_count: usize,
+    x: wgpu::Buffer,
+    x_start: wgpu::Buffer,
+    target: wgpu::Buffer,
+    corner_gradients: wgpu::Buffer,
+    element_blocks: wgpu::Buffer,
+    gradient: wgpu::Buffer,
+    vertex_blocks: wgpu::Buffer,
+    blocks: wgpu::Buffer,
+    rhs: wgpu::Buffer,
+    solution: wgpu::Buffer,
+    gather_params: wgpu::Buffer,
+    gather_partials: wgpu::Buffer,
+    assemble_params: wgpu::Buffer,
+    pcg_params: wgpu::Buffer,
+    scalars: wgpu::Buffer,
+    gather_groups: Vec<wgpu::BindGroup>,
+    assemble_groups: Vec<wgpu::BindGroup>,
+    pcg_groups: Vec<wgpu::BindGroup>,
+}
+
+fn groups(context: &GpuContext, stage: &WgStage, by_group: &[&[&wgpu::Buffer]]) -> Vec<wgpu::BindGroup> {
+    (0..stage.group_count())
+        .map(|g| stage.bind_group(context, g, by_group.get(g).copied().unwrap_or(&[])))
+        .collect()
+}
+
+fn dispatch(
+    encoder: &mut wgpu::CommandEncoder,
+    stage: &WgStage,
+    groups: &[wgpu::BindGroup],
+    entry: &str,
+    workgroups: u32,
+) {
+    let mut pass = encoder
+        .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(entry), timestamp_writes: None });
+    pass.set_pipeline(stage.pipeline(entry));
+    for (g, group) in groups.iter().enumerate() {
+        pass.set_bind_group(g as u32, group, &[]);
+    }
+    pass.dispatch_workgroups(workgroups.max(1), 1, 1);
+}
+
+impl GpuLinear {
+    /// Buffers for `model`: masses, pins and its incidence lists.
+    pub fn for_model(context: &GpuContext, stages: &WgLinear, model: &crate::model::Model) -> GpuLinear {
+        let corners = 4 * model.tets.len() + 2 * model.springs.len();
+        let blocks = 10 * model.tets.len() + 3 * model.springs.len();
+        let topology = Topology::new(model);
+        GpuLinear::new(context, stages, &model.masses, &model.pinned, &topology, corners, blocks)
+    }
+
+    fn new(
+        context: &GpuContext,
+        stages: &WgLinear,
+        masses: &[f64],
+        pinned: &[bool],
+        topology: &Topology,
+        corner_count: usize,
+        element_block_count: usize,
+    ) -> GpuLinear {
+        let c = context;
+        let n = masses.len();
+        let block_count = topology.block_count();
+        let masses: Vec<f32> = masses.iter().map(|&m| m as f32).collect();
+        let pinned: Vec<u32> = pinned.iter().map(|&p| p as u32).collect();
+        let [
+            masses,
+            pinned,
+            corner_offsets,
+            corners,
+            row_offsets,
+            columns,
+            diagonal,
+            source_offsets,
+            block_sources,
+        ] = [
+            c.storage("masses", &masses),
+            c.storage("pinned", &pinned),
+            c.storage("corner_offsets", &topology.corner_offsets),
+            c.storage("corners", &topology.corners),
+            c.storage("row_offsets", &topology.row_offsets),
+            c.storage("columns", &topology.columns),
+            c.storage("diagonal", &topology.diagonal),
+            c.storage("source_offsets", &topology.source_offsets),
+            c.storage("block_sources", &topology.block_sources),
+        ];
+        let vector = |label: &str| c.scratch::<f32>(label, 3 * n);
+        let (x, x_start, target, gradient, rhs, solution) = (
+            vector("x"),
+            vector("x_start"),
+            vector("target"),
+            vector("gradient"),
+            vector("rhs"),
+            vector("solution"),
+        );
+        let (r, z, p, ap, inverse_diagonal) =
+            (vector("r"), vector("z"), vector("p"), vector("ap"), vector("inverse_diagonal"));
+        let corner_gradients = c.scratch::<f32>("corner_gradients", 3 * corner_count);
+        let element_blocks = c.scratch::<f32>("element_blocks", 9 * element_block_count);
+        let vertex_blocks = c.scratch::<f32>("vertex_blocks", 9 * n);
+        let blocks = c.scratch::<f32>("blocks", 9 * block_count);
+        let partial_count = n.div_ceil(WORKGROUP as usize);
+        let gather_partials = c.scratch::<[f32; 4]>("gather partials", partial_count);
+        let pcg_partials = c.scratch::<[f32; 2]>("pcg partials", partial_count);
+        let scalars = c.scratch::<PcgStatus>("pcg scalars", 1);
+        let gather_params = uniform_buffer::<GatherParams>(c, "gather params");
+        let assemble_params = uniform_buffer::<AssembleParams>(c, "assemble params");
+        let pcg_params = uniform_buffer::<PcgParams>(c, "pcg params");
+        let gather_groups = groups(
+            c,
+            &stages.gather,
+            &[
+                &[&gather_params],
+                &[&masses, &pinned, &corner_offsets, &corners],
+                &[&x, &x_start, &target],
+                &[&corner_gradients, &gradient, &vertex_blocks, &gather_partials],
+            ],
+        );
+        let assemble_groups = groups(
+            c,
+            &stages.assemble,
+            &[
+                &[&assemble_params],
+                &[&pinned, &row_offsets, &columns, &source_offsets, &block_sources],
+                &[],
+                &[&element_blocks, &vertex_blocks, &blocks],
+            ],
+        );
+        let pcg_groups = groups(
+            c,
+            &stages.pcg,
+            &[
+                &[&pcg_params],
+                &[&row_offsets, &columns, &diagonal],
+                &[],
+                &[&blocks, &rhs, &solution, &r, &z, &p, &ap, &inverse_diagonal, &pcg_partials, &scalars],
+            ],
+        );
+        GpuLinear {
+            vertex_count: n,
+            block_count,
+            x,
+            x_start,
+            target,
+            corner_gradients,
+            element_blocks,
+            gradient,
+            vertex_blocks,
+            blocks,
+            rhs,
+            solution,
+            gather_params,
+            gather_partials,
+            assemble_params,
+            pcg_params,
+            scalars,
+            gather_groups,
+            assemble_groups,
+            pcg_groups,
+        }
+    }
+
+    fn workgroups(&self) -> u32 {
+        (self.vertex_count as u32).div_ceil(WORKGROUP)
+    }
+
+    /// Runs `gather`; returns the summed (vertex energy, |grad|^2, force scale, noise magnitude).
+    pub fn gather(&self, context: &GpuContext, stages: &WgLinear, params: &GatherParams) -> Result<[f64; 4]> {
+        write_uniform(context, &self.gather_params, params)?;
+        let mut encoder = context.device.create_command_encoder(&Default::default());
+        dispatch(&mut encoder, &stages.gather, &self.gather_groups, "main", self.workgroups());
+        context.queue.submit([encoder.finish()]);
+        let partials: Vec<[f32; 4]> = context.read(&self.gather_partials, self.workgroups() as usize)?;
+        Ok(partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))
+    }
+
+    /// Runs `assemble`.
+    pub fn assemble(&self, context: &GpuContext, stages: &WgLinear) -> Result<()> {
+        write_uniform(
+            context,
+            &self.assemble_params,
+            &AssembleParams { vertex_count: self.vertex_count as u32 },
+        )?;
+        let mut encoder = context.device.create_command_encoder(&Default::default());
+        dispatch(&mut encoder, &stages.assemble, &self.assemble_groups, "main", self.workgroups());
+        context.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
+    /// Solves `blocks x = rhs` into `solution` with the GPU loop; returns the final status.
+    pub fn pcg(
+        &self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        tolerance: f64,
+        max_iterations: u32,
+    ) -> Result<PcgStatus> {
+        let params = PcgParams {
+            vertex_count: self.vertex_count as u32,
+            partial_count: self.workgroups(),
+            max_iterations,
+            tolerance: tolerance as f32,
+        };
+        write_uniform(context, &self.pcg_params, &params)?;
+        let (stage, groups, w) = (&stages.pcg, &self.pcg_groups, self.workgroups());
+        let mut encoder = context.device.create_command_encoder(&Default::default());
+        dispatch(&mut encoder, stage, groups, "setup", w);
+        dispatch(&mut encoder, stage, groups, "reduce_setup", 1);
+        context.queue.submit([encoder.finish()]);
+        loop {
+            let mut encoder = context.device.create_command_encoder(&Default::default());
+            for _ in 0..ITERATIONS_PER_READBACK {
+                dispatch(&mut encoder, stage, groups, "product", w);
+                dispatch(&mut encoder, stage, groups, "reduce_curvature", 1);
+                dispatch(&mut encoder, stage, groups, "update", w);
+                dispatch(&mut encoder, stage, groups, "reduce_residual", 1);
+                dispatch(&mut encoder, stage, groups, "direction", w);
+            }
+            context.queue.submit([encoder.finish()]);
+            let status = context.read::<PcgStatus>(&self.scalars, 1)?[0];
+            if status.state != 0 {
+                if status.state == 2 {
+                    // Negative curvature at once: the right-hand side is the direction.
+                    let mut encoder = context.device.create_command_encoder(&Default::default());
+                    encoder.copy_buffer_to_buffer(
+                        &self.rhs,
+                        0,
+                        &self.solution,
+                        0,
+                        (12 * self.vertex_count) as u64,
+                    );
+                    context.queue.submit([encoder.finish()]);
+                }
+                return Ok(status);
+            }
+            if status.iterations >= max_iterations {
+                return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
+            }
+        }
+    }
+
+    /// The number of stored 3x3 blocks.
+    pub fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    /// Uploads the iterate, the step's start and its inertial target.
+    pub fn write_positions(
+        &self,
+        context: &GpuContext,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+        target: &[[f64; 3]],
+    ) {
+        for (buffer, values) in [(&self.x, x), (&self.x_start, start), (&self.target, target)] {
+            context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+        }
+    }
+
+    /// Uploads element corner gradients (3 floats per slot).
+    pub fn write_corner_gradients(&self, context: &GpuContext, values: &[f32]) {
+        context.queue.write_buffer(&self.corner_gradients, 0, bytemuck::cast_slice(values));
+    }
+
+    /// Uploads upper element Hessian blocks (9 floats per block).
+    pub fn write_element_blocks(&self, context: &GpuContext, values: &[f32]) {
+        context.queue.write_buffer(&self.element_blocks, 0, bytemuck::cast_slice(values));
+    }
+
+    /// Uploads an assembled matrix (9 floats per stored block).
+    pub fn write_blocks(&self, context: &GpuContext, values: &[f32]) {
+        context.queue.write_buffer(&self.blocks, 0, bytemuck::cast_slice(values));
+    }
+
+    /// Uploads a right-hand side.
+    pub fn write_rhs(&self, context: &GpuContext, values: &[[f64; 3]]) {
+        context.queue.write_buffer(&self.rhs, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+    }
+
+    /// Reads the gathered gradient.
+    pub fn read_gradient(&self, context: &GpuContext) -> Result<Vec<f32>> {
+        context.read(&self.gradient, 3 * self.vertex_count)
+    }
+
+    /// Reads the vertex Hessian blocks.
+    pub fn read_vertex_blocks(&self, context: &GpuContext) -> Result<Vec<f32>> {
+        context.read(&self.vertex_blocks, 9 * self.vertex_count)
+    }
+
+    /// Reads the assembled matrix.
+    pub fn read_blocks(&self, context: &GpuContext) -> Result<Vec<f32>> {
+        context.read(&self.blocks, 9 * self.block_count)
+    }
+
+    /// Reads the PCG solution.
+    pub fn read_solution(&self, context: &GpuContext) -> Result<Vec<f32>> {
+        context.read(&self.solution, 3 * self.vertex_count)
+    }
+}
+
+fn to_f32(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&v| v as f32).collect()
+}

@@ -1,0 +1,148 @@
+//! `WgStage`: a composed shader module, its bind-group layouts (built from the stage's
+//! binding table, the same table the shader test checks against naga) and one compute
+//! pipeline per entry point.
+
+use encase::ShaderType;
+
+use super::context::GpuContext;
+use super::shaders::{Binding, BindingKind, compose};
+use crate::error::{Error, Result};
+
+/// Invocations per workgroup in every stage (`WORKGROUP` in the shaders).
+pub const WORKGROUP: u32 = 64;
+
+/// A storage binding.
+pub(crate) const fn storage(group: u32, binding: u32, name: &'static str, read_only: bool) -> Binding {
+    Binding { group, binding, name, kind: BindingKind::Storage { read_only } }
+}
+
+/// The uniform parameter block at (0, 0).
+pub(crate) fn uniform<T: ShaderType>() -> Binding {
+    Binding { group: 0, binding: 0, name: "params", kind: BindingKind::Uniform { size: T::min_size().get() } }
+}
+
+/// A stage's pipelines.
+pub struct WgStage {
+    layouts: Vec<wgpu::BindGroupLayout>,
+    pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
+}
+
+impl WgStage {
+    /// Compiles stage `name` with the layouts of `table` and a pipeline per entry point.
+    pub fn new(
+        context: &GpuContext,
+        name: &str,
+        table: &[Binding],
+        entries: &[&'static str],
+    ) -> Result<WgStage> {
+        let device = &context.device;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(compose(name)?.into()),
+        });
+        let groups = table.iter().map(|b| b.group).max().map_or(0, |g| g + 1);
+        let layouts: Vec<wgpu::BindGroupLayout> = (0..groups)
+            .map(|group| {
+                let entries: Vec<wgpu::BindGroupLayoutEntry> = table
+                    .iter()
+                    .filter(|b| b.group == group)
+                    .map(|b| wgpu::BindGroupLayoutEntry {
+                        binding: b.binding,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: wgpu::BindingType::Buffer {
+                            ty: match b.kind {
+                                BindingKind::Uniform { .. } => wgpu::BufferBindingType::Uniform,
+                                BindingKind::Storage { read_only } => {
+                                    wgpu::BufferBindingType::Storage { read_only }
+                                }
+                            },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                        count: None,
+                    })
+                    .collect();
+                device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some(name),
+                    entries: &entries,
+                })
+            })
+            .collect();
+        let refs: Vec<Option<&wgpu::BindGroupLayout>> = layouts.iter().map(Some).collect();
+        let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(name),
+            bind_group_layouts: &refs,
+            immediate_size: 0,
+        });
+        let pipelines = entries
+            .iter()
+            .map(|&entry| {
+                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: Some(&layout),
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+                (entry, pipeline)
+            })
+            .collect();
+        Ok(WgStage { layouts, pipelines })
+    }
+
+    /// The pipeline of an entry point.
+    pub fn pipeline(&self, entry: &str) -> &wgpu::ComputePipeline {
+        &self.pipelines.iter().find(|(e, _)| *e == entry).expect("entry points are fixed at construction").1
+    }
+
+    /// A bind group for `group` over `buffers` in binding order. Groups a stage does not use
+    /// are bound empty.
+    pub fn bind_group(
+        &self,
+        context: &GpuContext,
+        group: usize,
+        buffers: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(b, buffer)| wgpu::BindGroupEntry {
+                binding: b as u32,
+                resource: buffer.as_entire_binding(),
+            })
+            .collect();
+        context.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &self.layouts[group],
+            entries: &entries,
+        })
+    }
+
+    /// The number of bind groups.
+    pub fn group_count(&self) -> usize {
+        self.layouts.len()
+    }
+}
+
+/// Writes `params` into a uniform buffer.
+pub(crate) fn write_uniform<T: ShaderType + encase::internal::WriteInto>(
+    context: &GpuContext,
+    buffer: &wgpu::Buffer,
+    params: &T,
+) -> Result<()> {
+    let mut bytes = encase::UniformBuffer::new(Vec::<u8>::new());
+    bytes.write(params).map_err(|e| Error::DeviceLost(format!("encoding parameters: {e}")))?;
+    context.queue.write_buffer(buffer, 0, &bytes.into_inner());
+    Ok(())
+}
+
+/// A uniform buffer sized for `T`.
+pub(crate) fn uniform_buffer<T: ShaderType>(context: &GpuContext, label: &str) -> wgpu::Buffer {
+    context.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: T::min_size().get(),
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use glam::DVec3;
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::{GpuBackend, GpuContext};
 use crate::backend::{Anchor, Stages};
 use crate::contact::{Collider, ContactModel};
 use crate::damping::Damping;
@@ -114,6 +115,7 @@ pub struct SimulationBuilder {
     colliders: Vec<Collider>,
     contact_model: Option<ContactModel>,
     damping: Vec<Damping>,
+    gpu: Option<GpuContext>,
 }
 
 impl SimulationBuilder {
@@ -177,6 +179,13 @@ impl SimulationBuilder {
         self
     }
 
+    /// Runs the GPU backend on the application's own device and queue (e.g. its renderer's),
+    /// so that positions can be drawn from the device without a readback.
+    pub fn wgpu_device(mut self, device: wgpu::Device, queue: wgpu::Queue) -> Self {
+        self.gpu = Some(GpuContext::from_device(device, queue));
+        self
+    }
+
     /// Adds a damping model (may be called repeatedly to combine models).
     pub fn damping(mut self, damping: Damping) -> Self {
         self.damping.push(damping);
@@ -236,12 +245,33 @@ impl SimulationBuilder {
                 )));
             }
         }
-        let stages: Box<dyn Stages> = match self.backend {
-            Backend::Cpu | Backend::Auto => Box::new(CpuBackend::new(Arc::new(model.clone()))),
-            Backend::Gpu => {
-                return Err(Error::NoGpu(
-                    "this build has no GPU backend yet; use Backend::Cpu or Backend::Auto".into(),
+        let damping_free = self.damping.is_empty();
+        let on_gpu = |model: &Model, context: GpuContext| -> Result<Box<dyn Stages>, Error> {
+            if !damping_free {
+                return Err(Error::Unsupported(
+                    "damping is not on the GPU backend yet; use Backend::Cpu".into(),
                 ));
+            }
+            Ok(Box::new(GpuBackend::new(Arc::new(context), Arc::new(model.clone()))?))
+        };
+        let cpu = |model: &Model| -> Box<dyn Stages> { Box::new(CpuBackend::new(Arc::new(model.clone()))) };
+        let (stages, backend): (Box<dyn Stages>, Backend) = match self.backend {
+            Backend::Cpu => (cpu(&model), Backend::Cpu),
+            Backend::Gpu => {
+                let context = match self.gpu {
+                    Some(context) => context,
+                    None => GpuContext::new()?,
+                };
+                (on_gpu(&model, context)?, Backend::Gpu)
+            }
+            // Auto: a hardware GPU when the model is within what the GPU backend has. A
+            // software adapter (lavapipe) is correct but no faster than the CPU backend.
+            Backend::Auto => {
+                let context = self.gpu.or_else(|| GpuContext::new().ok().filter(|c| !c.software));
+                match context.map(|context| on_gpu(&model, context)) {
+                    Some(Ok(stages)) => (stages, Backend::Gpu),
+                    _ => (cpu(&model), Backend::Cpu),
+                }
             }
         };
         let state = State::at_rest(model.rest.clone());
@@ -254,6 +284,7 @@ impl SimulationBuilder {
             damping: self.damping,
             stages,
             handles: Vec::new(),
+            backend,
             dt: self.dt,
             time: 0.0,
             energy: EnergyReport::default(),
@@ -279,6 +310,7 @@ pub struct Simulation {
     damping: Vec<Damping>,
     stages: Box<dyn Stages>,
     handles: Vec<Anchor>,
+    backend: Backend,
     dt: f64,
     time: f64,
     energy: EnergyReport,
@@ -298,6 +330,7 @@ impl Simulation {
             colliders: Vec::new(),
             contact_model: None,
             damping: Vec::new(),
+            gpu: None,
         }
     }
 
@@ -358,8 +391,12 @@ impl Simulation {
         // this step aims at target(t_{n+1}). The ledger is only committed once the step is.
         let mut ledger = self.ledger;
         ledger.advance(h);
-        let outcome = self.integrator.advance(&mut stepper, ledger.target())?;
+        let outcome = self.integrator.advance(&mut stepper, ledger.target());
         let report = stepper.report;
+        if let Some(error) = self.stages.take_error() {
+            return Err(error);
+        }
+        let outcome = outcome?;
         let Outcome { x, mut v, alpha, mut dissipated } = outcome;
         for d in &self.damping {
             if let Damping::MomentumPreserving { coefficient } = d {
@@ -380,6 +417,7 @@ impl Simulation {
         let previous_velocities = std::mem::replace(&mut self.state.velocities, v);
         self.state.previous = Some((previous_positions, previous_velocities));
         self.time += h;
+        self.publish_positions();
         ledger.dissipate(dissipated);
         self.ledger = ledger;
         self.refresh_energy();
@@ -408,6 +446,11 @@ impl Simulation {
             )));
         }
         crate::error::require_positive("handle stiffness", stiffness)?;
+        if self.backend == Backend::Gpu {
+            return Err(Error::Unsupported(
+                "handles are not on the GPU backend yet; use Backend::Cpu".into(),
+            ));
+        }
         self.handles.push(Anchor {
             vertex: vertex as u32,
             stiffness,
@@ -484,6 +527,7 @@ impl Simulation {
             .map(|(v, &pinned)| if pinned { [0.0; 3] } else { *v })
             .collect();
         self.state.previous = None;
+        self.publish_positions();
         self.refresh_energy();
         self.ledger.reset(self.energy.total);
         self.energy.target = self.ledger.target();
@@ -518,6 +562,11 @@ impl Simulation {
         l.into()
     }
 
+    /// Where the stages run (`Auto` resolved to the backend it chose).
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// Simulated time (s).
     pub fn time(&self) -> f64 {
         self.time
@@ -541,6 +590,20 @@ impl Simulation {
     /// The current state.
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    /// The device buffer holding the current positions (3 f32 per vertex, vertex order as in
+    /// `positions()`), for drawing without a readback; `None` on the CPU backend.
+    pub fn gpu_positions(&self) -> Option<&wgpu::Buffer> {
+        self.stages.positions_buffer()
+    }
+
+    /// Keeps the GPU's position buffer on the committed state (a blended or explicit step ends
+    /// elsewhere than the last Newton iterate).
+    fn publish_positions(&mut self) {
+        if self.backend == Backend::Gpu {
+            self.stages.set_iterate(&self.state.positions);
+        }
     }
 
     /// Recomputes the energies of the current state (the target is the ledger's business).

@@ -136,4 +136,13 @@ pub trait Stages: Send {
     fn potential(&mut self, x: &[[f64; 3]]) -> f64;
     /// `grad E(x)` into `out` (zero rows for pinned vertices).
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]);
+    /// A device failure since the last call (the GPU backend records them instead of
+    /// panicking; the driver turns them into errors before a result reaches the state).
+    fn take_error(&mut self) -> Option<crate::Error> {
+        None
+    }
+    /// The device buffer with the current positions (3 f32 per vertex), on a GPU backend.
+    fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
+        None
+    }
 }

@@ -12,6 +12,9 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     /// The adapter's name, for reports.
     pub adapter: String,
+    /// The adapter is a software rasterizer (e.g. lavapipe): correct, but no faster than the
+    /// CPU backend, so `Backend::Auto` does not pick it.
+    pub software: bool,
 }
 
 impl GpuContext {
@@ -34,12 +37,17 @@ impl GpuContext {
             ..Default::default()
         }))
         .map_err(|e| Error::NoGpu(format!("adapter {} refused a device: {e}", info.name)))?;
-        Ok(GpuContext { device, queue, adapter: format!("{} ({:?})", info.name, info.backend) })
+        Ok(GpuContext {
+            device,
+            queue,
+            adapter: format!("{} ({:?})", info.name, info.backend),
+            software: info.device_type == wgpu::DeviceType::Cpu,
+        })
     }
 
     /// Wraps the application's own device and queue (e.g. its renderer's).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
-        GpuContext { device, queue, adapter: "application device".into() }
+        GpuContext { device, queue, adapter: "application device".into(), software: false }
     }
 
     /// A storage buffer initialised with `data`.

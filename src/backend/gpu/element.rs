@@ -4,6 +4,7 @@
 use encase::ShaderType;
 
 use super::context::GpuContext;
+use super::linear::{GpuLinear, Positions};
 use super::shaders::Binding;
 use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
 use crate::backend::Node;
@@ -53,33 +54,26 @@ impl WgElement {
     }
 }
 
-/// What one element pass produced, read back.
-pub struct ElementOutputs {
-    /// Sum of the element energies (the partials added in order, in f64).
-    pub energy: f64,
-    /// Corner gradients, 3 floats per slot.
-    pub corner_gradients: Vec<f32>,
-    /// Upper Hessian blocks, 9 floats per block.
-    pub element_blocks: Vec<f32>,
-}
-
-/// The element stage's buffers for one model.
+/// The element stage's buffers for one model; positions and outputs are the shared buffers
+/// of [`GpuLinear`].
 pub struct GpuElements {
     tet_count: u32,
     spring_count: u32,
-    vertex_count: usize,
     params: wgpu::Buffer,
-    x: wgpu::Buffer,
-    x_start: wgpu::Buffer,
-    corner_gradients: wgpu::Buffer,
-    element_blocks: wgpu::Buffer,
     energy_partials: wgpu::Buffer,
-    groups: Vec<wgpu::BindGroup>,
+    /// Bind groups reading the iterate, and reading the auxiliary positions.
+    iterate_groups: Vec<wgpu::BindGroup>,
+    aux_groups: Vec<wgpu::BindGroup>,
 }
 
 impl GpuElements {
     /// Uploads the model's topology, rest data and materials.
-    pub fn new(context: &GpuContext, stage: &WgElement, model: &Model) -> Result<GpuElements> {
+    pub fn new(
+        context: &GpuContext,
+        stage: &WgElement,
+        model: &Model,
+        linear: &GpuLinear,
+    ) -> Result<GpuElements> {
         let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
         let mut tet_rest = Vec::with_capacity(4 * model.tets.len());
         for rest in &model.tet_rest {
@@ -98,7 +92,8 @@ impl GpuElements {
                     MaterialModel::StableNeoHookean => 2.0,
                     other => {
                         return Err(Error::Unsupported(format!(
-                            "the GPU element stage has StVK, neo-Hookean and stable neo-Hookean so far, not {other:?}"
+                            "the GPU backend has StVK, neo-Hookean and stable neo-Hookean so far, not {other:?}; \
+                             use Backend::Cpu for it"
                         )));
                     }
                 };
@@ -111,11 +106,10 @@ impl GpuElements {
             .spring_law
             .iter()
             .map(|s| {
-                let kind = if s.kind == SpringKind::Hooke { 0.0 } else { 1.0 };
-                [kind, s.stiffness as f32, s.rest as f32, 0.0]
+                [if s.kind == SpringKind::Hooke { 0.0 } else { 1.0 }, s.stiffness as f32, s.rest as f32, 0.0]
             })
             .collect();
-        let (nt, ns, n) = (model.tets.len(), model.springs.len(), model.vertex_count());
+        let (nt, ns) = (model.tets.len(), model.springs.len());
         let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
         let c = context;
         let params = uniform_buffer::<ElementParams>(c, "element params");
@@ -126,53 +120,46 @@ impl GpuElements {
             c.storage("springs", &springs),
             c.storage("spring_laws", &spring_laws),
         ];
-        let x = c.scratch::<f32>("x", 3 * n);
-        let x_start = c.scratch::<f32>("x_start", 3 * n);
-        let corner_gradients = c.scratch::<f32>("corner_gradients", 3 * (4 * nt + 2 * ns));
-        let element_blocks = c.scratch::<f32>("element_blocks", 9 * (10 * nt + 3 * ns));
         let energy_partials = c.scratch::<f32>("energy_partials", partials);
-        let group = |index: usize, buffers: &[&wgpu::Buffer]| stage.0.bind_group(c, index, buffers);
-        let groups = vec![
-            group(0, &[&params]),
-            group(1, &model_buffers.iter().collect::<Vec<_>>()),
-            group(2, &[&x, &x_start]),
-            group(3, &[&corner_gradients, &element_blocks, &energy_partials]),
-        ];
+        let model_refs: Vec<&wgpu::Buffer> = model_buffers.iter().collect();
+        let groups = |x: &wgpu::Buffer, start: &wgpu::Buffer| {
+            vec![
+                stage.0.bind_group(c, 0, &[&params]),
+                stage.0.bind_group(c, 1, &model_refs),
+                stage.0.bind_group(c, 2, &[x, start]),
+                stage.0.bind_group(
+                    c,
+                    3,
+                    &[&linear.corner_gradients, &linear.element_blocks, &energy_partials],
+                ),
+            ]
+        };
+        let iterate_groups = groups(&linear.x, &linear.x_start);
+        let aux_groups = groups(&linear.aux, &linear.aux);
         Ok(GpuElements {
             tet_count: nt as u32,
             spring_count: ns as u32,
-            vertex_count: n,
             params,
-            x,
-            x_start,
-            corner_gradients,
-            element_blocks,
             energy_partials,
-            groups,
+            iterate_groups,
+            aux_groups,
         })
     }
 
-    /// Evaluates the elements at `x` (nodes between `start` and `x`) and reads the results back.
-    /// `outputs`: 0 energy, 1 and gradients, 2 and Hessian blocks.
+    /// Evaluates the elements at `at`; returns the energy (partials added in order, in f64).
+    /// `outputs`: 0 energy, 1 and corner gradients, 2 and Hessian blocks (left in the shared
+    /// buffers).
     pub fn evaluate(
         &self,
         context: &GpuContext,
         stage: &WgElement,
-        x: &[[f64; 3]],
-        start: &[[f64; 3]],
+        at: Positions,
         nodes: &[Node],
         outputs: u32,
-    ) -> Result<ElementOutputs> {
-        if x.len() != self.vertex_count
-            || start.len() != self.vertex_count
-            || nodes.is_empty()
-            || nodes.len() > 2
-        {
-            return Err(Error::State("positions must have one entry per vertex, and 1 or 2 nodes".into()));
+    ) -> Result<f64> {
+        if nodes.is_empty() || nodes.len() > 2 {
+            return Err(Error::State("the GPU element stage takes 1 or 2 quadrature nodes".into()));
         }
-        let flat = |p: &[[f64; 3]]| p.iter().flatten().map(|&c| c as f32).collect::<Vec<f32>>();
-        context.queue.write_buffer(&self.x, 0, bytemuck::cast_slice(&flat(x)));
-        context.queue.write_buffer(&self.x_start, 0, bytemuck::cast_slice(&flat(start)));
         let second = nodes.get(1).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let params = ElementParams {
             tet_count: self.tet_count,
@@ -185,6 +172,7 @@ impl GpuElements {
             theta_1: second.theta as f32,
         };
         write_uniform(context, &self.params, &params)?;
+        let groups = if at == Positions::Iterate { &self.iterate_groups } else { &self.aux_groups };
         let mut encoder =
             context.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("element") });
         {
@@ -192,7 +180,7 @@ impl GpuElements {
                 label: Some("element"),
                 timestamp_writes: None,
             });
-            for (g, group) in self.groups.iter().enumerate() {
+            for (g, group) in groups.iter().enumerate() {
                 pass.set_bind_group(g as u32, group, &[]);
             }
             for (entry, count) in [("tets_main", self.tet_count), ("springs_main", self.spring_count)] {
@@ -205,17 +193,15 @@ impl GpuElements {
         context.queue.submit([encoder.finish()]);
         let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
         let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
-        let energy = context.read::<f32>(&self.energy_partials, partials)?.iter().map(|&e| e as f64).sum();
-        let corner_gradients = if outputs >= 1 {
-            context.read(&self.corner_gradients, 3 * (4 * nt + 2 * ns))?
-        } else {
-            Vec::new()
-        };
-        let element_blocks = if outputs >= 2 {
-            context.read(&self.element_blocks, 9 * (10 * nt + 3 * ns))?
-        } else {
-            Vec::new()
-        };
-        Ok(ElementOutputs { energy, corner_gradients, element_blocks })
+        Ok(context.read::<f32>(&self.energy_partials, partials)?.iter().map(|&e| e as f64).sum())
+    }
+
+    /// Reads the corner gradients and Hessian blocks of the last pass.
+    pub fn read_outputs(&self, context: &GpuContext, linear: &GpuLinear) -> Result<(Vec<f32>, Vec<f32>)> {
+        let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
+        Ok((
+            context.read(&linear.corner_gradients, 3 * (4 * nt + 2 * ns))?,
+            context.read(&linear.element_blocks, 9 * (10 * nt + 3 * ns))?,
+        ))
     }
 }

@@ -95,6 +95,35 @@ pub fn pcg_bindings() -> Vec<Binding> {
     ]
 }
 
+/// Parameters of `shaders/vector.wgsl`.
+#[derive(Clone, Copy, Debug, Default, ShaderType)]
+pub struct VectorParams {
+    pub vertex_count: u32,
+    pub alpha: f32,
+}
+
+/// The bindings of `shaders/vector.wgsl`.
+pub fn vector_bindings() -> Vec<Binding> {
+    vec![
+        uniform::<VectorParams>(),
+        storage(3, 0, "x", false),
+        storage(3, 1, "x_saved", false),
+        storage(3, 2, "direction", false),
+        storage(3, 3, "gradient", true),
+        storage(3, 4, "rhs", false),
+        storage(3, 5, "partials", false),
+    ]
+}
+
+/// Which positions the element and gather stages read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positions {
+    /// The iterate `x`, between the step's start and target.
+    Iterate,
+    /// The auxiliary buffer, as both `x` and start (the potential at a given state).
+    Aux,
+}
+
 /// The PCG scalars as the shader keeps them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -119,6 +148,7 @@ pub struct WgLinear {
     gather: WgStage,
     assemble: WgStage,
     pcg: WgStage,
+    vector: WgStage,
 }
 
 impl WgLinear {
@@ -140,6 +170,12 @@ impl WgLinear {
                     "direction",
                 ],
             )?,
+            vector: WgStage::new(
+                context,
+                "vector",
+                &vector_bindings(),
+                &["negate_gradient", "use_gradient", "save", "offset", "scale", "dots"],
+            )?,
         })
     }
 }
@@ -148,11 +184,12 @@ impl WgLinear {
 pub struct GpuLinear {
     vertex_count: usize,
     block_count: usize,
-    x: wgpu::Buffer,
-    x_start: wgpu::Buffer,
+    pub(crate) x: wgpu::Buffer,
+    pub(crate) x_start: wgpu::Buffer,
     target: wgpu::Buffer,
-    corner_gradients: wgpu::Buffer,
-    element_blocks: wgpu::Buffer,
+    pub(crate) aux: wgpu::Buffer,
+    pub(crate) corner_gradients: wgpu::Buffer,
+    pub(crate) element_blocks: wgpu::Buffer,
     gradient: wgpu::Buffer,
     vertex_blocks: wgpu::Buffer,
     blocks: wgpu::Buffer,
@@ -163,7 +200,11 @@ pub struct GpuLinear {
     assemble_params: wgpu::Buffer,
     pcg_params: wgpu::Buffer,
     scalars: wgpu::Buffer,
+    vector_params: wgpu::Buffer,
+    dot_partials: wgpu::Buffer,
     gather_groups: Vec<wgpu::BindGroup>,
+    gather_aux_groups: Vec<wgpu::BindGroup>,
+    vector_groups: Vec<wgpu::BindGroup>,
     assemble_groups: Vec<wgpu::BindGroup>,
     pcg_groups: Vec<wgpu::BindGroup>,
 }
@@ -235,6 +276,7 @@ impl GpuLinear {
             c.storage("block_sources", &topology.block_sources),
         ];
         let vector = |label: &str| c.scratch::<f32>(label, 3 * n);
+        let (aux, x_saved) = (vector("aux"), vector("x_saved"));
         let (x, x_start, target, gradient, rhs, solution) = (
             vector("x"),
             vector("x_start"),
@@ -253,6 +295,8 @@ impl GpuLinear {
         let gather_partials = c.scratch::<[f32; 4]>("gather partials", partial_count);
         let pcg_partials = c.scratch::<[f32; 2]>("pcg partials", partial_count);
         let scalars = c.scratch::<PcgStatus>("pcg scalars", 1);
+        let dot_partials = c.scratch::<[f32; 4]>("dot partials", partial_count);
+        let vector_params = uniform_buffer::<VectorParams>(c, "vector params");
         let gather_params = uniform_buffer::<GatherParams>(c, "gather params");
         let assemble_params = uniform_buffer::<AssembleParams>(c, "assemble params");
         let pcg_params = uniform_buffer::<PcgParams>(c, "pcg params");
@@ -265,6 +309,21 @@ impl GpuLinear {
                 &[&x, &x_start, &target],
                 &[&corner_gradients, &gradient, &vertex_blocks, &gather_partials],
             ],
+        );
+        let gather_aux_groups = groups(
+            c,
+            &stages.gather,
+            &[
+                &[&gather_params],
+                &[&masses, &pinned, &corner_offsets, &corners],
+                &[&aux, &aux, &aux],
+                &[&corner_gradients, &gradient, &vertex_blocks, &gather_partials],
+            ],
+        );
+        let vector_groups = groups(
+            c,
+            &stages.vector,
+            &[&[&vector_params], &[], &[], &[&x, &x_saved, &solution, &gradient, &rhs, &dot_partials]],
         );
         let assemble_groups = groups(
             c,
@@ -292,6 +351,7 @@ impl GpuLinear {
             x,
             x_start,
             target,
+            aux,
             corner_gradients,
             element_blocks,
             gradient,
@@ -304,7 +364,11 @@ impl GpuLinear {
             assemble_params,
             pcg_params,
             scalars,
+            vector_params,
+            dot_partials,
             gather_groups,
+            gather_aux_groups,
+            vector_groups,
             assemble_groups,
             pcg_groups,
         }
@@ -314,11 +378,19 @@ impl GpuLinear {
         (self.vertex_count as u32).div_ceil(WORKGROUP)
     }
 
-    /// Runs `gather`; returns the summed (vertex energy, |grad|^2, force scale, noise magnitude).
-    pub fn gather(&self, context: &GpuContext, stages: &WgLinear, params: &GatherParams) -> Result<[f64; 4]> {
+    /// Runs `gather` at `at`; returns the summed (vertex energy, |grad|^2, force scale, noise
+    /// magnitude).
+    pub fn gather(
+        &self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        params: &GatherParams,
+        at: Positions,
+    ) -> Result<[f64; 4]> {
         write_uniform(context, &self.gather_params, params)?;
         let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(&mut encoder, &stages.gather, &self.gather_groups, "main", self.workgroups());
+        let groups = if at == Positions::Iterate { &self.gather_groups } else { &self.gather_aux_groups };
+        dispatch(&mut encoder, &stages.gather, groups, "main", self.workgroups());
         context.queue.submit([encoder.finish()]);
         let partials: Vec<[f32; 4]> = context.read(&self.gather_partials, self.workgroups() as usize)?;
         Ok(partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))
@@ -392,6 +464,48 @@ impl GpuLinear {
     /// The number of stored 3x3 blocks.
     pub fn block_count(&self) -> usize {
         self.block_count
+    }
+
+    /// Runs one `vector` entry point with `alpha`.
+    pub fn vector(&self, context: &GpuContext, stages: &WgLinear, entry: &str, alpha: f64) -> Result<()> {
+        let params = VectorParams { vertex_count: self.vertex_count as u32, alpha: alpha as f32 };
+        write_uniform(context, &self.vector_params, &params)?;
+        let threads = if entry == "dots" { self.vertex_count } else { 3 * self.vertex_count };
+        let mut encoder = context.device.create_command_encoder(&Default::default());
+        dispatch(
+            &mut encoder,
+            &stages.vector,
+            &self.vector_groups,
+            entry,
+            (threads as u32).div_ceil(WORKGROUP),
+        );
+        context.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
+    /// `(g.d, d.d, g.g)` of the gradient and the direction.
+    pub fn dots(&self, context: &GpuContext, stages: &WgLinear) -> Result<[f64; 3]> {
+        self.vector(context, stages, "dots", 0.0)?;
+        let partials: Vec<[f32; 4]> = context.read(&self.dot_partials, self.workgroups() as usize)?;
+        Ok(partials.iter().fold([0.0; 3], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))
+    }
+
+    /// Uploads positions into one of the position buffers.
+    pub fn write(&self, context: &GpuContext, which: Positions, values: &[[f64; 3]]) {
+        let buffer = if which == Positions::Iterate { &self.x } else { &self.aux };
+        context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+    }
+
+    /// Reads the iterate.
+    pub fn read_iterate(&self, context: &GpuContext) -> Result<Vec<f32>> {
+        context.read(&self.x, 3 * self.vertex_count)
+    }
+
+    /// Uploads the step's start and inertial target.
+    pub fn write_step(&self, context: &GpuContext, start: &[[f64; 3]], target: &[[f64; 3]]) {
+        for (buffer, values) in [(&self.x_start, start), (&self.target, target)] {
+            context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+        }
     }
 
     /// Uploads the iterate, the step's start and its inertial target.

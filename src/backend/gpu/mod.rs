@@ -6,12 +6,14 @@
 //! the polynomial materials and both spring kinds. The remaining stages (gather, assembly,
 //! PCG, line-search batches) and `Backend::Gpu` in `Simulation` come next.
 
+mod backend;
 mod context;
 pub mod element;
 pub mod linear;
 pub mod shaders;
 mod stage;
 
+pub use backend::GpuBackend;
 pub use context::GpuContext;
 
 /// The binding table the Rust side declares for a stage, by stage name.
@@ -21,11 +23,12 @@ pub fn stage_bindings(stage: &str) -> Option<Vec<shaders::Binding>> {
         "gather" => Some(linear::gather_bindings()),
         "assemble" => Some(linear::assemble_bindings()),
         "pcg" => Some(linear::pcg_bindings()),
+        "vector" => Some(linear::vector_bindings()),
         _ => None,
     }
 }
-pub use element::{ElementOutputs, GpuElements, WgElement};
-pub use linear::{GpuLinear, PcgStatus, WgLinear};
+pub use element::{GpuElements, WgElement};
+pub use linear::{GpuLinear, PcgStatus, Positions, WgLinear};
 
 #[cfg(test)]
 mod tests;

@@ -11,10 +11,11 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
+    ("vector", include_str!("../../../shaders/vector.wgsl")),
 ];
 
 /// The stages: composed modules with entry points.
-pub const STAGES: &[&str] = &["element", "gather", "assemble", "pcg"];
+pub const STAGES: &[&str] = &["element", "gather", "assemble", "pcg", "vector"];
 
 fn source(name: &str) -> Result<&'static str> {
     SOURCES

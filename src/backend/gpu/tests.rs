@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{GpuContext, GpuElements, WgElement};
+use super::{GpuContext, GpuElements, GpuLinear, Positions, WgElement, WgLinear};
 use crate::backend::Node;
 use crate::backend::cpu::element;
 use crate::backend::cpu::tests::mixed_model;
@@ -52,6 +52,7 @@ const NODES: [Node; 2] = [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight:
 fn element_stage_matches_its_cpu_twin() {
     let Some(context) = context() else { return };
     let stage = WgElement::new(&context).unwrap();
+    let linear_stages = WgLinear::new(&context).unwrap();
     for (k, material) in
         [Material::stvk(2e4, 0.3), Material::neo_hookean(2e4, 0.3), Material::stable_neo_hookean(2e4, 0.45)]
             .into_iter()
@@ -72,19 +73,22 @@ fn element_stage_matches_its_cpu_twin() {
             &mut cpu_gradients,
             &mut cpu_blocks,
         );
-        let gpu = GpuElements::new(&context, &stage, &model).unwrap();
-        let out = gpu.evaluate(&context, &stage, &x, &start, &NODES, 2).unwrap();
+        let linear = GpuLinear::for_model(&context, &linear_stages, &model);
+        linear.write_positions(&context, &x, &start, &start);
+        let gpu = GpuElements::new(&context, &stage, &model, &linear).unwrap();
+        let energy = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES, 2).unwrap();
+        let (corner_gradients, element_blocks) = gpu.read_outputs(&context, &linear).unwrap();
         // f32 positions of ~0.3 m against shape gradients of ~10/m put ~2e-7 of rounding in F;
         // relative to the ~1 % strains here that is ~2e-5 at worst (measured on lavapipe:
         // 2e-6). A wrong term would be off by O(1).
-        let energy_error = (out.energy - cpu_energy).abs() / cpu_energy.abs();
-        assert!(energy_error < 1e-4, "material {k}: energy {} vs {cpu_energy}", out.energy);
-        let (g_error, g_at) = worst(&out.corner_gradients, cpu_gradients.as_flattened());
+        let energy_error = (energy - cpu_energy).abs() / cpu_energy.abs();
+        assert!(energy_error < 1e-4, "material {k}: energy {energy} vs {cpu_energy}");
+        let (g_error, g_at) = worst(&corner_gradients, cpu_gradients.as_flattened());
         assert!(g_error < 1e-4, "material {k}: gradient entry {g_at} off by {g_error:e}");
-        let (h_error, h_at) = worst(&out.element_blocks, cpu_blocks.as_flattened());
+        let (h_error, h_at) = worst(&element_blocks, cpu_blocks.as_flattened());
         assert!(h_error < 1e-4, "material {k}: Hessian entry {h_at} off by {h_error:e}");
-        let energy_only = gpu.evaluate(&context, &stage, &x, &start, &NODES, 0).unwrap();
-        assert_eq!(energy_only.energy, out.energy, "the energy does not depend on what else is computed");
+        let energy_only = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES, 0).unwrap();
+        assert_eq!(energy_only, energy, "the energy does not depend on what else is computed");
         println!(
             "{} element parity, material {k}: energy {energy_error:.1e}, gradient {g_error:.1e}, Hessian {h_error:.1e}",
             context.adapter
@@ -98,12 +102,15 @@ fn element_stage_gives_the_same_bits_every_run() {
     let stage = WgElement::new(&context).unwrap();
     let model = Arc::new(mixed_model(Material::stable_neo_hookean(3e4, 0.4)));
     let (x, start) = random_state(&model, 7);
-    let gpu = GpuElements::new(&context, &stage, &model).unwrap();
-    let a = gpu.evaluate(&context, &stage, &x, &start, &NODES[..1], 2).unwrap();
-    let b = gpu.evaluate(&context, &stage, &x, &start, &NODES[..1], 2).unwrap();
-    assert_eq!(a.energy.to_bits(), b.energy.to_bits());
-    assert_eq!(a.corner_gradients, b.corner_gradients);
-    assert_eq!(a.element_blocks, b.element_blocks);
+    let linear_stages = WgLinear::new(&context).unwrap();
+    let linear = GpuLinear::for_model(&context, &linear_stages, &model);
+    linear.write_positions(&context, &x, &start, &start);
+    let gpu = GpuElements::new(&context, &stage, &model, &linear).unwrap();
+    let mut run = || {
+        let energy = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES[..1], 2).unwrap();
+        (energy.to_bits(), gpu.read_outputs(&context, &linear).unwrap())
+    };
+    assert_eq!(run(), run());
 }
 
 /// A model for the linear-algebra stages: the mixed bar and springs, without colliders (the
@@ -188,7 +195,7 @@ fn gather_and_assemble_match_their_cpu_twins() {
     gpu.write_positions(&context, &x, &start, &cpu.target);
     gpu.write_corner_gradients(&context, &to_f32(cpu.corners.as_flattened()));
     gpu.write_element_blocks(&context, &to_f32(cpu.element_blocks.as_flattened()));
-    let sums = gpu.gather(&context, &stages, &gather_params(&model)).unwrap();
+    let sums = gpu.gather(&context, &stages, &gather_params(&model), Positions::Iterate).unwrap();
     gpu.assemble(&context, &stages).unwrap();
     // Inputs rounded to f32 (1e-7) and short f32 sums: 1e-5 of the largest entry is ample;
     // a wrong term or slot would be off by O(1).

@@ -1,0 +1,89 @@
+// Stage `vector`: the per-vertex vector updates and reductions Newton needs on the GPU, the
+// twin of src/backend/cpu/vector.rs and the vector loops of src/backend/cpu/mod.rs. Dot
+// products are summed per workgroup in a fixed tree order; the host adds the partials in
+// order.
+
+struct Params {
+    vertex_count: u32,
+    alpha: f32,
+}
+
+const WORKGROUP: u32 = 64u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+
+@group(3) @binding(0) var<storage, read_write> x: array<f32>;
+@group(3) @binding(1) var<storage, read_write> x_saved: array<f32>;
+@group(3) @binding(2) var<storage, read_write> direction: array<f32>;
+@group(3) @binding(3) var<storage, read> gradient: array<f32>;
+@group(3) @binding(4) var<storage, read_write> rhs: array<f32>;
+@group(3) @binding(5) var<storage, read_write> partials: array<vec4<f32>>;
+
+var<workgroup> partial: array<vec4<f32>, WORKGROUP>;
+
+// rhs = -gradient (the Newton system's right-hand side).
+@compute @workgroup_size(64)
+fn negate_gradient(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < 3u * params.vertex_count) {
+        rhs[gid.x] = -gradient[gid.x];
+    }
+}
+
+// direction = -gradient (steepest descent).
+@compute @workgroup_size(64)
+fn use_gradient(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < 3u * params.vertex_count) {
+        direction[gid.x] = -gradient[gid.x];
+    }
+}
+
+// x_saved = x.
+@compute @workgroup_size(64)
+fn save(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < 3u * params.vertex_count) {
+        x_saved[gid.x] = x[gid.x];
+    }
+}
+
+// x = x_saved + alpha direction (a line-search candidate).
+@compute @workgroup_size(64)
+fn offset(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < 3u * params.vertex_count) {
+        x[gid.x] = x_saved[gid.x] + params.alpha * direction[gid.x];
+    }
+}
+
+// direction *= alpha.
+@compute @workgroup_size(64)
+fn scale(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < 3u * params.vertex_count) {
+        direction[gid.x] *= params.alpha;
+    }
+}
+
+// Per workgroup (g.d, d.d, g.g, 0), one vertex per invocation.
+@compute @workgroup_size(64)
+fn dots(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    var sums = vec4<f32>(0.0);
+    let v = gid.x;
+    if (v < params.vertex_count) {
+        let g = vec3<f32>(gradient[3u * v], gradient[3u * v + 1u], gradient[3u * v + 2u]);
+        let d = vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
+        sums = vec4<f32>(dot(g, d), dot(d, d), dot(g, g), 0.0);
+    }
+    partial[lid] = sums;
+    workgroupBarrier();
+    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            partial[lid] += partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        partials[wid.x] = partial[0];
+    }
+}

@@ -1,0 +1,250 @@
+//! `GpuBackend`: the [`Stages`] of an implicit step on the GPU. The iterate, gradient,
+//! Hessian and direction stay on the device in f32; the host reads back scalars (energies,
+//! norms, slopes, the PCG status every few iterations) and the final iterate.
+//!
+//! Not on the GPU yet (the simulation refuses them with `Backend::Gpu`): collider penalties,
+//! handles, damping, the rotation-based materials, and the PSD projection of element
+//! Hessians (a projected linearization evaluates the exact Hessian; CG's negative-curvature
+//! exit then keeps the direction downhill).
+
+use std::sync::Arc;
+
+use super::context::GpuContext;
+use super::element::{GpuElements, WgElement};
+use super::linear::{GatherParams, GpuLinear, Positions, WgLinear};
+use crate::backend::{Anchor, DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
+use crate::error::{Error, Result};
+use crate::material::Projection;
+use crate::model::Model;
+
+const POTENTIAL_NODE: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
+
+/// The GPU implementation of [`Stages`].
+pub struct GpuBackend {
+    context: Arc<GpuContext>,
+    element_stage: WgElement,
+    linear_stages: WgLinear,
+    elements: GpuElements,
+    linear: GpuLinear,
+    model: Arc<Model>,
+    nodes: Vec<Node>,
+    inv_h2: f64,
+    error: Option<Error>,
+}
+
+impl GpuBackend {
+    /// Compiles the stages and uploads `model` (which must use only what the GPU backend has).
+    pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
+        if !model.colliders.is_empty() {
+            return Err(Error::Unsupported(
+                "colliders are not on the GPU backend yet; use Backend::Cpu".into(),
+            ));
+        }
+        let element_stage = WgElement::new(&context)?;
+        let linear_stages = WgLinear::new(&context)?;
+        let linear = GpuLinear::for_model(&context, &linear_stages, &model);
+        let elements = GpuElements::new(&context, &element_stage, &model, &linear)?;
+        Ok(GpuBackend {
+            context,
+            element_stage,
+            linear_stages,
+            elements,
+            linear,
+            model,
+            nodes: POTENTIAL_NODE.to_vec(),
+            inv_h2: 0.0,
+            error: None,
+        })
+    }
+
+    /// The device context.
+    pub fn context(&self) -> &GpuContext {
+        &self.context
+    }
+
+    fn gather_params(&self, nodes: &[Node], inv_h2: f64) -> GatherParams {
+        let node = |q: usize| nodes.get(q).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
+        let g = self.model.gravity;
+        GatherParams {
+            vertex_count: self.model.vertex_count() as u32,
+            node_count: nodes.len() as u32,
+            inv_h2: inv_h2 as f32,
+            gravity_weight: nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() as f32,
+            gravity_x: g[0] as f32,
+            gravity_y: g[1] as f32,
+            gravity_z: g[2] as f32,
+            weight_0: node(0).weight as f32,
+            theta_0: node(0).theta as f32,
+            weight_1: node(1).weight as f32,
+            theta_1: node(1).theta as f32,
+        }
+    }
+
+    /// Keeps the first failure and substitutes `fallback` (NaN stops the solver at once).
+    fn settle<T>(&mut self, result: Result<T>, fallback: T) -> T {
+        result.unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            fallback
+        })
+    }
+
+    fn energy_at(&mut self, at: Positions, nodes: &[Node], inv_h2: f64) -> Result<f64> {
+        let elements = self.elements.evaluate(&self.context, &self.element_stage, at, nodes, 0)?;
+        let params = self.gather_params(nodes, inv_h2);
+        let vertices = self.linear.gather(&self.context, &self.linear_stages, &params, at)?[0];
+        Ok(elements + vertices)
+    }
+
+    fn report(&mut self, iterations: usize, negative_curvature: bool) -> Result<DirectionReport> {
+        let [slope, dd, gg] = self.linear.dots(&self.context, &self.linear_stages)?;
+        Ok(DirectionReport {
+            iterations,
+            negative_curvature,
+            slope,
+            norm: dd.sqrt(),
+            gradient_norm: gg.sqrt(),
+        })
+    }
+
+    fn to_f64(values: Vec<f32>, out: &mut [[f64; 3]]) {
+        for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
+            *o = [c[0] as f64, c[1] as f64, c[2] as f64];
+        }
+    }
+}
+
+impl Stages for GpuBackend {
+    fn begin_step(&mut self, problem: StepProblem<'_>) {
+        self.linear.write_step(&self.context, problem.start, problem.target);
+        self.nodes = problem.nodes.to_vec();
+        self.inv_h2 = 1.0 / (problem.dt * problem.dt);
+        if !problem.vertex_damping.is_empty() || problem.rayleigh > 0.0 {
+            self.error.get_or_insert(Error::Unsupported("damping is not on the GPU backend yet".into()));
+        }
+    }
+
+    fn set_anchors(&mut self, anchors: &[Anchor]) {
+        if !anchors.is_empty() {
+            self.error.get_or_insert(Error::Unsupported("handles are not on the GPU backend yet".into()));
+        }
+    }
+
+    fn dissipation(&mut self) -> f64 {
+        0.0
+    }
+
+    fn set_iterate(&mut self, x: &[[f64; 3]]) {
+        self.linear.write(&self.context, Positions::Iterate, x);
+    }
+
+    fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
+        let values = self.linear.read_iterate(&self.context);
+        let values = self.settle(values, vec![f32::NAN; 3 * out.len()]);
+        GpuBackend::to_f64(values, out);
+    }
+
+    fn objective(&mut self) -> f64 {
+        let nodes = self.nodes.clone();
+        let value = self.energy_at(Positions::Iterate, &nodes, self.inv_h2);
+        self.settle(value, f64::NAN)
+    }
+
+    fn linearize(&mut self, _projection: Projection) -> Linearization {
+        let nodes = self.nodes.clone();
+        let result = (|| {
+            self.elements.evaluate(&self.context, &self.element_stage, Positions::Iterate, &nodes, 2)?;
+            let params = self.gather_params(&nodes, self.inv_h2);
+            let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate)?;
+            self.linear.assemble(&self.context, &self.linear_stages)?;
+            Ok(Linearization {
+                gradient_norm: sums[1].sqrt(),
+                force_scale: sums[2],
+                // The device works in f32: its objective is known to f32 resolution.
+                noise_floor: f32::EPSILON as f64 * sums[3],
+            })
+        })();
+        self.settle(result, Linearization { gradient_norm: f64::NAN, ..Linearization::default() })
+    }
+
+    fn solve_direction(
+        &mut self,
+        _solver: LinearSolver,
+        tolerance: f64,
+        max_iterations: usize,
+    ) -> DirectionReport {
+        // The GPU always solves with PCG; the direct solver is a CPU option.
+        let result = (|| {
+            self.linear.vector(&self.context, &self.linear_stages, "negate_gradient", 0.0)?;
+            let status =
+                self.linear.pcg(&self.context, &self.linear_stages, tolerance, max_iterations as u32)?;
+            self.report(status.iterations.max(1) as usize, status.state == 2 || status.state == 3)
+        })();
+        self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
+    }
+
+    fn use_negative_gradient(&mut self) -> DirectionReport {
+        let result = (|| {
+            self.linear.vector(&self.context, &self.linear_stages, "use_gradient", 0.0)?;
+            self.report(0, false)
+        })();
+        self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
+    }
+
+    fn scale_direction(&mut self, factor: f64) {
+        let result = self.linear.vector(&self.context, &self.linear_stages, "scale", factor);
+        self.settle(result, ());
+    }
+
+    fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64> {
+        let nodes = self.nodes.clone();
+        let result = (|| {
+            self.linear.vector(&self.context, &self.linear_stages, "save", 0.0)?;
+            let mut values = Vec::with_capacity(alphas.len());
+            for &alpha in alphas {
+                self.linear.vector(&self.context, &self.linear_stages, "offset", alpha)?;
+                values.push(self.energy_at(Positions::Iterate, &nodes, self.inv_h2)?);
+            }
+            self.linear.vector(&self.context, &self.linear_stages, "offset", 0.0)?;
+            Ok(values)
+        })();
+        self.settle(result, vec![f64::NAN; alphas.len()])
+    }
+
+    fn preferred_batch(&self) -> usize {
+        1
+    }
+
+    fn advance(&mut self, alpha: f64) {
+        let result = (|| {
+            self.linear.vector(&self.context, &self.linear_stages, "save", 0.0)?;
+            self.linear.vector(&self.context, &self.linear_stages, "offset", alpha)
+        })();
+        self.settle(result, ());
+    }
+
+    fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
+        self.linear.write(&self.context, Positions::Aux, x);
+        let value = self.energy_at(Positions::Aux, &POTENTIAL_NODE, 0.0);
+        self.settle(value, f64::NAN)
+    }
+
+    fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
+        self.linear.write(&self.context, Positions::Aux, x);
+        let result = (|| {
+            self.elements.evaluate(&self.context, &self.element_stage, Positions::Aux, &POTENTIAL_NODE, 1)?;
+            let params = self.gather_params(&POTENTIAL_NODE, 0.0);
+            self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Aux)?;
+            self.linear.read_gradient(&self.context)
+        })();
+        let values = self.settle(result, vec![f32::NAN; 3 * out.len()]);
+        GpuBackend::to_f64(values, out);
+    }
+
+    fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+
+    fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
+        Some(&self.linear.x)
+    }
+}

@@ -1,0 +1,110 @@
+//! Whole steps on the GPU backend against the CPU backend, for every integrator. Without an
+//! adapter these skip with a printed reason unless LIVELY_REQUIRE_GPU=1 (CI sets it and
+//! installs the lavapipe software adapter), where a missing adapter fails.
+
+use lively::{Backend, Error, Integrator, Material, Simulation, Solver, TetMesh};
+
+fn gpu_available() -> bool {
+    match lively::backend::gpu::GpuContext::new() {
+        Ok(_) => true,
+        Err(e) if std::env::var("LIVELY_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("LIVELY_REQUIRE_GPU=1 but no GPU is usable: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping GPU test: {e} (set LIVELY_REQUIRE_GPU=1 to make this a failure)");
+            false
+        }
+    }
+}
+
+const INTEGRATORS: [Integrator; 10] = [
+    Integrator::ForwardEuler,
+    Integrator::SymplecticEuler,
+    Integrator::BackwardEuler,
+    Integrator::Bdf2,
+    Integrator::ImplicitMidpoint,
+    Integrator::Newmark,
+    Integrator::Avf,
+    Integrator::Stabilized { epsilon: 0.01 },
+    Integrator::A1,
+    Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
+];
+
+/// A stretched StVK bar, pinned at one end, under gravity.
+fn scene(integrator: Integrator, backend: Backend) -> Result<Simulation, Error> {
+    let mesh = TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]);
+    // Explicit schemes need a step inside their stability limit.
+    let dt = if matches!(integrator, Integrator::ForwardEuler | Integrator::SymplecticEuler) {
+        1e-3
+    } else {
+        1.0 / 30.0
+    };
+    let mut sim = Simulation::builder()
+        .tet_body(mesh, Material::stvk(5e4, 0.3), 1000.0)
+        .gravity([0.0, -9.81, 0.0])
+        .dt(dt)
+        .integrator(integrator)
+        .solver(Solver::newton().tolerance(1e-6))
+        .backend(backend)
+        .pin(|p| p[0] < 1e-9)
+        .build()?;
+    let x: Vec<[f64; 3]> = sim.positions().iter().map(|p| [1.15 * p[0], p[1], p[2]]).collect();
+    let v = vec![[0.0; 3]; x.len()];
+    sim.set_state(&x, &v)?;
+    Ok(sim)
+}
+
+#[test]
+fn every_integrator_steps_on_the_gpu_like_on_the_cpu() {
+    if !gpu_available() {
+        return;
+    }
+    for integrator in INTEGRATORS {
+        let mut cpu = scene(integrator.clone(), Backend::Cpu).unwrap();
+        let mut gpu = scene(integrator.clone(), Backend::Gpu).unwrap();
+        assert_eq!(gpu.backend(), Backend::Gpu);
+        let start = cpu.positions().to_vec();
+        // Two steps, so BDF2 also takes one with its history.
+        for _ in 0..2 {
+            cpu.step().unwrap();
+            let stats = gpu.step().unwrap_or_else(|e| panic!("{integrator:?} on the GPU: {e}"));
+            assert!(stats.converged, "{integrator:?}: GPU step did not converge: {stats:?}");
+        }
+        let displacement = cpu
+            .positions()
+            .iter()
+            .zip(&start)
+            .flat_map(|(a, b)| (0..3).map(move |c| (a[c] - b[c]).abs()))
+            .fold(0.0, f64::max);
+        let difference = cpu
+            .positions()
+            .iter()
+            .zip(gpu.positions())
+            .flat_map(|(a, b)| (0..3).map(move |c| (a[c] - b[c]).abs()))
+            .fold(0.0, f64::max);
+        // The GPU works in f32 and stops Newton at its f32 round-off (~1e-7 of the forces),
+        // the CPU at 1e-6 N in f64: 1e-3 of the displacement is far beyond both, and far
+        // below any difference in the scheme itself (those are O(1) of it).
+        println!("{integrator:?}: GPU vs CPU {difference:.2e} m of a {displacement:.2e} m displacement");
+        assert!(gpu.gpu_positions().is_some() && cpu.gpu_positions().is_none());
+        assert!(
+            difference <= 1e-3 * displacement,
+            "{integrator:?}: GPU differs by {difference:e} m (displacement {displacement:e} m)"
+        );
+    }
+}
+
+#[test]
+fn gpu_steps_give_the_same_bits_every_run() {
+    if !gpu_available() {
+        return;
+    }
+    let run = || {
+        let mut sim = scene(Integrator::Avf, Backend::Gpu).unwrap();
+        for _ in 0..3 {
+            sim.step().unwrap();
+        }
+        sim.positions().to_vec()
+    };
+    assert_eq!(run(), run());
+}

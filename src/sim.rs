@@ -598,6 +598,11 @@ impl Simulation {
         self.stages.positions_buffer()
     }
 
+    /// Device memory the GPU backend holds for this simulation (bytes); `None` on the CPU.
+    pub fn gpu_memory(&self) -> Option<u64> {
+        self.stages.device_memory()
+    }
+
     /// Keeps the GPU's position buffer on the committed state (a blended or explicit step ends
     /// elsewhere than the last Newton iterate).
     fn publish_positions(&mut self) {

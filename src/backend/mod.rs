@@ -141,6 +141,10 @@ pub trait Stages: Send {
     fn take_error(&mut self) -> Option<crate::Error> {
         None
     }
+    /// Device memory held for this model (bytes), on a GPU backend.
+    fn device_memory(&self) -> Option<u64> {
+        None
+    }
     /// The device buffer with the current positions (3 f32 per vertex), on a GPU backend.
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
         None

@@ -244,6 +244,10 @@ impl Stages for GpuBackend {
         self.error.take()
     }
 
+    fn device_memory(&self) -> Option<u64> {
+        Some(self.context.allocated_bytes())
+    }
+
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
         Some(&self.linear.x)
     }

@@ -15,6 +15,7 @@ pub struct GpuContext {
     /// The adapter is a software rasterizer (e.g. lavapipe): correct, but no faster than the
     /// CPU backend, so `Backend::Auto` does not pick it.
     pub software: bool,
+    allocated: std::sync::atomic::AtomicU64,
 }
 
 impl GpuContext {
@@ -42,12 +43,28 @@ impl GpuContext {
             queue,
             adapter: format!("{} ({:?})", info.name, info.backend),
             software: info.device_type == wgpu::DeviceType::Cpu,
+            allocated: 0.into(),
         })
     }
 
     /// Wraps the application's own device and queue (e.g. its renderer's).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
-        GpuContext { device, queue, adapter: "application device".into(), software: false }
+        GpuContext {
+            device,
+            queue,
+            adapter: "application device".into(),
+            software: false,
+            allocated: 0.into(),
+        }
+    }
+
+    /// Bytes of storage this context has allocated for lively.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count(&self, bytes: u64) {
+        self.allocated.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A storage buffer initialised with `data`.
@@ -61,6 +78,7 @@ impl GpuContext {
         } else {
             bytes
         };
+        self.count(contents.len() as u64);
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents,
@@ -70,9 +88,11 @@ impl GpuContext {
 
     /// A zeroed storage buffer of `len` elements of `T`.
     pub(crate) fn scratch<T: bytemuck::Pod>(&self, label: &str, len: usize) -> wgpu::Buffer {
+        let size = (std::mem::size_of::<T>() * len.max(1)).next_multiple_of(4) as u64;
+        self.count(size);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: (std::mem::size_of::<T>() * len.max(1)).next_multiple_of(4) as u64,
+            size,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })

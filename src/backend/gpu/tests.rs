@@ -106,7 +106,7 @@ fn element_stage_gives_the_same_bits_every_run() {
     let linear = GpuLinear::for_model(&context, &linear_stages, &model);
     linear.write_positions(&context, &x, &start, &start);
     let gpu = GpuElements::new(&context, &stage, &model, &linear).unwrap();
-    let mut run = || {
+    let run = || {
         let energy = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES[..1], 2).unwrap();
         (energy.to_bits(), gpu.read_outputs(&context, &linear).unwrap())
     };

@@ -40,10 +40,13 @@ impl GpuBackend {
                 "colliders are not on the GPU backend yet; use Backend::Cpu".into(),
             ));
         }
-        let element_stage = WgElement::new(&context)?;
-        let linear_stages = WgLinear::new(&context)?;
-        let linear = GpuLinear::for_model(&context, &linear_stages, &model);
-        let elements = GpuElements::new(&context, &element_stage, &model, &linear)?;
+        let (element_stage, linear_stages, linear, elements) = context.guarded(|| {
+            let element_stage = WgElement::new(&context)?;
+            let linear_stages = WgLinear::new(&context)?;
+            let linear = GpuLinear::for_model(&context, &linear_stages, &model);
+            let elements = GpuElements::new(&context, &element_stage, &model, &linear)?;
+            Ok((element_stage, linear_stages, linear, elements))
+        })?;
         Ok(GpuBackend {
             context,
             element_stage,
@@ -241,7 +244,7 @@ impl Stages for GpuBackend {
     }
 
     fn take_error(&mut self) -> Option<Error> {
-        self.error.take()
+        self.error.take().or_else(|| self.context.take_failure())
     }
 
     fn device_memory(&self) -> Option<u64> {

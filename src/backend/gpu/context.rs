@@ -16,6 +16,9 @@ pub struct GpuContext {
     /// CPU backend, so `Backend::Auto` does not pick it.
     pub software: bool,
     allocated: std::sync::atomic::AtomicU64,
+    /// The first error the device reported outside an error scope (device loss, out of memory
+    /// during a step), kept instead of wgpu's default panic.
+    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl GpuContext {
@@ -32,18 +35,32 @@ impl GpuContext {
             Error::NoGpu(format!("{e}; install a Vulkan, Metal or DX12 driver, or use Backend::Cpu"))
         })?;
         let info = adapter.get_info();
+        let failure: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lively"),
             required_limits: adapter.limits(),
             ..Default::default()
         }))
         .map_err(|e| Error::NoGpu(format!("adapter {} refused a device: {e}", info.name)))?;
+        fn record(failure: &std::sync::Arc<std::sync::Mutex<Option<String>>>, message: String) {
+            if let Ok(mut slot) = failure.lock() {
+                slot.get_or_insert(message);
+            }
+        }
+        let on_error = failure.clone();
+        device
+            .on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| record(&on_error, e.to_string())));
+        let on_loss = failure.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            record(&on_loss, format!("{reason:?}: {message}"))
+        });
         Ok(GpuContext {
             device,
             queue,
             adapter: format!("{} ({:?})", info.name, info.backend),
             software: info.device_type == wgpu::DeviceType::Cpu,
             allocated: 0.into(),
+            failure,
         })
     }
 
@@ -55,7 +72,36 @@ impl GpuContext {
             adapter: "application device".into(),
             software: false,
             allocated: 0.into(),
+            // The application's own error handlers stay in place.
+            failure: Default::default(),
         }
+    }
+
+    /// The first device failure reported since the last call, as an error.
+    pub(crate) fn take_failure(&self) -> Option<Error> {
+        let message = self.failure.lock().ok()?.take()?;
+        Some(Error::DeviceLost(format!("{message}; the step was not applied")))
+    }
+
+    /// Runs `create` with out-of-memory and validation errors captured, so that a model too
+    /// large for the device is an error rather than a panic.
+    pub(crate) fn guarded<T>(&self, create: impl FnOnce() -> Result<T>) -> Result<T> {
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let memory = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let value = create();
+        let oom = pollster::block_on(memory.pop());
+        let invalid = pollster::block_on(validation.pop());
+        if let Some(e) = oom {
+            return Err(Error::DeviceLost(format!(
+                "out of GPU memory for this model ({e}); use Backend::Cpu or a smaller model"
+            )));
+        }
+        if let Some(e) = invalid {
+            return Err(Error::Unsupported(format!(
+                "the GPU refused the model's buffers ({e}); use Backend::Cpu"
+            )));
+        }
+        value
     }
 
     /// Bytes of storage this context has allocated for lively.

@@ -73,29 +73,98 @@ impl TetMesh {
                 }
             }
         }
-        // Cube corners by bit pattern (x | y << 1 | z << 2). Each split has one central tet
-        // on four corners of equal parity and four corner tets on the other four.
-        const EVEN: [[usize; 4]; 5] = [[1, 2, 4, 7], [0, 1, 2, 4], [3, 1, 2, 7], [5, 1, 4, 7], [6, 2, 4, 7]];
-        const ODD: [[usize; 4]; 5] = [[0, 3, 5, 6], [1, 0, 3, 5], [2, 0, 3, 6], [4, 0, 5, 6], [7, 3, 5, 6]];
         let mut tets = Vec::with_capacity(5 * nx * ny * nz);
         for k in 0..nz {
             for j in 0..ny {
                 for i in 0..nx {
                     let corner = |c: usize| id(i + (c & 1), j + ((c >> 1) & 1), k + ((c >> 2) & 1));
-                    let split = if (i + j + k) % 2 == 0 { &EVEN } else { &ODD };
-                    for t in split {
-                        let mut tet = t.map(corner);
-                        let p = tet.map(|v| positions[v as usize]);
-                        if signed_volume(p[0], p[1], p[2], p[3]) < 0.0 {
-                            tet.swap(2, 3);
-                        }
-                        tets.push(tet);
-                    }
+                    tets.extend(split_cube([i, j, k], corner, &positions));
                 }
             }
         }
         let surface = boundary_triangles(&tets);
         TetMesh { positions, tets, surface }
+    }
+
+    /// Reads a tet mesh, choosing the reader by extension: Gmsh `.msh` (2.2 or 4.1 ASCII),
+    /// TetGen `.node` with its `.ele`, legacy VTK `.vtk` (ASCII), Medit `.mesh`. Tets are
+    /// oriented positively (file conventions differ) and vertices no tet uses are dropped;
+    /// degenerate tets are an error naming the element.
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<TetMesh> {
+        let (positions, tets) = super::io::read_tets(path.as_ref())?;
+        let (positions, tets) = compact(positions, tets);
+        let tets = tets
+            .into_iter()
+            .map(|mut t| {
+                let p = t.map(|v| positions[v as usize]);
+                if signed_volume(p[0], p[1], p[2], p[3]) < 0.0 {
+                    t.swap(2, 3);
+                }
+                t
+            })
+            .collect();
+        TetMesh::new(positions, tets).map_err(|e| Error::Mesh(format!("{}: {e}", path.as_ref().display())))
+    }
+
+    /// Tetrahedralizes the inside of a closed surface: cubic cells of edge `target_edge`,
+    /// split into five tets each like [`TetMesh::bar`], kept where the cell centre is inside
+    /// by the generalized winding number. The result is a voxel approximation of the shape
+    /// (its boundary is made of cube faces, within one cell of the surface), not a
+    /// surface-conforming mesh.
+    pub fn from_surface(surface: &super::TriMesh, target_edge: f64) -> Result<TetMesh> {
+        crate::error::require_positive("target_edge", target_edge)?;
+        super::tri_mesh::check_closed(surface)?;
+        let (lo, hi) = super::tri_mesh::bounds(surface.positions());
+        let cells: [usize; 3] =
+            std::array::from_fn(|c| ((hi[c] - lo[c]) / target_edge).ceil().max(1.0) as usize);
+        let total = cells[0] * cells[1] * cells[2];
+        if total > 50_000_000 {
+            return Err(Error::Parameter(format!(
+                "target_edge {target_edge} gives {total} cells; use a larger target_edge"
+            )));
+        }
+        let [nx, ny, nz] = cells;
+        let inside: Vec<bool> = {
+            use rayon::prelude::*;
+            (0..total)
+                .into_par_iter()
+                .map(|c| {
+                    let (i, j, k) = (c % nx, (c / nx) % ny, c / (nx * ny));
+                    let center = [
+                        lo[0] + (i as f64 + 0.5) * target_edge,
+                        lo[1] + (j as f64 + 0.5) * target_edge,
+                        lo[2] + (k as f64 + 0.5) * target_edge,
+                    ];
+                    super::tri_mesh::winding_number(surface, center).abs() > 0.5
+                })
+                .collect()
+        };
+        let id = |i: usize, j: usize, k: usize| (i + (nx + 1) * (j + (ny + 1) * k)) as u32;
+        let mut positions = Vec::with_capacity((nx + 1) * (ny + 1) * (nz + 1));
+        for k in 0..=nz {
+            for j in 0..=ny {
+                for i in 0..=nx {
+                    positions.push([
+                        lo[0] + i as f64 * target_edge,
+                        lo[1] + j as f64 * target_edge,
+                        lo[2] + k as f64 * target_edge,
+                    ]);
+                }
+            }
+        }
+        let mut tets = Vec::new();
+        for (c, _) in inside.iter().enumerate().filter(|(_, inside)| **inside) {
+            let (i, j, k) = (c % nx, (c / nx) % ny, c / (nx * ny));
+            let corner = |b: usize| id(i + (b & 1), j + ((b >> 1) & 1), k + ((b >> 2) & 1));
+            tets.extend(split_cube([i, j, k], corner, &positions));
+        }
+        if tets.is_empty() {
+            return Err(Error::Parameter(format!(
+                "the surface encloses no cell of edge {target_edge}; use a smaller target_edge"
+            )));
+        }
+        let (positions, tets) = compact(positions, tets);
+        TetMesh::new(positions, tets)
     }
 
     /// Rest positions.
@@ -117,6 +186,43 @@ impl TetMesh {
     pub fn vertex_count(&self) -> usize {
         self.positions.len()
     }
+}
+
+/// The five positively oriented tets of the cube at cell `cell`, whose corners (by bit
+/// pattern x | y << 1 | z << 2) are vertex `corner(bits)`. Neighbouring cubes use mirrored
+/// splits so their shared faces agree; the central tet is regular for cubic cells.
+fn split_cube(cell: [usize; 3], corner: impl Fn(usize) -> u32, positions: &[[f64; 3]]) -> [[u32; 4]; 5] {
+    const EVEN: [[usize; 4]; 5] = [[1, 2, 4, 7], [0, 1, 2, 4], [3, 1, 2, 7], [5, 1, 4, 7], [6, 2, 4, 7]];
+    const ODD: [[usize; 4]; 5] = [[0, 3, 5, 6], [1, 0, 3, 5], [2, 0, 3, 6], [4, 0, 5, 6], [7, 3, 5, 6]];
+    let split = if (cell[0] + cell[1] + cell[2]) % 2 == 0 { &EVEN } else { &ODD };
+    split.map(|t| {
+        let mut tet = t.map(&corner);
+        let p = tet.map(|v| positions[v as usize]);
+        if signed_volume(p[0], p[1], p[2], p[3]) < 0.0 {
+            tet.swap(2, 3);
+        }
+        tet
+    })
+}
+
+/// Drops vertices no tet uses and renumbers the tets.
+fn compact(positions: Vec<[f64; 3]>, tets: Vec<[u32; 4]>) -> (Vec<[f64; 3]>, Vec<[u32; 4]>) {
+    let mut index = vec![u32::MAX; positions.len()];
+    let mut kept = Vec::new();
+    for tet in &tets {
+        for &v in tet {
+            // Out-of-range indices are left for TetMesh::new to report.
+            if let Some(slot) = index.get_mut(v as usize).filter(|slot| **slot == u32::MAX) {
+                *slot = kept.len() as u32;
+                kept.push(positions[v as usize]);
+            }
+        }
+    }
+    if kept.len() == positions.len() {
+        return (positions, tets);
+    }
+    let tets = tets.into_iter().map(|t| t.map(|v| index.get(v as usize).copied().unwrap_or(v))).collect();
+    (kept, tets)
 }
 
 fn bounding_extent(positions: &[[f64; 3]]) -> f64 {

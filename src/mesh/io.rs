@@ -1,0 +1,410 @@
+//! Mesh readers: tetrahedral meshes from Gmsh (.msh 2.2 and 4.1 ASCII), TetGen (.node with
+//! its .ele), legacy VTK (.vtk, ASCII unstructured grid) and Medit (.mesh); triangle surfaces
+//! from Wavefront (.obj) and ASCII PLY (.ply). Errors name the file and the line.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Whitespace-separated tokens with their line numbers, comments (`#`) removed.
+struct Tokens<'a> {
+    file: String,
+    items: Vec<(usize, &'a str)>,
+    at: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn new(file: &Path, text: &'a str) -> Tokens<'a> {
+        let items = text
+            .lines()
+            .enumerate()
+            .flat_map(|(n, line)| {
+                line.split('#').next().unwrap_or("").split_whitespace().map(move |t| (n + 1, t))
+            })
+            .collect();
+        Tokens { file: file.display().to_string(), items, at: 0 }
+    }
+
+    fn error(&self, what: &str) -> Error {
+        let line = self.items.get(self.at.saturating_sub(1)).map_or(0, |(n, _)| *n);
+        Error::Mesh(format!("{} line {line}: {what}", self.file))
+    }
+
+    fn next(&mut self) -> Result<&'a str> {
+        let token = self.items.get(self.at).map(|(_, t)| *t);
+        self.at += 1;
+        token.ok_or_else(|| self.error("unexpected end of file"))
+    }
+
+    fn parse<T: std::str::FromStr>(&mut self, what: &str) -> Result<T> {
+        let token = self.next()?;
+        token.parse().map_err(|_| self.error(&format!("expected {what}, found {token:?}")))
+    }
+
+    fn point(&mut self) -> Result<[f64; 3]> {
+        Ok([self.parse("a coordinate")?, self.parse("a coordinate")?, self.parse("a coordinate")?])
+    }
+
+    fn skip_to(&mut self, token: &str) -> Result<()> {
+        while self.next()? != token {}
+        Ok(())
+    }
+
+    fn find(&mut self, token: &str) -> bool {
+        while let Some((_, t)) = self.items.get(self.at) {
+            self.at += 1;
+            if *t == token {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+pub(crate) fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })
+}
+
+/// Maps file vertex labels to indices and checks each tet refers to known vertices.
+fn resolve(file: &Path, labels: &[i64], tets: Vec<[i64; 4]>) -> Result<Vec<[u32; 4]>> {
+    let mut index = std::collections::HashMap::with_capacity(labels.len());
+    for (i, &label) in labels.iter().enumerate() {
+        index.insert(label, i as u32);
+    }
+    tets.into_iter()
+        .enumerate()
+        .map(|(e, tet)| {
+            let mut out = [0u32; 4];
+            for (k, label) in tet.iter().enumerate() {
+                out[k] = *index.get(label).ok_or_else(|| {
+                    Error::Mesh(format!(
+                        "{}: element {e} refers to vertex {label}, which the file does not define",
+                        file.display()
+                    ))
+                })?;
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// Reads tets from any supported file: `(positions, tets)` as stored.
+pub(crate) fn read_tets(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    match extension.as_str() {
+        "msh" => gmsh(path, &read(path)?),
+        "node" | "ele" => tetgen(path),
+        "vtk" => vtk(path, &read(path)?),
+        "mesh" => medit(path, &read(path)?),
+        other => Err(Error::Mesh(format!(
+            "{}: unknown tet-mesh extension {other:?}; use .msh, .node/.ele, .vtk or .mesh",
+            path.display()
+        ))),
+    }
+}
+
+fn gmsh(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    let mut t = Tokens::new(path, text);
+    t.skip_to("$MeshFormat")?;
+    let version: f64 = t.parse("the format version")?;
+    let (mut labels, mut positions, mut tets) = (Vec::new(), Vec::new(), Vec::new());
+    if !t.find("$Nodes") {
+        return Err(t.error("no $Nodes section"));
+    }
+    if version >= 4.0 {
+        let blocks: usize = t.parse("the number of node blocks")?;
+        let _total: usize = t.parse("the number of nodes")?;
+        let _min: i64 = t.parse("a node tag")?;
+        let _max: i64 = t.parse("a node tag")?;
+        for _ in 0..blocks {
+            let (_dim, _tag, parametric): (i64, i64, i64) =
+                (t.parse("an entity dimension")?, t.parse("an entity tag")?, t.parse("a flag")?);
+            let count: usize = t.parse("a node count")?;
+            if parametric != 0 {
+                return Err(t.error("parametric nodes are not supported"));
+            }
+            let first = labels.len();
+            for _ in 0..count {
+                labels.push(t.parse("a node tag")?);
+            }
+            for _ in first..labels.len() {
+                positions.push(t.point()?);
+            }
+        }
+        t.skip_to("$Elements")?;
+        let blocks: usize = t.parse("the number of element blocks")?;
+        let _total: usize = t.parse("the number of elements")?;
+        let (_min, _max): (i64, i64) = (t.parse("an element tag")?, t.parse("an element tag")?);
+        for _ in 0..blocks {
+            let (_dim, _tag): (i64, i64) = (t.parse("an entity dimension")?, t.parse("an entity tag")?);
+            let kind: u32 = t.parse("an element type")?;
+            let count: usize = t.parse("an element count")?;
+            let nodes = gmsh_nodes(kind).ok_or_else(|| t.error(&format!("unknown element type {kind}")))?;
+            for _ in 0..count {
+                let _tag: i64 = t.parse("an element tag")?;
+                let ids: Vec<i64> = (0..nodes).map(|_| t.parse("a node tag")).collect::<Result<_>>()?;
+                if kind == 4 {
+                    tets.push([ids[0], ids[1], ids[2], ids[3]]);
+                }
+            }
+        }
+    } else {
+        let count: usize = t.parse("the number of nodes")?;
+        for _ in 0..count {
+            labels.push(t.parse("a node tag")?);
+            positions.push(t.point()?);
+        }
+        t.skip_to("$Elements")?;
+        let count: usize = t.parse("the number of elements")?;
+        for _ in 0..count {
+            let _tag: i64 = t.parse("an element tag")?;
+            let kind: u32 = t.parse("an element type")?;
+            let tags: usize = t.parse("a tag count")?;
+            for _ in 0..tags {
+                t.next()?;
+            }
+            let nodes = gmsh_nodes(kind).ok_or_else(|| t.error(&format!("unknown element type {kind}")))?;
+            let ids: Vec<i64> = (0..nodes).map(|_| t.parse("a node tag")).collect::<Result<_>>()?;
+            if kind == 4 {
+                tets.push([ids[0], ids[1], ids[2], ids[3]]);
+            }
+        }
+    }
+    let tets = resolve(path, &labels, tets)?;
+    Ok((positions, tets))
+}
+
+/// Nodes per Gmsh element type (the common first-order ones).
+fn gmsh_nodes(kind: u32) -> Option<usize> {
+    match kind {
+        15 => Some(1),
+        1 => Some(2),
+        2 => Some(3),
+        3 | 4 => Some(4),
+        5 => Some(8),
+        6 => Some(6),
+        7 => Some(5),
+        _ => None,
+    }
+}
+
+fn tetgen(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    let (node, ele) = (path.with_extension("node"), path.with_extension("ele"));
+    let text = read(&node)?;
+    let mut t = Tokens::new(&node, &text);
+    let count: usize = t.parse("the number of vertices")?;
+    let dimension: usize = t.parse("the dimension")?;
+    let attributes: usize = t.parse("the number of attributes")?;
+    let markers: usize = t.parse("the boundary-marker flag")?;
+    if dimension != 3 {
+        return Err(t.error("only 3-D .node files are supported"));
+    }
+    let (mut labels, mut positions) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    for _ in 0..count {
+        labels.push(t.parse("a vertex index")?);
+        positions.push(t.point()?);
+        for _ in 0..attributes + markers {
+            t.next()?;
+        }
+    }
+    let text = read(&ele)?;
+    let mut t = Tokens::new(&ele, &text);
+    let count: usize = t.parse("the number of tets")?;
+    let corners: usize = t.parse("the nodes per tet")?;
+    let attributes: usize = t.parse("the number of attributes")?;
+    if corners != 4 {
+        return Err(t.error("only linear (4-node) tets are supported"));
+    }
+    let mut tets = Vec::with_capacity(count);
+    for _ in 0..count {
+        let _index: i64 = t.parse("a tet index")?;
+        tets.push([
+            t.parse("a vertex index")?,
+            t.parse("a vertex index")?,
+            t.parse("a vertex index")?,
+            t.parse("a vertex index")?,
+        ]);
+        for _ in 0..attributes {
+            t.next()?;
+        }
+    }
+    let tets = resolve(&ele, &labels, tets)?;
+    Ok((positions, tets))
+}
+
+fn vtk(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    let mut t = Tokens::new(path, text);
+    if !t.find("POINTS") {
+        return Err(t.error("no POINTS section (only ASCII unstructured grids are supported)"));
+    }
+    let count: usize = t.parse("the number of points")?;
+    t.next()?;
+    let positions: Vec<[f64; 3]> = (0..count).map(|_| t.point()).collect::<Result<_>>()?;
+    if !t.find("CELLS") {
+        return Err(t.error("no CELLS section"));
+    }
+    let cells: usize = t.parse("the number of cells")?;
+    let _size: usize = t.parse("the cell list size")?;
+    let mut lists = Vec::with_capacity(cells);
+    for _ in 0..cells {
+        let n: usize = t.parse("a cell size")?;
+        lists.push((0..n).map(|_| t.parse("a point index")).collect::<Result<Vec<i64>>>()?);
+    }
+    if !t.find("CELL_TYPES") {
+        return Err(t.error("no CELL_TYPES section"));
+    }
+    let _count: usize = t.parse("the number of cell types")?;
+    let mut tets = Vec::new();
+    for list in lists {
+        let kind: u32 = t.parse("a cell type")?;
+        if kind == 10 && list.len() == 4 {
+            tets.push([list[0], list[1], list[2], list[3]]);
+        }
+    }
+    let labels: Vec<i64> = (0..positions.len() as i64).collect();
+    let tets = resolve(path, &labels, tets)?;
+    Ok((positions, tets))
+}
+
+fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    let mut t = Tokens::new(path, text);
+    if !t.find("Vertices") {
+        return Err(t.error("no Vertices section"));
+    }
+    let count: usize = t.parse("the number of vertices")?;
+    let mut positions = Vec::with_capacity(count);
+    for _ in 0..count {
+        positions.push(t.point()?);
+        t.next()?;
+    }
+    if !t.find("Tetrahedra") {
+        return Err(t.error("no Tetrahedra section"));
+    }
+    let count: usize = t.parse("the number of tets")?;
+    let mut tets = Vec::with_capacity(count);
+    for _ in 0..count {
+        tets.push([
+            t.parse("a vertex index")?,
+            t.parse("a vertex index")?,
+            t.parse("a vertex index")?,
+            t.parse("a vertex index")?,
+        ]);
+        t.next()?;
+    }
+    let labels: Vec<i64> = (1..=positions.len() as i64).collect();
+    let tets = resolve(path, &labels, tets)?;
+    Ok((positions, tets))
+}
+
+/// Reads a triangle surface: `(positions, triangles)`; polygons are split into fans.
+pub(crate) fn read_triangles(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]>)> {
+    let text = read(path)?;
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let (positions, polygons) = match extension.as_str() {
+        "obj" => obj(path, &text)?,
+        "ply" => ply(path, &text)?,
+        other => {
+            return Err(Error::Mesh(format!(
+                "{}: unknown surface extension {other:?}; use .obj or .ply",
+                path.display()
+            )));
+        }
+    };
+    let mut triangles = Vec::new();
+    for (p, polygon) in polygons.iter().enumerate() {
+        if polygon.len() < 3 || polygon.iter().any(|&v| v as usize >= positions.len()) {
+            return Err(Error::Mesh(format!(
+                "{}: face {p} has fewer than 3 vertices or an index out of range",
+                path.display()
+            )));
+        }
+        for k in 1..polygon.len() - 1 {
+            triangles.push([polygon[0], polygon[k], polygon[k + 1]]);
+        }
+    }
+    Ok((positions, triangles))
+}
+
+fn obj(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
+    let (mut positions, mut faces) = (Vec::new(), Vec::new());
+    for (n, line) in text.lines().enumerate() {
+        let mut parts = line.split_whitespace();
+        let error = |what: &str| Error::Mesh(format!("{} line {}: {what}", path.display(), n + 1));
+        match parts.next() {
+            Some("v") => {
+                let c: Vec<f64> = parts
+                    .take(3)
+                    .map(|s| s.parse().map_err(|_| error("bad vertex coordinate")))
+                    .collect::<Result<_>>()?;
+                if c.len() != 3 {
+                    return Err(error("a vertex needs three coordinates"));
+                }
+                positions.push([c[0], c[1], c[2]]);
+            }
+            Some("f") => {
+                let face = parts
+                    .map(|s| {
+                        let index: i64 =
+                            s.split('/').next().unwrap_or("").parse().map_err(|_| error("bad face index"))?;
+                        // 1-based, or negative: relative to the vertices read so far.
+                        let resolved = if index < 0 { positions.len() as i64 + index } else { index - 1 };
+                        u32::try_from(resolved).map_err(|_| error("face index out of range"))
+                    })
+                    .collect::<Result<Vec<u32>>>()?;
+                faces.push(face);
+            }
+            _ => {}
+        }
+    }
+    Ok((positions, faces))
+}
+
+fn ply(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
+    let mut lines = text.lines().enumerate();
+    let (mut vertices, mut faces, mut vertex_properties) = (0usize, 0usize, 0usize);
+    let mut in_vertex = false;
+    for (n, line) in lines.by_ref() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["format", format, ..] if *format != "ascii" => {
+                return Err(Error::Mesh(format!(
+                    "{} line {}: only ASCII PLY is supported",
+                    path.display(),
+                    n + 1
+                )));
+            }
+            ["element", "vertex", count] => {
+                vertices = count.parse().unwrap_or(0);
+                in_vertex = true;
+            }
+            ["element", "face", count] => {
+                faces = count.parse().unwrap_or(0);
+                in_vertex = false;
+            }
+            ["element", ..] => in_vertex = false,
+            ["property", ..] if in_vertex => vertex_properties += 1,
+            ["end_header"] => break,
+            _ => {}
+        }
+    }
+    let mut numbers = lines.flat_map(|(n, line)| line.split_whitespace().map(move |w| (n + 1, w)));
+    let mut take = |what: &str| -> Result<f64> {
+        let (n, word) = numbers
+            .next()
+            .ok_or_else(|| Error::Mesh(format!("{}: unexpected end of file", path.display())))?;
+        word.parse()
+            .map_err(|_| Error::Mesh(format!("{} line {n}: expected {what}, found {word:?}", path.display())))
+    };
+    let mut positions = Vec::with_capacity(vertices);
+    for _ in 0..vertices {
+        let values: Vec<f64> =
+            (0..vertex_properties.max(3)).map(|_| take("a vertex property")).collect::<Result<_>>()?;
+        positions.push([values[0], values[1], values[2]]);
+    }
+    let mut polygons = Vec::with_capacity(faces);
+    for _ in 0..faces {
+        let k = take("a face size")? as usize;
+        polygons.push((0..k).map(|_| take("a vertex index").map(|v| v as u32)).collect::<Result<_>>()?);
+    }
+    Ok((positions, polygons))
+}

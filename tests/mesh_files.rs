@@ -1,0 +1,207 @@
+//! Mesh readers, surfaces and the voxel tetrahedralization.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use lively::{Error, Integrator, Material, Simulation, TetMesh, TriMesh};
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lively-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn volume(mesh: &TetMesh) -> f64 {
+    mesh.tets()
+        .iter()
+        .map(|t| {
+            let p = t.map(|v| glam::DVec3::from(mesh.positions()[v as usize]));
+            (p[1] - p[0]).cross(p[2] - p[0]).dot(p[3] - p[0]) / 6.0
+        })
+        .sum()
+}
+
+/// The bar written in every format (two of them with tets flipped, as some files store them).
+fn write_all(dir: &Path, mesh: &TetMesh) -> Vec<PathBuf> {
+    let (p, t) = (mesh.positions(), mesh.tets());
+    let flipped = |k: usize, tet: &[u32; 4]| if k % 2 == 0 { *tet } else { [tet[0], tet[1], tet[3], tet[2]] };
+    let mut gmsh4 = String::from("$MeshFormat\n4.1 0 8\n$EndMeshFormat\n$Nodes\n");
+    writeln!(gmsh4, "1 {n} 1 {n}\n3 1 0 {n}", n = p.len()).unwrap();
+    for i in 0..p.len() {
+        writeln!(gmsh4, "{}", i + 1).unwrap();
+    }
+    for q in p {
+        writeln!(gmsh4, "{} {} {}", q[0], q[1], q[2]).unwrap();
+    }
+    writeln!(gmsh4, "$EndNodes\n$Elements\n1 {n} 1 {n}\n3 1 4 {n}", n = t.len()).unwrap();
+    for (k, tet) in t.iter().enumerate() {
+        let tet = flipped(k, tet);
+        writeln!(gmsh4, "{} {} {} {} {}", k + 1, tet[0] + 1, tet[1] + 1, tet[2] + 1, tet[3] + 1).unwrap();
+    }
+    gmsh4.push_str("$EndElements\n");
+    let mut gmsh2 = format!("$MeshFormat\n2.2 0 8\n$EndMeshFormat\n$Nodes\n{}\n", p.len());
+    for (i, q) in p.iter().enumerate() {
+        writeln!(gmsh2, "{} {} {} {}", i + 10, q[0], q[1], q[2]).unwrap();
+    }
+    writeln!(gmsh2, "$EndNodes\n$Elements\n{}", t.len() + 1).unwrap();
+    writeln!(gmsh2, "1 15 2 0 0 10").unwrap(); // a point element, ignored
+    for (k, tet) in t.iter().enumerate() {
+        writeln!(gmsh2, "{} 4 2 0 0 {} {} {} {}", k + 2, tet[0] + 10, tet[1] + 10, tet[2] + 10, tet[3] + 10)
+            .unwrap();
+    }
+    gmsh2.push_str("$EndElements\n");
+    let mut node = format!("{} 3 0 0\n", p.len());
+    for (i, q) in p.iter().enumerate() {
+        writeln!(node, "{} {} {} {}", i + 1, q[0], q[1], q[2]).unwrap();
+    }
+    let mut ele = format!("{} 4 0\n", t.len());
+    for (k, tet) in t.iter().enumerate() {
+        let tet = flipped(k, tet);
+        writeln!(ele, "{} {} {} {} {}", k + 1, tet[0] + 1, tet[1] + 1, tet[2] + 1, tet[3] + 1).unwrap();
+    }
+    let mut vtk = format!(
+        "# vtk DataFile Version 3.0\nbar\nASCII\nDATASET UNSTRUCTURED_GRID\nPOINTS {} double\n",
+        p.len()
+    );
+    for q in p {
+        writeln!(vtk, "{} {} {}", q[0], q[1], q[2]).unwrap();
+    }
+    writeln!(vtk, "CELLS {} {}", t.len(), 5 * t.len()).unwrap();
+    for tet in t {
+        writeln!(vtk, "4 {} {} {} {}", tet[0], tet[1], tet[2], tet[3]).unwrap();
+    }
+    writeln!(vtk, "CELL_TYPES {}", t.len()).unwrap();
+    for _ in t {
+        vtk.push_str("10\n");
+    }
+    let mut medit = format!("MeshVersionFormatted 1\nDimension 3\nVertices\n{}\n", p.len());
+    for q in p {
+        writeln!(medit, "{} {} {} 0", q[0], q[1], q[2]).unwrap();
+    }
+    writeln!(medit, "Tetrahedra\n{}", t.len()).unwrap();
+    for tet in t {
+        writeln!(medit, "{} {} {} {} 0", tet[0] + 1, tet[1] + 1, tet[2] + 1, tet[3] + 1).unwrap();
+    }
+    medit.push_str("End\n");
+    let files = [
+        ("bar4.msh", gmsh4),
+        ("bar2.msh", gmsh2),
+        ("bar.node", node),
+        ("bar.ele", ele),
+        ("bar.vtk", vtk),
+        ("bar.mesh", medit),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    ["bar4.msh", "bar2.msh", "bar.node", "bar.vtk", "bar.mesh"].iter().map(|n| dir.join(n)).collect()
+}
+
+#[test]
+fn every_format_reads_back_the_same_positively_oriented_mesh() {
+    let dir = scratch_dir("formats");
+    let mesh = TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]);
+    for path in write_all(&dir, &mesh) {
+        let loaded = TetMesh::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(loaded.positions().len(), mesh.positions().len(), "{}", path.display());
+        assert_eq!(loaded.tets().len(), mesh.tets().len(), "{}", path.display());
+        // TetMesh::new accepted it, so every tet is positive; the total volume is the box's.
+        assert!((volume(&loaded) - 0.3 * 0.2 * 0.2).abs() < 1e-12, "{}", path.display());
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bad_files_name_the_file_and_line() {
+    let dir = scratch_dir("bad");
+    let truncated = dir.join("short.msh");
+    std::fs::write(&truncated, "$MeshFormat\n2.2 0 8\n$EndMeshFormat\n$Nodes\n3\n1 0 0 0\n2 1 x 0\n")
+        .unwrap();
+    let message = TetMesh::load(&truncated).unwrap_err().to_string();
+    assert!(message.contains("short.msh line 7") && message.contains("coordinate"), "{message}");
+    let dangling = dir.join("dangling.mesh");
+    std::fs::write(&dangling, "Vertices\n1\n0 0 0 0\nTetrahedra\n1\n1 2 3 4 0\n").unwrap();
+    assert!(TetMesh::load(&dangling).unwrap_err().to_string().contains("vertex 2"));
+    assert!(
+        TetMesh::load(dir.join("mesh.stl")).unwrap_err().to_string().contains("unknown tet-mesh extension")
+    );
+    assert!(matches!(TetMesh::load(dir.join("missing.msh")), Err(Error::Io { .. })));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+fn cube_surface() -> TriMesh {
+    let p = (0..8).map(|b| [(b & 1) as f64, ((b >> 1) & 1) as f64, ((b >> 2) & 1) as f64]).collect();
+    let quads = [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];
+    let triangles = quads.iter().flat_map(|q| [[q[0], q[1], q[2]], [q[0], q[2], q[3]]]).collect();
+    TriMesh::new(p, triangles).unwrap()
+}
+
+#[test]
+fn surfaces_load_from_obj_and_ply() {
+    let dir = scratch_dir("surfaces");
+    let obj = dir.join("cube.obj");
+    let mut text = String::from("# unit cube with quads and a negative index\n");
+    for b in 0..8 {
+        writeln!(text, "v {} {} {}", b & 1, (b >> 1) & 1, (b >> 2) & 1).unwrap();
+    }
+    text.push_str("f 1/1 3/2 4/3 2/4\nf 5 6 8 7\nf 1 2 6 5\nf 3 7 8 4\nf 1 5 7 3\nf -7 -5 -1 -3\n");
+    std::fs::write(&obj, text).unwrap();
+    let ply = dir.join("tri.ply");
+    std::fs::write(&ply, "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\nelement face 1\nproperty list uchar int vertex_indices\nend_header\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n").unwrap();
+    let cube = TriMesh::load(&obj).unwrap();
+    assert_eq!((cube.positions().len(), cube.triangles().len()), (8, 12));
+    let triangle = TriMesh::load(&ply).unwrap();
+    assert_eq!(triangle.triangles(), &[[0, 1, 2]]);
+    // An open surface cannot be filled.
+    let message = TetMesh::from_surface(&triangle, 0.1).unwrap_err().to_string();
+    assert!(message.contains("not closed") && message.contains("edge"), "{message}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn from_surface_fills_a_closed_surface_with_a_valid_mesh() {
+    let mesh = TetMesh::from_surface(&cube_surface(), 0.1).unwrap();
+    // Cells of 0.1 tile the unit cube exactly.
+    assert!((volume(&mesh) - 1.0).abs() < 1e-9, "volume {}", volume(&mesh));
+    assert_eq!(mesh.tets().len(), 5 * 1000);
+    // And it simulates.
+    let mut sim = Simulation::builder()
+        .tet_body(mesh, Material::stable_neo_hookean(1e5, 0.3), 1000.0)
+        .integrator(Integrator::BackwardEuler)
+        .gravity([0.0, -9.81, 0.0])
+        .pin(|p| p[1] < 1e-9)
+        .build()
+        .unwrap();
+    assert!(sim.step().unwrap().converged);
+    assert!(TetMesh::from_surface(&cube_surface(), -1.0).unwrap_err().to_string().contains("target_edge"));
+}
+
+/// The meshes in ../shared/meshes, when they are there.
+fn shared(name: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes").join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("skipping: {} is absent (the shared meshes are not part of the crate)", path.display());
+        None
+    }
+}
+
+#[test]
+fn shared_meshes_load_with_their_published_counts() {
+    for (name, vertices, tets) in [
+        ("ipc-bar-651.msh", 292, 651),
+        ("ipc-torus-491.msh", 200, 491),
+        ("pbd-armadillo-4k.node", 1180, 3717),
+    ] {
+        let Some(path) = shared(name) else { continue };
+        let mesh = TetMesh::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((mesh.positions().len(), mesh.tets().len()), (vertices, tets), "{name}");
+    }
+    if let Some(path) = shared("spot.obj") {
+        let spot = TriMesh::load(&path).unwrap();
+        assert_eq!((spot.positions().len(), spot.triangles().len()), (2930, 5856));
+        let mesh = TetMesh::from_surface(&spot, 0.1).unwrap();
+        assert!(mesh.tets().len() > 100, "Spot filled with {} tets", mesh.tets().len());
+    }
+}

@@ -12,6 +12,8 @@
 //! - `bars`: about 1K, 10K and 50K tets, stiff (E 1e7) and soft (E 1e5) StVK, backward Euler
 //!   and AVF.
 
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::{Integrator, Material, Simulation, Solver, TetMesh};
 
@@ -64,19 +66,8 @@ fn run(c: &mut Criterion, group: &str, cases: &[Case], samples: usize) {
     g.sample_size(samples);
     for case in cases {
         let (mut sim, x, v) = prepare(case, 10);
-        g.bench_function(&case.name, |b| {
-            // Only the step is timed; resetting the state between steps is not.
-            b.iter_custom(|iterations| {
-                let mut total = std::time::Duration::ZERO;
-                for _ in 0..iterations {
-                    sim.set_state(&x, &v).unwrap();
-                    let started = std::time::Instant::now();
-                    std::hint::black_box(sim.step().unwrap());
-                    total += started.elapsed();
-                }
-                total
-            })
-        });
+        sim.set_state(&x, &v).unwrap();
+        common::time_steps(&mut g, &case.name, &mut sim);
     }
     g.finish();
 }

@@ -8,6 +8,8 @@
 //! Scene: StVK E 1e6 Pa, nu 0.3, rho 1000, one end pinned, gravity, h = 1/30 s; backward Euler
 //! and A-search, Newton to 1e-4 N.
 
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::backend::gpu::GpuContext;
 use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
@@ -29,21 +31,9 @@ fn scene(cells: [usize; 3], size: [f64; 3], integrator: Integrator, backend: Bac
 }
 
 fn time_steps(c: &mut Criterion, name: &str, mut sim: Simulation) {
-    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
     let mut group = c.benchmark_group("gpu_vs_cpu");
     group.sample_size(10);
-    group.bench_function(name, |b| {
-        b.iter_custom(|iterations| {
-            let mut total = std::time::Duration::ZERO;
-            for _ in 0..iterations {
-                sim.set_state(&x, &v).unwrap();
-                let started = std::time::Instant::now();
-                std::hint::black_box(sim.step().unwrap());
-                total += started.elapsed();
-            }
-            total
-        })
-    });
+    common::time_steps(&mut group, name, &mut sim);
     group.finish();
 }
 

@@ -6,6 +6,7 @@
 // partials in order, so the total is the same bits every run.
 
 #import shared/material
+#import shared/reduce
 #import shared/spring
 
 struct Params {
@@ -20,8 +21,6 @@ struct Params {
     weight_1: f32,
     theta_1: f32,
 }
-
-const WORKGROUP: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 
@@ -41,8 +40,6 @@ const WORKGROUP: u32 = 64u;
 @group(3) @binding(1) var<storage, read_write> element_blocks: array<f32>;
 @group(3) @binding(2) var<storage, read_write> energy_partials: array<f32>;
 
-var<workgroup> partial: array<f32, WORKGROUP>;
-
 fn node(q: u32) -> vec2<f32> {
     if (q == 0u) {
         return vec2<f32>(params.weight_0, params.theta_0);
@@ -61,18 +58,11 @@ fn upper(a: u32, b: u32, n: u32) -> u32 {
     return a * n - a * (a + 1u) / 2u + b;
 }
 
-// Sums `value` over the workgroup in a fixed tree order into energy_partials[slot].
+// Sums `value` over the workgroup into energy_partials[slot].
 fn reduce(lid: u32, slot: u32, value: f32) {
-    partial[lid] = value;
-    workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
     if (lid == 0u) {
-        energy_partials[slot] = partial[0];
+        energy_partials[slot] = total.x;
     }
 }
 

@@ -4,6 +4,8 @@
 // Per workgroup it writes, in fixed tree order, the partial sums
 // (vertex energy, |grad|^2, force scale, noise magnitude).
 
+#import shared/reduce
+
 struct Params {
     vertex_count: u32,
     node_count: u32,
@@ -18,8 +20,6 @@ struct Params {
     weight_1: f32,
     theta_1: f32,
 }
-
-const WORKGROUP: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 
@@ -36,8 +36,6 @@ const WORKGROUP: u32 = 64u;
 @group(3) @binding(1) var<storage, read_write> gradient: array<f32>;
 @group(3) @binding(2) var<storage, read_write> vertex_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-
-var<workgroup> partial: array<vec4<f32>, WORKGROUP>;
 
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 0u) {
@@ -108,15 +106,8 @@ fn main(
     if (gid.x < params.vertex_count) {
         sums = vertex(gid.x);
     }
-    partial[lid] = sums;
-    workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(lid, sums);
     if (lid == 0u) {
-        partials[wid.x] = partial[0];
+        partials[wid.x] = total;
     }
 }

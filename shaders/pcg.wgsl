@@ -6,6 +6,8 @@
 // order, so the solve gives the same bits every run. The host reads `scalars` only every
 // few iterations.
 
+#import shared/reduce
+
 struct Params {
     vertex_count: u32,
     partial_count: u32,
@@ -31,7 +33,6 @@ const CONVERGED: u32 = 1u;
 const NEGATIVE_FIRST: u32 = 2u;
 const NEGATIVE_LATER: u32 = 3u;
 const LIMIT: u32 = 4u;
-const WORKGROUP: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 
@@ -50,8 +51,6 @@ const WORKGROUP: u32 = 64u;
 @group(3) @binding(8) var<storage, read_write> partials: array<vec2<f32>>;
 @group(3) @binding(9) var<storage, read_write> scalars: Scalars;
 
-var<workgroup> partial: array<vec2<f32>, WORKGROUP>;
-
 fn vector_at(buffer: u32, v: u32) -> vec3<f32> {
     switch buffer {
         case 0u: { return vec3<f32>(b[3u * v], b[3u * v + 1u], b[3u * v + 2u]); }
@@ -62,36 +61,21 @@ fn vector_at(buffer: u32, v: u32) -> vec3<f32> {
     }
 }
 
-// Writes a workgroup's sum of `value` to partials[slot], in a fixed tree order.
+// Writes a workgroup's sum of `value` to partials[slot].
 fn reduce_group(lid: u32, slot: u32, value: vec2<f32>) {
-    partial[lid] = value;
-    workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0));
     if (lid == 0u) {
-        partials[slot] = partial[0];
+        partials[slot] = total.xy;
     }
 }
 
-// The sum of all partials, in a fixed order (strided per invocation, then a tree).
+// The sum of all partials, in a fixed order (strided per invocation, then the tree).
 fn reduce_all(lid: u32) -> vec2<f32> {
     var sum = vec2<f32>(0.0);
     for (var i = lid; i < params.partial_count; i += WORKGROUP) {
         sum += partials[i];
     }
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    return partial[0];
+    return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0)).xy;
 }
 
 // x = 0, r = b, z = P b, p = z; partials (r.r, r.z).

@@ -3,12 +3,12 @@
 // products are summed per workgroup in a fixed tree order; the host adds the partials in
 // order.
 
+#import shared/reduce
+
 struct Params {
     vertex_count: u32,
     alpha: f32,
 }
-
-const WORKGROUP: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 
@@ -18,8 +18,6 @@ const WORKGROUP: u32 = 64u;
 @group(3) @binding(3) var<storage, read> gradient: array<f32>;
 @group(3) @binding(4) var<storage, read_write> rhs: array<f32>;
 @group(3) @binding(5) var<storage, read_write> partials: array<vec4<f32>>;
-
-var<workgroup> partial: array<vec4<f32>, WORKGROUP>;
 
 // rhs = -gradient (the Newton system's right-hand side).
 @compute @workgroup_size(64)
@@ -75,15 +73,8 @@ fn dots(
         let d = vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
         sums = vec4<f32>(dot(g, d), dot(d, d), dot(g, g), 0.0);
     }
-    partial[lid] = sums;
-    workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] += partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(lid, sums);
     if (lid == 0u) {
-        partials[wid.x] = partial[0];
+        partials[wid.x] = total;
     }
 }

@@ -2,6 +2,8 @@
 //! adapter these skip with a printed reason unless LIVELY_REQUIRE_GPU=1 (CI sets it and
 //! installs the lavapipe software adapter), where a missing adapter fails.
 
+mod common;
+
 use lively::{Backend, Error, Integrator, Material, Simulation, Solver, TetMesh};
 
 fn gpu_available() -> bool {
@@ -16,19 +18,6 @@ fn gpu_available() -> bool {
         }
     }
 }
-
-const INTEGRATORS: [Integrator; 10] = [
-    Integrator::ForwardEuler,
-    Integrator::SymplecticEuler,
-    Integrator::BackwardEuler,
-    Integrator::Bdf2,
-    Integrator::ImplicitMidpoint,
-    Integrator::Newmark,
-    Integrator::Avf,
-    Integrator::Stabilized { epsilon: 0.01 },
-    Integrator::A1,
-    Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
-];
 
 /// A stretched StVK bar, pinned at one end, under gravity.
 fn scene(integrator: Integrator, backend: Backend) -> Result<Simulation, Error> {
@@ -59,7 +48,7 @@ fn every_integrator_steps_on_the_gpu_like_on_the_cpu() {
     if !gpu_available() {
         return;
     }
-    for integrator in INTEGRATORS {
+    for integrator in common::ALL_INTEGRATORS {
         let mut cpu = scene(integrator.clone(), Backend::Cpu).unwrap();
         let mut gpu = scene(integrator.clone(), Backend::Gpu).unwrap();
         assert_eq!(gpu.backend(), Backend::Gpu);

@@ -61,18 +61,8 @@ impl TetMesh {
     pub fn bar(cells: [usize; 3], size: [f64; 3]) -> TetMesh {
         let [nx, ny, nz] = cells.map(|c| c.max(1));
         let id = |i: usize, j: usize, k: usize| (i + (nx + 1) * (j + (ny + 1) * k)) as u32;
-        let mut positions = Vec::with_capacity((nx + 1) * (ny + 1) * (nz + 1));
-        for k in 0..=nz {
-            for j in 0..=ny {
-                for i in 0..=nx {
-                    positions.push([
-                        size[0] * i as f64 / nx as f64,
-                        size[1] * j as f64 / ny as f64,
-                        size[2] * k as f64 / nz as f64,
-                    ]);
-                }
-            }
-        }
+        let positions =
+            grid([nx, ny, nz], [0.0; 3], std::array::from_fn(|c| size[c] / [nx, ny, nz][c] as f64));
         let mut tets = Vec::with_capacity(5 * nx * ny * nz);
         for k in 0..nz {
             for j in 0..ny {
@@ -140,18 +130,7 @@ impl TetMesh {
                 .collect()
         };
         let id = |i: usize, j: usize, k: usize| (i + (nx + 1) * (j + (ny + 1) * k)) as u32;
-        let mut positions = Vec::with_capacity((nx + 1) * (ny + 1) * (nz + 1));
-        for k in 0..=nz {
-            for j in 0..=ny {
-                for i in 0..=nx {
-                    positions.push([
-                        lo[0] + i as f64 * target_edge,
-                        lo[1] + j as f64 * target_edge,
-                        lo[2] + k as f64 * target_edge,
-                    ]);
-                }
-            }
-        }
+        let positions = grid(cells, lo, [target_edge; 3]);
         let mut tets = Vec::new();
         for (c, _) in inside.iter().enumerate().filter(|(_, inside)| **inside) {
             let (i, j, k) = (c % nx, (c / nx) % ny, c / (nx * ny));
@@ -203,6 +182,21 @@ fn split_cube(cell: [usize; 3], corner: impl Fn(usize) -> u32, positions: &[[f64
         }
         tet
     })
+}
+
+/// The vertices of a grid of `cells` starting at `origin`, x fastest.
+fn grid(cells: [usize; 3], origin: [f64; 3], spacing: [f64; 3]) -> Vec<[f64; 3]> {
+    let [nx, ny, nz] = cells;
+    let mut positions = Vec::with_capacity((nx + 1) * (ny + 1) * (nz + 1));
+    for k in 0..=nz {
+        for j in 0..=ny {
+            for i in 0..=nx {
+                let index = [i, j, k];
+                positions.push(std::array::from_fn(|c| origin[c] + index[c] as f64 * spacing[c]));
+            }
+        }
+    }
+    positions
 }
 
 /// Drops vertices no tet uses and renumbers the tets.

@@ -14,6 +14,20 @@ pub const PLAIN_INTEGRATORS: [Integrator; 7] = [
     Integrator::Avf,
 ];
 
+/// Every integrator, plain and energy-controlled.
+pub const ALL_INTEGRATORS: [Integrator; 10] = [
+    Integrator::ForwardEuler,
+    Integrator::SymplecticEuler,
+    Integrator::BackwardEuler,
+    Integrator::Bdf2,
+    Integrator::ImplicitMidpoint,
+    Integrator::Newmark,
+    Integrator::Avf,
+    Integrator::Stabilized { epsilon: 0.01 },
+    Integrator::A1,
+    Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
+];
+
 /// The implicit ones.
 pub const IMPLICIT_INTEGRATORS: [Integrator; 5] = [
     Integrator::BackwardEuler,

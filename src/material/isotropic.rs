@@ -229,12 +229,12 @@ impl Elastic {
         k
     }
 
-    /// Reassembles `dP/dF` from its analytic eigensystem, clamping negative eigenvalues when
-    /// projecting.
+    /// Reassembles `dP/dF` from its analytic eigensystem, with negative eigenvalues replaced by
+    /// their magnitudes when projecting.
     pub(super) fn eigensystem_tangent(&self, u: &DMat3, s: DVec3, v: &DMat3, projection: Projection) -> Mat9 {
         let d = self.stretch_derivatives(s);
         let clamp = |x: f64| {
-            if projection == Projection::Psd { x.max(0.0) } else { x }
+            if projection == Projection::Psd { x.abs() } else { x }
         };
         let mut k = [[0.0; 9]; 9];
         // Scaling modes: D_a = u_a v_a^T, coupled through d2psi/dsigma2.

@@ -131,7 +131,10 @@ impl Material {
 pub enum Projection {
     /// The exact second derivative (may be indefinite).
     None,
-    /// The nearest positive semi-definite matrix (negative eigenvalues clamped to zero).
+    /// Positive semi-definite, from the analytic eigensystem with negative eigenvalues replaced
+    /// by their magnitudes. Clamping them to zero (the nearest PSD matrix) leaves the Newton
+    /// model flat along directions the energy bends down; on a compressed StVK bar under AVF
+    /// that took the hardest step from 25 to 59 Newton iterations.
     Psd,
 }
 

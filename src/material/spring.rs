@@ -37,13 +37,13 @@ impl SpringLaw {
         }
     }
 
-    /// `d2E/dd2`, exact or with its negative eigenvalues clamped to zero. The eigenvectors are
-    /// `d` itself and the plane orthogonal to it, so the projection is analytic.
+    /// `d2E/dd2`, exact or with its negative eigenvalues replaced by their magnitudes. The
+    /// eigenvectors are `d` itself and the plane orthogonal to it, so the projection is analytic.
     pub fn hessian(&self, d: DVec3, projection: Projection) -> DMat3 {
         let k = self.stiffness;
         let len2 = d.length_squared();
         let clamp = |x: f64| {
-            if projection == Projection::Psd { x.max(0.0) } else { x }
+            if projection == Projection::Psd { x.abs() } else { x }
         };
         let (along, across) = match self.kind {
             SpringKind::Hooke => {

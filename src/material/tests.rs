@@ -139,7 +139,8 @@ fn projected_derivative_is_psd_and_exact_when_already_psd() {
             let projected = m.stress_derivative(&f, Projection::Psd);
             let rows = |k: &Mat9| k.iter().map(|r| r.to_vec()).collect::<Vec<_>>();
             let min_projected = smallest_eigenvalue(&rows(&projected));
-            // Clamped eigenvalues are exactly zero; reassembly round-off is ~1e-13 of O(10) entries.
+            // Projected eigenvalues are magnitudes, never negative; reassembly round-off is ~1e-13
+            // of O(10) entries.
             assert!(min_projected > -1e-9, "{model:?}: projected tangent has eigenvalue {min_projected:e}");
             if smallest_eigenvalue(&rows(&exact)) > 1e-8 {
                 let (err, at) = worst_relative(&exact.concat(), &projected.concat());

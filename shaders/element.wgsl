@@ -5,14 +5,14 @@
 // row-major). Energies are summed per workgroup in a fixed tree order; the host adds the
 // partials in order, so the total is the same bits every run.
 
-#import shared/material
+#import shared/elastic
 #import shared/reduce
 #import shared/spring
 
 struct Params {
     tet_count: u32,
     spring_count: u32,
-    // 0: energy only; 1: and gradients; 2: and Hessian blocks.
+    // 0: energy only; 1: and gradients; 2: and exact Hessian blocks; 3: and projected ones.
     outputs: u32,
     node_count: u32,
     // Quadrature nodes (c_q, theta_q); the second is unused when node_count is 1.
@@ -87,15 +87,15 @@ fn tet(e: u32) -> f32 {
             z[0] * beta[0].y + z[1] * beta[1].y + z[2] * beta[2].y + z[3] * beta[3].y,
             z[0] * beta[0].z + z[1] * beta[1].z + z[2] * beta[2].z + z[3] * beta[3].z,
         );
-        energy += cw.x * volume * energy_density(f, material);
+        energy += cw.x * volume * psi(f, material);
         if (params.outputs >= 1u) {
-            let p = first_piola(f, material) * (cw.x * cw.y * volume);
+            let p = piola(f, material) * (cw.x * cw.y * volume);
             for (var a = 0u; a < 4u; a++) {
                 g[a] += p * beta[a];
             }
         }
         if (params.outputs >= 2u) {
-            let k = tangent(f, material);
+            let k = dpdf(f, material, params.outputs == 3u);
             let w = cw.x * cw.y * cw.y * volume;
             // t[r][b] = sum_l K[r][3 kk + l] beta_b[l], as a vec3 over kk.
             var t: array<array<vec3<f32>, 4>, 9>;
@@ -151,7 +151,7 @@ fn spring(s: u32) -> f32 {
             g += spring_gradient(d, law) * (cw.x * cw.y);
         }
         if (params.outputs >= 2u) {
-            h += spring_hessian(d, law) * (cw.x * cw.y * cw.y);
+            h += spring_hessian(d, law, params.outputs == 3u) * (cw.x * cw.y * cw.y);
         }
     }
     let corner = 3u * (4u * params.tet_count + 2u * s);

@@ -33,8 +33,9 @@ fn spring_gradient(d: vec3<f32>, s: SpringLaw) -> vec3<f32> {
     return d * (2.0 * s.stiffness * (dot(d, d) - s.rest * s.rest));
 }
 
-// d2E/dd2 = along d dd^T / |d|^2 + across (I - dd^T / |d|^2).
-fn spring_hessian(d: vec3<f32>, s: SpringLaw) -> mat3x3<f32> {
+// d2E/dd2 = along d dd^T / |d|^2 + across (I - dd^T / |d|^2); with `project`, negative
+// eigenvalues replaced by their magnitudes.
+fn spring_hessian(d: vec3<f32>, s: SpringLaw, project: bool) -> mat3x3<f32> {
     let len2 = dot(d, d);
     var along: f32;
     var across: f32;
@@ -46,6 +47,10 @@ fn spring_hessian(d: vec3<f32>, s: SpringLaw) -> mat3x3<f32> {
         let r2 = s.rest * s.rest;
         along = 2.0 * s.stiffness * (3.0 * len2 - r2);
         across = 2.0 * s.stiffness * (len2 - r2);
+    }
+    if (project) {
+        along = abs(along);
+        across = abs(across);
     }
     var dd = mat3x3<f32>(vec3<f32>(0.0), vec3<f32>(0.0), vec3<f32>(0.0));
     if (len2 > 1e-30) {

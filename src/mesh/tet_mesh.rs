@@ -113,7 +113,7 @@ impl TetMesh {
                 "target_edge {target_edge} gives {total} cells; use a larger target_edge"
             )));
         }
-        let [nx, ny, nz] = cells;
+        let [nx, ny, _] = cells;
         let inside: Vec<bool> = {
             use rayon::prelude::*;
             (0..total)

@@ -3,9 +3,7 @@
 //! norms, slopes, the PCG status every few iterations) and the final iterate.
 //!
 //! Not on the GPU yet (the simulation refuses them with `Backend::Gpu`): collider penalties,
-//! handles, damping, the rotation-based materials, and the PSD projection of element
-//! Hessians (a projected linearization evaluates the exact Hessian; CG's negative-curvature
-//! exit then keeps the direction downhill).
+//! handles and damping.
 
 use std::sync::Arc;
 
@@ -152,10 +150,17 @@ impl Stages for GpuBackend {
         self.settle(value, f64::NAN)
     }
 
-    fn linearize(&mut self, _projection: Projection) -> Linearization {
+    fn linearize(&mut self, projection: Projection) -> Linearization {
         let nodes = self.nodes.clone();
+        let outputs = if projection == Projection::Psd { 3 } else { 2 };
         let result = (|| {
-            self.elements.evaluate(&self.context, &self.element_stage, Positions::Iterate, &nodes, 2)?;
+            self.elements.evaluate(
+                &self.context,
+                &self.element_stage,
+                Positions::Iterate,
+                &nodes,
+                outputs,
+            )?;
             let params = self.gather_params(&nodes, self.inv_h2);
             let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate)?;
             self.linear.assemble(&self.context, &self.linear_stages)?;

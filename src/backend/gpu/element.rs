@@ -90,17 +90,14 @@ impl GpuElements {
                     MaterialModel::StVK => 0.0,
                     MaterialModel::NeoHookean => 1.0,
                     MaterialModel::StableNeoHookean => 2.0,
-                    other => {
-                        return Err(Error::Unsupported(format!(
-                            "the GPU backend has StVK, neo-Hookean and stable neo-Hookean so far, not {other:?}; \
-                             use Backend::Cpu for it"
-                        )));
-                    }
+                    MaterialModel::Corotated => 3.0,
+                    MaterialModel::FixedCorotated => 4.0,
+                    MaterialModel::Arap => 5.0,
                 };
                 let (mu, lambda) = m.lame();
-                Ok([id, mu as f32, lambda as f32, 0.0])
+                [id, mu as f32, lambda as f32, 0.0]
             })
-            .collect::<Result<Vec<[f32; 4]>>>()?;
+            .collect::<Vec<[f32; 4]>>();
         let springs: Vec<u32> = model.springs.iter().flatten().copied().collect();
         let spring_laws: Vec<[f32; 4]> = model
             .spring_law
@@ -147,8 +144,8 @@ impl GpuElements {
     }
 
     /// Evaluates the elements at `at`; returns the energy (partials added in order, in f64).
-    /// `outputs`: 0 energy, 1 and corner gradients, 2 and Hessian blocks (left in the shared
-    /// buffers).
+    /// `outputs`: 0 energy, 1 and corner gradients, 2 and exact Hessian blocks, 3 and
+    /// projected ones (left in the shared buffers).
     pub fn evaluate(
         &self,
         context: &GpuContext,

@@ -1,10 +1,9 @@
 //! The GPU backend: WGSL compute stages through wgpu, f32 on the device, every stage the twin
 //! of a CPU stage in `backend/cpu` (same slots, same meaning) and tested against it.
 //!
-//! Landed so far: the device context (own or the application's), the `#import` shader
-//! preprocessor with naga validation of every composed module, and the element stage for
-//! the polynomial materials and both spring kinds. The remaining stages (gather, assembly,
-//! PCG, line-search batches) and `Backend::Gpu` in `Simulation` come next.
+//! `GpuBackend` implements the step's `Stages` with the `element` (every material, exact or
+//! projected Hessians), `gather`, `assemble`, `pcg` and `vector` stages; colliders, handles
+//! and damping are CPU-only so far.
 
 mod backend;
 mod context;

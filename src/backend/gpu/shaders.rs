@@ -6,6 +6,8 @@ use crate::error::{Error, Result};
 /// Every shader file by the name `#import` uses: stages by their name, helpers under `shared/`.
 pub const SOURCES: &[(&str, &str)] = &[
     ("shared/material", include_str!("../../../shaders/shared/material.wgsl")),
+    ("shared/eigensystem", include_str!("../../../shaders/shared/eigensystem.wgsl")),
+    ("shared/elastic", include_str!("../../../shaders/shared/elastic.wgsl")),
     ("shared/reduce", include_str!("../../../shaders/shared/reduce.wgsl")),
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),

@@ -53,11 +53,20 @@ fn element_stage_matches_its_cpu_twin() {
     let Some(context) = context() else { return };
     let stage = WgElement::new(&context).unwrap();
     let linear_stages = WgLinear::new(&context).unwrap();
-    for (k, material) in
-        [Material::stvk(2e4, 0.3), Material::neo_hookean(2e4, 0.3), Material::stable_neo_hookean(2e4, 0.45)]
-            .into_iter()
-            .enumerate()
+    let materials = [
+        Material::stvk(2e4, 0.3),
+        Material::neo_hookean(2e4, 0.3),
+        Material::stable_neo_hookean(2e4, 0.45),
+        Material::corotated(2e4, 0.3),
+        Material::fixed_corotated(2e4, 0.3),
+        Material::arap(2e4, 0.3),
+    ];
+    for (case, (material, projection)) in materials
+        .iter()
+        .flat_map(|m| [(m.clone(), Projection::None), (m.clone(), Projection::Psd)])
+        .enumerate()
     {
+        let k = case / 2;
         let model = Arc::new(mixed_model(material));
         let (x, start) = random_state(&model, 40 + k as u64);
         let corners = 4 * model.tets.len() + 2 * model.springs.len();
@@ -69,14 +78,15 @@ fn element_stage_matches_its_cpu_twin() {
             &x,
             &start,
             &NODES,
-            Some(Projection::None),
+            Some(projection),
             &mut cpu_gradients,
             &mut cpu_blocks,
         );
+        let outputs = if projection == Projection::Psd { 3 } else { 2 };
         let linear = GpuLinear::for_model(&context, &linear_stages, &model);
         linear.write_positions(&context, &x, &start, &start);
         let gpu = GpuElements::new(&context, &stage, &model, &linear).unwrap();
-        let energy = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES, 2).unwrap();
+        let energy = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES, outputs).unwrap();
         let (corner_gradients, element_blocks) = gpu.read_outputs(&context, &linear).unwrap();
         // f32 positions of ~0.3 m against shape gradients of ~10/m put ~2e-7 of rounding in F;
         // relative to the ~1 % strains here that is ~2e-5 at worst (measured on lavapipe:
@@ -90,7 +100,7 @@ fn element_stage_matches_its_cpu_twin() {
         let energy_only = gpu.evaluate(&context, &stage, Positions::Iterate, &NODES, 0).unwrap();
         assert_eq!(energy_only, energy, "the energy does not depend on what else is computed");
         println!(
-            "{} element parity, material {k}: energy {energy_error:.1e}, gradient {g_error:.1e}, Hessian {h_error:.1e}",
+            "{} element parity, material {k} {projection:?}: energy {energy_error:.1e}, gradient {g_error:.1e}, Hessian {h_error:.1e}",
             context.adapter
         );
     }

@@ -1,0 +1,266 @@
+// The signed SVD and the analytic eigensystem of dP/dF for isotropic models: the twins of
+// src/math.rs (symmetric_eigen3, signed_svd) and of the stretch forms in
+// src/material/isotropic.rs.
+
+#import shared/material
+
+const COROTATED: u32 = 3u;
+const FIXED_COROTATED: u32 = 4u;
+const ARAP: u32 = 5u;
+
+struct Eigen3 {
+    values: vec3<f32>,
+    vectors: mat3x3<f32>,
+}
+
+// Cyclic Jacobi on a symmetric 3x3 matrix; eigenvalues descending, vectors a rotation.
+fn symmetric_eigen3(m: mat3x3<f32>) -> Eigen3 {
+    var a = m;
+    var v = identity3();
+    for (var sweep = 0u; sweep < 12u; sweep++) {
+        for (var pair = 0u; pair < 3u; pair++) {
+            let p = select(select(1u, 0u, pair == 1u), 0u, pair == 0u);
+            let q = select(select(2u, 2u, pair == 1u), 1u, pair == 0u);
+            let apq = a[q][p];
+            if (abs(apq) < 1e-30) {
+                continue;
+            }
+            let theta = (a[q][q] - a[p][p]) / (2.0 * apq);
+            var t = sign(theta) / (abs(theta) + sqrt(theta * theta + 1.0));
+            if (theta == 0.0) {
+                t = 1.0;
+            }
+            let c = 1.0 / sqrt(t * t + 1.0);
+            let s = t * c;
+            // a = J^T a J with the rotation J in the (p, q) plane; v = v J.
+            var j = identity3();
+            j[p][p] = c;
+            j[q][q] = c;
+            j[q][p] = s;
+            j[p][q] = -s;
+            a = transpose(j) * a * j;
+            v = v * j;
+        }
+    }
+    var values = vec3<f32>(a[0][0], a[1][1], a[2][2]);
+    var order = vec3<u32>(0u, 1u, 2u);
+    // Sort descending (three elements).
+    if (values[order.y] > values[order.x]) { order = order.yxz; }
+    if (values[order.z] > values[order.y]) { order = order.xzy; }
+    if (values[order.y] > values[order.x]) { order = order.yxz; }
+    var vectors = mat3x3<f32>(v[order.x], v[order.y], v[order.z]);
+    if (determinant(vectors) < 0.0) {
+        vectors[2] = -vectors[2];
+    }
+    return Eigen3(vec3<f32>(values[order.x], values[order.y], values[order.z]), vectors);
+}
+
+struct Svd {
+    u: mat3x3<f32>,
+    s: vec3<f32>,
+    v: mat3x3<f32>,
+}
+
+fn any_orthogonal(a: vec3<f32>) -> vec3<f32> {
+    var helper = vec3<f32>(0.0, 1.0, 0.0);
+    if (abs(a.x) < 0.9) {
+        helper = vec3<f32>(1.0, 0.0, 0.0);
+    }
+    return normalize(cross(a, helper));
+}
+
+// F = U diag(s) V^T with U, V rotations and s[2] < 0 exactly when det F < 0.
+fn signed_svd(f: mat3x3<f32>) -> Svd {
+    let v = symmetric_eigen3(transpose(f) * f).vectors;
+    let b = f * v;
+    let scale = max(max(max(abs(f[0].x), abs(f[0].y)), max(abs(f[0].z), abs(f[1].x))),
+        max(max(abs(f[1].y), abs(f[1].z)), max(max(abs(f[2].x), abs(f[2].y)), abs(f[2].z))));
+    let tiny = max(1e-30, 1e-6 * scale);
+    let n0 = length(b[0]);
+    var u0 = vec3<f32>(1.0, 0.0, 0.0);
+    if (n0 > tiny) {
+        u0 = b[0] / n0;
+    }
+    let r1 = b[1] - u0 * dot(u0, b[1]);
+    let n1 = length(r1);
+    var u1 = any_orthogonal(u0);
+    if (n1 > tiny) {
+        u1 = r1 / n1;
+    }
+    let u2 = cross(u0, u1);
+    return Svd(mat3x3<f32>(u0, u1, u2), vec3<f32>(dot(u0, b[0]), dot(u1, b[1]), dot(u2, b[2])), v);
+}
+
+// Derivatives of psi in principal stretches; flip/twist of the pair that excludes index k.
+struct Stretch {
+    grad: vec3<f32>,
+    hess: mat3x3<f32>,
+    flip: vec3<f32>,
+    twist: vec3<f32>,
+}
+
+// (i, j) of the pair that excludes k.
+fn pair_of(k: u32) -> vec2<u32> {
+    if (k == 0u) {
+        return vec2<u32>(1u, 2u);
+    }
+    if (k == 1u) {
+        return vec2<u32>(0u, 2u);
+    }
+    return vec2<u32>(0u, 1u);
+}
+
+// (a + b) kept away from zero, sign preserved (the twist singularity of the rotation family).
+fn guarded_sum(a: f32, b: f32) -> f32 {
+    let s = a + b;
+    if (abs(s) < 1e-6) {
+        return select(-1e-6, 1e-6, s >= 0.0);
+    }
+    return s;
+}
+
+fn stretch_energy(s: vec3<f32>, m: Lame) -> f32 {
+    let j = s.x * s.y * s.z;
+    let d = s - vec3<f32>(1.0);
+    if (m.model == FIXED_COROTATED) {
+        return m.mu * dot(d, d) + 0.5 * m.lambda * (j - 1.0) * (j - 1.0);
+    }
+    let l = select(m.lambda, 0.0, m.model == ARAP);
+    let t = s.x + s.y + s.z - 3.0;
+    if (m.model == COROTATED || m.model == ARAP) {
+        return m.mu * dot(d, d) + 0.5 * l * t * t;
+    }
+    // The polynomial models, for completeness (their F forms are used for energies).
+    return energy_density(mat3x3<f32>(vec3<f32>(s.x, 0.0, 0.0), vec3<f32>(0.0, s.y, 0.0), vec3<f32>(0.0, 0.0, s.z)), m);
+}
+
+fn stretch_derivatives(s: vec3<f32>, m: Lame) -> Stretch {
+    var out: Stretch;
+    let mu = m.mu;
+    let j = s.x * s.y * s.z;
+    let others = vec3<f32>(s.y * s.z, s.x * s.z, s.x * s.y);
+    if (m.model == STVK) {
+        let c = 0.5 * m.lambda * (dot(s, s) - 3.0) - mu;
+        for (var i = 0u; i < 3u; i++) {
+            out.grad[i] = mu * s[i] * s[i] * s[i] + c * s[i];
+            for (var k = 0u; k < 3u; k++) {
+                out.hess[k][i] = m.lambda * s[i] * s[k];
+            }
+            out.hess[i][i] += 3.0 * mu * s[i] * s[i] + c;
+        }
+        for (var p = 0u; p < 3u; p++) {
+            let ab = pair_of(p);
+            let a = s[ab.x];
+            let b = s[ab.y];
+            out.flip[p] = mu * (a * a + a * b + b * b) + c;
+            out.twist[p] = mu * (a * a - a * b + b * b) + c;
+        }
+    } else if (m.model == NEO_HOOKEAN) {
+        let lnj = log(max(j, 1e-30));
+        for (var i = 0u; i < 3u; i++) {
+            out.grad[i] = mu * s[i] + (m.lambda * lnj - mu) / s[i];
+            for (var k = 0u; k < 3u; k++) {
+                out.hess[k][i] = m.lambda / (s[i] * s[k]);
+            }
+            out.hess[i][i] += mu + (mu - m.lambda * lnj) / (s[i] * s[i]);
+        }
+        for (var p = 0u; p < 3u; p++) {
+            let ab = pair_of(p);
+            let ss = s[ab.x] * s[ab.y];
+            out.flip[p] = mu + (mu - m.lambda * lnj) / ss;
+            out.twist[p] = mu + (m.lambda * lnj - mu) / ss;
+        }
+    } else if (m.model == STABLE_NEO_HOOKEAN) {
+        let l = m.lambda + mu;
+        let sc = l * (j - 1.0) - mu;
+        for (var i = 0u; i < 3u; i++) {
+            out.grad[i] = mu * s[i] + sc * others[i];
+            for (var k = 0u; k < 3u; k++) {
+                if (i == k) {
+                    out.hess[k][i] = mu + l * others[i] * others[i];
+                } else {
+                    out.hess[k][i] = s[3u - i - k] * (l * j + sc);
+                }
+            }
+        }
+        out.flip = vec3<f32>(mu) - sc * s;
+        out.twist = vec3<f32>(mu) + sc * s;
+    } else if (m.model == FIXED_COROTATED) {
+        for (var i = 0u; i < 3u; i++) {
+            out.grad[i] = 2.0 * mu * (s[i] - 1.0) + m.lambda * (j - 1.0) * others[i];
+            for (var k = 0u; k < 3u; k++) {
+                if (i == k) {
+                    out.hess[k][i] = 2.0 * mu + m.lambda * others[i] * others[i];
+                } else {
+                    out.hess[k][i] = m.lambda * s[3u - i - k] * (2.0 * j - 1.0);
+                }
+            }
+        }
+        for (var p = 0u; p < 3u; p++) {
+            let ab = pair_of(p);
+            out.flip[p] = 2.0 * mu - m.lambda * (j - 1.0) * s[p];
+            out.twist[p] = 2.0 * mu - 4.0 * mu / guarded_sum(s[ab.x], s[ab.y]) + m.lambda * (j - 1.0) * s[p];
+        }
+    } else {
+        // Corotated and ARAP (ARAP has no lambda term).
+        let l = select(m.lambda, 0.0, m.model == ARAP);
+        let t = s.x + s.y + s.z - 3.0;
+        for (var i = 0u; i < 3u; i++) {
+            out.grad[i] = 2.0 * mu * (s[i] - 1.0) + l * t;
+            for (var k = 0u; k < 3u; k++) {
+                out.hess[k][i] = l;
+            }
+            out.hess[i][i] += 2.0 * mu;
+        }
+        for (var p = 0u; p < 3u; p++) {
+            let ab = pair_of(p);
+            out.flip[p] = 2.0 * mu;
+            out.twist[p] = 2.0 * mu + (2.0 * l * t - 4.0 * mu) / guarded_sum(s[ab.x], s[ab.y]);
+        }
+    }
+    return out;
+}
+
+fn outer3(a: vec3<f32>, b: vec3<f32>) -> mat3x3<f32> {
+    return mat3x3<f32>(a * b.x, a * b.y, a * b.z);
+}
+
+// vec(M) in the row-major order of the 9x9 tangents: index 3i + j holds M_ij.
+fn vec9(m: mat3x3<f32>) -> array<f32, 9> {
+    return array<f32, 9>(m[0][0], m[1][0], m[2][0], m[0][1], m[1][1], m[2][1], m[0][2], m[1][2], m[2][2]);
+}
+
+fn add_outer9(k: ptr<function, array<array<f32, 9>, 9>>, w: f32, a: array<f32, 9>) {
+    for (var i = 0u; i < 9u; i++) {
+        for (var j = 0u; j < 9u; j++) {
+            (*k)[i][j] += w * a[i] * a[j];
+        }
+    }
+}
+
+// dP/dF from the eigensystem; with `project`, negative eigenvalues are replaced by their
+// magnitudes (the projection Newton uses; see Projection::Psd).
+fn eigensystem_tangent(svd: Svd, m: Lame, project: bool) -> array<array<f32, 9>, 9> {
+    let d = stretch_derivatives(svd.s, m);
+    var k: array<array<f32, 9>, 9>;
+    let block = symmetric_eigen3(d.hess);
+    for (var e = 0u; e < 3u; e++) {
+        let q = block.vectors[e];
+        let mode = vec9(svd.u * mat3x3<f32>(
+            vec3<f32>(q.x, 0.0, 0.0),
+            vec3<f32>(0.0, q.y, 0.0),
+            vec3<f32>(0.0, 0.0, q.z),
+        ) * transpose(svd.v));
+        let value = select(block.values[e], abs(block.values[e]), project);
+        add_outer9(&k, value, mode);
+    }
+    let half = 0.70710678118654752;
+    for (var p = 0u; p < 3u; p++) {
+        let ab = pair_of(p);
+        let ij = outer3(svd.u[ab.x], svd.v[ab.y]);
+        let ji = outer3(svd.u[ab.y], svd.v[ab.x]);
+        add_outer9(&k, select(d.flip[p], abs(d.flip[p]), project), vec9((ij + ji) * half));
+        add_outer9(&k, select(d.twist[p], abs(d.twist[p]), project), vec9((ij - ji) * half));
+    }
+    return k;
+}

@@ -129,12 +129,14 @@ fn energy_pass(count: usize, kernel: impl Fn(usize) -> f64 + Sync) -> f64 {
 }
 
 /// Runs `kernel` over `count` elements of `arity` corners, handing each its own gradient and
-/// upper Hessian-block slots (zeroed first); sums the energies in chunk order.
+/// upper Hessian-block slots (zeroed first when blocks are computed); sums the energies in
+/// chunk order.
 fn derivative_pass(
     count: usize,
     arity: usize,
     gradients: &mut [[f64; 3]],
     blocks: &mut [[f64; 9]],
+    with_blocks: bool,
     kernel: impl Fn(usize, &mut [[f64; 3]], &mut [[f64; 9]]) -> f64 + Sync,
 ) -> f64 {
     let per_element = upper(arity - 1, arity - 1, arity) + 1;
@@ -144,7 +146,9 @@ fn derivative_pass(
         .enumerate()
         .map(|(c, (g, h))| {
             g.fill([0.0; 3]);
-            h.fill([0.0; 9]);
+            if with_blocks {
+                h.fill([0.0; 9]);
+            }
             let mut sum = 0.0;
             for (local, e) in (c * CHUNK..((c + 1) * CHUNK).min(count)).enumerate() {
                 let g = &mut g[arity * local..arity * (local + 1)];
@@ -177,9 +181,10 @@ pub(crate) fn derivatives(
     let nt = model.tets.len();
     let (tet_gradients, spring_gradients) = corner_gradients.split_at_mut(4 * nt);
     let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(10 * nt);
-    derivative_pass(nt, 4, tet_gradients, tet_blocks, |e, g, h| {
+    let with_blocks = projection.is_some();
+    derivative_pass(nt, 4, tet_gradients, tet_blocks, with_blocks, |e, g, h| {
         tet(model, e, x, start, nodes, Some(g), projection.map(|p| (h, p)))
-    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, |s, g, h| {
+    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, with_blocks, |s, g, h| {
         spring(model, s, x, start, nodes, Some(g), projection.map(|p| (h, p)))
     })
 }

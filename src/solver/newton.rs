@@ -93,6 +93,8 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
     let t = Instant::now();
     let mut value = stages.objective();
     timed(&mut report.times.evaluate, t);
+    // LIVELY_TRACE=1 prints every iteration to stderr (README: diagnosing convergence).
+    let trace = std::env::var_os("LIVELY_TRACE").is_some();
     let mut previous_gradient = f64::INFINITY;
     let mut after_round_off = false;
     loop {
@@ -162,7 +164,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             projection == Projection::Psd,
         );
         timed(&mut report.times.line_search, t);
-        if std::env::var_os("LIVELY_TRACE").is_some() {
+        if trace {
             eprintln!(
                 "it {} |g| {gradient_norm:.3e} G {value:.12e} cg {} neg {} proj {:?} slope {:.3e} |d| {:.3e} step {step:?}",
                 report.iterations,

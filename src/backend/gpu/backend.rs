@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::context::GpuContext;
 use super::element::{GpuElements, WgElement};
-use super::linear::{GatherParams, GpuLinear, Positions, WgLinear};
+use super::linear::{GatherParams, GpuLinear, MAX_BATCH, Positions, WgLinear};
 use crate::backend::{Anchor, DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
 use crate::error::{Error, Result};
 use crate::material::Projection;
@@ -28,6 +28,8 @@ pub struct GpuBackend {
     nodes: Vec<Node>,
     inv_h2: f64,
     error: Option<Error>,
+    /// Per line-search candidate: the element and the gather partial sums.
+    candidates: wgpu::Buffer,
 }
 
 impl GpuBackend {
@@ -45,7 +47,10 @@ impl GpuBackend {
             let elements = GpuElements::new(&context, &element_stage, &model, &linear)?;
             Ok((element_stage, linear_stages, linear, elements))
         })?;
+        let per_candidate = elements.partial_count() + 4 * linear.gather_partials().1;
+        let candidates = context.scratch::<f32>("line-search candidates", MAX_BATCH * per_candidate);
         Ok(GpuBackend {
+            candidates,
             context,
             element_stage,
             linear_stages,
@@ -206,20 +211,72 @@ impl Stages for GpuBackend {
     fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64> {
         let nodes = self.nodes.clone();
         let result = (|| {
-            self.linear.vector(&self.context, &self.linear_stages, "save", 0.0)?;
+            let (context, linear) = (&self.context, &self.linear);
+            let element_count = self.elements.partial_count();
+            let (gather_partials, gather_count) = linear.gather_partials();
+            let per_candidate = element_count + 4 * gather_count;
             let mut values = Vec::with_capacity(alphas.len());
-            for &alpha in alphas {
-                self.linear.vector(&self.context, &self.linear_stages, "offset", alpha)?;
-                values.push(self.energy_at(Positions::Iterate, &nodes, self.inv_h2)?);
+            // In batches of MAX_BATCH: each candidate offsets the saved iterate, evaluates the
+            // element and vertex energies and copies both partial sums aside; one submission
+            // and one readback per batch, then the iterate is restored.
+            linear.vector(context, &self.linear_stages, "save", 0.0)?;
+            for batch in alphas.chunks(MAX_BATCH) {
+                let mut encoder = context.device.create_command_encoder(&Default::default());
+                let params = self.gather_params(&nodes, self.inv_h2);
+                for (slot, &alpha) in batch.iter().enumerate() {
+                    linear.write_batch_alpha(context, slot, alpha)?;
+                    linear.encode_offset(&self.linear_stages, &mut encoder, slot);
+                    self.elements.encode(
+                        context,
+                        &self.element_stage,
+                        &mut encoder,
+                        Positions::Iterate,
+                        &nodes,
+                        0,
+                    )?;
+                    linear.encode_gather(
+                        context,
+                        &self.linear_stages,
+                        &mut encoder,
+                        &params,
+                        Positions::Iterate,
+                    )?;
+                    let base = (4 * slot * per_candidate) as u64;
+                    let element_bytes = (4 * element_count) as u64;
+                    encoder.copy_buffer_to_buffer(
+                        self.elements.energy_partials(),
+                        0,
+                        &self.candidates,
+                        base,
+                        element_bytes,
+                    );
+                    encoder.copy_buffer_to_buffer(
+                        gather_partials,
+                        0,
+                        &self.candidates,
+                        base + element_bytes,
+                        (16 * gather_count) as u64,
+                    );
+                }
+                linear.write_batch_alpha(context, MAX_BATCH, 0.0)?;
+                linear.encode_offset(&self.linear_stages, &mut encoder, MAX_BATCH);
+                context.queue.submit([encoder.finish()]);
+                let sums: Vec<f32> = context.read(&self.candidates, batch.len() * per_candidate)?;
+                for candidate in sums.chunks(per_candidate) {
+                    let (elements, vertices) = candidate.split_at(element_count);
+                    let energy: f64 = elements.iter().map(|&e| e as f64).sum::<f64>()
+                        + vertices.chunks(4).map(|p| p[0] as f64).sum::<f64>();
+                    values.push(energy);
+                }
             }
-            self.linear.vector(&self.context, &self.linear_stages, "offset", 0.0)?;
             Ok(values)
         })();
         self.settle(result, vec![f64::NAN; alphas.len()])
     }
 
     fn preferred_batch(&self) -> usize {
-        1
+        // Four candidates per submission: a round trip costs more than three extra passes.
+        4
     }
 
     fn advance(&mut self, alpha: f64) {

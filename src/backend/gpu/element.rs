@@ -143,17 +143,18 @@ impl GpuElements {
         })
     }
 
-    /// Evaluates the elements at `at`; returns the energy (partials added in order, in f64).
+    /// Records the element pass at `at` into `encoder` (its parameters written now).
     /// `outputs`: 0 energy, 1 and corner gradients, 2 and exact Hessian blocks, 3 and
     /// projected ones (left in the shared buffers).
-    pub fn evaluate(
+    pub fn encode(
         &self,
         context: &GpuContext,
         stage: &WgElement,
+        encoder: &mut wgpu::CommandEncoder,
         at: Positions,
         nodes: &[Node],
         outputs: u32,
-    ) -> Result<f64> {
+    ) -> Result<()> {
         if nodes.is_empty() || nodes.len() > 2 {
             return Err(Error::State("the GPU element stage takes 1 or 2 quadrature nodes".into()));
         }
@@ -170,27 +171,46 @@ impl GpuElements {
         };
         write_uniform(context, &self.params, &params)?;
         let groups = if at == Positions::Iterate { &self.iterate_groups } else { &self.aux_groups };
-        let mut encoder =
-            context.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("element") });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("element"),
-                timestamp_writes: None,
-            });
-            for (g, group) in groups.iter().enumerate() {
-                pass.set_bind_group(g as u32, group, &[]);
-            }
-            for (entry, count) in [("tets_main", self.tet_count), ("springs_main", self.spring_count)] {
-                if count > 0 {
-                    pass.set_pipeline(stage.0.pipeline(entry));
-                    pass.dispatch_workgroups(count.div_ceil(WORKGROUP), 1, 1);
-                }
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("element"),
+            timestamp_writes: None,
+        });
+        for (g, group) in groups.iter().enumerate() {
+            pass.set_bind_group(g as u32, group, &[]);
+        }
+        for (entry, count) in [("tets_main", self.tet_count), ("springs_main", self.spring_count)] {
+            if count > 0 {
+                pass.set_pipeline(stage.0.pipeline(entry));
+                pass.dispatch_workgroups(count.div_ceil(WORKGROUP), 1, 1);
             }
         }
+        Ok(())
+    }
+
+    /// Evaluates the elements at `at` and returns the energy (partials added in order, in f64).
+    pub fn evaluate(
+        &self,
+        context: &GpuContext,
+        stage: &WgElement,
+        at: Positions,
+        nodes: &[Node],
+        outputs: u32,
+    ) -> Result<f64> {
+        let mut encoder = context.device.create_command_encoder(&Default::default());
+        self.encode(context, stage, &mut encoder, at, nodes, outputs)?;
         context.queue.submit([encoder.finish()]);
-        let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
-        let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
-        Ok(context.read::<f32>(&self.energy_partials, partials)?.iter().map(|&e| e as f64).sum())
+        Ok(context.read::<f32>(&self.energy_partials, self.partial_count())?.iter().map(|&e| e as f64).sum())
+    }
+
+    /// The number of energy partials a pass writes.
+    pub fn partial_count(&self) -> usize {
+        (self.tet_count as usize).div_ceil(WORKGROUP as usize)
+            + (self.spring_count as usize).div_ceil(WORKGROUP as usize)
+    }
+
+    /// The buffer of energy partials of the last pass.
+    pub(crate) fn energy_partials(&self) -> &wgpu::Buffer {
+        &self.energy_partials
     }
 
     /// Reads the corner gradients and Hessian blocks of the last pass.

@@ -140,6 +140,9 @@ pub struct PcgStatus {
     pub state: u32,
 }
 
+/// Line-search candidates evaluated in one submission at most.
+pub const MAX_BATCH: usize = 8;
+
 /// Iterations encoded per submission between status readbacks.
 const ITERATIONS_PER_READBACK: u32 = 16;
 
@@ -201,6 +204,9 @@ pub struct GpuLinear {
     pcg_params: wgpu::Buffer,
     scalars: wgpu::Buffer,
     vector_params: wgpu::Buffer,
+    /// One `alpha` per line-search candidate slot, plus one for restoring the iterate.
+    batch_params: Vec<wgpu::Buffer>,
+    batch_groups: Vec<wgpu::BindGroup>,
     dot_partials: wgpu::Buffer,
     gather_groups: Vec<wgpu::BindGroup>,
     gather_aux_groups: Vec<wgpu::BindGroup>,
@@ -325,6 +331,9 @@ impl GpuLinear {
             &stages.vector,
             &[&[&vector_params], &[], &[], &[&x, &x_saved, &solution, &gradient, &rhs, &dot_partials]],
         );
+        let batch_params: Vec<wgpu::Buffer> =
+            (0..=MAX_BATCH).map(|_| uniform_buffer::<VectorParams>(c, "batch params")).collect();
+        let batch_groups = batch_params.iter().map(|p| stages.vector.bind_group(c, 0, &[p])).collect();
         let assemble_groups = groups(
             c,
             &stages.assemble,
@@ -365,6 +374,8 @@ impl GpuLinear {
             pcg_params,
             scalars,
             vector_params,
+            batch_params,
+            batch_groups,
             dot_partials,
             gather_groups,
             gather_aux_groups,
@@ -378,6 +389,42 @@ impl GpuLinear {
         (self.vertex_count as u32).div_ceil(WORKGROUP)
     }
 
+    /// Records `gather` at `at` into `encoder` (its parameters written now).
+    pub fn encode_gather(
+        &self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        encoder: &mut wgpu::CommandEncoder,
+        params: &GatherParams,
+        at: Positions,
+    ) -> Result<()> {
+        write_uniform(context, &self.gather_params, params)?;
+        let groups = if at == Positions::Iterate { &self.gather_groups } else { &self.gather_aux_groups };
+        dispatch(encoder, &stages.gather, groups, "main", self.workgroups());
+        Ok(())
+    }
+
+    /// The buffer of gather partials (4 floats per workgroup) of the last pass, and their count.
+    pub(crate) fn gather_partials(&self) -> (&wgpu::Buffer, usize) {
+        (&self.gather_partials, self.workgroups() as usize)
+    }
+
+    /// Writes the `alpha` of batch slot `slot` (slot `MAX_BATCH` is the restore, alpha 0).
+    pub fn write_batch_alpha(&self, context: &GpuContext, slot: usize, alpha: f64) -> Result<()> {
+        let params = VectorParams { vertex_count: self.vertex_count as u32, alpha: alpha as f32 };
+        write_uniform(context, &self.batch_params[slot], &params)
+    }
+
+    /// Records `x = x_saved + alpha_slot d` into `encoder`.
+    pub fn encode_offset(&self, stages: &WgLinear, encoder: &mut wgpu::CommandEncoder, slot: usize) {
+        let groups: Vec<wgpu::BindGroup> = vec![self.batch_groups[slot].clone()]
+            .into_iter()
+            .chain(self.vector_groups[1..].iter().cloned())
+            .collect();
+        let threads = (3 * self.vertex_count) as u32;
+        dispatch(encoder, &stages.vector, &groups, "offset", threads.div_ceil(WORKGROUP));
+    }
+
     /// Runs `gather` at `at`; returns the summed (vertex energy, |grad|^2, force scale, noise
     /// magnitude).
     pub fn gather(
@@ -387,10 +434,8 @@ impl GpuLinear {
         params: &GatherParams,
         at: Positions,
     ) -> Result<[f64; 4]> {
-        write_uniform(context, &self.gather_params, params)?;
         let mut encoder = context.device.create_command_encoder(&Default::default());
-        let groups = if at == Positions::Iterate { &self.gather_groups } else { &self.gather_aux_groups };
-        dispatch(&mut encoder, &stages.gather, groups, "main", self.workgroups());
+        self.encode_gather(context, stages, &mut encoder, params, at)?;
         context.queue.submit([encoder.finish()]);
         let partials: Vec<[f32; 4]> = context.read(&self.gather_partials, self.workgroups() as usize)?;
         Ok(partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))

@@ -299,3 +299,45 @@ fn gpu_pcg_meets_its_residual_and_stops_on_negative_curvature() {
     let slope: f64 = d.iter().zip(rhs.as_flattened()).map(|(d, r)| -(*d as f64) * r).sum();
     assert!(slope < 0.0, "the direction must go downhill (slope {slope})");
 }
+
+#[test]
+fn batched_line_search_candidates_match_one_at_a_time() {
+    use crate::backend::{LinearSolver, Stages, StepProblem};
+    let Some(context) = context() else { return };
+    let model = linear_model(Material::corotated(2e4, 0.3));
+    let (x, start) = random_state(&model, 21);
+    let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0], p[1] - 0.02, p[2]]).collect();
+    let mut gpu = super::GpuBackend::new(Arc::new(context), model.clone()).unwrap();
+    gpu.begin_step(StepProblem {
+        start: &start,
+        target: &target,
+        nodes: &NODES,
+        dt: H,
+        vertex_damping: &[],
+        rayleigh: 0.0,
+        damping_weight: 0.5,
+    });
+    gpu.set_iterate(&x);
+    gpu.linearize(Projection::Psd);
+    gpu.solve_direction(LinearSolver::Pcg, 1e-3, 500);
+    let mut before = vec![[0.0; 3]; x.len()];
+    gpu.read_iterate(&mut before);
+    // Ten candidates: more than one batch.
+    let alphas: Vec<f64> = (0..10).map(|k| 0.5f64.powi(k)).collect();
+    let batched = gpu.candidate_objectives(&alphas);
+    let mut after = vec![[0.0; 3]; x.len()];
+    gpu.read_iterate(&mut after);
+    assert_eq!(before, after, "the iterate must come back unchanged");
+    for (k, &alpha) in alphas.iter().enumerate() {
+        gpu.advance(alpha);
+        let single = gpu.objective();
+        gpu.set_iterate(&before);
+        // Both evaluate the same f32 positions; only the order of f32 updates may differ.
+        assert!(
+            (batched[k] - single).abs() <= 1e-6 * single.abs(),
+            "alpha {alpha}: batched {} vs {single}",
+            batched[k]
+        );
+    }
+    assert!(gpu.take_error().is_none());
+}

@@ -385,6 +385,7 @@ impl Simulation {
             },
             vertex_damping: &vertex_damping,
             rayleigh,
+            start_energy: self.energy.total,
             report: NewtonReport::empty(),
         };
         // Alg. 1 of the A-search paper updates the target first, so that the state after

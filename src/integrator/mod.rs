@@ -247,6 +247,8 @@ pub(crate) struct Stepper<'a> {
     pub vertex_damping: &'a [[f64; 9]],
     /// Lagged Rayleigh coefficient (s) for every solve of this step.
     pub rayleigh: f64,
+    /// The total energy `H(x_n, v_n)` of the state the step starts from (the driver keeps it).
+    pub start_energy: f64,
     /// Newton statistics summed over the step's solves.
     pub report: NewtonReport,
 }

@@ -15,8 +15,7 @@ use crate::error::Result;
 const MAX_BISECTIONS: usize = 50;
 
 pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Result<Outcome> {
-    let (x_n, v_n) = (stepper.input.positions, stepper.input.velocities);
-    let band = epsilon * stepper.energy(x_n, v_n).abs();
+    let band = epsilon * stepper.start_energy.abs();
     let midpoint = stepper.implicit(&ImplicitMidpoint, None)?;
     // Energy error of a candidate: its total energy against the target less what this step's
     // damping and friction removed on the way there.

@@ -3,17 +3,6 @@
 
 use lively::{Integrator, Simulation};
 
-/// Every integrator this build implements.
-pub const PLAIN_INTEGRATORS: [Integrator; 7] = [
-    Integrator::ForwardEuler,
-    Integrator::SymplecticEuler,
-    Integrator::BackwardEuler,
-    Integrator::Bdf2,
-    Integrator::ImplicitMidpoint,
-    Integrator::Newmark,
-    Integrator::Avf,
-];
-
 /// Every integrator, plain and energy-controlled.
 pub const ALL_INTEGRATORS: [Integrator; 10] = [
     Integrator::ForwardEuler,
@@ -28,14 +17,10 @@ pub const ALL_INTEGRATORS: [Integrator; 10] = [
     Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
 ];
 
-/// The implicit ones.
-pub const IMPLICIT_INTEGRATORS: [Integrator; 5] = [
-    Integrator::BackwardEuler,
-    Integrator::Bdf2,
-    Integrator::ImplicitMidpoint,
-    Integrator::Newmark,
-    Integrator::Avf,
-];
+/// The plain (not energy-controlled) integrators: the first seven.
+pub fn plain_integrators() -> &'static [Integrator] {
+    &ALL_INTEGRATORS[..7]
+}
 
 /// The rotating spring preset.
 pub fn rotating_spring(integrator: Integrator) -> Simulation {

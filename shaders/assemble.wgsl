@@ -1,10 +1,16 @@
-// Stage `assemble`: the block-sparse Hessian from the upper element blocks (mirrors added
-// transposed) and the vertex blocks, one invocation per block row, each block summing its
-// sources in a fixed order. Pinned vertices get identity rows and columns.
-// The twin of src/backend/cpu/assemble.rs (Hessian form).
+// Stage `assemble`: a block-sparse matrix from the upper element blocks (mirrors added
+// transposed, scaled by `element_scale`), the vertex blocks and, when `damped`, the lagged
+// damping matrix; one invocation per block row, each block summing its sources in a fixed
+// order. Pinned vertices get only their vertex block on the diagonal.
+// The twin of src/backend/cpu/assemble.rs. It builds both the Newton matrix and, at the
+// start of a step, the lagged damping matrix itself (scale k/h, vertex blocks the per-vertex
+// damping).
 
 struct Params {
     vertex_count: u32,
+    // 0 leaves the element blocks out.
+    element_scale: f32,
+    damped: u32,
 }
 
 const TRANSPOSED: u32 = 0x80000000u;
@@ -19,7 +25,8 @@ const TRANSPOSED: u32 = 0x80000000u;
 
 @group(3) @binding(0) var<storage, read> element_blocks: array<f32>;
 @group(3) @binding(1) var<storage, read> vertex_blocks: array<f32>;
-@group(3) @binding(2) var<storage, read_write> blocks: array<f32>;
+@group(3) @binding(2) var<storage, read> damping_blocks: array<f32>;
+@group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -37,24 +44,34 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
                 }
             }
         } else {
-            for (var s = source_offsets[index]; s < source_offsets[index + 1u]; s++) {
-                let source = block_sources[s];
-                let base = 9u * (source & ~TRANSPOSED);
-                if ((source & TRANSPOSED) == 0u) {
-                    for (var k = 0u; k < 9u; k++) {
-                        block[k] += element_blocks[base + k];
-                    }
-                } else {
-                    for (var r = 0u; r < 3u; r++) {
-                        for (var c = 0u; c < 3u; c++) {
-                            block[3u * r + c] += element_blocks[base + 3u * c + r];
+            if (params.element_scale != 0.0) {
+                for (var s = source_offsets[index]; s < source_offsets[index + 1u]; s++) {
+                    let source = block_sources[s];
+                    let base = 9u * (source & ~TRANSPOSED);
+                    if ((source & TRANSPOSED) == 0u) {
+                        for (var k = 0u; k < 9u; k++) {
+                            block[k] += element_blocks[base + k];
+                        }
+                    } else {
+                        for (var r = 0u; r < 3u; r++) {
+                            for (var c = 0u; c < 3u; c++) {
+                                block[3u * r + c] += element_blocks[base + 3u * c + r];
+                            }
                         }
                     }
+                }
+                for (var k = 0u; k < 9u; k++) {
+                    block[k] *= params.element_scale;
                 }
             }
             if (column == v) {
                 for (var k = 0u; k < 9u; k++) {
                     block[k] += vertex_blocks[9u * v + k];
+                }
+            }
+            if (params.damped != 0u) {
+                for (var k = 0u; k < 9u; k++) {
+                    block[k] += damping_blocks[9u * index + k];
                 }
             }
         }

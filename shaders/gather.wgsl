@@ -1,10 +1,15 @@
-// Stage `gather`: the per-vertex part of the step objective (inertia and gravity; collider
-// penalties, handles and lagged damping stay on the CPU for now) and the gather of element
-// corner gradients into vertex gradients. The twin of src/backend/cpu/gather.rs.
-// Per workgroup it writes, in fixed tree order, the partial sums
+// Stage `gather`: everything that lives on one vertex — inertia, gravity, collider penalties,
+// handle springs and the lagged damping — and the gather of element corner gradients into
+// vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
+// workgroup it writes, in fixed tree order, the partial sums
 // (vertex energy, |grad|^2, force scale, noise magnitude).
+//
+// The lagged damping (Rayleigh, ether drag, friction) is one block-sparse matrix D on the
+// Hessian's pattern, built at the start of the step: the vertex adds its row of
+// 1/2 dx^T D dx, dx = x - x_n, and of its gradient D dx.
 
 #import shared/reduce
+#import shared/collider
 
 struct Params {
     vertex_count: u32,
@@ -19,6 +24,12 @@ struct Params {
     theta_0: f32,
     weight_1: f32,
     theta_1: f32,
+    collider_count: u32,
+    contact_stiffness: f32,
+    // 1: keep the colliders' curvature term (exact Hessian); 0: drop it (projected).
+    exact_hessian: u32,
+    // 1: add the lagged damping matrix.
+    damped: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -27,15 +38,22 @@ struct Params {
 @group(1) @binding(1) var<storage, read> pinned: array<u32>;
 @group(1) @binding(2) var<storage, read> corner_offsets: array<u32>;
 @group(1) @binding(3) var<storage, read> corners: array<u32>;
+@group(1) @binding(4) var<storage, read> colliders: array<Collider>;
+@group(1) @binding(5) var<storage, read> row_offsets: array<u32>;
+@group(1) @binding(6) var<storage, read> columns: array<u32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
 @group(2) @binding(2) var<storage, read> target_positions: array<f32>;
+// Handle springs grouped by vertex: (position, stiffness).
+@group(2) @binding(3) var<storage, read> anchor_offsets: array<u32>;
+@group(2) @binding(4) var<storage, read> anchors: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read> corner_gradients: array<f32>;
 @group(3) @binding(1) var<storage, read_write> gradient: array<f32>;
 @group(3) @binding(2) var<storage, read_write> vertex_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
+@group(3) @binding(4) var<storage, read> damping_blocks: array<f32>;
 
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 0u) {
@@ -54,32 +72,101 @@ fn node(q: u32) -> vec2<f32> {
     return vec2<f32>(params.weight_1, params.theta_1);
 }
 
+// The conservative potential of vertex v at z (gravity, penalties, handles): its value,
+// gradient, Hessian and force magnitude.
+struct Potential {
+    value: f32,
+    gradient: vec3<f32>,
+    hessian: mat3x3<f32>,
+    forces: f32,
+}
+
+fn potential(v: u32, z: vec3<f32>) -> Potential {
+    let weight = masses[v] * vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z);
+    var out = Potential(-dot(weight, z), -weight, mat3x3<f32>(), length(weight));
+    let k = params.contact_stiffness;
+    for (var c = 0u; c < params.collider_count; c++) {
+        let d = collider_distance(colliders[c], z);
+        if (d.phi < 0.0) {
+            out.value += 0.5 * k * d.phi * d.phi;
+            out.gradient += d.normal * (k * d.phi);
+            out.forces += k * abs(d.phi);
+            // Along the normal the penalty has curvature k; across it k phi kappa <= 0, which
+            // the projection drops.
+            out.hessian += outer3(d.normal, d.normal) * k;
+            if (params.exact_hessian != 0u) {
+                out.hessian += d.hessian * (k * d.phi);
+            }
+        }
+    }
+    for (var i = anchor_offsets[v]; i < anchor_offsets[v + 1u]; i++) {
+        let spring = anchors[i];
+        let stretch = z - spring.xyz;
+        out.value += 0.5 * spring.w * dot(stretch, stretch);
+        out.gradient += stretch * spring.w;
+        out.forces += spring.w * length(stretch);
+        out.hessian += IDENTITY3 * spring.w;
+    }
+    return out;
+}
+
+fn store_block(v: u32, block: mat3x3<f32>) {
+    // Row-major, as the CPU twin; the blocks here are symmetric.
+    for (var r = 0u; r < 3u; r++) {
+        for (var c = 0u; c < 3u; c++) {
+            vertex_blocks[9u * v + 3u * r + c] = block[c][r];
+        }
+    }
+}
+
 // (energy, |g|^2, force scale, noise magnitude) of vertex v; writes its gradient and block.
 fn vertex(v: u32) -> vec4<f32> {
-    let m = masses[v];
-    let g = vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z);
     let xv = load(0u, v);
     let start = load(1u, v);
-    var energy = 0.0;
-    for (var q = 0u; q < params.node_count; q++) {
-        let cw = node(q);
-        energy -= cw.x * m * dot(g, xv * cw.y + start * (1.0 - cw.y));
-    }
     if (pinned[v] != 0u) {
+        // A pinned vertex never leaves x_n: only its (constant) potential counts.
+        var energy = 0.0;
+        for (var q = 0u; q < params.node_count; q++) {
+            let cw = node(q);
+            energy += cw.x * potential(v, xv * cw.y + start * (1.0 - cw.y)).value;
+        }
         for (var c = 0u; c < 3u; c++) {
             gradient[3u * v + c] = 0.0;
         }
-        for (var k = 0u; k < 9u; k++) {
-            vertex_blocks[9u * v + k] = select(0.0, 1.0, k % 4u == 0u);
-        }
+        store_block(v, IDENTITY3);
         return vec4<f32>(energy, 0.0, 0.0, 0.0);
     }
-    let mass = m * params.inv_h2;
-    let inertia = (xv - load(2u, v)) * mass;
-    energy += 0.5 * dot(inertia, xv - load(2u, v));
-    let weight = g * (m * params.gravity_weight);
-    var acc = inertia - weight;
-    var forces = length(inertia) + length(weight);
+    let mass = masses[v] * params.inv_h2;
+    let offset = xv - load(2u, v);
+    let inertia = offset * mass;
+    var energy = 0.5 * dot(inertia, offset);
+    var acc = inertia;
+    var block = IDENTITY3 * mass;
+    var forces = length(inertia);
+    for (var q = 0u; q < params.node_count; q++) {
+        let cw = node(q);
+        let u = potential(v, xv * cw.y + start * (1.0 - cw.y));
+        energy += cw.x * u.value;
+        acc += u.gradient * (cw.x * cw.y);
+        block += u.hessian * (cw.x * cw.y * cw.y);
+        forces += u.forces * cw.x * cw.y;
+    }
+    if (params.damped != 0u) {
+        // Row v of D dx.
+        var force = vec3<f32>(0.0);
+        for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
+            let dx = load(0u, columns[index]) - load(1u, columns[index]);
+            let b = 9u * index;
+            force += vec3<f32>(
+                damping_blocks[b] * dx.x + damping_blocks[b + 1u] * dx.y + damping_blocks[b + 2u] * dx.z,
+                damping_blocks[b + 3u] * dx.x + damping_blocks[b + 4u] * dx.y + damping_blocks[b + 5u] * dx.z,
+                damping_blocks[b + 6u] * dx.x + damping_blocks[b + 7u] * dx.y + damping_blocks[b + 8u] * dx.z,
+            );
+        }
+        energy += 0.5 * dot(xv - start, force);
+        acc += force;
+        forces += length(force);
+    }
     for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
         let slot = 3u * corners[i];
         let f = vec3<f32>(corner_gradients[slot], corner_gradients[slot + 1u], corner_gradients[slot + 2u]);
@@ -89,9 +176,7 @@ fn vertex(v: u32) -> vec4<f32> {
     for (var c = 0u; c < 3u; c++) {
         gradient[3u * v + c] = acc[c];
     }
-    for (var k = 0u; k < 9u; k++) {
-        vertex_blocks[9u * v + k] = select(0.0, mass, k % 4u == 0u);
-    }
+    store_block(v, block);
     let extent = max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
     return vec4<f32>(energy, dot(acc, acc), forces, forces * extent);
 }

@@ -245,13 +245,7 @@ impl SimulationBuilder {
                 )));
             }
         }
-        let damping_free = self.damping.is_empty();
         let on_gpu = |model: &Model, context: GpuContext| -> Result<Box<dyn Stages>, Error> {
-            if !damping_free {
-                return Err(Error::Unsupported(
-                    "damping is not on the GPU backend yet; use Backend::Cpu".into(),
-                ));
-            }
             Ok(Box::new(GpuBackend::new(Arc::new(context), Arc::new(model.clone()))?))
         };
         let cpu = |model: &Model| -> Box<dyn Stages> { Box::new(CpuBackend::new(Arc::new(model.clone()))) };
@@ -264,8 +258,8 @@ impl SimulationBuilder {
                 };
                 (on_gpu(&model, context)?, Backend::Gpu)
             }
-            // Auto: a hardware GPU when the model is within what the GPU backend has. A
-            // software adapter (lavapipe) is correct but no faster than the CPU backend.
+            // Auto: a hardware GPU when there is one and the model fits on it. A software
+            // adapter (lavapipe) is correct but no faster than the CPU backend.
             Backend::Auto => {
                 let context = self.gpu.or_else(|| GpuContext::new().ok().filter(|c| !c.software));
                 match context.map(|context| on_gpu(&model, context)) {
@@ -447,11 +441,6 @@ impl Simulation {
             )));
         }
         crate::error::require_positive("handle stiffness", stiffness)?;
-        if self.backend == Backend::Gpu {
-            return Err(Error::Unsupported(
-                "handles are not on the GPU backend yet; use Backend::Cpu".into(),
-            ));
-        }
         self.handles.push(Anchor {
             vertex: vertex as u32,
             stiffness,

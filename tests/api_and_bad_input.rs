@@ -147,14 +147,6 @@ fn bad_parameters_name_what_to_change() {
         (bar_builder().solver(Solver::newton().tolerance(-1.0)).build(), "tolerance"),
         (bar_builder().solver(Solver::newton().max_iterations(0)).build(), "max_iterations"),
         (Simulation::builder().build(), "no bodies"),
-        (
-            bar_builder()
-                .backend(Backend::Gpu)
-                .collider(Collider::sphere([0.0; 3], 0.1))
-                .contact_model(ContactModel::Penalty { stiffness: 1e4 })
-                .build(),
-            "Backend::Cpu",
-        ),
         (bar_builder().solver(Solver::local_global(10)).build(), "Solver::newton"),
         (bar_builder().integrator(Integrator::Stabilized { epsilon: 2.0 }).build(), "epsilon"),
         (

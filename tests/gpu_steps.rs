@@ -140,3 +140,73 @@ fn rotation_based_materials_step_on_the_gpu_like_on_the_cpu() {
         );
     }
 }
+
+/// A soft cube dropped onto a rough floor, with Rayleigh and ether damping, one corner held by
+/// a handle that moves: every vertex term and every kind of damping at once.
+fn contact_scene(integrator: Integrator, backend: Backend) -> Simulation {
+    use lively::{Collider, ContactModel, Damping};
+    let mut sim = Simulation::builder()
+        .tet_body(TetMesh::bar([3, 3, 3], [0.3, 0.3, 0.3]), Material::stable_neo_hookean(2e4, 0.4), 1000.0)
+        .gravity([0.0, -9.81, 0.0])
+        .integrator(integrator)
+        .solver(Solver::newton().tolerance(1e-5))
+        .backend(backend)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.02).friction(0.5))
+        .collider(Collider::sphere([0.15, -0.25, 0.15], 0.25))
+        .contact_model(ContactModel::Penalty { stiffness: 2e4 })
+        .damping(Damping::Rayleigh { stiffness: 0.01 })
+        .damping(Damping::Ether { coefficient: 0.5 })
+        .build()
+        .unwrap();
+    // Sliding sideways as it lands.
+    let v = vec![[0.8, -0.5, 0.3]; sim.positions().len()];
+    let x = sim.positions().to_vec();
+    sim.set_state(&x, &v).unwrap();
+    let corner = sim.positions().iter().position(|p| p[0] > 0.29 && p[1] > 0.29 && p[2] > 0.29).unwrap();
+    let handle = sim.add_handle(corner, 300.0).unwrap();
+    sim.move_handle(handle, [0.35, 0.4, 0.3]).unwrap();
+    sim
+}
+
+#[test]
+fn contact_handles_and_damping_step_on_the_gpu_like_on_the_cpu() {
+    if !gpu_available() {
+        return;
+    }
+    for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }, Integrator::Avf] {
+        let (mut cpu, mut gpu) = (
+            contact_scene(integrator.clone(), Backend::Cpu),
+            contact_scene(integrator.clone(), Backend::Gpu),
+        );
+        let start = cpu.positions().to_vec();
+        for _ in 0..6 {
+            cpu.step().unwrap();
+            let stats = gpu.step().unwrap_or_else(|e| panic!("{integrator:?} on the GPU: {e}"));
+            assert!(stats.converged, "{integrator:?}: GPU step did not converge: {stats:?}");
+        }
+        let largest = |a: &[[f64; 3]], b: &[[f64; 3]]| {
+            a.iter().zip(b).flat_map(|(p, q)| (0..3).map(move |c| (p[c] - q[c]).abs())).fold(0.0, f64::max)
+        };
+        let displacement = largest(cpu.positions(), &start);
+        let difference = largest(cpu.positions(), gpu.positions());
+        let (cpu_lost, gpu_lost) = (cpu.ledger().dissipated(), gpu.ledger().dissipated());
+        println!(
+            "{integrator:?} with contact: GPU vs CPU {difference:.2e} m of {displacement:.2e} m; \
+             dissipated {gpu_lost:.6} J vs {cpu_lost:.6} J"
+        );
+        // The floor and the sphere must have been reached, or contact went untested.
+        assert!(
+            cpu.positions().iter().any(|p| p[1] < -0.02),
+            "{integrator:?}: the cube never reached the floor"
+        );
+        // f32 round-off against O(1) differences in any term (see above).
+        assert!(
+            difference <= 1e-3 * displacement,
+            "{integrator:?}: GPU differs by {difference:e} m (displacement {displacement:e} m)"
+        );
+        assert!(
+            cpu_lost > 0.0 && (gpu_lost - cpu_lost).abs() <= 1e-3 * cpu_lost,
+            "dissipated {gpu_lost} vs {cpu_lost}"
+        );
+    }
+}

@@ -1,5 +1,5 @@
-//! Colliders and contact models (API only for now: a simulation with colliders is refused
-//! at build time with a clear error until contact handling lands).
+//! Colliders and contact models: static shapes with signed distances, the penalty contact
+//! model, and lagged Coulomb friction.
 
 /// A static collision shape.
 #[derive(Clone, Debug, PartialEq)]

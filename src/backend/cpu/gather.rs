@@ -1,6 +1,7 @@
-//! Stage `gather`: everything that lives on one vertex — inertia, gravity, collider penalties,
-//! handle springs and the lagged per-vertex damping — and the gather of element corner
-//! gradients into vertex gradients. One invocation per vertex.
+//! Stage `gather`: everything that lives on one vertex — inertia, gravity, collider penalties
+//! and handle springs — and the gather of element corner gradients into vertex gradients. One
+//! invocation per vertex. (The lagged damping matrix, which the GPU gather applies row by row,
+//! is applied here by the backend with the block-sparse product.)
 
 use glam::{DMat3, DVec3};
 use rayon::prelude::*;
@@ -55,8 +56,6 @@ pub(crate) struct VertexTerms<'a> {
     /// `1/h^2`; zero leaves inertia out (the potential alone).
     pub inv_h2: f64,
     pub anchors: &'a Anchors,
-    /// Per-vertex lagged quadratic `1/2 dx^T A_v dx`, `dx = x - x_n` (row-major 3x3); empty for none.
-    pub damping: &'a [[f64; 9]],
 }
 
 fn outer(u: DVec3) -> DMat3 {
@@ -107,18 +106,6 @@ impl VertexTerms<'_> {
         (g, h, magnitude)
     }
 
-    fn damping_matrix(&self, v: usize) -> Option<DMat3> {
-        self.damping.get(v).map(|a| DMat3::from_cols_array(a).transpose())
-    }
-
-    /// The lagged damping quadratic `1/2 dx^T A_v dx` of vertex `v`.
-    fn dissipation(&self, v: usize, x: DVec3) -> f64 {
-        self.damping_matrix(v).map_or(0.0, |a| {
-            let dx = x - DVec3::from(self.start[v]);
-            0.5 * dx.dot(a * dx)
-        })
-    }
-
     /// The vertex's part of the objective.
     fn energy(&self, v: usize, x: DVec3) -> f64 {
         let m = self.model;
@@ -130,7 +117,7 @@ impl VertexTerms<'_> {
         for node in self.nodes {
             sum += node.weight * self.potential(v, x * node.theta + start * (1.0 - node.theta));
         }
-        sum + self.dissipation(v, x)
+        sum
     }
 
     /// Gradient, Hessian block and force magnitude of the vertex's part of the objective.
@@ -147,12 +134,6 @@ impl VertexTerms<'_> {
             h += hz * (node.weight * node.theta * node.theta);
             magnitude += fz * node.weight * node.theta;
         }
-        if let Some(a) = self.damping_matrix(v) {
-            let f = a * (x - start);
-            g += f;
-            h += a;
-            magnitude += f.length();
-        }
         (g, h, magnitude)
     }
 }
@@ -163,21 +144,6 @@ pub(crate) fn vertex_energy(terms: &VertexTerms<'_>, x: &[[f64; 3]]) -> f64 {
         .into_par_iter()
         .map(|c| {
             (c * CHUNK..((c + 1) * CHUNK).min(x.len())).map(|v| terms.energy(v, DVec3::from(x[v]))).sum()
-        })
-        .collect();
-    partial.iter().sum()
-}
-
-/// Sum of the lagged damping quadratics at `x` (the pseudo-potential whose double is booked
-/// as dissipated energy).
-pub(crate) fn dissipation(terms: &VertexTerms<'_>, x: &[[f64; 3]]) -> f64 {
-    if terms.damping.is_empty() {
-        return 0.0;
-    }
-    let partial: Vec<f64> = (0..x.len().div_ceil(CHUNK))
-        .into_par_iter()
-        .map(|c| {
-            (c * CHUNK..((c + 1) * CHUNK).min(x.len())).map(|v| terms.dissipation(v, DVec3::from(x[v]))).sum()
         })
         .collect();
     partial.iter().sum()

@@ -28,11 +28,10 @@ pub struct CpuBackend {
     nodes: Vec<Node>,
     inv_h2: f64,
     anchors: gather::Anchors,
-    /// The per-vertex damping quadratics, already multiplied by the damping weight.
-    vertex_damping: Vec<[f64; 9]>,
     damping_weight: f64,
-    /// The lagged Rayleigh matrix (times the damping weight) `k/h D(x_n)` (block-sparse, same pattern); empty for none.
-    rayleigh: Vec<[f64; 9]>,
+    /// The step's lagged damping matrix on the Hessian's pattern, times the damping weight:
+    /// `k/h K(x_n)` (Rayleigh) plus the per-vertex ether and friction blocks; empty for none.
+    damping: Vec<[f64; 9]>,
     x: Vec<[f64; 3]>,
     gradient: Vec<[f64; 3]>,
     direction: Vec<[f64; 3]>,
@@ -58,9 +57,8 @@ impl CpuBackend {
             nodes: Vec::new(),
             inv_h2: 0.0,
             anchors: gather::Anchors::default(),
-            vertex_damping: Vec::new(),
             damping_weight: 1.0,
-            rayleigh: Vec::new(),
+            damping: Vec::new(),
             x: vec![[0.0; 3]; n],
             gradient: vec![[0.0; 3]; n],
             direction: vec![[0.0; 3]; n],
@@ -85,7 +83,6 @@ impl CpuBackend {
             nodes: &self.nodes,
             inv_h2: self.inv_h2,
             anchors: &self.anchors,
-            damping: &self.vertex_damping,
         }
     }
 
@@ -98,23 +95,22 @@ impl CpuBackend {
             nodes: &POTENTIAL_NODE,
             inv_h2: 0.0,
             anchors: &self.anchors,
-            damping: &[],
         }
     }
 
-    /// `1/2 dx^T R dx` with the lagged Rayleigh matrix, `dx = x - x_n`; `R dx` into `out`.
-    fn rayleigh_term(&self, x: &[[f64; 3]], out: &mut [[f64; 3]]) -> f64 {
+    /// `1/2 dx^T D dx` with the lagged damping matrix, `dx = x - x_n`; `D dx` into `out`.
+    fn damping_term(&self, x: &[[f64; 3]], out: &mut [[f64; 3]]) -> f64 {
         let dx: Vec<[f64; 3]> =
             x.iter().zip(&self.start).map(|(a, b)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]]).collect();
-        hessian_product::apply(&self.topology, &self.rayleigh, &dx, out);
+        hessian_product::apply(&self.topology, &self.damping, &dx, out);
         0.5 * vector::dot(&dx, out)
     }
 
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
         let mut value = element::energy(&self.model, x, &self.start, &self.nodes)
             + gather::vertex_energy(&self.vertex_terms(), x);
-        if !self.rayleigh.is_empty() {
-            value += self.rayleigh_term(x, &mut vec![[0.0; 3]; x.len()]);
+        if !self.damping.is_empty() {
+            value += self.damping_term(x, &mut vec![[0.0; 3]; x.len()]);
         }
         value
     }
@@ -158,10 +154,13 @@ impl Stages for CpuBackend {
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         let w = problem.damping_weight;
         self.damping_weight = w;
-        self.vertex_damping = problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect();
-        self.rayleigh.clear();
+        self.damping.clear();
+        if problem.rayleigh <= 0.0 && problem.vertex_damping.is_empty() {
+            return;
+        }
+        // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
+        // 4.2) and A_v the per-vertex ether and friction blocks.
         if problem.rayleigh > 0.0 {
-            // D = the PSD-projected stiffness at x_n, scaled by k/h (Gast et al. 4.2).
             element::derivatives(
                 &self.model,
                 problem.start,
@@ -174,16 +173,23 @@ impl Stages for CpuBackend {
             for b in &mut self.element_blocks {
                 *b = b.map(|c| c * w * problem.rayleigh / problem.dt);
             }
-            self.rayleigh = vec![[0.0; 9]; self.topology.block_count()];
-            assemble::matrix(
-                &self.model,
-                &self.topology,
-                &self.element_blocks,
-                None,
-                None,
-                &mut self.rayleigh,
-            );
+        } else {
+            self.element_blocks.fill([0.0; 9]);
         }
+        let vertex_damping: Vec<[f64; 9]> = if problem.vertex_damping.is_empty() {
+            vec![[0.0; 9]; self.x.len()]
+        } else {
+            problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect()
+        };
+        self.damping = vec![[0.0; 9]; self.topology.block_count()];
+        assemble::matrix(
+            &self.model,
+            &self.topology,
+            &self.element_blocks,
+            Some(&vertex_damping),
+            None,
+            &mut self.damping,
+        );
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
@@ -191,11 +197,10 @@ impl Stages for CpuBackend {
     }
 
     fn dissipation(&mut self) -> f64 {
-        let mut value = gather::dissipation(&self.vertex_terms(), &self.x);
-        if !self.rayleigh.is_empty() {
-            value += self.rayleigh_term(&self.x, &mut vec![[0.0; 3]; self.x.len()]);
+        if self.damping.is_empty() || self.damping_weight <= 0.0 {
+            return 0.0;
         }
-        if self.damping_weight > 0.0 { value / self.damping_weight } else { 0.0 }
+        self.damping_term(&self.x, &mut vec![[0.0; 3]; self.x.len()]) / self.damping_weight
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
@@ -222,7 +227,7 @@ impl Stages for CpuBackend {
         );
         let mut gradient = std::mem::take(&mut self.gradient);
         let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
-        let (mut squared, force_scale, magnitude) = gather::gradient(
+        let (mut squared, mut force_scale, mut magnitude) = gather::gradient(
             &self.vertex_terms(),
             &self.topology,
             &self.corner_gradients,
@@ -231,17 +236,21 @@ impl Stages for CpuBackend {
             &mut gradient,
             &mut vertex_blocks,
         );
-        if !self.rayleigh.is_empty() {
+        if !self.damping.is_empty() {
             let mut damping = vec![[0.0; 3]; self.x.len()];
-            self.rayleigh_term(&self.x, &mut damping);
+            self.damping_term(&self.x, &mut damping);
             for (v, (g, d)) in gradient.iter_mut().zip(&damping).enumerate() {
                 if !self.model.pinned[v] {
                     *g = [g[0] + d[0], g[1] + d[1], g[2] + d[2]];
+                    // The damping force is one of the forces balanced, as in the vertex terms.
+                    let force = glam::DVec3::from(*d).length();
+                    force_scale += force;
+                    magnitude += force * glam::DVec3::from(self.x[v]).abs().max_element();
                 }
             }
             squared = vector::dot(&gradient, &gradient);
         }
-        let extra = if self.rayleigh.is_empty() { None } else { Some(self.rayleigh.as_slice()) };
+        let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
         assemble::matrix(
             &self.model,
             &self.topology,

@@ -1,9 +1,6 @@
 //! `GpuBackend`: the [`Stages`] of an implicit step on the GPU. The iterate, gradient,
 //! Hessian and direction stay on the device in f32; the host reads back scalars (energies,
 //! norms, slopes, the PCG status every few iterations) and the final iterate.
-//!
-//! Not on the GPU yet (the simulation refuses them with `Backend::Gpu`): collider penalties,
-//! handles and damping.
 
 use std::sync::Arc;
 
@@ -27,6 +24,9 @@ pub struct GpuBackend {
     model: Arc<Model>,
     nodes: Vec<Node>,
     inv_h2: f64,
+    /// This step has lagged damping (its matrix is built in `linear`), with this weight.
+    damped: bool,
+    damping_weight: f64,
     error: Option<Error>,
     /// Per line-search candidate: the element and the gather partial sums.
     candidates: wgpu::Buffer,
@@ -35,11 +35,6 @@ pub struct GpuBackend {
 impl GpuBackend {
     /// Compiles the stages and uploads `model` (which must use only what the GPU backend has).
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        if !model.colliders.is_empty() {
-            return Err(Error::Unsupported(
-                "colliders are not on the GPU backend yet; use Backend::Cpu".into(),
-            ));
-        }
         let (element_stage, linear_stages, linear, elements) = context.guarded(|| {
             let element_stage = WgElement::new(&context)?;
             let linear_stages = WgLinear::new(&context)?;
@@ -59,6 +54,8 @@ impl GpuBackend {
             model,
             nodes: POTENTIAL_NODE.to_vec(),
             inv_h2: 0.0,
+            damped: false,
+            damping_weight: 1.0,
             error: None,
         })
     }
@@ -68,7 +65,9 @@ impl GpuBackend {
         &self.context
     }
 
-    fn gather_params(&self, nodes: &[Node], inv_h2: f64) -> GatherParams {
+    /// The gather's parameters for `nodes` (`inv_h2` 0 leaves inertia out); `exact` keeps the
+    /// colliders' curvature, `damped` adds the step's lagged damping.
+    fn gather_params(&self, nodes: &[Node], inv_h2: f64, exact: bool, damped: bool) -> GatherParams {
         let node = |q: usize| nodes.get(q).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let g = self.model.gravity;
         GatherParams {
@@ -83,6 +82,10 @@ impl GpuBackend {
             theta_0: node(0).theta as f32,
             weight_1: node(1).weight as f32,
             theta_1: node(1).theta as f32,
+            collider_count: self.model.colliders.len() as u32,
+            contact_stiffness: self.model.contact_stiffness as f32,
+            exact_hessian: exact as u32,
+            damped: (damped && self.damped) as u32,
         }
     }
 
@@ -94,9 +97,10 @@ impl GpuBackend {
         })
     }
 
-    fn energy_at(&mut self, at: Positions, nodes: &[Node], inv_h2: f64) -> Result<f64> {
+    /// Element plus vertex energy at `at`; `damped` adds the lagged damping.
+    fn energy_at(&mut self, at: Positions, nodes: &[Node], inv_h2: f64, damped: bool) -> Result<f64> {
         let elements = self.elements.evaluate(&self.context, &self.element_stage, at, nodes, 0)?;
-        let params = self.gather_params(nodes, inv_h2);
+        let params = self.gather_params(nodes, inv_h2, false, damped);
         let vertices = self.linear.gather(&self.context, &self.linear_stages, &params, at)?[0];
         Ok(elements + vertices)
     }
@@ -112,6 +116,12 @@ impl GpuBackend {
         })
     }
 
+    /// The gradient and the assembled matrix of the last `linearize`.
+    #[cfg(test)]
+    pub(crate) fn read_linearization(&self) -> (Vec<f32>, Vec<f32>) {
+        (self.linear.read_gradient(&self.context).unwrap(), self.linear.read_blocks(&self.context).unwrap())
+    }
+
     fn to_f64(values: Vec<f32>, out: &mut [[f64; 3]]) {
         for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
             *o = [c[0] as f64, c[1] as f64, c[2] as f64];
@@ -124,19 +134,45 @@ impl Stages for GpuBackend {
         self.linear.write_step(&self.context, problem.start, problem.target);
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
-        if !problem.vertex_damping.is_empty() || problem.rayleigh > 0.0 {
-            self.error.get_or_insert(Error::Unsupported("damping is not on the GPU backend yet".into()));
+        self.damped = !problem.vertex_damping.is_empty() || problem.rayleigh > 0.0;
+        self.damping_weight = problem.damping_weight;
+        if !self.damped {
+            return;
         }
+        // One lagged damping matrix D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected
+        // stiffness at the step's start (Rayleigh) and A_v the ether and friction blocks.
+        let w = problem.damping_weight;
+        let vertex_damping: Vec<[f64; 9]> = problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect();
+        let result = (|| {
+            let mut scale = 0.0;
+            if problem.rayleigh > 0.0 {
+                self.linear.write(&self.context, Positions::Aux, problem.start);
+                self.elements.evaluate(
+                    &self.context,
+                    &self.element_stage,
+                    Positions::Aux,
+                    &POTENTIAL_NODE,
+                    3,
+                )?;
+                scale = w * problem.rayleigh / problem.dt;
+            }
+            self.linear.build_damping(&self.context, &self.linear_stages, scale, &vertex_damping)
+        })();
+        self.settle(result, ());
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
-        if !anchors.is_empty() {
-            self.error.get_or_insert(Error::Unsupported("handles are not on the GPU backend yet".into()));
-        }
+        self.linear.write_anchors(&self.context, &self.linear_stages, anchors);
     }
 
     fn dissipation(&mut self) -> f64 {
-        0.0
+        if !self.damped || self.damping_weight <= 0.0 {
+            return 0.0;
+        }
+        // The gather with no nodes and no inertia leaves only the damping quadratic.
+        let params = self.gather_params(&[], 0.0, false, true);
+        let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate);
+        self.settle(sums, [f64::NAN; 4])[0] / self.damping_weight
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
@@ -151,7 +187,7 @@ impl Stages for GpuBackend {
 
     fn objective(&mut self) -> f64 {
         let nodes = self.nodes.clone();
-        let value = self.energy_at(Positions::Iterate, &nodes, self.inv_h2);
+        let value = self.energy_at(Positions::Iterate, &nodes, self.inv_h2, true);
         self.settle(value, f64::NAN)
     }
 
@@ -166,9 +202,9 @@ impl Stages for GpuBackend {
                 &nodes,
                 outputs,
             )?;
-            let params = self.gather_params(&nodes, self.inv_h2);
+            let params = self.gather_params(&nodes, self.inv_h2, projection == Projection::None, true);
             let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate)?;
-            self.linear.assemble(&self.context, &self.linear_stages)?;
+            self.linear.assemble(&self.context, &self.linear_stages, self.damped)?;
             Ok(Linearization {
                 gradient_norm: sums[1].sqrt(),
                 force_scale: sums[2],
@@ -222,7 +258,7 @@ impl Stages for GpuBackend {
             linear.vector(context, &self.linear_stages, "save", 0.0)?;
             for batch in alphas.chunks(MAX_BATCH) {
                 let mut encoder = context.device.create_command_encoder(&Default::default());
-                let params = self.gather_params(&nodes, self.inv_h2);
+                let params = self.gather_params(&nodes, self.inv_h2, false, true);
                 for (slot, &alpha) in batch.iter().enumerate() {
                     linear.write_batch_alpha(context, slot, alpha)?;
                     linear.encode_offset(&self.linear_stages, &mut encoder, slot);
@@ -289,7 +325,7 @@ impl Stages for GpuBackend {
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
         self.linear.write(&self.context, Positions::Aux, x);
-        let value = self.energy_at(Positions::Aux, &POTENTIAL_NODE, 0.0);
+        let value = self.energy_at(Positions::Aux, &POTENTIAL_NODE, 0.0, false);
         self.settle(value, f64::NAN)
     }
 
@@ -297,7 +333,7 @@ impl Stages for GpuBackend {
         self.linear.write(&self.context, Positions::Aux, x);
         let result = (|| {
             self.elements.evaluate(&self.context, &self.element_stage, Positions::Aux, &POTENTIAL_NODE, 1)?;
-            let params = self.gather_params(&POTENTIAL_NODE, 0.0);
+            let params = self.gather_params(&POTENTIAL_NODE, 0.0, false, false);
             self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Aux)?;
             self.linear.read_gradient(&self.context)
         })();

@@ -115,11 +115,11 @@ impl GpuContext {
 
     /// A storage buffer initialised with `data`.
     pub(crate) fn storage<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> wgpu::Buffer {
-        // wgpu rejects zero-sized bindings; an empty array still gets one element of room.
+        // wgpu rejects zero-sized bindings; an empty array still gets one zeroed element.
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let padded;
         let contents = if bytes.is_empty() {
-            padded = [0u8; 16];
+            padded = vec![0u8; std::mem::size_of::<T>().max(16)];
             &padded[..]
         } else {
             bytes

@@ -8,6 +8,7 @@ use encase::ShaderType;
 use super::context::GpuContext;
 use super::shaders::Binding;
 use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
+use crate::backend::Anchor;
 use crate::backend::topology::Topology;
 use crate::error::{Error, Result};
 
@@ -25,6 +26,39 @@ pub struct GatherParams {
     pub theta_0: f32,
     pub weight_1: f32,
     pub theta_1: f32,
+    pub collider_count: u32,
+    pub contact_stiffness: f32,
+    /// 1: keep the colliders' curvature term (exact Hessian); 0: drop it (projected).
+    pub exact_hessian: u32,
+    /// 1: add the lagged damping matrix.
+    pub damped: u32,
+}
+
+/// A collider as `shaders/shared/collider.wgsl` reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct GpuCollider {
+    a: [f32; 4],
+    b: [f32; 4],
+    kind: u32,
+    pad: [u32; 3],
+}
+
+impl GpuCollider {
+    pub fn new(collider: &crate::contact::Collider) -> GpuCollider {
+        use crate::contact::Shape;
+        let f = |v: [f64; 3], w: f64| [v[0] as f32, v[1] as f32, v[2] as f32, w as f32];
+        let (kind, a, b) = match collider.shape {
+            Shape::Plane { normal, offset } => {
+                let length = glam::DVec3::from(normal).length();
+                (0, f(normal.map(|c| c / length), offset / length), [0.0; 4])
+            }
+            Shape::Sphere { center, radius } => (1, f(center, radius), [0.0; 4]),
+            Shape::Cuboid { center, half_extents } => (2, f(center, 0.0), f(half_extents, 0.0)),
+            Shape::Capsule { a, b, radius } => (3, f(a, radius), f(b, 0.0)),
+        };
+        GpuCollider { a, b, kind, pad: [0; 3] }
+    }
 }
 
 /// The bindings of `shaders/gather.wgsl`.
@@ -35,13 +69,19 @@ pub fn gather_bindings() -> Vec<Binding> {
         storage(1, 1, "pinned", true),
         storage(1, 2, "corner_offsets", true),
         storage(1, 3, "corners", true),
+        storage(1, 4, "colliders", true),
+        storage(1, 5, "row_offsets", true),
+        storage(1, 6, "columns", true),
         storage(2, 0, "x", true),
         storage(2, 1, "x_start", true),
         storage(2, 2, "target_positions", true),
+        storage(2, 3, "anchor_offsets", true),
+        storage(2, 4, "anchors", true),
         storage(3, 0, "corner_gradients", true),
         storage(3, 1, "gradient", false),
         storage(3, 2, "vertex_blocks", false),
         storage(3, 3, "partials", false),
+        storage(3, 4, "damping_blocks", true),
     ]
 }
 
@@ -49,6 +89,10 @@ pub fn gather_bindings() -> Vec<Binding> {
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
 pub struct AssembleParams {
     pub vertex_count: u32,
+    /// 0 leaves the element blocks out.
+    pub element_scale: f32,
+    /// 1: add the lagged damping matrix.
+    pub damped: u32,
 }
 
 /// The bindings of `shaders/assemble.wgsl`.
@@ -62,7 +106,8 @@ pub fn assemble_bindings() -> Vec<Binding> {
         storage(1, 4, "block_sources", true),
         storage(3, 0, "element_blocks", true),
         storage(3, 1, "vertex_blocks", true),
-        storage(3, 2, "blocks", false),
+        storage(3, 2, "damping_blocks", true),
+        storage(3, 3, "blocks", false),
     ]
 }
 
@@ -183,10 +228,25 @@ impl WgLinear {
     }
 }
 
+/// The model's fixed buffers the gather and assembly bind (kept to rebuild their groups when
+/// the handles or the damping buffers change).
+struct ModelBuffers {
+    masses: wgpu::Buffer,
+    pinned: wgpu::Buffer,
+    corner_offsets: wgpu::Buffer,
+    corners: wgpu::Buffer,
+    colliders: wgpu::Buffer,
+    row_offsets: wgpu::Buffer,
+    columns: wgpu::Buffer,
+    source_offsets: wgpu::Buffer,
+    block_sources: wgpu::Buffer,
+}
+
 /// Buffers of the linear-algebra stages for one model.
 pub struct GpuLinear {
     vertex_count: usize,
     block_count: usize,
+    model: ModelBuffers,
     pub(crate) x: wgpu::Buffer,
     pub(crate) x_start: wgpu::Buffer,
     target: wgpu::Buffer,
@@ -196,6 +256,15 @@ pub struct GpuLinear {
     gradient: wgpu::Buffer,
     vertex_blocks: wgpu::Buffer,
     blocks: wgpu::Buffer,
+    /// Handle springs by vertex (CSR offsets, then (position, stiffness)); grown on demand.
+    anchor_offsets: wgpu::Buffer,
+    anchors: wgpu::Buffer,
+    anchor_capacity: usize,
+    /// The lagged damping matrix on the Hessian's pattern; allocated by the first damped step.
+    damping_blocks: Option<wgpu::Buffer>,
+    /// Bound where a stage's damping input is unused (a buffer may not be bound for reading
+    /// and writing in one dispatch).
+    placeholder: wgpu::Buffer,
     rhs: wgpu::Buffer,
     solution: wgpu::Buffer,
     gather_params: wgpu::Buffer,
@@ -212,6 +281,8 @@ pub struct GpuLinear {
     gather_aux_groups: Vec<wgpu::BindGroup>,
     vector_groups: Vec<wgpu::BindGroup>,
     assemble_groups: Vec<wgpu::BindGroup>,
+    /// Assembly into the damping matrix.
+    damping_groups: Vec<wgpu::BindGroup>,
     pcg_groups: Vec<wgpu::BindGroup>,
 }
 
@@ -238,49 +309,29 @@ fn dispatch(
 }
 
 impl GpuLinear {
-    /// Buffers for `model`: masses, pins and its incidence lists.
+    /// Buffers for `model`: masses, pins, colliders and its incidence lists.
     pub fn for_model(context: &GpuContext, stages: &WgLinear, model: &crate::model::Model) -> GpuLinear {
-        let corners = 4 * model.tets.len() + 2 * model.springs.len();
-        let blocks = 10 * model.tets.len() + 3 * model.springs.len();
-        let topology = Topology::new(model);
-        GpuLinear::new(context, stages, &model.masses, &model.pinned, &topology, corners, blocks)
-    }
-
-    fn new(
-        context: &GpuContext,
-        stages: &WgLinear,
-        masses: &[f64],
-        pinned: &[bool],
-        topology: &Topology,
-        corner_count: usize,
-        element_block_count: usize,
-    ) -> GpuLinear {
         let c = context;
-        let n = masses.len();
+        let n = model.vertex_count();
+        let corner_count = 4 * model.tets.len() + 2 * model.springs.len();
+        let element_block_count = 10 * model.tets.len() + 3 * model.springs.len();
+        let topology = Topology::new(model);
         let block_count = topology.block_count();
-        let masses: Vec<f32> = masses.iter().map(|&m| m as f32).collect();
-        let pinned: Vec<u32> = pinned.iter().map(|&p| p as u32).collect();
-        let [
-            masses,
-            pinned,
-            corner_offsets,
-            corners,
-            row_offsets,
-            columns,
-            diagonal,
-            source_offsets,
-            block_sources,
-        ] = [
-            c.storage("masses", &masses),
-            c.storage("pinned", &pinned),
-            c.storage("corner_offsets", &topology.corner_offsets),
-            c.storage("corners", &topology.corners),
-            c.storage("row_offsets", &topology.row_offsets),
-            c.storage("columns", &topology.columns),
-            c.storage("diagonal", &topology.diagonal),
-            c.storage("source_offsets", &topology.source_offsets),
-            c.storage("block_sources", &topology.block_sources),
-        ];
+        let masses: Vec<f32> = model.masses.iter().map(|&m| m as f32).collect();
+        let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
+        let colliders: Vec<GpuCollider> = model.colliders.iter().map(GpuCollider::new).collect();
+        let model_buffers = ModelBuffers {
+            masses: c.storage("masses", &masses),
+            pinned: c.storage("pinned", &pinned),
+            corner_offsets: c.storage("corner_offsets", &topology.corner_offsets),
+            corners: c.storage("corners", &topology.corners),
+            colliders: c.storage("colliders", &colliders),
+            row_offsets: c.storage("row_offsets", &topology.row_offsets),
+            columns: c.storage("columns", &topology.columns),
+            source_offsets: c.storage("source_offsets", &topology.source_offsets),
+            block_sources: c.storage("block_sources", &topology.block_sources),
+        };
+        let diagonal = c.storage("diagonal", &topology.diagonal);
         let vector = |label: &str| c.scratch::<f32>(label, 3 * n);
         let (aux, x_saved) = (vector("aux"), vector("x_saved"));
         let (x, x_start, target, gradient, rhs, solution) = (
@@ -297,6 +348,8 @@ impl GpuLinear {
         let element_blocks = c.scratch::<f32>("element_blocks", 9 * element_block_count);
         let vertex_blocks = c.scratch::<f32>("vertex_blocks", 9 * n);
         let blocks = c.scratch::<f32>("blocks", 9 * block_count);
+        let anchor_offsets = c.scratch::<u32>("anchor_offsets", n + 1);
+        let anchors = c.scratch::<[f32; 4]>("anchors", 1);
         let partial_count = n.div_ceil(WORKGROUP as usize);
         let gather_partials = c.scratch::<[f32; 4]>("gather partials", partial_count);
         let pcg_partials = c.scratch::<[f32; 2]>("pcg partials", partial_count);
@@ -306,26 +359,6 @@ impl GpuLinear {
         let gather_params = uniform_buffer::<GatherParams>(c, "gather params");
         let assemble_params = uniform_buffer::<AssembleParams>(c, "assemble params");
         let pcg_params = uniform_buffer::<PcgParams>(c, "pcg params");
-        let gather_groups = groups(
-            c,
-            &stages.gather,
-            &[
-                &[&gather_params],
-                &[&masses, &pinned, &corner_offsets, &corners],
-                &[&x, &x_start, &target],
-                &[&corner_gradients, &gradient, &vertex_blocks, &gather_partials],
-            ],
-        );
-        let gather_aux_groups = groups(
-            c,
-            &stages.gather,
-            &[
-                &[&gather_params],
-                &[&masses, &pinned, &corner_offsets, &corners],
-                &[&aux, &aux, &aux],
-                &[&corner_gradients, &gradient, &vertex_blocks, &gather_partials],
-            ],
-        );
         let vector_groups = groups(
             c,
             &stages.vector,
@@ -334,29 +367,20 @@ impl GpuLinear {
         let batch_params: Vec<wgpu::Buffer> =
             (0..=MAX_BATCH).map(|_| uniform_buffer::<VectorParams>(c, "batch params")).collect();
         let batch_groups = batch_params.iter().map(|p| stages.vector.bind_group(c, 0, &[p])).collect();
-        let assemble_groups = groups(
-            c,
-            &stages.assemble,
-            &[
-                &[&assemble_params],
-                &[&pinned, &row_offsets, &columns, &source_offsets, &block_sources],
-                &[],
-                &[&element_blocks, &vertex_blocks, &blocks],
-            ],
-        );
         let pcg_groups = groups(
             c,
             &stages.pcg,
             &[
                 &[&pcg_params],
-                &[&row_offsets, &columns, &diagonal],
+                &[&model_buffers.row_offsets, &model_buffers.columns, &diagonal],
                 &[],
                 &[&blocks, &rhs, &solution, &r, &z, &p, &ap, &inverse_diagonal, &pcg_partials, &scalars],
             ],
         );
-        GpuLinear {
+        let mut linear = GpuLinear {
             vertex_count: n,
             block_count,
+            model: model_buffers,
             x,
             x_start,
             target,
@@ -366,6 +390,11 @@ impl GpuLinear {
             gradient,
             vertex_blocks,
             blocks,
+            anchor_offsets,
+            anchors,
+            anchor_capacity: 1,
+            damping_blocks: None,
+            placeholder: c.scratch::<f32>("placeholder", 1),
             rhs,
             solution,
             gather_params,
@@ -377,12 +406,130 @@ impl GpuLinear {
             batch_params,
             batch_groups,
             dot_partials,
-            gather_groups,
-            gather_aux_groups,
+            gather_groups: Vec::new(),
+            gather_aux_groups: Vec::new(),
             vector_groups,
-            assemble_groups,
+            assemble_groups: Vec::new(),
+            damping_groups: Vec::new(),
             pcg_groups,
+        };
+        linear.bind_vertex_terms(context, stages);
+        linear
+    }
+
+    /// (Re)builds the gather and assembly groups over the current handle and damping buffers.
+    fn bind_vertex_terms(&mut self, c: &GpuContext, stages: &WgLinear) {
+        let m = &self.model;
+        let model_group: [&wgpu::Buffer; 7] =
+            [&m.masses, &m.pinned, &m.corner_offsets, &m.corners, &m.colliders, &m.row_offsets, &m.columns];
+        let damping = self.damping_blocks.as_ref().unwrap_or(&self.placeholder);
+        let outputs =
+            [&self.corner_gradients, &self.gradient, &self.vertex_blocks, &self.gather_partials, damping];
+        let (offsets, anchors) = (&self.anchor_offsets, &self.anchors);
+        self.gather_groups = groups(
+            c,
+            &stages.gather,
+            &[
+                &[&self.gather_params],
+                &model_group,
+                &[&self.x, &self.x_start, &self.target, offsets, anchors],
+                &outputs,
+            ],
+        );
+        self.gather_aux_groups = groups(
+            c,
+            &stages.gather,
+            &[
+                &[&self.gather_params],
+                &model_group,
+                &[&self.aux, &self.aux, &self.aux, offsets, anchors],
+                &outputs,
+            ],
+        );
+        let pattern: [&wgpu::Buffer; 5] =
+            [&m.pinned, &m.row_offsets, &m.columns, &m.source_offsets, &m.block_sources];
+        self.assemble_groups = groups(
+            c,
+            &stages.assemble,
+            &[
+                &[&self.assemble_params],
+                &pattern,
+                &[],
+                &[&self.element_blocks, &self.vertex_blocks, damping, &self.blocks],
+            ],
+        );
+        self.damping_groups = match &self.damping_blocks {
+            Some(damping) => groups(
+                c,
+                &stages.assemble,
+                &[
+                    &[&self.assemble_params],
+                    &pattern,
+                    &[],
+                    &[&self.element_blocks, &self.vertex_blocks, &self.placeholder, damping],
+                ],
+            ),
+            None => Vec::new(),
+        };
+    }
+
+    /// Uploads the handle springs, grouped by vertex.
+    pub fn write_anchors(&mut self, context: &GpuContext, stages: &WgLinear, anchors: &[Anchor]) {
+        let mut sorted: Vec<&Anchor> = anchors.iter().collect();
+        sorted.sort_by_key(|a| a.vertex);
+        let mut offsets = vec![0u32; self.vertex_count + 1];
+        for a in &sorted {
+            offsets[a.vertex as usize + 1] += 1;
         }
+        for v in 0..self.vertex_count {
+            offsets[v + 1] += offsets[v];
+        }
+        let springs: Vec<[f32; 4]> = sorted
+            .iter()
+            .map(|a| [a.position[0] as f32, a.position[1] as f32, a.position[2] as f32, a.stiffness as f32])
+            .collect();
+        if springs.len() > self.anchor_capacity {
+            self.anchor_capacity = springs.len().next_power_of_two();
+            self.anchors = context.scratch::<[f32; 4]>("anchors", self.anchor_capacity);
+            self.bind_vertex_terms(context, stages);
+        }
+        context.queue.write_buffer(&self.anchor_offsets, 0, bytemuck::cast_slice(&offsets));
+        if !springs.is_empty() {
+            context.queue.write_buffer(&self.anchors, 0, bytemuck::cast_slice(&springs));
+        }
+    }
+
+    /// Builds the step's lagged damping matrix `D = element_scale K + diag(A_v)`, `K` the
+    /// element blocks the last element pass left (skipped when `element_scale` is 0) and
+    /// `A_v` the per-vertex blocks (row-major, none when empty).
+    pub fn build_damping(
+        &mut self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        element_scale: f64,
+        vertex_damping: &[[f64; 9]],
+    ) -> Result<()> {
+        if self.damping_blocks.is_none() {
+            self.damping_blocks = Some(context.scratch::<f32>("damping_blocks", 9 * self.block_count));
+            self.bind_vertex_terms(context, stages);
+        }
+        let per_vertex = if vertex_damping.is_empty() {
+            vec![0.0f32; 9 * self.vertex_count]
+        } else {
+            to_f32(vertex_damping.as_flattened())
+        };
+        context.queue.write_buffer(&self.vertex_blocks, 0, bytemuck::cast_slice(&per_vertex));
+        let params = AssembleParams {
+            vertex_count: self.vertex_count as u32,
+            element_scale: element_scale as f32,
+            damped: 0,
+        };
+        self.run_assemble(context, stages, &params, &self.damping_groups)
+    }
+
+    /// Whether a damping matrix is built (by `build_damping`).
+    pub fn has_damping(&self) -> bool {
+        self.damping_blocks.is_some()
     }
 
     fn workgroups(&self) -> u32 {
@@ -441,15 +588,27 @@ impl GpuLinear {
         Ok(partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))
     }
 
-    /// Runs `assemble`.
-    pub fn assemble(&self, context: &GpuContext, stages: &WgLinear) -> Result<()> {
-        write_uniform(
-            context,
-            &self.assemble_params,
-            &AssembleParams { vertex_count: self.vertex_count as u32 },
-        )?;
+    /// Runs `assemble`: the Newton matrix from the element and vertex blocks, plus the
+    /// lagged damping matrix when `damped`.
+    pub fn assemble(&self, context: &GpuContext, stages: &WgLinear, damped: bool) -> Result<()> {
+        let params = AssembleParams {
+            vertex_count: self.vertex_count as u32,
+            element_scale: 1.0,
+            damped: damped as u32,
+        };
+        self.run_assemble(context, stages, &params, &self.assemble_groups)
+    }
+
+    fn run_assemble(
+        &self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        params: &AssembleParams,
+        groups: &[wgpu::BindGroup],
+    ) -> Result<()> {
+        write_uniform(context, &self.assemble_params, params)?;
         let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(&mut encoder, &stages.assemble, &self.assemble_groups, "main", self.workgroups());
+        dispatch(&mut encoder, &stages.assemble, groups, "main", self.workgroups());
         context.queue.submit([encoder.finish()]);
         Ok(())
     }

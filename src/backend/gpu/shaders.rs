@@ -10,6 +10,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/elastic", include_str!("../../../shaders/shared/elastic.wgsl")),
     ("shared/reduce", include_str!("../../../shaders/shared/reduce.wgsl")),
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
+    ("shared/collider", include_str!("../../../shaders/shared/collider.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use glam::DVec3;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{GpuBackend, GpuContext};
+use crate::backend::gpu::{GpuBackend, GpuContext, GpuProduct};
 use crate::backend::{Anchor, Stages};
 use crate::contact::{Collider, ContactModel};
 use crate::damping::Damping;
@@ -116,6 +116,7 @@ pub struct SimulationBuilder {
     contact_model: Option<ContactModel>,
     damping: Vec<Damping>,
     gpu: Option<GpuContext>,
+    gpu_product: GpuProduct,
 }
 
 impl SimulationBuilder {
@@ -186,6 +187,12 @@ impl SimulationBuilder {
         self
     }
 
+    /// How the GPU's CG loop applies the Hessian (default: assembled; see docs/perf/gpu.md).
+    pub fn gpu_product(mut self, product: GpuProduct) -> Self {
+        self.gpu_product = product;
+        self
+    }
+
     /// Adds a damping model (may be called repeatedly to combine models).
     pub fn damping(mut self, damping: Damping) -> Self {
         self.damping.push(damping);
@@ -245,8 +252,9 @@ impl SimulationBuilder {
                 )));
             }
         }
+        let product = self.gpu_product;
         let on_gpu = |model: &Model, context: GpuContext| -> Result<Box<dyn Stages>, Error> {
-            Ok(Box::new(GpuBackend::new(Arc::new(context), Arc::new(model.clone()))?))
+            Ok(Box::new(GpuBackend::new(Arc::new(context), Arc::new(model.clone()))?.with_product(product)))
         };
         let cpu = |model: &Model| -> Box<dyn Stages> { Box::new(CpuBackend::new(Arc::new(model.clone()))) };
         let (stages, backend): (Box<dyn Stages>, Backend) = match self.backend {
@@ -325,6 +333,7 @@ impl Simulation {
             contact_model: None,
             damping: Vec::new(),
             gpu: None,
+            gpu_product: GpuProduct::default(),
         }
     }
 
@@ -586,6 +595,12 @@ impl Simulation {
     /// `positions()`), for drawing without a readback; `None` on the CPU backend.
     pub fn gpu_positions(&self) -> Option<&wgpu::Buffer> {
         self.stages.positions_buffer()
+    }
+
+    /// The GPU backend's device context (for `start_profiling` and `pass_times`); `None` on
+    /// the CPU.
+    pub fn gpu_context(&self) -> Option<&GpuContext> {
+        self.stages.gpu_context()
     }
 
     /// Device memory the GPU backend holds for this simulation (bytes); `None` on the CPU.

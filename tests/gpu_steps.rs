@@ -210,3 +210,36 @@ fn contact_handles_and_damping_step_on_the_gpu_like_on_the_cpu() {
         );
     }
 }
+
+#[test]
+fn timestamp_queries_time_every_pass_of_a_step() {
+    if !gpu_available() {
+        return;
+    }
+    let mut sim = scene(Integrator::BackwardEuler, Backend::Gpu).unwrap();
+    let context = sim.gpu_context().unwrap();
+    if let Err(e) = context.start_profiling() {
+        // Only an adapter without timestamp queries may refuse, and it must say so.
+        assert!(
+            !context.device.features().contains(wgpu::Features::TIMESTAMP_QUERY),
+            "profiling refused on an adapter with timestamps: {e}"
+        );
+        println!("no timestamps on this adapter: {e}");
+        return;
+    }
+    let stats = sim.step().unwrap();
+    let times = sim.gpu_context().unwrap().pass_times();
+    for t in &times {
+        println!("{:>18}: {:>5} passes {:>10.3} ms", t.pass, t.count, t.seconds * 1e3);
+    }
+    let count = |pass: &str| times.iter().find(|t| t.pass == pass).map_or(0, |t| t.count);
+    // Every stage ran and was timed; the PCG loop runs its product at least once per CG
+    // iteration (it may run a few past convergence before the status is read).
+    for pass in ["element", "gather", "assemble", "setup", "product", "update", "direction"] {
+        assert!(count(pass) > 0, "no {pass} pass was timed");
+    }
+    assert!(count("product") as usize >= stats.linear_iterations, "{} products", count("product"));
+    assert!(times.iter().all(|t| t.seconds.is_finite() && t.seconds >= 0.0));
+    assert!(times.iter().map(|t| t.seconds).sum::<f64>() > 0.0);
+    assert!(sim.gpu_context().unwrap().pass_times().is_empty(), "pass_times resets");
+}

@@ -145,6 +145,10 @@ pub trait Stages: Send {
     fn device_memory(&self) -> Option<u64> {
         None
     }
+    /// The device context, on a GPU backend.
+    fn gpu_context(&self) -> Option<&gpu::GpuContext> {
+        None
+    }
     /// The device buffer with the current positions (3 f32 per vertex), on a GPU backend.
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
         None

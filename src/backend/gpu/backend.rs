@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::context::GpuContext;
 use super::element::{GpuElements, WgElement};
-use super::linear::{GatherParams, GpuLinear, MAX_BATCH, Positions, WgLinear};
+use super::linear::{GatherParams, GpuLinear, GpuProduct, MAX_BATCH, Positions, WgLinear};
 use crate::backend::{Anchor, DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
 use crate::error::{Error, Result};
 use crate::material::Projection;
@@ -58,6 +58,12 @@ impl GpuBackend {
             damping_weight: 1.0,
             error: None,
         })
+    }
+
+    /// Sets how the PCG loop applies the Hessian (assembled by default).
+    pub fn with_product(mut self, product: GpuProduct) -> GpuBackend {
+        self.linear.product = product;
+        self
     }
 
     /// The device context.
@@ -204,7 +210,9 @@ impl Stages for GpuBackend {
             )?;
             let params = self.gather_params(&nodes, self.inv_h2, projection == Projection::None, true);
             let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate)?;
-            self.linear.assemble(&self.context, &self.linear_stages, self.damped)?;
+            if self.linear.product == GpuProduct::Assembled {
+                self.linear.assemble(&self.context, &self.linear_stages, self.damped)?;
+            }
             Ok(Linearization {
                 gradient_norm: sums[1].sqrt(),
                 force_scale: sums[2],
@@ -224,8 +232,13 @@ impl Stages for GpuBackend {
         // The GPU always solves with PCG; the direct solver is a CPU option.
         let result = (|| {
             self.linear.vector(&self.context, &self.linear_stages, "negate_gradient", 0.0)?;
-            let status =
-                self.linear.pcg(&self.context, &self.linear_stages, tolerance, max_iterations as u32)?;
+            let status = self.linear.pcg(
+                &self.context,
+                &self.linear_stages,
+                tolerance,
+                max_iterations as u32,
+                self.damped,
+            )?;
             self.report(status.iterations.max(1) as usize, status.state == 2 || status.state == 3)
         })();
         self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
@@ -261,7 +274,7 @@ impl Stages for GpuBackend {
                 let params = self.gather_params(&nodes, self.inv_h2, false, true);
                 for (slot, &alpha) in batch.iter().enumerate() {
                     linear.write_batch_alpha(context, slot, alpha)?;
-                    linear.encode_offset(&self.linear_stages, &mut encoder, slot);
+                    linear.encode_offset(context, &self.linear_stages, &mut encoder, slot);
                     self.elements.encode(
                         context,
                         &self.element_stage,
@@ -295,7 +308,7 @@ impl Stages for GpuBackend {
                     );
                 }
                 linear.write_batch_alpha(context, MAX_BATCH, 0.0)?;
-                linear.encode_offset(&self.linear_stages, &mut encoder, MAX_BATCH);
+                linear.encode_offset(context, &self.linear_stages, &mut encoder, MAX_BATCH);
                 context.queue.submit([encoder.finish()]);
                 let sums: Vec<f32> = context.read(&self.candidates, batch.len() * per_candidate)?;
                 for candidate in sums.chunks(per_candidate) {
@@ -347,6 +360,10 @@ impl Stages for GpuBackend {
 
     fn device_memory(&self) -> Option<u64> {
         Some(self.context.allocated_bytes())
+    }
+
+    fn gpu_context(&self) -> Option<&GpuContext> {
+        Some(&self.context)
     }
 
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {

@@ -19,6 +19,37 @@ pub struct GpuContext {
     /// The first error the device reported outside an error scope (device loss, out of memory
     /// during a step), kept instead of wgpu's default panic.
     failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Timestamp queries, once profiling is first switched on.
+    queries: std::sync::OnceLock<Queries>,
+    profiling: std::sync::atomic::AtomicBool,
+    profile: std::sync::Mutex<Profile>,
+}
+
+/// GPU time spent in one kind of compute pass, from timestamp queries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassTime {
+    /// The pass: a stage (`element`, `gather`, `assemble`) or an entry point (`product`, ...).
+    pub pass: &'static str,
+    /// GPU time summed over its passes (s).
+    pub seconds: f64,
+    /// How many passes were timed.
+    pub count: u64,
+}
+
+/// Timestamp queries: two per pass, resolved at the next readback.
+const QUERY_CAPACITY: u32 = 1024;
+
+struct Queries {
+    set: wgpu::QuerySet,
+    resolved: wgpu::Buffer,
+    nanoseconds_per_tick: f64,
+}
+
+#[derive(Default)]
+struct Profile {
+    /// The labels of the passes whose timestamps await resolution, by query pair.
+    pending: Vec<&'static str>,
+    totals: Vec<PassTime>,
 }
 
 impl GpuContext {
@@ -38,6 +69,8 @@ impl GpuContext {
         let failure: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lively"),
+            // Timestamps where the adapter has them, for `start_profiling`.
+            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
             required_limits: adapter.limits(),
             ..Default::default()
         }))
@@ -61,6 +94,9 @@ impl GpuContext {
             software: info.device_type == wgpu::DeviceType::Cpu,
             allocated: 0.into(),
             failure,
+            queries: Default::default(),
+            profiling: Default::default(),
+            profile: Default::default(),
         })
     }
 
@@ -74,7 +110,103 @@ impl GpuContext {
             allocated: 0.into(),
             // The application's own error handlers stay in place.
             failure: Default::default(),
+            queries: Default::default(),
+            profiling: Default::default(),
+            profile: Default::default(),
         }
+    }
+
+    /// Starts timing every compute pass with timestamp queries (for benchmarks: it adds a
+    /// small readback to every readback). Refused where the device lacks
+    /// `Features::TIMESTAMP_QUERY`.
+    pub fn start_profiling(&self) -> Result<()> {
+        if !self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+            return Err(Error::Unsupported(format!("{} has no timestamp queries", self.adapter)));
+        }
+        self.queries.get_or_init(|| Queries {
+            set: self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("pass timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: QUERY_CAPACITY,
+            }),
+            resolved: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("resolved timestamps"),
+                size: 8 * QUERY_CAPACITY as u64,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            nanoseconds_per_tick: self.queue.get_timestamp_period() as f64,
+        });
+        self.profiling.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Stops timing passes (the times so far stay for `pass_times`).
+    pub fn stop_profiling(&self) {
+        self.profiling.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// GPU time per kind of pass since the last call (empty unless profiling is on), the
+    /// most expensive first.
+    pub fn pass_times(&self) -> Vec<PassTime> {
+        let mut totals = self.profile.lock().map(|mut p| std::mem::take(&mut p.totals)).unwrap_or_default();
+        totals.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        totals
+    }
+
+    /// The timestamp writes for a pass labelled `pass`, when profiling (passes beyond the
+    /// query capacity between two readbacks go untimed).
+    pub(crate) fn timestamp_writes(
+        &self,
+        pass: &'static str,
+    ) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        if !self.profiling.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let queries = self.queries.get()?;
+        let mut profile = self.profile.lock().ok()?;
+        let index = profile.pending.len() as u32;
+        if 2 * index + 2 > QUERY_CAPACITY {
+            return None;
+        }
+        profile.pending.push(pass);
+        Some(wgpu::ComputePassTimestampWrites {
+            query_set: &queries.set,
+            beginning_of_pass_write_index: Some(2 * index),
+            end_of_pass_write_index: Some(2 * index + 1),
+        })
+    }
+
+    /// Resolves the pending timestamps (every pass recorded so far has been submitted: the
+    /// stages submit before they read back).
+    fn collect_times(&self) -> Result<()> {
+        let Some(queries) = self.queries.get() else { return Ok(()) };
+        let pending = match self.profile.lock() {
+            Ok(mut profile) => std::mem::take(&mut profile.pending),
+            Err(_) => return Ok(()),
+        };
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let count = 2 * pending.len() as u32;
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.resolve_query_set(&queries.set, 0..count, &queries.resolved, 0);
+        self.queue.submit([encoder.finish()]);
+        let ticks: Vec<u64> =
+            bytemuck::pod_collect_to_vec(&self.download(&queries.resolved, 8 * count as u64)?);
+        if let Ok(mut profile) = self.profile.lock() {
+            for (pass, pair) in pending.iter().zip(ticks.chunks_exact(2)) {
+                let seconds = pair[1].saturating_sub(pair[0]) as f64 * queries.nanoseconds_per_tick * 1e-9;
+                match profile.totals.iter_mut().find(|t| t.pass == *pass) {
+                    Some(total) => {
+                        total.seconds += seconds;
+                        total.count += 1;
+                    }
+                    None => profile.totals.push(PassTime { pass, seconds, count: 1 }),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The first device failure reported since the last call, as an error.
@@ -150,6 +282,13 @@ impl GpuContext {
         if size == 0 {
             return Ok(Vec::new());
         }
+        let bytes = self.download(buffer, size)?;
+        self.collect_times()?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// The first `size` bytes of `buffer` (waits for the queue).
+    fn download(&self, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size,
@@ -174,7 +313,7 @@ impl GpuContext {
         let view = staging
             .get_mapped_range(..)
             .map_err(|e| Error::DeviceLost(format!("reading a mapped buffer: {e}")))?;
-        let out = bytemuck::cast_slice(&view).to_vec();
+        let out = view.to_vec();
         drop(view);
         staging.unmap();
         Ok(out)

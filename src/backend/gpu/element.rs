@@ -173,7 +173,7 @@ impl GpuElements {
         let groups = if at == Positions::Iterate { &self.iterate_groups } else { &self.aux_groups };
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("element"),
-            timestamp_writes: None,
+            timestamp_writes: context.timestamp_writes("element"),
         });
         for (g, group) in groups.iter().enumerate() {
             pass.set_bind_group(g as u32, group, &[]);

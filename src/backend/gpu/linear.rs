@@ -118,6 +118,22 @@ pub struct PcgParams {
     pub partial_count: u32,
     pub max_iterations: u32,
     pub tolerance: f32,
+    /// 1: apply the Hessian from the element blocks instead of the assembled matrix.
+    pub matrix_free: u32,
+    /// Matrix-free only: add the lagged damping matrix.
+    pub damped: u32,
+    pub tet_count: u32,
+}
+
+/// How the PCG loop applies the Hessian.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuProduct {
+    /// Assemble block-sparse rows once per Newton iteration; each CG product reads them.
+    #[default]
+    Assembled,
+    /// No assembly: each CG product gathers every vertex's rows of the element Hessians
+    /// through its element corners.
+    MatrixFree,
 }
 
 /// The bindings of `shaders/pcg.wgsl`.
@@ -127,6 +143,10 @@ pub fn pcg_bindings() -> Vec<Binding> {
         storage(1, 0, "row_offsets", true),
         storage(1, 1, "columns", true),
         storage(1, 2, "diagonal", true),
+        storage(1, 3, "pinned", true),
+        storage(1, 4, "corner_offsets", true),
+        storage(1, 5, "corners", true),
+        storage(1, 6, "corner_vertices", true),
         storage(3, 0, "blocks", true),
         storage(3, 1, "b", true),
         storage(3, 2, "x", false),
@@ -137,6 +157,9 @@ pub fn pcg_bindings() -> Vec<Binding> {
         storage(3, 7, "inverse_diagonal", false),
         storage(3, 8, "partials", false),
         storage(3, 9, "scalars", false),
+        storage(3, 10, "element_blocks", true),
+        storage(3, 11, "vertex_blocks", true),
+        storage(3, 12, "damping_blocks", true),
     ]
 }
 
@@ -240,13 +263,29 @@ struct ModelBuffers {
     columns: wgpu::Buffer,
     source_offsets: wgpu::Buffer,
     block_sources: wgpu::Buffer,
+    diagonal: wgpu::Buffer,
+    corner_vertices: wgpu::Buffer,
+}
+
+/// The PCG loop's own vectors and sums.
+struct PcgBuffers {
+    r: wgpu::Buffer,
+    z: wgpu::Buffer,
+    p: wgpu::Buffer,
+    ap: wgpu::Buffer,
+    inverse_diagonal: wgpu::Buffer,
+    partials: wgpu::Buffer,
 }
 
 /// Buffers of the linear-algebra stages for one model.
 pub struct GpuLinear {
     vertex_count: usize,
     block_count: usize,
+    tet_count: usize,
+    /// How the PCG loop applies the Hessian.
+    pub product: GpuProduct,
     model: ModelBuffers,
+    pcg_buffers: PcgBuffers,
     pub(crate) x: wgpu::Buffer,
     pub(crate) x_start: wgpu::Buffer,
     target: wgpu::Buffer,
@@ -293,14 +332,18 @@ fn groups(context: &GpuContext, stage: &WgStage, by_group: &[&[&wgpu::Buffer]]) 
 }
 
 fn dispatch(
+    context: &GpuContext,
     encoder: &mut wgpu::CommandEncoder,
     stage: &WgStage,
     groups: &[wgpu::BindGroup],
     entry: &str,
     workgroups: u32,
 ) {
-    let mut pass = encoder
-        .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(entry), timestamp_writes: None });
+    let label = stage.pass_label(entry);
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(label),
+        timestamp_writes: context.timestamp_writes(label),
+    });
     pass.set_pipeline(stage.pipeline(entry));
     for (g, group) in groups.iter().enumerate() {
         pass.set_bind_group(g as u32, group, &[]);
@@ -320,6 +363,14 @@ impl GpuLinear {
         let masses: Vec<f32> = model.masses.iter().map(|&m| m as f32).collect();
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         let colliders: Vec<GpuCollider> = model.colliders.iter().map(GpuCollider::new).collect();
+        let mut corner_vertices = vec![0u32; corner_count];
+        for v in 0..n {
+            for &corner in &topology.corners
+                [topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize]
+            {
+                corner_vertices[corner as usize] = v as u32;
+            }
+        }
         let model_buffers = ModelBuffers {
             masses: c.storage("masses", &masses),
             pinned: c.storage("pinned", &pinned),
@@ -330,8 +381,9 @@ impl GpuLinear {
             columns: c.storage("columns", &topology.columns),
             source_offsets: c.storage("source_offsets", &topology.source_offsets),
             block_sources: c.storage("block_sources", &topology.block_sources),
+            diagonal: c.storage("diagonal", &topology.diagonal),
+            corner_vertices: c.storage("corner_vertices", &corner_vertices),
         };
-        let diagonal = c.storage("diagonal", &topology.diagonal);
         let vector = |label: &str| c.scratch::<f32>(label, 3 * n);
         let (aux, x_saved) = (vector("aux"), vector("x_saved"));
         let (x, x_start, target, gradient, rhs, solution) = (
@@ -342,8 +394,14 @@ impl GpuLinear {
             vector("rhs"),
             vector("solution"),
         );
-        let (r, z, p, ap, inverse_diagonal) =
-            (vector("r"), vector("z"), vector("p"), vector("ap"), vector("inverse_diagonal"));
+        let pcg_buffers = PcgBuffers {
+            r: vector("r"),
+            z: vector("z"),
+            p: vector("p"),
+            ap: vector("ap"),
+            inverse_diagonal: vector("inverse_diagonal"),
+            partials: c.scratch::<[f32; 2]>("pcg partials", n.div_ceil(WORKGROUP as usize)),
+        };
         let corner_gradients = c.scratch::<f32>("corner_gradients", 3 * corner_count);
         let element_blocks = c.scratch::<f32>("element_blocks", 9 * element_block_count);
         let vertex_blocks = c.scratch::<f32>("vertex_blocks", 9 * n);
@@ -352,7 +410,6 @@ impl GpuLinear {
         let anchors = c.scratch::<[f32; 4]>("anchors", 1);
         let partial_count = n.div_ceil(WORKGROUP as usize);
         let gather_partials = c.scratch::<[f32; 4]>("gather partials", partial_count);
-        let pcg_partials = c.scratch::<[f32; 2]>("pcg partials", partial_count);
         let scalars = c.scratch::<PcgStatus>("pcg scalars", 1);
         let dot_partials = c.scratch::<[f32; 4]>("dot partials", partial_count);
         let vector_params = uniform_buffer::<VectorParams>(c, "vector params");
@@ -367,20 +424,13 @@ impl GpuLinear {
         let batch_params: Vec<wgpu::Buffer> =
             (0..=MAX_BATCH).map(|_| uniform_buffer::<VectorParams>(c, "batch params")).collect();
         let batch_groups = batch_params.iter().map(|p| stages.vector.bind_group(c, 0, &[p])).collect();
-        let pcg_groups = groups(
-            c,
-            &stages.pcg,
-            &[
-                &[&pcg_params],
-                &[&model_buffers.row_offsets, &model_buffers.columns, &diagonal],
-                &[],
-                &[&blocks, &rhs, &solution, &r, &z, &p, &ap, &inverse_diagonal, &pcg_partials, &scalars],
-            ],
-        );
         let mut linear = GpuLinear {
             vertex_count: n,
             block_count,
+            tet_count: model.tets.len(),
+            product: GpuProduct::default(),
             model: model_buffers,
+            pcg_buffers,
             x,
             x_start,
             target,
@@ -411,13 +461,14 @@ impl GpuLinear {
             vector_groups,
             assemble_groups: Vec::new(),
             damping_groups: Vec::new(),
-            pcg_groups,
+            pcg_groups: Vec::new(),
         };
         linear.bind_vertex_terms(context, stages);
         linear
     }
 
-    /// (Re)builds the gather and assembly groups over the current handle and damping buffers.
+    /// (Re)builds the gather, assembly and PCG groups over the current handle and damping
+    /// buffers.
     fn bind_vertex_terms(&mut self, c: &GpuContext, stages: &WgLinear) {
         let m = &self.model;
         let model_group: [&wgpu::Buffer; 7] =
@@ -471,6 +522,39 @@ impl GpuLinear {
             ),
             None => Vec::new(),
         };
+        let b = &self.pcg_buffers;
+        self.pcg_groups = groups(
+            c,
+            &stages.pcg,
+            &[
+                &[&self.pcg_params],
+                &[
+                    &m.row_offsets,
+                    &m.columns,
+                    &m.diagonal,
+                    &m.pinned,
+                    &m.corner_offsets,
+                    &m.corners,
+                    &m.corner_vertices,
+                ],
+                &[],
+                &[
+                    &self.blocks,
+                    &self.rhs,
+                    &self.solution,
+                    &b.r,
+                    &b.z,
+                    &b.p,
+                    &b.ap,
+                    &b.inverse_diagonal,
+                    &b.partials,
+                    &self.scalars,
+                    &self.element_blocks,
+                    &self.vertex_blocks,
+                    damping,
+                ],
+            ],
+        );
     }
 
     /// Uploads the handle springs, grouped by vertex.
@@ -547,7 +631,7 @@ impl GpuLinear {
     ) -> Result<()> {
         write_uniform(context, &self.gather_params, params)?;
         let groups = if at == Positions::Iterate { &self.gather_groups } else { &self.gather_aux_groups };
-        dispatch(encoder, &stages.gather, groups, "main", self.workgroups());
+        dispatch(context, encoder, &stages.gather, groups, "main", self.workgroups());
         Ok(())
     }
 
@@ -563,13 +647,19 @@ impl GpuLinear {
     }
 
     /// Records `x = x_saved + alpha_slot d` into `encoder`.
-    pub fn encode_offset(&self, stages: &WgLinear, encoder: &mut wgpu::CommandEncoder, slot: usize) {
+    pub fn encode_offset(
+        &self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        encoder: &mut wgpu::CommandEncoder,
+        slot: usize,
+    ) {
         let groups: Vec<wgpu::BindGroup> = vec![self.batch_groups[slot].clone()]
             .into_iter()
             .chain(self.vector_groups[1..].iter().cloned())
             .collect();
         let threads = (3 * self.vertex_count) as u32;
-        dispatch(encoder, &stages.vector, &groups, "offset", threads.div_ceil(WORKGROUP));
+        dispatch(context, encoder, &stages.vector, &groups, "offset", threads.div_ceil(WORKGROUP));
     }
 
     /// Runs `gather` at `at`; returns the summed (vertex energy, |grad|^2, force scale, noise
@@ -608,39 +698,45 @@ impl GpuLinear {
     ) -> Result<()> {
         write_uniform(context, &self.assemble_params, params)?;
         let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(&mut encoder, &stages.assemble, groups, "main", self.workgroups());
+        dispatch(context, &mut encoder, &stages.assemble, groups, "main", self.workgroups());
         context.queue.submit([encoder.finish()]);
         Ok(())
     }
 
-    /// Solves `blocks x = rhs` into `solution` with the GPU loop; returns the final status.
+    /// Solves `H x = rhs` into `solution` with the GPU loop, `H` the assembled matrix or, with
+    /// `GpuProduct::MatrixFree`, the element and vertex blocks (plus the damping matrix when
+    /// `damped`); returns the final status.
     pub fn pcg(
         &self,
         context: &GpuContext,
         stages: &WgLinear,
         tolerance: f64,
         max_iterations: u32,
+        damped: bool,
     ) -> Result<PcgStatus> {
         let params = PcgParams {
             vertex_count: self.vertex_count as u32,
             partial_count: self.workgroups(),
             max_iterations,
             tolerance: tolerance as f32,
+            matrix_free: (self.product == GpuProduct::MatrixFree) as u32,
+            damped: damped as u32,
+            tet_count: self.tet_count as u32,
         };
         write_uniform(context, &self.pcg_params, &params)?;
         let (stage, groups, w) = (&stages.pcg, &self.pcg_groups, self.workgroups());
         let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(&mut encoder, stage, groups, "setup", w);
-        dispatch(&mut encoder, stage, groups, "reduce_setup", 1);
+        dispatch(context, &mut encoder, stage, groups, "setup", w);
+        dispatch(context, &mut encoder, stage, groups, "reduce_setup", 1);
         context.queue.submit([encoder.finish()]);
         loop {
             let mut encoder = context.device.create_command_encoder(&Default::default());
             for _ in 0..ITERATIONS_PER_READBACK {
-                dispatch(&mut encoder, stage, groups, "product", w);
-                dispatch(&mut encoder, stage, groups, "reduce_curvature", 1);
-                dispatch(&mut encoder, stage, groups, "update", w);
-                dispatch(&mut encoder, stage, groups, "reduce_residual", 1);
-                dispatch(&mut encoder, stage, groups, "direction", w);
+                dispatch(context, &mut encoder, stage, groups, "product", w);
+                dispatch(context, &mut encoder, stage, groups, "reduce_curvature", 1);
+                dispatch(context, &mut encoder, stage, groups, "update", w);
+                dispatch(context, &mut encoder, stage, groups, "reduce_residual", 1);
+                dispatch(context, &mut encoder, stage, groups, "direction", w);
             }
             context.queue.submit([encoder.finish()]);
             let status = context.read::<PcgStatus>(&self.scalars, 1)?[0];
@@ -677,6 +773,7 @@ impl GpuLinear {
         let threads = if entry == "dots" { self.vertex_count } else { 3 * self.vertex_count };
         let mut encoder = context.device.create_command_encoder(&Default::default());
         dispatch(
+            context,
             &mut encoder,
             &stages.vector,
             &self.vector_groups,

@@ -2,8 +2,9 @@
 //! of a CPU stage in `backend/cpu` (same slots, same meaning) and tested against it.
 //!
 //! `GpuBackend` implements the step's `Stages` with the `element` (every material, exact or
-//! projected Hessians), `gather`, `assemble`, `pcg` and `vector` stages; colliders, handles
-//! and damping are CPU-only so far.
+//! projected Hessians), `gather` (inertia, gravity, colliders, handles, lagged damping),
+//! `assemble`, `pcg` and `vector` stages. `GpuContext::start_profiling` times every pass with
+//! timestamp queries where the adapter has them.
 
 mod backend;
 mod context;
@@ -13,7 +14,7 @@ pub mod shaders;
 mod stage;
 
 pub use backend::GpuBackend;
-pub use context::GpuContext;
+pub use context::{GpuContext, PassTime};
 
 /// The binding table the Rust side declares for a stage, by stage name.
 pub fn stage_bindings(stage: &str) -> Option<Vec<shaders::Binding>> {
@@ -27,7 +28,7 @@ pub fn stage_bindings(stage: &str) -> Option<Vec<shaders::Binding>> {
     }
 }
 pub use element::{GpuElements, WgElement};
-pub use linear::{GpuLinear, PcgStatus, Positions, WgLinear};
+pub use linear::{GpuLinear, GpuProduct, PcgStatus, Positions, WgLinear};
 
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,7 @@ pub(crate) fn uniform<T: ShaderType>() -> Binding {
 
 /// A stage's pipelines.
 pub struct WgStage {
+    name: &'static str,
     layouts: Vec<wgpu::BindGroupLayout>,
     pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
 }
@@ -31,7 +32,7 @@ impl WgStage {
     /// Compiles stage `name` with the layouts of `table` and a pipeline per entry point.
     pub fn new(
         context: &GpuContext,
-        name: &str,
+        name: &'static str,
         table: &[Binding],
         entries: &[&'static str],
     ) -> Result<WgStage> {
@@ -88,7 +89,16 @@ impl WgStage {
                 (entry, pipeline)
             })
             .collect();
-        Ok(WgStage { layouts, pipelines })
+        Ok(WgStage { name, layouts, pipelines })
+    }
+
+    /// How a pass of `entry` is named in profiles: the stage for a stage's single `main`,
+    /// else the entry point.
+    pub fn pass_label(&self, entry: &str) -> &'static str {
+        match self.pipelines.iter().find(|(e, _)| *e == entry) {
+            Some((e, _)) if *e != "main" => e,
+            _ => self.name,
+        }
     }
 
     /// The pipeline of an entry point.

@@ -6,6 +6,8 @@
 // start of a step, the lagged damping matrix itself (scale k/h, vertex blocks the per-vertex
 // damping).
 
+#import shared/dispatch
+
 struct Params {
     vertex_count: u32,
     // 0 leaves the element blocks out.
@@ -29,8 +31,10 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let v = gid.x;
+fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    let v = index;
     if (v >= params.vertex_count) {
         return;
     }

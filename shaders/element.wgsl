@@ -58,11 +58,12 @@ fn upper(a: u32, b: u32, n: u32) -> u32 {
     return a * n - a * (a + 1u) / 2u + b;
 }
 
-// Sums `value` over the workgroup into energy_partials[slot].
-fn reduce(lid: u32, slot: u32, value: f32) {
+// Sums `value` over workgroup `slot` of a pass over `count` elements into
+// energy_partials[first + slot].
+fn reduce(lid: u32, first: u32, slot: u32, count: u32, value: f32) {
     let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
-    if (lid == 0u) {
-        energy_partials[slot] = total.x;
+    if (lid == 0u && slot * WORKGROUP < count) {
+        energy_partials[first + slot] = total.x;
     }
 }
 
@@ -176,28 +177,24 @@ fn spring(s: u32) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn tets_main(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-) {
+fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     var energy = 0.0;
-    if (gid.x < params.tet_count) {
-        energy = tet(gid.x);
+    if (index < params.tet_count) {
+        energy = tet(index);
     }
-    reduce(lid, wid.x, energy);
+    reduce(lid, 0u, slot, params.tet_count, energy);
 }
 
 @compute @workgroup_size(64)
-fn springs_main(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-) {
+fn springs_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     var energy = 0.0;
-    if (gid.x < params.spring_count) {
-        energy = spring(gid.x);
+    if (index < params.spring_count) {
+        energy = spring(index);
     }
     // Spring partials follow the tets' partials.
-    reduce(lid, (params.tet_count + WORKGROUP - 1u) / WORKGROUP + wid.x, energy);
+    reduce(lid, (params.tet_count + WORKGROUP - 1u) / WORKGROUP, slot, params.spring_count, energy);
 }

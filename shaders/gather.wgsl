@@ -182,17 +182,15 @@ fn vertex(v: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(64)
-fn main(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-) {
+fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     var sums = vec4<f32>(0.0);
-    if (gid.x < params.vertex_count) {
-        sums = vertex(gid.x);
+    if (index < params.vertex_count) {
+        sums = vertex(index);
     }
     let total = workgroup_sum(lid, sums);
-    if (lid == 0u) {
-        partials[wid.x] = total;
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
+        partials[slot] = total;
     }
 }

@@ -173,7 +173,7 @@ fn hessian_diagonal(v: u32, c: u32) -> f32 {
 // Writes a workgroup's sum of `value` to partials[slot].
 fn reduce_group(lid: u32, slot: u32, value: vec2<f32>) {
     let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0));
-    if (lid == 0u) {
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
         partials[slot] = total.xy;
     }
 }
@@ -189,9 +189,11 @@ fn reduce_all(lid: u32) -> vec2<f32> {
 
 // x = 0, r = b, z = P b, p = z; partials (r.r, r.z).
 @compute @workgroup_size(64)
-fn setup(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     var sums = vec2<f32>(0.0);
-    let v = gid.x;
+    let v = index;
     if (v < params.vertex_count) {
         let bv = vector_at(0u, v);
         for (var c = 0u; c < 3u; c++) {
@@ -206,7 +208,7 @@ fn setup(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocatio
         }
         sums = vec2<f32>(dot(bv, bv), dot(bv, vector_at(2u, v)));
     }
-    reduce_group(lid, wid.x, sums);
+    reduce_group(lid, slot, sums);
 }
 
 @compute @workgroup_size(64)
@@ -224,10 +226,12 @@ fn reduce_setup(@builtin(local_invocation_index) lid: u32) {
 
 // ap = A p; partials (p.ap, 0).
 @compute @workgroup_size(64)
-fn product(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     let running = scalars.state == RUNNING;
     var sums = vec2<f32>(0.0);
-    let v = gid.x;
+    let v = index;
     if (running && v < params.vertex_count) {
         let acc = hessian_row(v, 3u);
         for (var c = 0u; c < 3u; c++) {
@@ -235,7 +239,7 @@ fn product(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocat
         }
         sums = vec2<f32>(dot(vector_at(3u, v), acc), 0.0);
     }
-    reduce_group(lid, wid.x, sums);
+    reduce_group(lid, slot, sums);
 }
 
 @compute @workgroup_size(64)
@@ -255,11 +259,13 @@ fn reduce_curvature(@builtin(local_invocation_index) lid: u32) {
 
 // x += alpha p, r -= alpha ap, z = P r; partials (r.r, r.z).
 @compute @workgroup_size(64)
-fn update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     let running = scalars.state == RUNNING;
     let alpha = scalars.alpha;
     var sums = vec2<f32>(0.0);
-    let v = gid.x;
+    let v = index;
     if (running && v < params.vertex_count) {
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
@@ -270,7 +276,7 @@ fn update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocati
         let rv = vector_at(1u, v);
         sums = vec2<f32>(dot(rv, rv), dot(rv, vector_at(2u, v)));
     }
-    reduce_group(lid, wid.x, sums);
+    reduce_group(lid, slot, sums);
 }
 
 @compute @workgroup_size(64)
@@ -293,8 +299,10 @@ fn reduce_residual(@builtin(local_invocation_index) lid: u32) {
 
 // p = z + beta p.
 @compute @workgroup_size(64)
-fn direction(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let v = gid.x;
+fn direction(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    let v = index;
     if (scalars.state != RUNNING || v >= params.vertex_count) {
         return;
     }

@@ -21,60 +21,68 @@ struct Params {
 
 // rhs = -gradient (the Newton system's right-hand side).
 @compute @workgroup_size(64)
-fn negate_gradient(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (gid.x < 3u * params.vertex_count) {
-        rhs[gid.x] = -gradient[gid.x];
+fn negate_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        rhs[index] = -gradient[index];
     }
 }
 
 // direction = -gradient (steepest descent).
 @compute @workgroup_size(64)
-fn use_gradient(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (gid.x < 3u * params.vertex_count) {
-        direction[gid.x] = -gradient[gid.x];
+fn use_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        direction[index] = -gradient[index];
     }
 }
 
 // x_saved = x.
 @compute @workgroup_size(64)
-fn save(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (gid.x < 3u * params.vertex_count) {
-        x_saved[gid.x] = x[gid.x];
+fn save(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        x_saved[index] = x[index];
     }
 }
 
 // x = x_saved + alpha direction (a line-search candidate).
 @compute @workgroup_size(64)
-fn offset(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (gid.x < 3u * params.vertex_count) {
-        x[gid.x] = x_saved[gid.x] + params.alpha * direction[gid.x];
+fn offset(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        x[index] = x_saved[index] + params.alpha * direction[index];
     }
 }
 
 // direction *= alpha.
 @compute @workgroup_size(64)
-fn scale(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (gid.x < 3u * params.vertex_count) {
-        direction[gid.x] *= params.alpha;
+fn scale(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        direction[index] *= params.alpha;
     }
 }
 
 // Per workgroup (g.d, d.d, g.g, 0), one vertex per invocation.
 @compute @workgroup_size(64)
-fn dots(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-) {
+fn dots(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
     var sums = vec4<f32>(0.0);
-    let v = gid.x;
+    let v = index;
     if (v < params.vertex_count) {
         let g = vec3<f32>(gradient[3u * v], gradient[3u * v + 1u], gradient[3u * v + 2u]);
         let d = vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
         sums = vec4<f32>(dot(g, d), dot(d, d), dot(g, g), 0.0);
     }
     let total = workgroup_sum(lid, sums);
-    if (lid == 0u) {
-        partials[wid.x] = total;
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
+        partials[slot] = total;
     }
 }

@@ -1,7 +1,7 @@
 // Deterministic workgroup sums: every stage that reduces uses this one fixed tree order, so a
 // reduction gives the same bits every run (no float atomics).
 
-const WORKGROUP: u32 = 64u;
+#import shared/dispatch
 
 var<workgroup> reduction: array<vec4<f32>, WORKGROUP>;
 

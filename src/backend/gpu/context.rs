@@ -19,6 +19,9 @@ pub struct GpuContext {
     /// The first error the device reported outside an error scope (device loss, out of memory
     /// during a step), kept instead of wgpu's default panic.
     failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Workgroups per dispatch dimension (the device's limit); larger dispatches span two
+    /// dimensions (`shaders/shared/dispatch.wgsl`).
+    pub(crate) dispatch_width: u32,
     /// Timestamp queries, once profiling is first switched on.
     queries: std::sync::OnceLock<Queries>,
     profiling: std::sync::atomic::AtomicBool,
@@ -87,6 +90,7 @@ impl GpuContext {
         device.set_device_lost_callback(move |reason, message| {
             record(&on_loss, format!("{reason:?}: {message}"))
         });
+        let dispatch_width = device.limits().max_compute_workgroups_per_dimension;
         Ok(GpuContext {
             device,
             queue,
@@ -94,6 +98,7 @@ impl GpuContext {
             software: info.device_type == wgpu::DeviceType::Cpu,
             allocated: 0.into(),
             failure,
+            dispatch_width,
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
@@ -102,6 +107,7 @@ impl GpuContext {
 
     /// Wraps the application's own device and queue (e.g. its renderer's).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
+        let dispatch_width = device.limits().max_compute_workgroups_per_dimension;
         GpuContext {
             device,
             queue,
@@ -110,10 +116,17 @@ impl GpuContext {
             allocated: 0.into(),
             // The application's own error handlers stay in place.
             failure: Default::default(),
+            dispatch_width,
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
         }
+    }
+
+    /// Records a dispatch of `workgroups` workgroups, in rows of at most `dispatch_width`.
+    pub(crate) fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, workgroups: u32) {
+        let width = workgroups.clamp(1, self.dispatch_width.max(1));
+        pass.dispatch_workgroups(width, workgroups.max(1).div_ceil(width), 1);
     }
 
     /// Starts timing every compute pass with timestamp queries (for benchmarks: it adds a

@@ -181,7 +181,7 @@ impl GpuElements {
         for (entry, count) in [("tets_main", self.tet_count), ("springs_main", self.spring_count)] {
             if count > 0 {
                 pass.set_pipeline(stage.0.pipeline(entry));
-                pass.dispatch_workgroups(count.div_ceil(WORKGROUP), 1, 1);
+                context.dispatch(&mut pass, count.div_ceil(WORKGROUP));
             }
         }
         Ok(())

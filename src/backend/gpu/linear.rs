@@ -348,7 +348,7 @@ fn dispatch(
     for (g, group) in groups.iter().enumerate() {
         pass.set_bind_group(g as u32, group, &[]);
     }
-    pass.dispatch_workgroups(workgroups.max(1), 1, 1);
+    context.dispatch(&mut pass, workgroups);
 }
 
 impl GpuLinear {

@@ -8,6 +8,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/material", include_str!("../../../shaders/shared/material.wgsl")),
     ("shared/eigensystem", include_str!("../../../shaders/shared/eigensystem.wgsl")),
     ("shared/elastic", include_str!("../../../shaders/shared/elastic.wgsl")),
+    ("shared/dispatch", include_str!("../../../shaders/shared/dispatch.wgsl")),
     ("shared/reduce", include_str!("../../../shaders/shared/reduce.wgsl")),
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
     ("shared/collider", include_str!("../../../shaders/shared/collider.wgsl")),

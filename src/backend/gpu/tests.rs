@@ -513,3 +513,55 @@ fn matrix_free_and_assembled_products_give_the_same_newton_direction() {
     assert!(assembled.iterations.abs_diff(matrix_free.iterations) <= 2);
     assert!((assembled.slope - matrix_free.slope).abs() <= 1e-4 * assembled.slope.abs());
 }
+
+#[test]
+fn dispatches_split_into_rows_give_the_same_bits() {
+    use crate::backend::{LinearSolver, Stages, StepProblem};
+    use crate::mesh::TetMesh;
+    let mut model = Model::empty([0.0, -9.81, 0.0]);
+    model
+        .add_tet_body(&TetMesh::bar([6, 4, 4], [0.6, 0.4, 0.4]), &Material::neo_hookean(3e4, 0.3), 1000.0)
+        .unwrap();
+    for v in 0..model.vertex_count() {
+        model.pinned[v] = model.rest[v][0] < 1e-9;
+    }
+    let model = Arc::new(model);
+    let (mut x, start) = random_state(&model, 51);
+    for v in 0..x.len() {
+        if model.pinned[v] {
+            x[v] = start[v];
+        }
+    }
+    let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0], p[1] - 0.01, p[2]]).collect();
+    // 480 tets (8 workgroups), 175 vertices (3), 525 vector entries (9): with rows of 2 every
+    // stage runs a 2-D grid, and the vertex passes have a workgroup past the end.
+    let run = |width: Option<u32>| {
+        let mut context = context()?;
+        if let Some(width) = width {
+            context.dispatch_width = width;
+        }
+        let mut gpu = super::GpuBackend::new(Arc::new(context), model.clone()).unwrap();
+        gpu.begin_step(StepProblem {
+            start: &start,
+            target: &target,
+            nodes: &NODES,
+            dt: H,
+            vertex_damping: &[],
+            rayleigh: 0.01,
+            damping_weight: 1.0,
+        });
+        gpu.set_iterate(&x);
+        let linearization = gpu.linearize(Projection::Psd);
+        let report = gpu.solve_direction(LinearSolver::Pcg, 1e-4, 500);
+        let candidates = gpu.candidate_objectives(&[1.0, 0.5]);
+        gpu.advance(1.0);
+        let mut after = vec![[0.0; 3]; x.len()];
+        gpu.read_iterate(&mut after);
+        assert!(gpu.take_error().is_none());
+        Some((linearization.gradient_norm.to_bits(), report.iterations, candidates, after))
+    };
+    let Some(rows) = run(Some(2)) else { return };
+    let single = run(None).unwrap();
+    assert!(rows.1 > 1, "the solve must iterate");
+    assert_eq!(rows, single, "a 2-D grid must compute exactly what a 1-D one does");
+}

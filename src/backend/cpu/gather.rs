@@ -17,8 +17,10 @@ const CHUNK: usize = 512;
 /// Handle springs grouped by vertex (CSR), so each vertex finds its own.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Anchors {
-    offsets: Vec<u32>,
-    springs: Vec<(f64, DVec3)>,
+    /// Per vertex, the range of `springs` (empty when there are none at all).
+    pub offsets: Vec<u32>,
+    /// (stiffness, held position), grouped by vertex.
+    pub springs: Vec<(f64, DVec3)>,
 }
 
 impl Anchors {

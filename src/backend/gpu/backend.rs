@@ -33,7 +33,7 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
-    /// Compiles the stages and uploads `model` (which must use only what the GPU backend has).
+    /// Compiles the stages and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
         let (element_stage, linear_stages, linear, elements) = context.guarded(|| {
             let element_stage = WgElement::new(&context)?;

@@ -9,6 +9,7 @@ use super::context::GpuContext;
 use super::shaders::Binding;
 use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
 use crate::backend::Anchor;
+use crate::backend::cpu::gather::Anchors;
 use crate::backend::topology::Topology;
 use crate::error::{Error, Result};
 
@@ -363,14 +364,9 @@ impl GpuLinear {
         let masses: Vec<f32> = model.masses.iter().map(|&m| m as f32).collect();
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         let colliders: Vec<GpuCollider> = model.colliders.iter().map(GpuCollider::new).collect();
-        let mut corner_vertices = vec![0u32; corner_count];
-        for v in 0..n {
-            for &corner in &topology.corners
-                [topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize]
-            {
-                corner_vertices[corner as usize] = v as u32;
-            }
-        }
+        // Corner slots are the tets' corners, then the springs' ends (see `Topology`).
+        let corner_vertices: Vec<u32> =
+            model.tets.iter().flatten().chain(model.springs.iter().flatten()).copied().collect();
         let model_buffers = ModelBuffers {
             masses: c.storage("masses", &masses),
             pinned: c.storage("pinned", &pinned),
@@ -559,19 +555,15 @@ impl GpuLinear {
 
     /// Uploads the handle springs, grouped by vertex.
     pub fn write_anchors(&mut self, context: &GpuContext, stages: &WgLinear, anchors: &[Anchor]) {
-        let mut sorted: Vec<&Anchor> = anchors.iter().collect();
-        sorted.sort_by_key(|a| a.vertex);
-        let mut offsets = vec![0u32; self.vertex_count + 1];
-        for a in &sorted {
-            offsets[a.vertex as usize + 1] += 1;
-        }
-        for v in 0..self.vertex_count {
-            offsets[v + 1] += offsets[v];
-        }
-        let springs: Vec<[f32; 4]> = sorted
-            .iter()
-            .map(|a| [a.position[0] as f32, a.position[1] as f32, a.position[2] as f32, a.stiffness as f32])
-            .collect();
+        // The CPU gather's grouping, in f32.
+        let grouped = Anchors::new(self.vertex_count, anchors);
+        let offsets = if grouped.offsets.is_empty() {
+            vec![0u32; self.vertex_count + 1]
+        } else {
+            grouped.offsets.clone()
+        };
+        let springs: Vec<[f32; 4]> =
+            grouped.springs.iter().map(|(k, p)| [p.x as f32, p.y as f32, p.z as f32, *k as f32]).collect();
         if springs.len() > self.anchor_capacity {
             self.anchor_capacity = springs.len().next_power_of_two();
             self.anchors = context.scratch::<[f32; 4]>("anchors", self.anchor_capacity);

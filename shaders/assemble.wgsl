@@ -30,7 +30,7 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(3) @binding(2) var<storage, read> damping_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;

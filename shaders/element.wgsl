@@ -176,7 +176,7 @@ fn spring(s: u32) -> f32 {
     return energy;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
@@ -187,7 +187,7 @@ fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     reduce(lid, 0u, slot, params.tet_count, energy);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn springs_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;

@@ -30,6 +30,9 @@ struct Params {
     exact_hessian: u32,
     // 1: add the lagged damping matrix.
     damped: u32,
+    // 1: gather the gradient and write it and the vertex blocks; 0: the sums alone (a
+    // line-search candidate must not overwrite the linearization's gradient).
+    derivatives: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -119,7 +122,8 @@ fn store_block(v: u32, block: mat3x3<f32>) {
     }
 }
 
-// (energy, |g|^2, force scale, noise magnitude) of vertex v; writes its gradient and block.
+// (energy, |g|^2, force scale, noise magnitude) of vertex v; writes its gradient and block
+// when asked (else only the energy counts).
 fn vertex(v: u32) -> vec4<f32> {
     let xv = load(0u, v);
     let start = load(1u, v);
@@ -130,10 +134,12 @@ fn vertex(v: u32) -> vec4<f32> {
             let cw = node(q);
             energy += cw.x * potential(v, xv * cw.y + start * (1.0 - cw.y)).value;
         }
-        for (var c = 0u; c < 3u; c++) {
-            gradient[3u * v + c] = 0.0;
+        if (params.derivatives != 0u) {
+            for (var c = 0u; c < 3u; c++) {
+                gradient[3u * v + c] = 0.0;
+            }
+            store_block(v, IDENTITY3);
         }
-        store_block(v, IDENTITY3);
         return vec4<f32>(energy, 0.0, 0.0, 0.0);
     }
     let mass = masses[v] * params.inv_h2;
@@ -167,6 +173,9 @@ fn vertex(v: u32) -> vec4<f32> {
         acc += force;
         forces += length(force);
     }
+    if (params.derivatives == 0u) {
+        return vec4<f32>(energy, 0.0, 0.0, 0.0);
+    }
     for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
         let slot = 3u * corners[i];
         let f = vec3<f32>(corner_gradients[slot], corner_gradients[slot + 1u], corner_gradients[slot + 2u]);
@@ -181,7 +190,7 @@ fn vertex(v: u32) -> vec4<f32> {
     return vec4<f32>(energy, dot(acc, acc), forces, forces * extent);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;

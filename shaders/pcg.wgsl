@@ -1,11 +1,18 @@
-// Stage `pcg`: Jacobi-preconditioned conjugate gradients entirely on the GPU, with the
-// Hessian either assembled (block-sparse rows) or applied matrix-free from the element blocks
-// (each vertex gathers its rows of the element Hessians through its corners). The twin of src/backend/cpu/pcg.rs: start from zero, stop at
-// |r| <= tol |b|, and stop on non-positive curvature (returning the last iterate, or b on the
-// first iteration; the host copies b for that case). Scalars live in `scalars`; per-vertex
-// kernels write per-workgroup partial sums and single-workgroup kernels add them in a fixed
-// order, so the solve gives the same bits every run. The host reads `scalars` only every
-// few iterations.
+// Stage `pcg`: Jacobi-preconditioned conjugate gradients on the assembled block-sparse
+// Hessian, entirely on the GPU, two dispatches per iteration. The twin of
+// src/backend/cpu/pcg.rs: start from zero, stop at |r| <= tol |b|, and stop on non-positive
+// curvature (returning the last iterate, or b on the first iteration).
+//
+// How two dispatches suffice without float atomics or a separate reduction pass:
+// - every workgroup of a kernel sums the previous kernel's per-workgroup partials itself, in
+//   the same fixed order, so all of them hold the same bits of r.r, r.z or p.Ap;
+// - `product` forms the new direction p = z + beta p on the fly (it reads the old p from
+//   `p_in` and writes the new one to `p_out`; the host swaps the two every iteration), so no
+//   pass of its own is needed;
+// - the scalars ping-pong the same way: a kernel reads `scalars_in`, and workgroup 0 writes
+//   `scalars_out`, which no other workgroup of that dispatch reads except fields it leaves.
+// An iteration that is not running does nothing, so the host records a fixed number of
+// iterations and reads the status once.
 
 #import shared/reduce
 
@@ -13,25 +20,26 @@ struct Params {
     vertex_count: u32,
     partial_count: u32,
     max_iterations: u32,
+    // Relative residual to reach; with `forcing` 1 it is computed from the linearization
+    // (see `forcing_term`).
     tolerance: f32,
-    // 1: apply the element blocks, vertex blocks and damping matrix instead of `blocks`.
-    matrix_free: u32,
-    // Matrix-free only: add the lagged damping matrix.
-    damped: u32,
-    tet_count: u32,
+    forcing: u32,
+    // Newton's gradient tolerance (N): at or below it there is nothing to solve.
+    gradient_tolerance: f32,
 }
 
 struct Scalars {
     rz: f32,
-    alpha: f32,
-    beta: f32,
-    residual_squared: f32,
+    rr: f32,
     threshold_squared: f32,
-    b_norm_squared: f32,
+    relative_tolerance: f32,
+    // Iterations completed.
     iterations: u32,
-    // 0 running, 1 converged, 2 negative curvature at once, 3 negative curvature later,
-    // 4 iteration limit.
     state: u32,
+    // 1 once `product` has run (its next reader counts the update that followed it).
+    started: u32,
+    // 1 when the last update met non-positive curvature.
+    negative: u32,
 }
 
 const RUNNING: u32 = 0u;
@@ -45,270 +53,230 @@ const LIMIT: u32 = 4u;
 @group(1) @binding(0) var<storage, read> row_offsets: array<u32>;
 @group(1) @binding(1) var<storage, read> columns: array<u32>;
 @group(1) @binding(2) var<storage, read> diagonal: array<u32>;
-@group(1) @binding(3) var<storage, read> pinned: array<u32>;
-@group(1) @binding(4) var<storage, read> corner_offsets: array<u32>;
-@group(1) @binding(5) var<storage, read> corners: array<u32>;
-// The vertex of each element corner slot.
-@group(1) @binding(6) var<storage, read> corner_vertices: array<u32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
 @group(3) @binding(1) var<storage, read> b: array<f32>;
 @group(3) @binding(2) var<storage, read_write> x: array<f32>;
 @group(3) @binding(3) var<storage, read_write> r: array<f32>;
 @group(3) @binding(4) var<storage, read_write> z: array<f32>;
-@group(3) @binding(5) var<storage, read_write> p: array<f32>;
-@group(3) @binding(6) var<storage, read_write> ap: array<f32>;
-@group(3) @binding(7) var<storage, read_write> inverse_diagonal: array<f32>;
-@group(3) @binding(8) var<storage, read_write> partials: array<vec2<f32>>;
-@group(3) @binding(9) var<storage, read_write> scalars: Scalars;
-@group(3) @binding(10) var<storage, read> element_blocks: array<f32>;
-@group(3) @binding(11) var<storage, read> vertex_blocks: array<f32>;
-@group(3) @binding(12) var<storage, read> damping_blocks: array<f32>;
+@group(3) @binding(5) var<storage, read> p_in: array<f32>;
+@group(3) @binding(6) var<storage, read_write> p_out: array<f32>;
+@group(3) @binding(7) var<storage, read_write> ap: array<f32>;
+@group(3) @binding(8) var<storage, read_write> inverse_diagonal: array<f32>;
+// Per workgroup (r.r, r.z), written by `setup` and `update`, read by `product`.
+@group(3) @binding(9) var<storage, read_write> residual_partials: array<vec2<f32>>;
+// Per workgroup p.Ap, written by `product`, read by `update`.
+@group(3) @binding(10) var<storage, read_write> curvature_partials: array<f32>;
+@group(3) @binding(11) var<storage, read_write> scalars_in: Scalars;
+@group(3) @binding(12) var<storage, read_write> scalars_out: Scalars;
+// The gather's per-workgroup (energy, |g|^2, force scale, noise), for the forcing term.
+@group(3) @binding(13) var<storage, read> gather_partials: array<vec4<f32>>;
 
-fn vector_at(buffer: u32, v: u32) -> vec3<f32> {
-    switch buffer {
-        case 0u: { return vec3<f32>(b[3u * v], b[3u * v + 1u], b[3u * v + 2u]); }
-        case 1u: { return vec3<f32>(r[3u * v], r[3u * v + 1u], r[3u * v + 2u]); }
-        case 2u: { return vec3<f32>(z[3u * v], z[3u * v + 1u], z[3u * v + 2u]); }
-        case 3u: { return vec3<f32>(p[3u * v], p[3u * v + 1u], p[3u * v + 2u]); }
-        default: { return vec3<f32>(ap[3u * v], ap[3u * v + 1u], ap[3u * v + 2u]); }
+fn load3(v: u32, which: u32) -> vec3<f32> {
+    let i = 3u * v;
+    switch which {
+        case 0u: { return vec3<f32>(b[i], b[i + 1u], b[i + 2u]); }
+        case 1u: { return vec3<f32>(r[i], r[i + 1u], r[i + 2u]); }
+        case 2u: { return vec3<f32>(z[i], z[i + 1u], z[i + 2u]); }
+        case 3u: { return vec3<f32>(p_in[i], p_in[i + 1u], p_in[i + 2u]); }
+        case 4u: { return vec3<f32>(p_out[i], p_out[i + 1u], p_out[i + 2u]); }
+        case 5u: { return vec3<f32>(ap[i], ap[i + 1u], ap[i + 2u]); }
+        default: { return vec3<f32>(x[i], x[i + 1u], x[i + 2u]); }
     }
 }
 
-// Row-major 3x3 block `k` of `buffer` (0 assembled, 1 element, 2 vertex, 3 damping) times u,
-// or its transpose times u.
-fn block_times(buffer: u32, k: u32, u: vec3<f32>, transposed: bool) -> vec3<f32> {
-    var m: array<f32, 9>;
-    for (var i = 0u; i < 9u; i++) {
-        switch buffer {
-            case 0u: { m[i] = blocks[9u * k + i]; }
-            case 1u: { m[i] = element_blocks[9u * k + i]; }
-            case 2u: { m[i] = vertex_blocks[9u * k + i]; }
-            default: { m[i] = damping_blocks[9u * k + i]; }
-        }
-    }
-    if (transposed) {
-        return vec3<f32>(
-            m[0] * u.x + m[3] * u.y + m[6] * u.z,
-            m[1] * u.x + m[4] * u.y + m[7] * u.z,
-            m[2] * u.x + m[5] * u.y + m[8] * u.z,
-        );
-    }
+// Row-major 3x3 block k of the matrix times u.
+fn block_times(k: u32, u: vec3<f32>) -> vec3<f32> {
+    let o = 9u * k;
     return vec3<f32>(
-        m[0] * u.x + m[1] * u.y + m[2] * u.z,
-        m[3] * u.x + m[4] * u.y + m[5] * u.z,
-        m[6] * u.x + m[7] * u.y + m[8] * u.z,
+        blocks[o] * u.x + blocks[o + 1u] * u.y + blocks[o + 2u] * u.z,
+        blocks[o + 3u] * u.x + blocks[o + 4u] * u.y + blocks[o + 5u] * u.z,
+        blocks[o + 6u] * u.x + blocks[o + 7u] * u.y + blocks[o + 8u] * u.z,
     );
 }
 
-// Index of block (a, b), a <= b, among the upper blocks of an element of n corners.
-fn upper_block(a: u32, b: u32, n: u32) -> u32 {
-    return a * n - a * (a + 1u) / 2u + b;
+// The new search direction at vertex u: z + beta p (z alone on the first iteration).
+fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
+    if (first) {
+        return load3(u, 2u);
+    }
+    return load3(u, 2u) + beta * load3(u, 3u);
 }
 
-// The element a corner slot belongs to: (first corner slot, corner, arity, first block).
-fn corner_element(slot: u32) -> vec4<u32> {
-    let tet_slots = 4u * params.tet_count;
-    if (slot < tet_slots) {
-        return vec4<u32>(slot & ~3u, slot & 3u, 4u, 10u * (slot / 4u));
-    }
-    let s = (slot - tet_slots) / 2u;
-    return vec4<u32>(tet_slots + 2u * s, (slot - tet_slots) & 1u, 2u, 10u * params.tet_count + 3u * s);
-}
-
-// Row v of the Hessian times the vector `which` (see vector_at).
-fn hessian_row(v: u32, which: u32) -> vec3<f32> {
-    var acc = vec3<f32>(0.0);
-    if (params.matrix_free == 0u) {
-        for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
-            acc += block_times(0u, index, vector_at(which, columns[index]), false);
-        }
-        return acc;
-    }
-    // As assembled: pinned vertices keep only their vertex block, and no free row couples to
-    // a pinned column.
-    acc = block_times(2u, v, vector_at(which, v), false);
-    if (pinned[v] != 0u) {
-        return acc;
-    }
-    for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
-        let element = corner_element(corners[i]);
-        let a = element.y;
-        for (var b = 0u; b < element.z; b++) {
-            let u = corner_vertices[element.x + b];
-            if (pinned[u] == 0u) {
-                let k = element.w + upper_block(min(a, b), max(a, b), element.z);
-                acc += block_times(1u, k, vector_at(which, u), a > b);
-            }
-        }
-    }
-    if (params.damped != 0u) {
-        for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
-            acc += block_times(3u, index, vector_at(which, columns[index]), false);
-        }
-    }
-    return acc;
-}
-
-// Component c of the Hessian's diagonal at vertex v.
-fn hessian_diagonal(v: u32, c: u32) -> f32 {
-    if (params.matrix_free == 0u) {
-        return blocks[9u * diagonal[v] + 4u * c];
-    }
-    var sum = vertex_blocks[9u * v + 4u * c];
-    if (pinned[v] != 0u) {
-        return sum;
-    }
-    for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
-        let element = corner_element(corners[i]);
-        let k = element.w + upper_block(element.y, element.y, element.z);
-        sum += element_blocks[9u * k + 4u * c];
-    }
-    if (params.damped != 0u) {
-        sum += damping_blocks[9u * diagonal[v] + 4u * c];
-    }
-    return sum;
-}
-
-// Writes a workgroup's sum of `value` to partials[slot].
-fn reduce_group(lid: u32, slot: u32, value: vec2<f32>) {
-    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0));
-    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
-        partials[slot] = total.xy;
-    }
-}
-
-// The sum of all partials, in a fixed order (strided per invocation, then the tree).
-fn reduce_all(lid: u32) -> vec2<f32> {
+// The sum of every workgroup's residual partials, in a fixed order (strided per invocation,
+// then the tree): the same bits in every workgroup.
+fn all_residual_partials(lid: u32) -> vec2<f32> {
     var sum = vec2<f32>(0.0);
     for (var i = lid; i < params.partial_count; i += WORKGROUP) {
-        sum += partials[i];
+        sum += residual_partials[i];
     }
     return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0)).xy;
 }
 
-// x = 0, r = b, z = P b, p = z; partials (r.r, r.z).
-@compute @workgroup_size(64)
+fn all_curvature_partials(lid: u32) -> f32 {
+    var sum = 0.0;
+    for (var i = lid; i < params.partial_count; i += WORKGROUP) {
+        sum += curvature_partials[i];
+    }
+    return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0, 0.0)).x;
+}
+
+// The scalars after the update that followed the last `product`, given the new r.r:
+// counts that iteration and decides whether to go on (the CPU twin's checks, in its order).
+fn settle(s: Scalars, rr: f32) -> Scalars {
+    var out = s;
+    if (s.state == RUNNING && s.started != 0u) {
+        out.iterations = s.iterations + 1u;
+        if (s.negative != 0u) {
+            out.state = select(NEGATIVE_LATER, NEGATIVE_FIRST, out.iterations == 1u);
+        } else if (rr <= s.threshold_squared) {
+            out.state = CONVERGED;
+        } else if (out.iterations >= params.max_iterations) {
+            out.state = LIMIT;
+        }
+    }
+    out.negative = 0u;
+    return out;
+}
+
+// Newton's forcing term (twin of `forcing_term` in src/solver/newton.rs): solve loosely far
+// from the solution and tightly near it, min(1/2, sqrt(max(|g|, tol) / force scale)).
+fn forcing_term(gradient_norm: f32, force_scale: f32) -> f32 {
+    let imbalance = max(gradient_norm, params.gradient_tolerance) / max(force_scale, 1e-30);
+    return min(0.5, sqrt(imbalance));
+}
+
+// x = 0, r = b, z = P b; partials (r.r, r.z).
+@compute @workgroup_size(WORKGROUP)
 fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
+    let v = slot * WORKGROUP + lid;
     var sums = vec2<f32>(0.0);
-    let v = index;
     if (v < params.vertex_count) {
-        let bv = vector_at(0u, v);
+        let bv = load3(v, 0u);
+        var zv = vec3<f32>(0.0);
         for (var c = 0u; c < 3u; c++) {
             // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
-            let a = hessian_diagonal(v, c);
+            let a = blocks[9u * diagonal[v] + 4u * c];
             let inv = select(1.0, 1.0 / abs(a), a != 0.0);
             inverse_diagonal[3u * v + c] = inv;
             x[3u * v + c] = 0.0;
             r[3u * v + c] = bv[c];
             z[3u * v + c] = inv * bv[c];
-            p[3u * v + c] = inv * bv[c];
+            zv[c] = inv * bv[c];
         }
-        sums = vec2<f32>(dot(bv, bv), dot(bv, vector_at(2u, v)));
+        sums = vec2<f32>(dot(bv, bv), dot(bv, zv));
     }
-    reduce_group(lid, slot, sums);
+    let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
+        residual_partials[slot] = total.xy;
+    }
 }
 
-@compute @workgroup_size(64)
-fn reduce_setup(@builtin(local_invocation_index) lid: u32) {
-    let sums = reduce_all(lid);
+// One workgroup: the starting scalars (tolerance, nothing to do when b = 0 or the gradient
+// is already within Newton's tolerance).
+@compute @workgroup_size(WORKGROUP)
+fn start(@builtin(local_invocation_index) lid: u32) {
+    let sums = all_residual_partials(lid);
+    var gather = vec4<f32>(0.0);
+    if (params.forcing != 0u) {
+        for (var i = lid; i < params.partial_count; i += WORKGROUP) {
+            gather += gather_partials[i];
+        }
+    }
+    gather = workgroup_sum(lid, gather);
     if (lid == 0u) {
-        scalars.b_norm_squared = sums.x;
-        scalars.residual_squared = sums.x;
-        scalars.rz = sums.y;
-        scalars.threshold_squared = params.tolerance * params.tolerance * sums.x;
-        scalars.iterations = 0u;
-        scalars.state = select(RUNNING, CONVERGED, sums.x == 0.0);
+        var tolerance = params.tolerance;
+        var done = sums.x == 0.0;
+        if (params.forcing != 0u) {
+            let gradient_norm = sqrt(gather.y);
+            tolerance = forcing_term(gradient_norm, gather.z);
+            done = done || gradient_norm <= params.gradient_tolerance;
+        }
+        scalars_in = Scalars(sums.y, sums.x, tolerance * tolerance * sums.x, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u);
     }
 }
 
-// ap = A p; partials (p.ap, 0).
-@compute @workgroup_size(64)
+// Settles the last update, then p = z + beta p and Ap; partials p.Ap.
+@compute @workgroup_size(WORKGROUP)
 fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
-    let running = scalars.state == RUNNING;
-    var sums = vec2<f32>(0.0);
-    let v = index;
-    if (running && v < params.vertex_count) {
-        let acc = hessian_row(v, 3u);
+    let v = slot * WORKGROUP + lid;
+    let sums = all_residual_partials(lid);
+    let s = settle(scalars_in, sums.x);
+    let first = s.started == 0u;
+    let beta = select(sums.y / s.rz, 0.0, first);
+    var curvature = 0.0;
+    if (s.state == RUNNING && v < params.vertex_count) {
+        let pv = direction_at(v, beta, first);
+        var acc = vec3<f32>(0.0);
+        for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
+            acc += block_times(index, direction_at(columns[index], beta, first));
+        }
         for (var c = 0u; c < 3u; c++) {
+            p_out[3u * v + c] = pv[c];
             ap[3u * v + c] = acc[c];
         }
-        sums = vec2<f32>(dot(vector_at(3u, v), acc), 0.0);
+        curvature = dot(pv, acc);
     }
-    reduce_group(lid, slot, sums);
-}
-
-@compute @workgroup_size(64)
-fn reduce_curvature(@builtin(local_invocation_index) lid: u32) {
-    let running = scalars.state == RUNNING;
-    let sums = reduce_all(lid);
-    if (lid == 0u && running) {
-        let curvature = sums.x;
-        if (curvature > 0.0) {
-            scalars.alpha = scalars.rz / curvature;
-        } else {
-            scalars.state = select(NEGATIVE_LATER, NEGATIVE_FIRST, scalars.iterations == 0u);
-            scalars.iterations += 1u;
+    let total = workgroup_sum(lid, vec4<f32>(curvature, 0.0, 0.0, 0.0));
+    if (lid == 0u) {
+        if (slot * WORKGROUP < params.vertex_count) {
+            curvature_partials[slot] = total.x;
+        }
+        if (slot == 0u) {
+            scalars_out = Scalars(sums.y, sums.x, s.threshold_squared, s.relative_tolerance, s.iterations, s.state, 1u, 0u);
         }
     }
 }
 
-// x += alpha p, r -= alpha ap, z = P r; partials (r.r, r.z).
-@compute @workgroup_size(64)
+// alpha = r.z / p.Ap; x += alpha p, r -= alpha Ap, z = P r; partials (r.r, r.z). Non-positive
+// curvature leaves everything as it is and flags it for the next `product`.
+@compute @workgroup_size(WORKGROUP)
 fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
-    let running = scalars.state == RUNNING;
-    let alpha = scalars.alpha;
+    let v = slot * WORKGROUP + lid;
+    let curvature = all_curvature_partials(lid);
+    let running = scalars_out.state == RUNNING;
+    // Uniform across the dispatch: every workgroup summed the same partials.
+    let descending = running && curvature > 0.0;
+    let alpha = select(0.0, scalars_out.rz / curvature, descending);
     var sums = vec2<f32>(0.0);
-    let v = index;
-    if (running && v < params.vertex_count) {
+    if (descending && v < params.vertex_count) {
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
-            x[i] += alpha * p[i];
+            x[i] += alpha * p_out[i];
             r[i] -= alpha * ap[i];
             z[i] = inverse_diagonal[i] * r[i];
         }
-        let rv = vector_at(1u, v);
-        sums = vec2<f32>(dot(rv, rv), dot(rv, vector_at(2u, v)));
+        let rv = load3(v, 1u);
+        sums = vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
     }
-    reduce_group(lid, slot, sums);
-}
-
-@compute @workgroup_size(64)
-fn reduce_residual(@builtin(local_invocation_index) lid: u32) {
-    let running = scalars.state == RUNNING;
-    let sums = reduce_all(lid);
-    if (lid == 0u && running) {
-        scalars.iterations += 1u;
-        scalars.residual_squared = sums.x;
-        if (sums.x <= scalars.threshold_squared) {
-            scalars.state = CONVERGED;
-        } else if (scalars.iterations >= params.max_iterations) {
-            scalars.state = LIMIT;
-        } else {
-            scalars.beta = sums.y / scalars.rz;
-            scalars.rz = sums.y;
+    let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
+    if (lid == 0u) {
+        if (descending && slot * WORKGROUP < params.vertex_count) {
+            residual_partials[slot] = total.xy;
+        }
+        if (running && !descending && slot == 0u) {
+            scalars_out.negative = 1u;
         }
     }
 }
 
-// p = z + beta p.
-@compute @workgroup_size(64)
-fn direction(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+// After the recorded iterations: settles the last update into `scalars_out` (the status the
+// host reads) and, on negative curvature at the first iteration, returns b.
+@compute @workgroup_size(WORKGROUP)
+fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
-    let v = index;
-    if (scalars.state != RUNNING || v >= params.vertex_count) {
-        return;
+    let v = slot * WORKGROUP + lid;
+    let sums = all_residual_partials(lid);
+    let s = settle(scalars_in, sums.x);
+    if (s.state == NEGATIVE_FIRST && v < params.vertex_count) {
+        for (var c = 0u; c < 3u; c++) {
+            x[3u * v + c] = b[3u * v + c];
+        }
     }
-    let beta = scalars.beta;
-    for (var c = 0u; c < 3u; c++) {
-        let i = 3u * v + c;
-        p[i] = z[i] + beta * p[i];
+    if (lid == 0u && slot == 0u) {
+        scalars_out = s;
     }
 }

@@ -20,7 +20,7 @@ struct Params {
 @group(3) @binding(5) var<storage, read_write> partials: array<vec4<f32>>;
 
 // rhs = -gradient (the Newton system's right-hand side).
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn negate_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
@@ -30,7 +30,7 @@ fn negate_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgro
 }
 
 // direction = -gradient (steepest descent).
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn use_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
@@ -40,7 +40,7 @@ fn use_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
 }
 
 // x_saved = x.
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn save(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
@@ -50,7 +50,7 @@ fn save(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
 }
 
 // x = x_saved + alpha direction (a line-search candidate).
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn offset(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
@@ -60,7 +60,7 @@ fn offset(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
 }
 
 // direction *= alpha.
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn scale(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
@@ -70,7 +70,7 @@ fn scale(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
 }
 
 // Per workgroup (g.d, d.d, g.g, 0), one vertex per invocation.
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP)
 fn dots(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use glam::DVec3;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{GpuBackend, GpuContext, GpuProduct};
+use crate::backend::gpu::{DeviceCounts, GpuBackend, GpuContext};
 use crate::backend::{Anchor, Stages};
 use crate::contact::{Collider, ContactModel};
 use crate::damping::Damping;
@@ -66,6 +66,9 @@ pub struct StepStats {
     pub dissipated: f64,
     /// Time per phase.
     pub timings: StepTimings,
+    /// Device work of the step — submissions, readbacks (host waits), compute passes and
+    /// dispatches — on a GPU backend.
+    pub device: Option<DeviceCounts>,
 }
 
 /// Energies of the current state (J).
@@ -115,8 +118,7 @@ pub struct SimulationBuilder {
     colliders: Vec<Collider>,
     contact_model: Option<ContactModel>,
     damping: Vec<Damping>,
-    gpu: Option<GpuContext>,
-    gpu_product: GpuProduct,
+    gpu: Option<Arc<GpuContext>>,
 }
 
 impl SimulationBuilder {
@@ -183,13 +185,15 @@ impl SimulationBuilder {
     /// Runs the GPU backend on the application's own device and queue (e.g. its renderer's),
     /// so that positions can be drawn from the device without a readback.
     pub fn wgpu_device(mut self, device: wgpu::Device, queue: wgpu::Queue) -> Self {
-        self.gpu = Some(GpuContext::from_device(device, queue));
+        self.gpu = Some(Arc::new(GpuContext::from_device(device, queue)));
         self
     }
 
-    /// How the GPU's CG loop applies the Hessian (default: assembled; see docs/perf/gpu.md).
-    pub fn gpu_product(mut self, product: GpuProduct) -> Self {
-        self.gpu_product = product;
+    /// Runs the GPU backend on a context shared with other simulations: one device per
+    /// process (opening a device costs milliseconds, and some drivers misbehave when several
+    /// are opened at once). Create it once with [`GpuContext::new`] and clone the `Arc`.
+    pub fn gpu_context(mut self, context: Arc<GpuContext>) -> Self {
+        self.gpu = Some(context);
         self
     }
 
@@ -252,9 +256,8 @@ impl SimulationBuilder {
                 )));
             }
         }
-        let product = self.gpu_product;
-        let on_gpu = |model: &Model, context: GpuContext| -> Result<Box<dyn Stages>, Error> {
-            Ok(Box::new(GpuBackend::new(Arc::new(context), Arc::new(model.clone()))?.with_product(product)))
+        let on_gpu = |model: &Model, context: Arc<GpuContext>| -> Result<Box<dyn Stages>, Error> {
+            Ok(Box::new(GpuBackend::new(context, Arc::new(model.clone()))?))
         };
         let cpu = |model: &Model| -> Box<dyn Stages> { Box::new(CpuBackend::new(Arc::new(model.clone()))) };
         let (stages, backend): (Box<dyn Stages>, Backend) = match self.backend {
@@ -262,14 +265,15 @@ impl SimulationBuilder {
             Backend::Gpu => {
                 let context = match self.gpu {
                     Some(context) => context,
-                    None => GpuContext::new()?,
+                    None => Arc::new(GpuContext::new()?),
                 };
                 (on_gpu(&model, context)?, Backend::Gpu)
             }
             // Auto: a hardware GPU when there is one and the model fits on it. A software
             // adapter (lavapipe) is correct but no faster than the CPU backend.
             Backend::Auto => {
-                let context = self.gpu.or_else(|| GpuContext::new().ok().filter(|c| !c.software));
+                let context =
+                    self.gpu.or_else(|| GpuContext::new().ok().filter(|c| !c.software).map(Arc::new));
                 match context.map(|context| on_gpu(&model, context)) {
                     Some(Ok(stages)) => (stages, Backend::Gpu),
                     _ => (cpu(&model), Backend::Cpu),
@@ -333,7 +337,6 @@ impl Simulation {
             contact_model: None,
             damping: Vec::new(),
             gpu: None,
-            gpu_product: GpuProduct::default(),
         }
     }
 
@@ -374,6 +377,7 @@ impl Simulation {
                 rayleigh += stiffness;
             }
         }
+        let device_before = self.stages.device_counts();
         let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));
         let mut stepper = Stepper {
             stages: self.stages.as_mut(),
@@ -426,6 +430,8 @@ impl Simulation {
         self.ledger = ledger;
         self.refresh_energy();
         self.energy.target = self.ledger.target();
+        let device =
+            self.stages.device_counts().zip(device_before).map(|(after, before)| after.since(&before));
         let PhaseTimes { evaluate, linear_solve, line_search } = report.times;
         Ok(StepStats {
             iterations: report.iterations,
@@ -437,6 +443,7 @@ impl Simulation {
             gradient_norm: report.gradient_norm,
             dissipated,
             timings: StepTimings { total: started.elapsed(), evaluate, linear_solve, line_search },
+            device,
         })
     }
 

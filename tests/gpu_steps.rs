@@ -7,16 +7,7 @@ mod common;
 use lively::{Backend, Error, Integrator, Material, Simulation, Solver, TetMesh};
 
 fn gpu_available() -> bool {
-    match lively::backend::gpu::GpuContext::new() {
-        Ok(_) => true,
-        Err(e) if std::env::var("LIVELY_REQUIRE_GPU").as_deref() == Ok("1") => {
-            panic!("LIVELY_REQUIRE_GPU=1 but no GPU is usable: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping GPU test: {e} (set LIVELY_REQUIRE_GPU=1 to make this a failure)");
-            false
-        }
-    }
+    common::gpu().is_some()
 }
 
 /// A stretched StVK bar, pinned at one end, under gravity.
@@ -28,15 +19,14 @@ fn scene(integrator: Integrator, backend: Backend) -> Result<Simulation, Error> 
     } else {
         1.0 / 30.0
     };
-    let mut sim = Simulation::builder()
+    let sim = Simulation::builder()
         .tet_body(mesh, Material::stvk(5e4, 0.3), 1000.0)
         .gravity([0.0, -9.81, 0.0])
         .dt(dt)
         .integrator(integrator)
         .solver(Solver::newton().tolerance(1e-6))
-        .backend(backend)
-        .pin(|p| p[0] < 1e-9)
-        .build()?;
+        .pin(|p| p[0] < 1e-9);
+    let mut sim = common::on_backend(sim, backend).build()?;
     let x: Vec<[f64; 3]> = sim.positions().iter().map(|p| [1.15 * p[0], p[1], p[2]]).collect();
     let v = vec![[0.0; 3]; x.len()];
     sim.set_state(&x, &v)?;
@@ -107,14 +97,12 @@ fn rotation_based_materials_step_on_the_gpu_like_on_the_cpu() {
         [Material::corotated(5e4, 0.3), Material::fixed_corotated(5e4, 0.3), Material::arap(5e4, 0.3)]
     {
         let run = |backend: Backend| {
-            let mut sim = Simulation::builder()
+            let builder = Simulation::builder()
                 .tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), material.clone(), 1000.0)
                 .gravity([0.0, -9.81, 0.0])
                 .integrator(Integrator::Stabilized { epsilon: 0.01 })
-                .backend(backend)
-                .pin(|p| p[0] < 1e-9)
-                .build()
-                .unwrap();
+                .pin(|p| p[0] < 1e-9);
+            let mut sim = common::on_backend(builder, backend).build().unwrap();
             for _ in 0..3 {
                 assert!(sim.step().unwrap().converged);
             }
@@ -145,19 +133,17 @@ fn rotation_based_materials_step_on_the_gpu_like_on_the_cpu() {
 /// a handle that moves: every vertex term and every kind of damping at once.
 fn contact_scene(integrator: Integrator, backend: Backend) -> Simulation {
     use lively::{Collider, ContactModel, Damping};
-    let mut sim = Simulation::builder()
+    let builder = Simulation::builder()
         .tet_body(TetMesh::bar([3, 3, 3], [0.3, 0.3, 0.3]), Material::stable_neo_hookean(2e4, 0.4), 1000.0)
         .gravity([0.0, -9.81, 0.0])
         .integrator(integrator)
         .solver(Solver::newton().tolerance(1e-5))
-        .backend(backend)
         .collider(Collider::plane([0.0, 1.0, 0.0], -0.02).friction(0.5))
         .collider(Collider::sphere([0.15, -0.25, 0.15], 0.25))
         .contact_model(ContactModel::Penalty { stiffness: 2e4 })
         .damping(Damping::Rayleigh { stiffness: 0.01 })
-        .damping(Damping::Ether { coefficient: 0.5 })
-        .build()
-        .unwrap();
+        .damping(Damping::Ether { coefficient: 0.5 });
+    let mut sim = common::on_backend(builder, backend).build().unwrap();
     // Sliding sideways as it lands.
     let v = vec![[0.8, -0.5, 0.3]; sim.positions().len()];
     let x = sim.positions().to_vec();
@@ -209,37 +195,4 @@ fn contact_handles_and_damping_step_on_the_gpu_like_on_the_cpu() {
             "dissipated {gpu_lost} vs {cpu_lost}"
         );
     }
-}
-
-#[test]
-fn timestamp_queries_time_every_pass_of_a_step() {
-    if !gpu_available() {
-        return;
-    }
-    let mut sim = scene(Integrator::BackwardEuler, Backend::Gpu).unwrap();
-    let context = sim.gpu_context().unwrap();
-    if let Err(e) = context.start_profiling() {
-        // Only an adapter without timestamp queries may refuse, and it must say so.
-        assert!(
-            !context.device.features().contains(wgpu::Features::TIMESTAMP_QUERY),
-            "profiling refused on an adapter with timestamps: {e}"
-        );
-        println!("no timestamps on this adapter: {e}");
-        return;
-    }
-    let stats = sim.step().unwrap();
-    let times = sim.gpu_context().unwrap().pass_times();
-    for t in &times {
-        println!("{:>18}: {:>5} passes {:>10.3} ms", t.pass, t.count, t.seconds * 1e3);
-    }
-    let count = |pass: &str| times.iter().find(|t| t.pass == pass).map_or(0, |t| t.count);
-    // Every stage ran and was timed; the PCG loop runs its product at least once per CG
-    // iteration (it may run a few past convergence before the status is read).
-    for pass in ["element", "gather", "assemble", "setup", "product", "update", "direction"] {
-        assert!(count(pass) > 0, "no {pass} pass was timed");
-    }
-    assert!(count("product") as usize >= stats.linear_iterations, "{} products", count("product"));
-    assert!(times.iter().all(|t| t.seconds.is_finite() && t.seconds >= 0.0));
-    assert!(times.iter().map(|t| t.seconds).sum::<f64>() > 0.0);
-    assert!(sim.gpu_context().unwrap().pass_times().is_empty(), "pass_times resets");
 }

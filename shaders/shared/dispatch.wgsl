@@ -1,5 +1,5 @@
 // Invocations per workgroup in every stage (`WORKGROUP` in src/backend/gpu/stage.rs).
-const WORKGROUP: u32 = 64u;
+const WORKGROUP: u32 = 256u;
 
 // A dispatch beyond the 65 535 workgroups one dimension allows spans two (rows of
 // `groups.x`): the workgroup's place in the whole dispatch. The last row may run past the

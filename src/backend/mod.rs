@@ -97,6 +97,48 @@ pub struct Linearization {
     pub noise_floor: f64,
 }
 
+/// Newton's forcing term: the relative residual its linear solves aim at,
+/// `min(1/2, sqrt(max(|g|, tol) / force scale))`. The paper's sigma sqrt(|g|) with
+/// sigma = 1/sqrt(force scale), so that the term is the square root of the relative force
+/// imbalance: loose far from the solution, tight near it. Twin of `forcing_term` in
+/// `shaders/pcg.wgsl`.
+pub fn forcing_term(gradient_norm: f64, gradient_tolerance: f64, force_scale: f64) -> f64 {
+    let imbalance = gradient_norm.max(gradient_tolerance) / force_scale.max(f64::MIN_POSITIVE);
+    0.5f64.min(imbalance.sqrt())
+}
+
+/// What Newton asks of one linearization.
+#[derive(Clone, Copy, Debug)]
+pub struct DirectionRequest<'a> {
+    /// Exact or PSD-projected element Hessians.
+    pub projection: Projection,
+    /// Whether to compute a direction at all (not on the final check of an iteration budget).
+    pub solve: bool,
+    /// The linear solver.
+    pub solver: LinearSolver,
+    /// Newton's gradient tolerance (N): at or below it no direction is computed.
+    pub gradient_tolerance: f64,
+    /// Linear-solver iteration cap.
+    pub max_iterations: usize,
+    /// Step lengths at which a backend may evaluate `G(x + alpha d)` in the same round trip
+    /// (the line search's first batch).
+    pub candidates: &'a [f64],
+}
+
+/// What one linearization gave.
+#[derive(Clone, Debug, Default)]
+pub struct NewtonDirection {
+    /// The linearization's status.
+    pub linearization: Linearization,
+    /// The direction, unless none was asked for or the gradient is within tolerance.
+    pub direction: Option<DirectionReport>,
+    /// `G(x + alpha d)` for the request's candidates, or empty where the backend does not
+    /// evaluate them ahead.
+    pub candidates: Vec<f64>,
+    /// Time spent linearizing apart from the solve, where the backend can tell them apart.
+    pub linearize_time: std::time::Duration,
+}
+
 /// The stages both backends implement with the same meaning.
 pub trait Stages: Send {
     /// Loads what stays fixed during one step's minimization.
@@ -122,6 +164,24 @@ pub trait Stages: Send {
         tolerance: f64,
         max_iterations: usize,
     ) -> DirectionReport;
+    /// Linearizes at the iterate and, unless `request` says not to or the gradient is within
+    /// its tolerance, computes the Newton direction to the forcing term's relative residual.
+    /// A GPU does all of it, and the line search's first candidates, in one round trip.
+    fn newton_direction(&mut self, request: &DirectionRequest<'_>) -> NewtonDirection {
+        let started = std::time::Instant::now();
+        let linearization = self.linearize(request.projection);
+        let linearize_time = started.elapsed();
+        let direction =
+            (request.solve && linearization.gradient_norm > request.gradient_tolerance).then(|| {
+                let relative = forcing_term(
+                    linearization.gradient_norm,
+                    request.gradient_tolerance,
+                    linearization.force_scale,
+                );
+                self.solve_direction(request.solver, relative, request.max_iterations)
+            });
+        NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time }
+    }
     /// Replaces the direction by `-grad G`.
     fn use_negative_gradient(&mut self) -> DirectionReport;
     /// Multiplies the direction by `factor`.
@@ -143,6 +203,10 @@ pub trait Stages: Send {
     }
     /// Device memory held for this model (bytes), on a GPU backend.
     fn device_memory(&self) -> Option<u64> {
+        None
+    }
+    /// Device work done so far (submissions, readbacks, passes, dispatches), on a GPU backend.
+    fn device_counts(&self) -> Option<gpu::DeviceCounts> {
         None
     }
     /// The device context, on a GPU backend.

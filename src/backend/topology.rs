@@ -3,6 +3,9 @@
 //! the assembly). Gathers instead of scatters keep every reduction in a fixed order, so the
 //! results are deterministic without atomics.
 
+use glam::DVec3;
+
+use crate::backend::Anchor;
 use crate::model::Model;
 
 /// Marks a block source that is added transposed.
@@ -111,5 +114,40 @@ impl Topology {
     /// Number of stored 3x3 blocks.
     pub fn block_count(&self) -> usize {
         self.columns.len()
+    }
+}
+
+/// Handle springs grouped by vertex (CSR), so each vertex finds its own.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Anchors {
+    /// Per vertex, the range of `springs` (empty when there are none at all).
+    pub offsets: Vec<u32>,
+    /// (stiffness, held position), grouped by vertex.
+    pub springs: Vec<(f64, DVec3)>,
+}
+
+impl Anchors {
+    pub fn new(vertex_count: usize, anchors: &[Anchor]) -> Anchors {
+        if anchors.is_empty() {
+            return Anchors::default();
+        }
+        let mut sorted: Vec<&Anchor> = anchors.iter().collect();
+        sorted.sort_by_key(|a| a.vertex);
+        let mut offsets = vec![0u32; vertex_count + 1];
+        for a in &sorted {
+            offsets[a.vertex as usize + 1] += 1;
+        }
+        for v in 0..vertex_count {
+            offsets[v + 1] += offsets[v];
+        }
+        Anchors { offsets, springs: sorted.iter().map(|a| (a.stiffness, DVec3::from(a.position))).collect() }
+    }
+
+    pub(crate) fn of(&self, v: usize) -> &[(f64, DVec3)] {
+        if self.offsets.is_empty() {
+            &[]
+        } else {
+            &self.springs[self.offsets[v] as usize..self.offsets[v + 1] as usize]
+        }
     }
 }

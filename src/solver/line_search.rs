@@ -35,25 +35,29 @@ pub(crate) enum Step {
 /// With `extrapolate`, an accepted full step is followed by `alpha = 2, 4, ...` while the
 /// objective keeps falling: a projected Hessian overestimates curvature along directions the
 /// true Hessian bends down, and the full step then undershoots badly.
+///
+/// `known` holds `(alpha, G)` pairs the backend already evaluated along this direction; they
+/// are used instead of evaluating again.
 pub(crate) fn search(
     stages: &mut dyn Stages,
     value: f64,
     slope: f64,
     noise_floor: f64,
     extrapolate: bool,
+    known: &[(f64, f64)],
 ) -> Step {
     // Rounding x moves G by the noise floor; rounding G's own sum adds an ulp or so of G.
     let noise = NOISE_MARGIN * (noise_floor + f64::EPSILON * value.abs());
     if -slope <= noise {
-        let full = stages.candidate_objectives(&[1.0])[0];
+        let full = evaluate(stages, known, &[1.0])[0];
         return if full <= value + noise { Step::RoundOff { value: full } } else { Step::Failed };
     }
     let batch = stages.preferred_batch().max(1);
-    let mut alpha = 1.0;
+    let mut alpha: f64 = 1.0;
     let mut tried = 0;
     while tried < MAX_HALVINGS {
-        let alphas: Vec<f64> = (0..batch).map(|k| alpha * 0.5f64.powi(k as i32)).collect();
-        let values = stages.candidate_objectives(&alphas);
+        let alphas: Vec<f64> = first_batch(batch).iter().map(|k| alpha * k).collect();
+        let values = evaluate(stages, known, &alphas);
         for (&a, &v) in alphas.iter().zip(&values) {
             if v.is_finite() && v <= value + ARMIJO * a * slope {
                 if extrapolate && a == 1.0 {
@@ -66,6 +70,18 @@ pub(crate) fn search(
         tried += batch;
     }
     Step::Failed
+}
+
+/// The step lengths of the first batch of `batch` candidates: `1, 1/2, 1/4, ...`.
+pub(crate) fn first_batch(batch: usize) -> Vec<f64> {
+    (0..batch.max(1)).map(|k| 0.5f64.powi(k as i32)).collect()
+}
+
+/// `G` at `alphas`: from `known` when it has them all, else from the backend.
+fn evaluate(stages: &mut dyn Stages, known: &[(f64, f64)], alphas: &[f64]) -> Vec<f64> {
+    let found: Option<Vec<f64>> =
+        alphas.iter().map(|a| known.iter().find(|(k, _)| k == a).map(|&(_, v)| v)).collect();
+    found.unwrap_or_else(|| stages.candidate_objectives(alphas))
 }
 
 /// Doubles an accepted full step while the objective keeps decreasing sufficiently.

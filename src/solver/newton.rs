@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
 use super::{HessianPolicy, Solver};
-use crate::backend::Stages;
+use crate::backend::{DirectionRequest, NewtonDirection, Stages};
 use crate::material::Projection;
 
 /// Downhill test: `d . grad < -KAPPA |d| |grad|` (the paper's kappa).
@@ -97,12 +97,23 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
     let trace = std::env::var_os("LIVELY_TRACE").is_some();
     let mut previous_gradient = f64::INFINITY;
     let mut after_round_off = false;
+    let first_batch = line_search::first_batch(stages.preferred_batch());
     loop {
-        let t = Instant::now();
         let mut projection = base_projection;
-        let status = stages.linearize(projection);
+        let request = DirectionRequest {
+            projection,
+            solve: report.iterations < settings.max_iterations,
+            solver: settings.linear,
+            gradient_tolerance: settings.tolerance,
+            max_iterations: settings.max_linear_iterations,
+            candidates: &first_batch,
+        };
+        let t = Instant::now();
+        let NewtonDirection { linearization: status, direction, candidates, linearize_time } =
+            stages.newton_direction(&request);
+        report.times.evaluate += linearize_time;
+        report.times.linear_solve += t.elapsed().saturating_sub(linearize_time);
         let gradient_norm = status.gradient_norm;
-        timed(&mut report.times.evaluate, t);
         report.gradient_norm = gradient_norm;
         if gradient_norm <= settings.tolerance {
             report.converged = true;
@@ -121,39 +132,35 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
         }
         previous_gradient = gradient_norm;
         report.iterations += 1;
-
-        // Solve loosely far from the solution and tightly near it: relative tolerance
-        // min(1/2, sigma sqrt(|g|)). The paper's sigma makes the gradient unitless; here
-        // sigma = 1/sqrt(force scale), so the forcing term is the square root of the relative
-        // force imbalance. A nearly balanced guess gets accurate directions (a linearization
-        // costs far more than CG iterations, so fewer Newton iterations win); a wild one, like
-        // a randomized body, gets cheap ones.
-        let imbalance = gradient_norm.max(settings.tolerance) / status.force_scale.max(f64::MIN_POSITIVE);
-        let relative = 0.5f64.min(imbalance.sqrt());
-        let t = Instant::now();
-        let mut direction = stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
+        // A finite gradient above the tolerance always gets a direction.
+        let Some(mut direction) = direction else { break };
         report.linear_iterations += direction.iterations;
-        timed(&mut report.times.linear_solve, t);
+        let mut known = candidates;
         if direction.negative_curvature && projection == Projection::None {
             projection = Projection::Psd;
             report.projected_iterations += 1;
             let t = Instant::now();
-            stages.linearize(projection);
-            timed(&mut report.times.evaluate, t);
-            let t = Instant::now();
-            direction = stages.solve_direction(settings.linear, relative, settings.max_linear_iterations);
+            let again = stages.newton_direction(&DirectionRequest { projection, ..request });
+            report.times.evaluate += again.linearize_time;
+            report.times.linear_solve += t.elapsed().saturating_sub(again.linearize_time);
+            let Some(projected) = again.direction else { break };
+            direction = projected;
+            known = again.candidates;
             report.linear_iterations += direction.iterations;
-            timed(&mut report.times.linear_solve, t);
         }
         if !(direction.slope < -KAPPA * direction.norm * gradient_norm) {
             // CG directions are never uphill, so -d is never the better choice here.
             direction = stages.use_negative_gradient();
+            known.clear();
         }
         if direction.norm > MAX_STEP {
             let factor = MAX_STEP / direction.norm;
             stages.scale_direction(factor);
             direction.slope *= factor;
+            known.clear();
         }
+        // Candidates the backend evaluated along this direction ahead of the line search.
+        let known: Vec<(f64, f64)> = first_batch.iter().copied().zip(known).collect();
 
         let t = Instant::now();
         let step = line_search::search(
@@ -162,6 +169,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             direction.slope,
             status.noise_floor,
             projection == Projection::Psd,
+            &known,
         );
         timed(&mut report.times.line_search, t);
         if trace {

@@ -46,3 +46,31 @@ pub fn worst_difference(a: &[[f64; 3]], b: &[[f64; 3]]) -> (f64, usize) {
         .map(|(i, (p, q))| ((0..3).map(|c| (p[c] - q[c]).abs()).fold(0.0, f64::max), i))
         .fold((0.0, 0), |acc, e| if e.0 > acc.0 { e } else { acc })
 }
+
+/// The one GPU context of this test binary (one device per process: faster, and some drivers
+/// crash when several tests open Vulkan instances at once). `None`, with a printed reason,
+/// when there is no adapter, unless LIVELY_REQUIRE_GPU=1 (as in CI), where that fails.
+pub fn gpu() -> Option<std::sync::Arc<lively::backend::gpu::GpuContext>> {
+    static CONTEXT: std::sync::OnceLock<Option<std::sync::Arc<lively::backend::gpu::GpuContext>>> =
+        std::sync::OnceLock::new();
+    CONTEXT
+        .get_or_init(|| match lively::backend::gpu::GpuContext::new() {
+            Ok(context) => Some(std::sync::Arc::new(context)),
+            Err(e) if std::env::var("LIVELY_REQUIRE_GPU").as_deref() == Ok("1") => {
+                panic!("LIVELY_REQUIRE_GPU=1 but no GPU is usable: {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping GPU test: {e} (set LIVELY_REQUIRE_GPU=1 to make this a failure)");
+                None
+            }
+        })
+        .clone()
+}
+
+/// `builder` on `backend`, on the shared GPU context when that is the GPU.
+pub fn on_backend(builder: lively::SimulationBuilder, backend: lively::Backend) -> lively::SimulationBuilder {
+    match (backend, gpu()) {
+        (lively::Backend::Gpu, Some(context)) => builder.backend(backend).gpu_context(context),
+        _ => builder.backend(backend),
+    }
+}

@@ -6,48 +6,13 @@
 use glam::{DMat3, DVec3};
 use rayon::prelude::*;
 
-use crate::backend::topology::Topology;
-use crate::backend::{Anchor, Node};
+use crate::backend::Node;
+use crate::backend::topology::{Anchors, Topology};
 use crate::material::Projection;
 use crate::model::Model;
 
 /// Vertices per work item.
 const CHUNK: usize = 512;
-
-/// Handle springs grouped by vertex (CSR), so each vertex finds its own.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Anchors {
-    /// Per vertex, the range of `springs` (empty when there are none at all).
-    pub offsets: Vec<u32>,
-    /// (stiffness, held position), grouped by vertex.
-    pub springs: Vec<(f64, DVec3)>,
-}
-
-impl Anchors {
-    pub fn new(vertex_count: usize, anchors: &[Anchor]) -> Anchors {
-        if anchors.is_empty() {
-            return Anchors::default();
-        }
-        let mut sorted: Vec<&Anchor> = anchors.iter().collect();
-        sorted.sort_by_key(|a| a.vertex);
-        let mut offsets = vec![0u32; vertex_count + 1];
-        for a in &sorted {
-            offsets[a.vertex as usize + 1] += 1;
-        }
-        for v in 0..vertex_count {
-            offsets[v + 1] += offsets[v];
-        }
-        Anchors { offsets, springs: sorted.iter().map(|a| (a.stiffness, DVec3::from(a.position))).collect() }
-    }
-
-    fn of(&self, v: usize) -> &[(f64, DVec3)] {
-        if self.offsets.is_empty() {
-            &[]
-        } else {
-            &self.springs[self.offsets[v] as usize..self.offsets[v + 1] as usize]
-        }
-    }
-}
 
 /// The inputs of the per-vertex terms of one objective.
 pub(crate) struct VertexTerms<'a> {

@@ -27,7 +27,7 @@ pub struct CpuBackend {
     target: Vec<[f64; 3]>,
     nodes: Vec<Node>,
     inv_h2: f64,
-    anchors: gather::Anchors,
+    anchors: super::topology::Anchors,
     damping_weight: f64,
     /// The step's lagged damping matrix on the Hessian's pattern, times the damping weight:
     /// `k/h K(x_n)` (Rayleigh) plus the per-vertex ether and friction blocks; empty for none.
@@ -56,7 +56,7 @@ impl CpuBackend {
             target: vec![[0.0; 3]; n],
             nodes: Vec::new(),
             inv_h2: 0.0,
-            anchors: gather::Anchors::default(),
+            anchors: super::topology::Anchors::default(),
             damping_weight: 1.0,
             damping: Vec::new(),
             x: vec![[0.0; 3]; n],
@@ -193,7 +193,7 @@ impl Stages for CpuBackend {
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
-        self.anchors = gather::Anchors::new(self.model.vertex_count(), anchors);
+        self.anchors = super::topology::Anchors::new(self.model.vertex_count(), anchors);
     }
 
     fn dissipation(&mut self) -> f64 {

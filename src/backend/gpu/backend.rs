@@ -1,18 +1,30 @@
 //! `GpuBackend`: the [`Stages`] of an implicit step on the GPU. The iterate, gradient,
-//! Hessian and direction stay on the device in f32; the host reads back scalars (energies,
-//! norms, slopes, the PCG status every few iterations) and the final iterate.
+//! Hessian and direction stay on the device in f32. Stages record into one [`Recording`]
+//! and nothing is submitted until the host needs a number: a Newton iteration (the advance
+//! along the last direction, the element pass, gather, assembly, the whole PCG solve, its
+//! dot products and the line search's first candidates) is one submission and one readback.
 
 use std::sync::Arc;
 
 use super::context::GpuContext;
 use super::element::{GpuElements, WgElement};
-use super::linear::{GatherParams, GpuLinear, GpuProduct, MAX_BATCH, Positions, WgLinear};
-use crate::backend::{Anchor, DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
+use super::linear::{GatherParams, GpuLinear, PcgParams, PcgStatus, Positions, WgLinear};
+use super::recording::{DeviceCounts, Recording, Staged};
+use crate::backend::{
+    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, NewtonDirection, Node, Stages,
+    StepProblem,
+};
 use crate::error::{Error, Result};
 use crate::material::Projection;
 use crate::model::Model;
 
 const POTENTIAL_NODE: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
+
+/// Line-search candidates evaluated in one submission at most.
+pub const MAX_BATCH: usize = 8;
+
+/// CG iterations recorded before the first status read when there is no history yet.
+const FIRST_CHUNK: u32 = 32;
 
 /// The GPU implementation of [`Stages`].
 pub struct GpuBackend {
@@ -21,6 +33,7 @@ pub struct GpuBackend {
     linear_stages: WgLinear,
     elements: GpuElements,
     linear: GpuLinear,
+    recording: Recording,
     model: Arc<Model>,
     nodes: Vec<Node>,
     inv_h2: f64,
@@ -28,42 +41,39 @@ pub struct GpuBackend {
     damped: bool,
     damping_weight: f64,
     error: Option<Error>,
-    /// Per line-search candidate: the element and the gather partial sums.
-    candidates: wgpu::Buffer,
+    /// CG iterations of the last solve: how many to record before reading the status.
+    last_cg: u32,
 }
+
+/// Staged results of one batch of line-search candidates.
+struct StagedCandidates(Vec<(Staged, Staged)>);
 
 impl GpuBackend {
     /// Compiles the stages and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        let (element_stage, linear_stages, linear, elements) = context.guarded(|| {
+        let (element_stage, linear_stages, recording, linear, elements) = context.guarded(|| {
             let element_stage = WgElement::new(&context)?;
             let linear_stages = WgLinear::new(&context)?;
-            let linear = GpuLinear::for_model(&context, &linear_stages, &model);
-            let elements = GpuElements::new(&context, &element_stage, &model, &linear)?;
-            Ok((element_stage, linear_stages, linear, elements))
+            let recording = Recording::new(&context, staging_bytes(&model));
+            let linear = GpuLinear::for_model(&context, &linear_stages, &recording, &model);
+            let elements = GpuElements::new(&context, &element_stage, &recording, &model, &linear)?;
+            Ok((element_stage, linear_stages, recording, linear, elements))
         })?;
-        let per_candidate = elements.partial_count() + 4 * linear.gather_partials().1;
-        let candidates = context.scratch::<f32>("line-search candidates", MAX_BATCH * per_candidate);
         Ok(GpuBackend {
-            candidates,
             context,
             element_stage,
             linear_stages,
             elements,
             linear,
+            recording,
             model,
             nodes: POTENTIAL_NODE.to_vec(),
             inv_h2: 0.0,
             damped: false,
             damping_weight: 1.0,
             error: None,
+            last_cg: FIRST_CHUNK,
         })
-    }
-
-    /// Sets how the PCG loop applies the Hessian (assembled by default).
-    pub fn with_product(mut self, product: GpuProduct) -> GpuBackend {
-        self.linear.product = product;
-        self
     }
 
     /// The device context.
@@ -71,9 +81,16 @@ impl GpuBackend {
         &self.context
     }
 
-    /// The gather's parameters for `nodes` (`inv_h2` 0 leaves inertia out); `exact` keeps the
-    /// colliders' curvature, `damped` adds the step's lagged damping.
-    fn gather_params(&self, nodes: &[Node], inv_h2: f64, exact: bool, damped: bool) -> GatherParams {
+    /// The gather's parameters for `nodes` (`inv_h2` 0 leaves inertia out); `derivatives`
+    /// gathers the gradient and vertex blocks (`exact` keeping the colliders' curvature),
+    /// `damped` adds the step's lagged damping.
+    fn gather_params(
+        &self,
+        nodes: &[Node],
+        inv_h2: f64,
+        derivatives: Option<bool>,
+        damped: bool,
+    ) -> GatherParams {
         let node = |q: usize| nodes.get(q).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let g = self.model.gravity;
         GatherParams {
@@ -90,8 +107,9 @@ impl GpuBackend {
             theta_1: node(1).theta as f32,
             collider_count: self.model.colliders.len() as u32,
             contact_stiffness: self.model.contact_stiffness as f32,
-            exact_hessian: exact as u32,
+            exact_hessian: derivatives.unwrap_or(false) as u32,
             damped: (damped && self.damped) as u32,
+            derivatives: derivatives.is_some() as u32,
         }
     }
 
@@ -103,41 +121,195 @@ impl GpuBackend {
         })
     }
 
-    /// Element plus vertex energy at `at`; `damped` adds the lagged damping.
-    fn energy_at(&mut self, at: Positions, nodes: &[Node], inv_h2: f64, damped: bool) -> Result<f64> {
-        let elements = self.elements.evaluate(&self.context, &self.element_stage, at, nodes, 0)?;
-        let params = self.gather_params(nodes, inv_h2, false, damped);
-        let vertices = self.linear.gather(&self.context, &self.linear_stages, &params, at)?[0];
-        Ok(elements + vertices)
+    /// Records the element and vertex energy at `at` and stages both partial sums.
+    fn record_energy(
+        &mut self,
+        at: Positions,
+        nodes: &[Node],
+        inv_h2: f64,
+        damped: bool,
+    ) -> Result<(Staged, Staged)> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.elements.encode(c, &self.element_stage, rec, at, nodes, 0)?;
+        let elements = self.elements.stage_energy(c, rec)?;
+        let params = self.gather_params(nodes, inv_h2, None, damped);
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.linear.gather(c, &self.linear_stages, rec, &params, at)?;
+        Ok((elements, self.linear.stage_gather_partials(c, rec)?))
     }
 
-    fn report(&mut self, iterations: usize, negative_curvature: bool) -> Result<DirectionReport> {
-        let [slope, dd, gg] = self.linear.dots(&self.context, &self.linear_stages)?;
-        Ok(DirectionReport {
-            iterations,
-            negative_curvature,
-            slope,
-            norm: dd.sqrt(),
-            gradient_norm: gg.sqrt(),
-        })
+    /// Records the linearization at the iterate: element derivatives, gather, assembly and the
+    /// right-hand side `-grad G`; stages the gather's partials.
+    fn record_linearization(&mut self, projection: Projection) -> Result<Staged> {
+        let nodes = self.nodes.clone();
+        let outputs = if projection == Projection::Psd { 3 } else { 2 };
+        let params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
+        let (c, rec, linear, stages) =
+            (&self.context, &mut self.recording, &self.linear, &self.linear_stages);
+        self.elements.encode(c, &self.element_stage, rec, Positions::Iterate, &nodes, outputs)?;
+        linear.gather(c, stages, rec, &params, Positions::Iterate)?;
+        let staged = linear.stage_gather_partials(c, rec)?;
+        linear.assemble(c, stages, rec, self.damped)?;
+        linear.vector(c, stages, rec, "negate_gradient", 0.0)?;
+        Ok(staged)
     }
 
-    /// The gradient and the assembled matrix of the last `linearize`.
-    #[cfg(test)]
-    pub(crate) fn read_linearization(&self) -> (Vec<f32>, Vec<f32>) {
-        (self.linear.read_gradient(&self.context).unwrap(), self.linear.read_blocks(&self.context).unwrap())
+    /// Records the line-search candidates `x + alpha d` (restoring `x` after).
+    fn record_candidates(&mut self, alphas: &[f64]) -> Result<StagedCandidates> {
+        let nodes = self.nodes.clone();
+        self.linear.vector(&self.context, &self.linear_stages, &mut self.recording, "save", 0.0)?;
+        let mut staged = Vec::with_capacity(alphas.len());
+        for &alpha in alphas {
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.linear.vector(c, &self.linear_stages, rec, "offset", alpha)?;
+            staged.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
+        }
+        self.linear.vector(&self.context, &self.linear_stages, &mut self.recording, "offset", 0.0)?;
+        Ok(StagedCandidates(staged))
     }
 
-    fn to_f64(values: Vec<f32>, out: &mut [[f64; 3]]) {
-        for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
-            *o = [c[0] as f64, c[1] as f64, c[2] as f64];
+    /// Records a PCG solve to `tolerance` (Newton's forcing term of the last gather when
+    /// `forcing`), its status read after `chunk` iterations, more chunks recorded while it runs.
+    fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.linear.pcg_start(c, &self.linear_stages, rec, &params)?;
+        let mut chunk = params.max_iterations.min(self.last_cg + self.last_cg / 4 + 8);
+        let mut recorded = 0;
+        loop {
+            let (c, rec) = (&self.context, &mut self.recording);
+            let staged = self.linear.pcg_iterations(c, &self.linear_stages, rec, &params, chunk)?;
+            recorded += chunk;
+            let status: PcgStatus = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
+            if status.state != 0 {
+                return Ok(status);
+            }
+            if recorded >= params.max_iterations {
+                return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
+            }
+            chunk = (params.max_iterations - recorded).min(recorded.max(FIRST_CHUNK));
         }
     }
+
+    /// The direction's report from the staged dots `(g.d, d.d, g.g)`.
+    fn report(bytes: &[u8], iterations: usize, negative_curvature: bool) -> DirectionReport {
+        let [slope, dd, gg] = sums::<3>(bytes);
+        DirectionReport { iterations, negative_curvature, slope, norm: dd.sqrt(), gradient_norm: gg.sqrt() }
+    }
+
+    fn linearization(bytes: &[u8]) -> Linearization {
+        let sums = sums::<4>(bytes);
+        Linearization {
+            gradient_norm: sums[1].sqrt(),
+            force_scale: sums[2],
+            // The device works in f32: its objective is known to f32 resolution.
+            noise_floor: f32::EPSILON as f64 * sums[3],
+        }
+    }
+
+    fn candidate_values(results: &[Vec<u8>]) -> Vec<f64> {
+        results.chunks(2).map(|pair| GpuElements::energy(&pair[0]) + sums::<1>(&pair[1])[0]).collect()
+    }
+
+    fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
+        let lin = self.record_linearization(request.projection)?;
+        if !request.solve {
+            let results = self.recording.read(&self.context, &[lin])?;
+            return Ok(NewtonDirection {
+                linearization: Self::linearization(&results[0]),
+                ..Default::default()
+            });
+        }
+        let params = PcgParams {
+            vertex_count: self.model.vertex_count() as u32,
+            partial_count: self.linear.partial_count() as u32,
+            max_iterations: request.max_iterations as u32,
+            tolerance: 0.0,
+            forcing: 1,
+            gradient_tolerance: request.gradient_tolerance as f32,
+        };
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.linear.pcg_start(c, &self.linear_stages, rec, &params)?;
+        let chunk = params.max_iterations.min(self.last_cg + self.last_cg / 4 + 8);
+        let status = self.linear.pcg_iterations(c, &self.linear_stages, rec, &params, chunk)?;
+        let dots = self.linear.dots(c, &self.linear_stages, rec)?;
+        let candidates =
+            self.record_candidates(&request.candidates[..request.candidates.len().min(MAX_BATCH)])?;
+        let mut staged = vec![lin, status, dots];
+        staged.extend(candidates.0.iter().flat_map(|&(e, g)| [e, g]));
+        let results = self.recording.read(&self.context, &staged)?;
+        let linearization = Self::linearization(&results[0]);
+        let mut status: PcgStatus = bytemuck::pod_read_unaligned(&results[1]);
+        if !(linearization.gradient_norm > request.gradient_tolerance) {
+            return Ok(NewtonDirection { linearization, ..Default::default() });
+        }
+        let (mut dots, mut values) = (results[2].clone(), Self::candidate_values(&results[3..]));
+        if status.state == 0 {
+            // The solve needed more iterations than recorded: go on, then evaluate again.
+            let mut recorded = chunk;
+            while status.state == 0 && recorded < params.max_iterations {
+                let more = (params.max_iterations - recorded).min(recorded.max(FIRST_CHUNK));
+                let (c, rec) = (&self.context, &mut self.recording);
+                let staged = self.linear.pcg_iterations(c, &self.linear_stages, rec, &params, more)?;
+                status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
+                recorded += more;
+            }
+            let (c, rec) = (&self.context, &mut self.recording);
+            let staged_dots = self.linear.dots(c, &self.linear_stages, rec)?;
+            let candidates =
+                self.record_candidates(&request.candidates[..request.candidates.len().min(MAX_BATCH)])?;
+            let mut staged = vec![staged_dots];
+            staged.extend(candidates.0.iter().flat_map(|&(e, g)| [e, g]));
+            let results = self.recording.read(&self.context, &staged)?;
+            dots = results[0].clone();
+            values = Self::candidate_values(&results[1..]);
+        }
+        self.last_cg = status.iterations.max(1);
+        let direction = Self::report(&dots, status.iterations.max(1) as usize, status.negative_curvature());
+        Ok(NewtonDirection {
+            linearization,
+            direction: Some(direction),
+            candidates: values,
+            ..Default::default()
+        })
+    }
+}
+
+#[cfg(test)]
+impl GpuBackend {
+    /// Forgets the last solve's length, so that the next records only a few iterations ahead.
+    pub(crate) fn forget_solve_length(&mut self) {
+        self.last_cg = 0;
+    }
+
+    /// The gradient and the assembled matrix of the last linearization.
+    pub(crate) fn read_linearization(&mut self) -> (Vec<f32>, Vec<f32>) {
+        let (c, rec, n) = (&self.context, &mut self.recording, self.model.vertex_count());
+        let gradient = rec.read_buffer(c, self.linear.gradient(), 3 * n).unwrap();
+        let blocks = rec.read_buffer(c, self.linear.blocks(), 9 * self.linear.block_count()).unwrap();
+        (gradient, blocks)
+    }
+}
+
+/// Bytes staged by the largest readback: a Newton iteration's gather partials, PCG status,
+/// dot partials and a full batch of line-search candidates.
+fn staging_bytes(model: &Model) -> u64 {
+    let group = super::stage::WORKGROUP as usize;
+    let vertex_partials = model.vertex_count().div_ceil(group);
+    let element_partials = model.tets.len().div_ceil(group) + model.springs.len().div_ceil(group);
+    let candidate = 4 * element_partials + 16 * vertex_partials;
+    (2 * 16 * vertex_partials + std::mem::size_of::<PcgStatus>() + MAX_BATCH * candidate + 64) as u64
+}
+
+/// The sums of the first `K` lanes of staged `[f32; 4]` partials, added in order in f64.
+fn sums<const K: usize>(bytes: &[u8]) -> [f64; K] {
+    let values: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
+    values.chunks_exact(4).fold([0.0; K], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64))
 }
 
 impl Stages for GpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
-        self.linear.write_step(&self.context, problem.start, problem.target);
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.linear.write_step(c, rec, problem.start, problem.target);
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damped = !problem.vertex_damping.is_empty() || problem.rayleigh > 0.0;
@@ -151,24 +323,20 @@ impl Stages for GpuBackend {
         let vertex_damping: Vec<[f64; 9]> = problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect();
         let result = (|| {
             let mut scale = 0.0;
+            let (c, rec) = (&self.context, &mut self.recording);
             if problem.rayleigh > 0.0 {
-                self.linear.write(&self.context, Positions::Aux, problem.start);
-                self.elements.evaluate(
-                    &self.context,
-                    &self.element_stage,
-                    Positions::Aux,
-                    &POTENTIAL_NODE,
-                    3,
-                )?;
+                self.linear.write(c, rec, Positions::Aux, problem.start);
+                self.elements.encode(c, &self.element_stage, rec, Positions::Aux, &POTENTIAL_NODE, 3)?;
                 scale = w * problem.rayleigh / problem.dt;
             }
-            self.linear.build_damping(&self.context, &self.linear_stages, scale, &vertex_damping)
+            self.linear.build_damping(c, &self.linear_stages, rec, scale, &vertex_damping)
         })();
         self.settle(result, ());
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
-        self.linear.write_anchors(&self.context, &self.linear_stages, anchors);
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.linear.write_anchors(c, &self.linear_stages, rec, anchors);
     }
 
     fn dissipation(&mut self) -> f64 {
@@ -176,51 +344,50 @@ impl Stages for GpuBackend {
             return 0.0;
         }
         // The gather with no nodes and no inertia leaves only the damping quadratic.
-        let params = self.gather_params(&[], 0.0, false, true);
-        let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate);
-        self.settle(sums, [f64::NAN; 4])[0] / self.damping_weight
+        let params = self.gather_params(&[], 0.0, None, true);
+        let result = (|| {
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.linear.gather(c, &self.linear_stages, rec, &params, Positions::Iterate)?;
+            let staged = self.linear.stage_gather_partials(c, rec)?;
+            Ok(sums::<1>(&rec.read(c, &[staged])?[0])[0])
+        })();
+        self.settle(result, f64::NAN) / self.damping_weight
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
-        self.linear.write(&self.context, Positions::Iterate, x);
+        self.linear.write(&self.context, &mut self.recording, Positions::Iterate, x);
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
-        let values = self.linear.read_iterate(&self.context);
+        let values = self.recording.read_buffer::<f32>(&self.context, self.linear.iterate(), 3 * out.len());
         let values = self.settle(values, vec![f32::NAN; 3 * out.len()]);
-        GpuBackend::to_f64(values, out);
+        to_f64(values, out);
     }
 
     fn objective(&mut self) -> f64 {
         let nodes = self.nodes.clone();
-        let value = self.energy_at(Positions::Iterate, &nodes, self.inv_h2, true);
-        self.settle(value, f64::NAN)
+        let result = (|| {
+            let (e, g) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
+            Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
+        })();
+        self.settle(result, f64::NAN)
     }
 
     fn linearize(&mut self, projection: Projection) -> Linearization {
-        let nodes = self.nodes.clone();
-        let outputs = if projection == Projection::Psd { 3 } else { 2 };
         let result = (|| {
-            self.elements.evaluate(
-                &self.context,
-                &self.element_stage,
-                Positions::Iterate,
-                &nodes,
-                outputs,
-            )?;
-            let params = self.gather_params(&nodes, self.inv_h2, projection == Projection::None, true);
-            let sums = self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Iterate)?;
-            if self.linear.product == GpuProduct::Assembled {
-                self.linear.assemble(&self.context, &self.linear_stages, self.damped)?;
-            }
-            Ok(Linearization {
-                gradient_norm: sums[1].sqrt(),
-                force_scale: sums[2],
-                // The device works in f32: its objective is known to f32 resolution.
-                noise_floor: f32::EPSILON as f64 * sums[3],
-            })
+            let staged = self.record_linearization(projection)?;
+            Ok(Self::linearization(&self.recording.read(&self.context, &[staged])?[0]))
         })();
         self.settle(result, Linearization { gradient_norm: f64::NAN, ..Linearization::default() })
+    }
+
+    fn newton_direction(&mut self, request: &DirectionRequest<'_>) -> NewtonDirection {
+        let result = self.newton_direction_on_device(request);
+        let fallback = NewtonDirection {
+            linearization: Linearization { gradient_norm: f64::NAN, ..Linearization::default() },
+            ..Default::default()
+        };
+        self.settle(result, fallback)
     }
 
     fn solve_direction(
@@ -230,93 +397,49 @@ impl Stages for GpuBackend {
         max_iterations: usize,
     ) -> DirectionReport {
         // The GPU always solves with PCG; the direct solver is a CPU option.
+        let params = PcgParams {
+            vertex_count: self.model.vertex_count() as u32,
+            partial_count: self.linear.partial_count() as u32,
+            max_iterations: max_iterations as u32,
+            tolerance: tolerance as f32,
+            forcing: 0,
+            gradient_tolerance: 0.0,
+        };
         let result = (|| {
-            self.linear.vector(&self.context, &self.linear_stages, "negate_gradient", 0.0)?;
-            let status = self.linear.pcg(
-                &self.context,
-                &self.linear_stages,
-                tolerance,
-                max_iterations as u32,
-                self.damped,
-            )?;
-            self.report(status.iterations.max(1) as usize, status.state == 2 || status.state == 3)
+            let status = self.solve(params)?;
+            self.last_cg = status.iterations.max(1);
+            let (c, rec) = (&self.context, &mut self.recording);
+            let dots = self.linear.dots(c, &self.linear_stages, rec)?;
+            let bytes = &rec.read(c, &[dots])?[0];
+            Ok(Self::report(bytes, status.iterations.max(1) as usize, status.negative_curvature()))
         })();
         self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
     }
 
     fn use_negative_gradient(&mut self) -> DirectionReport {
         let result = (|| {
-            self.linear.vector(&self.context, &self.linear_stages, "use_gradient", 0.0)?;
-            self.report(0, false)
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.linear.vector(c, &self.linear_stages, rec, "use_gradient", 0.0)?;
+            let dots = self.linear.dots(c, &self.linear_stages, rec)?;
+            Ok(Self::report(&rec.read(c, &[dots])?[0], 0, false))
         })();
         self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
     }
 
     fn scale_direction(&mut self, factor: f64) {
-        let result = self.linear.vector(&self.context, &self.linear_stages, "scale", factor);
+        let (c, rec) = (&self.context, &mut self.recording);
+        let result = self.linear.vector(c, &self.linear_stages, rec, "scale", factor);
         self.settle(result, ());
     }
 
     fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64> {
-        let nodes = self.nodes.clone();
         let result = (|| {
-            let (context, linear) = (&self.context, &self.linear);
-            let element_count = self.elements.partial_count();
-            let (gather_partials, gather_count) = linear.gather_partials();
-            let per_candidate = element_count + 4 * gather_count;
             let mut values = Vec::with_capacity(alphas.len());
-            // In batches of MAX_BATCH: each candidate offsets the saved iterate, evaluates the
-            // element and vertex energies and copies both partial sums aside; one submission
-            // and one readback per batch, then the iterate is restored.
-            linear.vector(context, &self.linear_stages, "save", 0.0)?;
+            // In batches of MAX_BATCH, one readback each; the iterate is restored after.
             for batch in alphas.chunks(MAX_BATCH) {
-                let mut encoder = context.device.create_command_encoder(&Default::default());
-                let params = self.gather_params(&nodes, self.inv_h2, false, true);
-                for (slot, &alpha) in batch.iter().enumerate() {
-                    linear.write_batch_alpha(context, slot, alpha)?;
-                    linear.encode_offset(context, &self.linear_stages, &mut encoder, slot);
-                    self.elements.encode(
-                        context,
-                        &self.element_stage,
-                        &mut encoder,
-                        Positions::Iterate,
-                        &nodes,
-                        0,
-                    )?;
-                    linear.encode_gather(
-                        context,
-                        &self.linear_stages,
-                        &mut encoder,
-                        &params,
-                        Positions::Iterate,
-                    )?;
-                    let base = (4 * slot * per_candidate) as u64;
-                    let element_bytes = (4 * element_count) as u64;
-                    encoder.copy_buffer_to_buffer(
-                        self.elements.energy_partials(),
-                        0,
-                        &self.candidates,
-                        base,
-                        element_bytes,
-                    );
-                    encoder.copy_buffer_to_buffer(
-                        gather_partials,
-                        0,
-                        &self.candidates,
-                        base + element_bytes,
-                        (16 * gather_count) as u64,
-                    );
-                }
-                linear.write_batch_alpha(context, MAX_BATCH, 0.0)?;
-                linear.encode_offset(context, &self.linear_stages, &mut encoder, MAX_BATCH);
-                context.queue.submit([encoder.finish()]);
-                let sums: Vec<f32> = context.read(&self.candidates, batch.len() * per_candidate)?;
-                for candidate in sums.chunks(per_candidate) {
-                    let (elements, vertices) = candidate.split_at(element_count);
-                    let energy: f64 = elements.iter().map(|&e| e as f64).sum::<f64>()
-                        + vertices.chunks(4).map(|p| p[0] as f64).sum::<f64>();
-                    values.push(energy);
-                }
+                let staged = self.record_candidates(batch)?;
+                let staged: Vec<Staged> = staged.0.iter().flat_map(|&(e, g)| [e, g]).collect();
+                values.extend(Self::candidate_values(&self.recording.read(&self.context, &staged)?));
             }
             Ok(values)
         })();
@@ -324,34 +447,39 @@ impl Stages for GpuBackend {
     }
 
     fn preferred_batch(&self) -> usize {
-        // Four candidates per submission: a round trip costs more than three extra passes.
+        // Four candidates per round trip: a round trip costs more than three extra passes.
         4
     }
 
     fn advance(&mut self, alpha: f64) {
         let result = (|| {
-            self.linear.vector(&self.context, &self.linear_stages, "save", 0.0)?;
-            self.linear.vector(&self.context, &self.linear_stages, "offset", alpha)
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.linear.vector(c, &self.linear_stages, rec, "save", 0.0)?;
+            self.linear.vector(c, &self.linear_stages, rec, "offset", alpha)
         })();
         self.settle(result, ());
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
-        self.linear.write(&self.context, Positions::Aux, x);
-        let value = self.energy_at(Positions::Aux, &POTENTIAL_NODE, 0.0, false);
-        self.settle(value, f64::NAN)
+        let result = (|| {
+            self.linear.write(&self.context, &mut self.recording, Positions::Aux, x);
+            let (e, g) = self.record_energy(Positions::Aux, &POTENTIAL_NODE, 0.0, false)?;
+            Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
+        })();
+        self.settle(result, f64::NAN)
     }
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
-        self.linear.write(&self.context, Positions::Aux, x);
+        let params = self.gather_params(&POTENTIAL_NODE, 0.0, Some(false), false);
         let result = (|| {
-            self.elements.evaluate(&self.context, &self.element_stage, Positions::Aux, &POTENTIAL_NODE, 1)?;
-            let params = self.gather_params(&POTENTIAL_NODE, 0.0, false, false);
-            self.linear.gather(&self.context, &self.linear_stages, &params, Positions::Aux)?;
-            self.linear.read_gradient(&self.context)
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.linear.write(c, rec, Positions::Aux, x);
+            self.elements.encode(c, &self.element_stage, rec, Positions::Aux, &POTENTIAL_NODE, 1)?;
+            self.linear.gather(c, &self.linear_stages, rec, &params, Positions::Aux)?;
+            rec.read_buffer::<f32>(c, self.linear.gradient(), 3 * out.len())
         })();
         let values = self.settle(result, vec![f32::NAN; 3 * out.len()]);
-        GpuBackend::to_f64(values, out);
+        to_f64(values, out);
     }
 
     fn take_error(&mut self) -> Option<Error> {
@@ -362,11 +490,21 @@ impl Stages for GpuBackend {
         Some(self.context.allocated_bytes())
     }
 
+    fn device_counts(&self) -> Option<DeviceCounts> {
+        Some(self.recording.counts())
+    }
+
     fn gpu_context(&self) -> Option<&GpuContext> {
         Some(&self.context)
     }
 
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
-        Some(&self.linear.x)
+        Some(self.linear.iterate())
+    }
+}
+
+fn to_f64(values: Vec<f32>, out: &mut [[f64; 3]]) {
+    for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
+        *o = [c[0] as f64, c[1] as f64, c[2] as f64];
     }
 }

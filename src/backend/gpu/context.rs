@@ -59,6 +59,10 @@ impl GpuContext {
     /// Picks the highest-performance adapter and opens a device with that adapter's own
     /// limits, so that buffers beyond the default binding limits fit where the hardware allows.
     pub fn new() -> Result<GpuContext> {
+        // One at a time: some drivers crash when instances are created concurrently (seen in
+        // NVIDIA's libEGL when tests opened devices in parallel).
+        static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = CREATING.lock().unwrap_or_else(|e| e.into_inner());
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
@@ -289,18 +293,31 @@ impl GpuContext {
         })
     }
 
-    /// Copies `len` elements of `T` out of `buffer` (waits for the queue).
-    pub(crate) fn read<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, len: usize) -> Result<Vec<T>> {
-        let size = (std::mem::size_of::<T>() * len) as u64;
+    /// Waits for the queue and copies the first `size` bytes out of `staging` (a
+    /// `MAP_READ` buffer the submitted work copied into).
+    pub(crate) fn map_read(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+        let bytes = self.map(staging, size)?;
+        self.collect_times()?;
+        Ok(bytes)
+    }
+
+    /// Waits for the queue and copies the first `size` bytes of `buffer` out.
+    pub(crate) fn read_bytes(&self, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         if size == 0 {
             return Ok(Vec::new());
         }
         let bytes = self.download(buffer, size)?;
         self.collect_times()?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
+        Ok(bytes)
     }
 
-    /// The first `size` bytes of `buffer` (waits for the queue).
+    /// Whether passes are being timed.
+    pub(crate) fn is_profiling(&self) -> bool {
+        self.profiling.load(std::sync::atomic::Ordering::Relaxed) && self.queries.get().is_some()
+    }
+
+    /// The first `size` bytes of `buffer` through a staging buffer of its own (waits for the
+    /// queue).
     fn download(&self, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -312,8 +329,13 @@ impl GpuContext {
             self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
         encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
+        self.map(&staging, size)
+    }
+
+    /// Maps the first `size` bytes of a `MAP_READ` buffer, copies them out and unmaps it.
+    fn map(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         let (sender, receiver) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |result| {
+        staging.slice(..size).map_async(wgpu::MapMode::Read, move |result| {
             let _ = sender.send(result);
         });
         self.device
@@ -324,7 +346,7 @@ impl GpuContext {
             .map_err(|_| Error::DeviceLost("the readback was dropped".into()))?
             .map_err(|e| Error::DeviceLost(format!("mapping a readback buffer: {e}")))?;
         let view = staging
-            .get_mapped_range(..)
+            .get_mapped_range(..size)
             .map_err(|e| Error::DeviceLost(format!("reading a mapped buffer: {e}")))?;
         let out = view.to_vec();
         drop(view);

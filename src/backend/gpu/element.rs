@@ -5,8 +5,9 @@ use encase::ShaderType;
 
 use super::context::GpuContext;
 use super::linear::{GpuLinear, Positions};
+use super::recording::{Recording, Staged};
 use super::shaders::Binding;
-use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
+use super::stage::{WORKGROUP, WgStage, storage, uniform};
 use crate::backend::Node;
 use crate::error::{Error, Result};
 use crate::material::MaterialModel;
@@ -59,7 +60,7 @@ impl WgElement {
 pub struct GpuElements {
     tet_count: u32,
     spring_count: u32,
-    params: wgpu::Buffer,
+    param_group: wgpu::BindGroup,
     energy_partials: wgpu::Buffer,
     /// Bind groups reading the iterate, and reading the auxiliary positions.
     iterate_groups: Vec<wgpu::BindGroup>,
@@ -71,6 +72,7 @@ impl GpuElements {
     pub fn new(
         context: &GpuContext,
         stage: &WgElement,
+        recording: &Recording,
         model: &Model,
         linear: &GpuLinear,
     ) -> Result<GpuElements> {
@@ -109,7 +111,6 @@ impl GpuElements {
         let (nt, ns) = (model.tets.len(), model.springs.len());
         let partials = nt.div_ceil(WORKGROUP as usize) + ns.div_ceil(WORKGROUP as usize);
         let c = context;
-        let params = uniform_buffer::<ElementParams>(c, "element params");
         let model_buffers = [
             c.storage("tets", &tets),
             c.storage("tet_rest", &tet_rest),
@@ -121,7 +122,6 @@ impl GpuElements {
         let model_refs: Vec<&wgpu::Buffer> = model_buffers.iter().collect();
         let groups = |x: &wgpu::Buffer, start: &wgpu::Buffer| {
             vec![
-                stage.0.bind_group(c, 0, &[&params]),
                 stage.0.bind_group(c, 1, &model_refs),
                 stage.0.bind_group(c, 2, &[x, start]),
                 stage.0.bind_group(
@@ -136,21 +136,20 @@ impl GpuElements {
         Ok(GpuElements {
             tet_count: nt as u32,
             spring_count: ns as u32,
-            params,
+            param_group: recording.param_group(c, &stage.0),
             energy_partials,
             iterate_groups,
             aux_groups,
         })
     }
 
-    /// Records the element pass at `at` into `encoder` (its parameters written now).
-    /// `outputs`: 0 energy, 1 and corner gradients, 2 and exact Hessian blocks, 3 and
-    /// projected ones (left in the shared buffers).
+    /// Records the element pass at `at`. `outputs`: 0 energy, 1 and corner gradients, 2 and
+    /// exact Hessian blocks, 3 and projected ones (left in the shared buffers).
     pub fn encode(
         &self,
         context: &GpuContext,
         stage: &WgElement,
-        encoder: &mut wgpu::CommandEncoder,
+        recording: &mut Recording,
         at: Positions,
         nodes: &[Node],
         outputs: u32,
@@ -169,37 +168,26 @@ impl GpuElements {
             weight_1: second.weight as f32,
             theta_1: second.theta as f32,
         };
-        write_uniform(context, &self.params, &params)?;
+        let offset = recording.params(context, &params)?;
         let groups = if at == Positions::Iterate { &self.iterate_groups } else { &self.aux_groups };
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("element"),
-            timestamp_writes: context.timestamp_writes("element"),
-        });
-        for (g, group) in groups.iter().enumerate() {
-            pass.set_bind_group(g as u32, group, &[]);
-        }
+        let groups: Vec<&wgpu::BindGroup> = groups.iter().collect();
         for (entry, count) in [("tets_main", self.tet_count), ("springs_main", self.spring_count)] {
             if count > 0 {
-                pass.set_pipeline(stage.0.pipeline(entry));
-                context.dispatch(&mut pass, count.div_ceil(WORKGROUP));
+                let workgroups = count.div_ceil(WORKGROUP);
+                recording.dispatch(context, &stage.0, entry, &self.param_group, offset, &groups, workgroups);
             }
         }
         Ok(())
     }
 
-    /// Evaluates the elements at `at` and returns the energy (partials added in order, in f64).
-    pub fn evaluate(
-        &self,
-        context: &GpuContext,
-        stage: &WgElement,
-        at: Positions,
-        nodes: &[Node],
-        outputs: u32,
-    ) -> Result<f64> {
-        let mut encoder = context.device.create_command_encoder(&Default::default());
-        self.encode(context, stage, &mut encoder, at, nodes, outputs)?;
-        context.queue.submit([encoder.finish()]);
-        Ok(context.read::<f32>(&self.energy_partials, self.partial_count())?.iter().map(|&e| e as f64).sum())
+    /// Stages the energy partials of the last recorded pass.
+    pub fn stage_energy(&self, context: &GpuContext, recording: &mut Recording) -> Result<Staged> {
+        recording.stage(context, &self.energy_partials, 4 * self.partial_count() as u64)
+    }
+
+    /// The energy from its staged partials (added in order, in f64).
+    pub fn energy(bytes: &[u8]) -> f64 {
+        bytemuck::pod_collect_to_vec::<u8, f32>(bytes).iter().map(|&e| e as f64).sum()
     }
 
     /// The number of energy partials a pass writes.
@@ -208,17 +196,18 @@ impl GpuElements {
             + (self.spring_count as usize).div_ceil(WORKGROUP as usize)
     }
 
-    /// The buffer of energy partials of the last pass.
-    pub(crate) fn energy_partials(&self) -> &wgpu::Buffer {
-        &self.energy_partials
-    }
-
     /// Reads the corner gradients and Hessian blocks of the last pass.
-    pub fn read_outputs(&self, context: &GpuContext, linear: &GpuLinear) -> Result<(Vec<f32>, Vec<f32>)> {
+    #[cfg(test)]
+    pub fn read_outputs(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        linear: &GpuLinear,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
         Ok((
-            context.read(&linear.corner_gradients, 3 * (4 * nt + 2 * ns))?,
-            context.read(&linear.element_blocks, 9 * (10 * nt + 3 * ns))?,
+            recording.read_buffer(context, &linear.corner_gradients, 3 * (4 * nt + 2 * ns))?,
+            recording.read_buffer(context, &linear.element_blocks, 9 * (10 * nt + 3 * ns))?,
         ))
     }
 }

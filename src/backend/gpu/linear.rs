@@ -1,17 +1,18 @@
 //! The linear-algebra stages on the GPU: `gather` (vertex terms and gradient gather),
-//! `assemble` (block-sparse Hessian) and `pcg` (the whole Jacobi-PCG loop, its scalars in a GPU
-//! buffer, status read back every few iterations). Twins of `backend/cpu/{gather, assemble,
-//! pcg}.rs`.
+//! `assemble` (block-sparse Hessian), `pcg` (the whole Jacobi-PCG loop, two dispatches per
+//! iteration, its scalars on the device) and `vector` (Newton's vector updates). Twins of
+//! `backend/cpu/{gather, assemble, pcg, vector}.rs`. Every method records into a
+//! [`Recording`]; nothing here submits or waits.
 
 use encase::ShaderType;
 
 use super::context::GpuContext;
+use super::recording::{Recording, Staged};
 use super::shaders::Binding;
-use super::stage::{WORKGROUP, WgStage, storage, uniform, uniform_buffer, write_uniform};
+use super::stage::{WORKGROUP, WgStage, storage, uniform};
 use crate::backend::Anchor;
-use crate::backend::cpu::gather::Anchors;
-use crate::backend::topology::Topology;
-use crate::error::{Error, Result};
+use crate::backend::topology::{Anchors, Topology};
+use crate::error::Result;
 
 /// Parameters of `shaders/gather.wgsl`.
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
@@ -33,6 +34,8 @@ pub struct GatherParams {
     pub exact_hessian: u32,
     /// 1: add the lagged damping matrix.
     pub damped: u32,
+    /// 1: gather and write the gradient and vertex blocks; 0: the energy alone.
+    pub derivatives: u32,
 }
 
 /// A collider as `shaders/shared/collider.wgsl` reads it.
@@ -118,23 +121,12 @@ pub struct PcgParams {
     pub vertex_count: u32,
     pub partial_count: u32,
     pub max_iterations: u32,
+    /// Relative residual to reach (unless `forcing`).
     pub tolerance: f32,
-    /// 1: apply the Hessian from the element blocks instead of the assembled matrix.
-    pub matrix_free: u32,
-    /// Matrix-free only: add the lagged damping matrix.
-    pub damped: u32,
-    pub tet_count: u32,
-}
-
-/// How the PCG loop applies the Hessian.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum GpuProduct {
-    /// Assemble block-sparse rows once per Newton iteration; each CG product reads them.
-    #[default]
-    Assembled,
-    /// No assembly: each CG product gathers every vertex's rows of the element Hessians
-    /// through its element corners.
-    MatrixFree,
+    /// 1: the relative tolerance is Newton's forcing term of the last gather.
+    pub forcing: u32,
+    /// Newton's gradient tolerance (N): at or below it the solve does nothing.
+    pub gradient_tolerance: f32,
 }
 
 /// The bindings of `shaders/pcg.wgsl`.
@@ -144,23 +136,20 @@ pub fn pcg_bindings() -> Vec<Binding> {
         storage(1, 0, "row_offsets", true),
         storage(1, 1, "columns", true),
         storage(1, 2, "diagonal", true),
-        storage(1, 3, "pinned", true),
-        storage(1, 4, "corner_offsets", true),
-        storage(1, 5, "corners", true),
-        storage(1, 6, "corner_vertices", true),
         storage(3, 0, "blocks", true),
         storage(3, 1, "b", true),
         storage(3, 2, "x", false),
         storage(3, 3, "r", false),
         storage(3, 4, "z", false),
-        storage(3, 5, "p", false),
-        storage(3, 6, "ap", false),
-        storage(3, 7, "inverse_diagonal", false),
-        storage(3, 8, "partials", false),
-        storage(3, 9, "scalars", false),
-        storage(3, 10, "element_blocks", true),
-        storage(3, 11, "vertex_blocks", true),
-        storage(3, 12, "damping_blocks", true),
+        storage(3, 5, "p_in", true),
+        storage(3, 6, "p_out", false),
+        storage(3, 7, "ap", false),
+        storage(3, 8, "inverse_diagonal", false),
+        storage(3, 9, "residual_partials", false),
+        storage(3, 10, "curvature_partials", false),
+        storage(3, 11, "scalars_in", false),
+        storage(3, 12, "scalars_out", false),
+        storage(3, 13, "gather_partials", true),
     ]
 }
 
@@ -198,24 +187,26 @@ pub enum Positions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct PcgStatus {
     pub rz: f32,
-    pub alpha: f32,
-    pub beta: f32,
     pub residual_squared: f32,
     pub threshold_squared: f32,
-    pub b_norm_squared: f32,
+    /// The relative residual aimed at.
+    pub tolerance: f32,
     pub iterations: u32,
     /// 0 running, 1 converged, 2 negative curvature at once, 3 negative curvature later,
     /// 4 iteration limit.
     pub state: u32,
+    pub started: u32,
+    pub negative: u32,
 }
 
-/// Line-search candidates evaluated in one submission at most.
-pub const MAX_BATCH: usize = 8;
+impl PcgStatus {
+    /// The solve met non-positive curvature.
+    pub fn negative_curvature(&self) -> bool {
+        self.state == 2 || self.state == 3
+    }
+}
 
-/// Iterations encoded per submission between status readbacks.
-const ITERATIONS_PER_READBACK: u32 = 16;
-
-/// The three linear-algebra stages' pipelines.
+/// The linear-algebra stages' pipelines.
 pub struct WgLinear {
     gather: WgStage,
     assemble: WgStage,
@@ -232,15 +223,7 @@ impl WgLinear {
                 context,
                 "pcg",
                 &pcg_bindings(),
-                &[
-                    "setup",
-                    "reduce_setup",
-                    "product",
-                    "reduce_curvature",
-                    "update",
-                    "reduce_residual",
-                    "direction",
-                ],
+                &["setup", "start", "product", "update", "finish"],
             )?,
             vector: WgStage::new(
                 context,
@@ -252,8 +235,7 @@ impl WgLinear {
     }
 }
 
-/// The model's fixed buffers the gather and assembly bind (kept to rebuild their groups when
-/// the handles or the damping buffers change).
+/// The model's fixed buffers.
 struct ModelBuffers {
     masses: wgpu::Buffer,
     pinned: wgpu::Buffer,
@@ -265,32 +247,44 @@ struct ModelBuffers {
     source_offsets: wgpu::Buffer,
     block_sources: wgpu::Buffer,
     diagonal: wgpu::Buffer,
-    corner_vertices: wgpu::Buffer,
 }
 
-/// The PCG loop's own vectors and sums.
+/// The PCG loop's own vectors, partial sums and scalars; `p` and the scalars ping-pong.
 struct PcgBuffers {
     r: wgpu::Buffer,
     z: wgpu::Buffer,
-    p: wgpu::Buffer,
+    p: [wgpu::Buffer; 2],
     ap: wgpu::Buffer,
     inverse_diagonal: wgpu::Buffer,
-    partials: wgpu::Buffer,
+    residual_partials: wgpu::Buffer,
+    curvature_partials: wgpu::Buffer,
+    scalars: [wgpu::Buffer; 2],
+}
+
+/// Bind groups 1-3 of each stage, and group 0 (the recording's parameter arena).
+struct Groups {
+    params: [wgpu::BindGroup; 4],
+    gather: Vec<wgpu::BindGroup>,
+    gather_aux: Vec<wgpu::BindGroup>,
+    assemble: Vec<wgpu::BindGroup>,
+    /// Assembly into the damping matrix.
+    damping: Vec<wgpu::BindGroup>,
+    /// By parity of the CG iteration: which `p` and scalars are read and which written.
+    pcg: [Vec<wgpu::BindGroup>; 2],
+    vector: Vec<wgpu::BindGroup>,
 }
 
 /// Buffers of the linear-algebra stages for one model.
 pub struct GpuLinear {
     vertex_count: usize,
     block_count: usize,
-    tet_count: usize,
-    /// How the PCG loop applies the Hessian.
-    pub product: GpuProduct,
     model: ModelBuffers,
-    pcg_buffers: PcgBuffers,
+    pcg: PcgBuffers,
     pub(crate) x: wgpu::Buffer,
     pub(crate) x_start: wgpu::Buffer,
     target: wgpu::Buffer,
     pub(crate) aux: wgpu::Buffer,
+    x_saved: wgpu::Buffer,
     pub(crate) corner_gradients: wgpu::Buffer,
     pub(crate) element_blocks: wgpu::Buffer,
     gradient: wgpu::Buffer,
@@ -305,56 +299,35 @@ pub struct GpuLinear {
     /// Bound where a stage's damping input is unused (a buffer may not be bound for reading
     /// and writing in one dispatch).
     placeholder: wgpu::Buffer,
+    /// The Newton system's right-hand side, `-grad G`.
     rhs: wgpu::Buffer,
-    solution: wgpu::Buffer,
-    gather_params: wgpu::Buffer,
+    /// The Newton direction: PCG's solution, or `-grad G`.
+    direction: wgpu::Buffer,
     gather_partials: wgpu::Buffer,
-    assemble_params: wgpu::Buffer,
-    pcg_params: wgpu::Buffer,
-    scalars: wgpu::Buffer,
-    vector_params: wgpu::Buffer,
-    /// One `alpha` per line-search candidate slot, plus one for restoring the iterate.
-    batch_params: Vec<wgpu::Buffer>,
-    batch_groups: Vec<wgpu::BindGroup>,
     dot_partials: wgpu::Buffer,
-    gather_groups: Vec<wgpu::BindGroup>,
-    gather_aux_groups: Vec<wgpu::BindGroup>,
-    vector_groups: Vec<wgpu::BindGroup>,
-    assemble_groups: Vec<wgpu::BindGroup>,
-    /// Assembly into the damping matrix.
-    damping_groups: Vec<wgpu::BindGroup>,
-    pcg_groups: Vec<wgpu::BindGroup>,
+    groups: Groups,
+    /// CG iterations recorded in the current solve (the parity of the ping-pong).
+    cg_recorded: u32,
 }
 
-fn groups(context: &GpuContext, stage: &WgStage, by_group: &[&[&wgpu::Buffer]]) -> Vec<wgpu::BindGroup> {
-    (0..stage.group_count())
-        .map(|g| stage.bind_group(context, g, by_group.get(g).copied().unwrap_or(&[])))
+fn bind(context: &GpuContext, stage: &WgStage, by_group: &[&[&wgpu::Buffer]]) -> Vec<wgpu::BindGroup> {
+    (1..stage.group_count())
+        .map(|g| stage.bind_group(context, g, by_group.get(g - 1).copied().unwrap_or(&[])))
         .collect()
 }
 
-fn dispatch(
-    context: &GpuContext,
-    encoder: &mut wgpu::CommandEncoder,
-    stage: &WgStage,
-    groups: &[wgpu::BindGroup],
-    entry: &str,
-    workgroups: u32,
-) {
-    let label = stage.pass_label(entry);
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(label),
-        timestamp_writes: context.timestamp_writes(label),
-    });
-    pass.set_pipeline(stage.pipeline(entry));
-    for (g, group) in groups.iter().enumerate() {
-        pass.set_bind_group(g as u32, group, &[]);
-    }
-    context.dispatch(&mut pass, workgroups);
+fn to_f32(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&v| v as f32).collect()
 }
 
 impl GpuLinear {
     /// Buffers for `model`: masses, pins, colliders and its incidence lists.
-    pub fn for_model(context: &GpuContext, stages: &WgLinear, model: &crate::model::Model) -> GpuLinear {
+    pub fn for_model(
+        context: &GpuContext,
+        stages: &WgLinear,
+        recording: &Recording,
+        model: &crate::model::Model,
+    ) -> GpuLinear {
         let c = context;
         let n = model.vertex_count();
         let corner_count = 4 * model.tets.len() + 2 * model.springs.len();
@@ -364,9 +337,6 @@ impl GpuLinear {
         let masses: Vec<f32> = model.masses.iter().map(|&m| m as f32).collect();
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         let colliders: Vec<GpuCollider> = model.colliders.iter().map(GpuCollider::new).collect();
-        // Corner slots are the tets' corners, then the springs' ends (see `Topology`).
-        let corner_vertices: Vec<u32> =
-            model.tets.iter().flatten().chain(model.springs.iter().flatten()).copied().collect();
         let model_buffers = ModelBuffers {
             masses: c.storage("masses", &masses),
             pinned: c.storage("pinned", &pinned),
@@ -378,94 +348,68 @@ impl GpuLinear {
             source_offsets: c.storage("source_offsets", &topology.source_offsets),
             block_sources: c.storage("block_sources", &topology.block_sources),
             diagonal: c.storage("diagonal", &topology.diagonal),
-            corner_vertices: c.storage("corner_vertices", &corner_vertices),
         };
         let vector = |label: &str| c.scratch::<f32>(label, 3 * n);
-        let (aux, x_saved) = (vector("aux"), vector("x_saved"));
-        let (x, x_start, target, gradient, rhs, solution) = (
-            vector("x"),
-            vector("x_start"),
-            vector("target"),
-            vector("gradient"),
-            vector("rhs"),
-            vector("solution"),
-        );
-        let pcg_buffers = PcgBuffers {
+        let partial_count = n.div_ceil(WORKGROUP as usize);
+        let pcg = PcgBuffers {
             r: vector("r"),
             z: vector("z"),
-            p: vector("p"),
+            p: [vector("p even"), vector("p odd")],
             ap: vector("ap"),
             inverse_diagonal: vector("inverse_diagonal"),
-            partials: c.scratch::<[f32; 2]>("pcg partials", n.div_ceil(WORKGROUP as usize)),
+            residual_partials: c.scratch::<[f32; 2]>("residual partials", partial_count),
+            curvature_partials: c.scratch::<f32>("curvature partials", partial_count),
+            scalars: [
+                c.scratch::<PcgStatus>("pcg scalars even", 1),
+                c.scratch::<PcgStatus>("pcg scalars odd", 1),
+            ],
         };
-        let corner_gradients = c.scratch::<f32>("corner_gradients", 3 * corner_count);
-        let element_blocks = c.scratch::<f32>("element_blocks", 9 * element_block_count);
-        let vertex_blocks = c.scratch::<f32>("vertex_blocks", 9 * n);
-        let blocks = c.scratch::<f32>("blocks", 9 * block_count);
-        let anchor_offsets = c.scratch::<u32>("anchor_offsets", n + 1);
-        let anchors = c.scratch::<[f32; 4]>("anchors", 1);
-        let partial_count = n.div_ceil(WORKGROUP as usize);
-        let gather_partials = c.scratch::<[f32; 4]>("gather partials", partial_count);
-        let scalars = c.scratch::<PcgStatus>("pcg scalars", 1);
-        let dot_partials = c.scratch::<[f32; 4]>("dot partials", partial_count);
-        let vector_params = uniform_buffer::<VectorParams>(c, "vector params");
-        let gather_params = uniform_buffer::<GatherParams>(c, "gather params");
-        let assemble_params = uniform_buffer::<AssembleParams>(c, "assemble params");
-        let pcg_params = uniform_buffer::<PcgParams>(c, "pcg params");
-        let vector_groups = groups(
-            c,
-            &stages.vector,
-            &[&[&vector_params], &[], &[], &[&x, &x_saved, &solution, &gradient, &rhs, &dot_partials]],
-        );
-        let batch_params: Vec<wgpu::Buffer> =
-            (0..=MAX_BATCH).map(|_| uniform_buffer::<VectorParams>(c, "batch params")).collect();
-        let batch_groups = batch_params.iter().map(|p| stages.vector.bind_group(c, 0, &[p])).collect();
         let mut linear = GpuLinear {
             vertex_count: n,
             block_count,
-            tet_count: model.tets.len(),
-            product: GpuProduct::default(),
             model: model_buffers,
-            pcg_buffers,
-            x,
-            x_start,
-            target,
-            aux,
-            corner_gradients,
-            element_blocks,
-            gradient,
-            vertex_blocks,
-            blocks,
-            anchor_offsets,
-            anchors,
+            pcg,
+            x: vector("x"),
+            x_start: vector("x_start"),
+            target: vector("target"),
+            aux: vector("aux"),
+            x_saved: vector("x_saved"),
+            corner_gradients: c.scratch::<f32>("corner_gradients", 3 * corner_count),
+            element_blocks: c.scratch::<f32>("element_blocks", 9 * element_block_count),
+            gradient: vector("gradient"),
+            vertex_blocks: c.scratch::<f32>("vertex_blocks", 9 * n),
+            blocks: c.scratch::<f32>("blocks", 9 * block_count),
+            anchor_offsets: c.scratch::<u32>("anchor_offsets", n + 1),
+            anchors: c.scratch::<[f32; 4]>("anchors", 1),
             anchor_capacity: 1,
             damping_blocks: None,
             placeholder: c.scratch::<f32>("placeholder", 1),
-            rhs,
-            solution,
-            gather_params,
-            gather_partials,
-            assemble_params,
-            pcg_params,
-            scalars,
-            vector_params,
-            batch_params,
-            batch_groups,
-            dot_partials,
-            gather_groups: Vec::new(),
-            gather_aux_groups: Vec::new(),
-            vector_groups,
-            assemble_groups: Vec::new(),
-            damping_groups: Vec::new(),
-            pcg_groups: Vec::new(),
+            rhs: vector("rhs"),
+            direction: vector("direction"),
+            gather_partials: c.scratch::<[f32; 4]>("gather partials", partial_count),
+            dot_partials: c.scratch::<[f32; 4]>("dot partials", partial_count),
+            groups: Groups {
+                params: [
+                    recording.param_group(c, &stages.gather),
+                    recording.param_group(c, &stages.assemble),
+                    recording.param_group(c, &stages.pcg),
+                    recording.param_group(c, &stages.vector),
+                ],
+                gather: Vec::new(),
+                gather_aux: Vec::new(),
+                assemble: Vec::new(),
+                damping: Vec::new(),
+                pcg: [Vec::new(), Vec::new()],
+                vector: Vec::new(),
+            },
+            cg_recorded: 0,
         };
-        linear.bind_vertex_terms(context, stages);
+        linear.bind_groups(context, stages);
         linear
     }
 
-    /// (Re)builds the gather, assembly and PCG groups over the current handle and damping
-    /// buffers.
-    fn bind_vertex_terms(&mut self, c: &GpuContext, stages: &WgLinear) {
+    /// (Re)builds the bind groups over the current handle and damping buffers.
+    fn bind_groups(&mut self, c: &GpuContext, stages: &WgLinear) {
         let m = &self.model;
         let model_group: [&wgpu::Buffer; 7] =
             [&m.masses, &m.pinned, &m.corner_offsets, &m.corners, &m.colliders, &m.row_offsets, &m.columns];
@@ -473,89 +417,89 @@ impl GpuLinear {
         let outputs =
             [&self.corner_gradients, &self.gradient, &self.vertex_blocks, &self.gather_partials, damping];
         let (offsets, anchors) = (&self.anchor_offsets, &self.anchors);
-        self.gather_groups = groups(
+        let groups = &mut self.groups;
+        groups.gather = bind(
             c,
             &stages.gather,
-            &[
-                &[&self.gather_params],
-                &model_group,
-                &[&self.x, &self.x_start, &self.target, offsets, anchors],
-                &outputs,
-            ],
+            &[&model_group, &[&self.x, &self.x_start, &self.target, offsets, anchors], &outputs],
         );
-        self.gather_aux_groups = groups(
+        groups.gather_aux = bind(
             c,
             &stages.gather,
-            &[
-                &[&self.gather_params],
-                &model_group,
-                &[&self.aux, &self.aux, &self.aux, offsets, anchors],
-                &outputs,
-            ],
+            &[&model_group, &[&self.aux, &self.aux, &self.aux, offsets, anchors], &outputs],
         );
         let pattern: [&wgpu::Buffer; 5] =
             [&m.pinned, &m.row_offsets, &m.columns, &m.source_offsets, &m.block_sources];
-        self.assemble_groups = groups(
+        groups.assemble = bind(
             c,
             &stages.assemble,
-            &[
-                &[&self.assemble_params],
-                &pattern,
-                &[],
-                &[&self.element_blocks, &self.vertex_blocks, damping, &self.blocks],
-            ],
+            &[&pattern, &[], &[&self.element_blocks, &self.vertex_blocks, damping, &self.blocks]],
         );
-        self.damping_groups = match &self.damping_blocks {
-            Some(damping) => groups(
+        groups.damping = match &self.damping_blocks {
+            Some(damping) => bind(
                 c,
                 &stages.assemble,
-                &[
-                    &[&self.assemble_params],
-                    &pattern,
-                    &[],
-                    &[&self.element_blocks, &self.vertex_blocks, &self.placeholder, damping],
-                ],
+                &[&pattern, &[], &[&self.element_blocks, &self.vertex_blocks, &self.placeholder, damping]],
             ),
             None => Vec::new(),
         };
-        let b = &self.pcg_buffers;
-        self.pcg_groups = groups(
+        let b = &self.pcg;
+        groups.pcg = [0, 1].map(|parity| {
+            let (p_in, p_out) = (&b.p[parity], &b.p[1 - parity]);
+            let (s_in, s_out) = (&b.scalars[parity], &b.scalars[1 - parity]);
+            bind(
+                c,
+                &stages.pcg,
+                &[
+                    &[&m.row_offsets, &m.columns, &m.diagonal],
+                    &[],
+                    &[
+                        &self.blocks,
+                        &self.rhs,
+                        &self.direction,
+                        &b.r,
+                        &b.z,
+                        p_in,
+                        p_out,
+                        &b.ap,
+                        &b.inverse_diagonal,
+                        &b.residual_partials,
+                        &b.curvature_partials,
+                        s_in,
+                        s_out,
+                        &self.gather_partials,
+                    ],
+                ],
+            )
+        });
+        groups.vector = bind(
             c,
-            &stages.pcg,
+            &stages.vector,
             &[
-                &[&self.pcg_params],
-                &[
-                    &m.row_offsets,
-                    &m.columns,
-                    &m.diagonal,
-                    &m.pinned,
-                    &m.corner_offsets,
-                    &m.corners,
-                    &m.corner_vertices,
-                ],
                 &[],
-                &[
-                    &self.blocks,
-                    &self.rhs,
-                    &self.solution,
-                    &b.r,
-                    &b.z,
-                    &b.p,
-                    &b.ap,
-                    &b.inverse_diagonal,
-                    &b.partials,
-                    &self.scalars,
-                    &self.element_blocks,
-                    &self.vertex_blocks,
-                    damping,
-                ],
+                &[],
+                &[&self.x, &self.x_saved, &self.direction, &self.gradient, &self.rhs, &self.dot_partials],
             ],
         );
     }
 
+    fn workgroups(&self) -> u32 {
+        (self.vertex_count as u32).div_ceil(WORKGROUP)
+    }
+
+    /// The number of per-workgroup partial sums of a pass over the vertices.
+    pub fn partial_count(&self) -> usize {
+        self.workgroups() as usize
+    }
+
     /// Uploads the handle springs, grouped by vertex.
-    pub fn write_anchors(&mut self, context: &GpuContext, stages: &WgLinear, anchors: &[Anchor]) {
-        // The CPU gather's grouping, in f32.
+    pub fn write_anchors(
+        &mut self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        recording: &mut Recording,
+        anchors: &[Anchor],
+    ) {
         let grouped = Anchors::new(self.vertex_count, anchors);
         let offsets = if grouped.offsets.is_empty() {
             vec![0u32; self.vertex_count + 1]
@@ -565,192 +509,216 @@ impl GpuLinear {
         let springs: Vec<[f32; 4]> =
             grouped.springs.iter().map(|(k, p)| [p.x as f32, p.y as f32, p.z as f32, *k as f32]).collect();
         if springs.len() > self.anchor_capacity {
+            // Work recorded with the old buffers must run before their groups are replaced.
+            recording.submit(context);
             self.anchor_capacity = springs.len().next_power_of_two();
             self.anchors = context.scratch::<[f32; 4]>("anchors", self.anchor_capacity);
-            self.bind_vertex_terms(context, stages);
+            self.bind_groups(context, stages);
         }
-        context.queue.write_buffer(&self.anchor_offsets, 0, bytemuck::cast_slice(&offsets));
-        if !springs.is_empty() {
-            context.queue.write_buffer(&self.anchors, 0, bytemuck::cast_slice(&springs));
-        }
+        recording.upload(context, &self.anchor_offsets, bytemuck::cast_slice(&offsets));
+        recording.upload(context, &self.anchors, bytemuck::cast_slice(&springs));
     }
 
-    /// Builds the step's lagged damping matrix `D = element_scale K + diag(A_v)`, `K` the
-    /// element blocks the last element pass left (skipped when `element_scale` is 0) and
+    /// Records the step's lagged damping matrix `D = element_scale K + diag(A_v)`, `K` the
+    /// element blocks the last element pass left (left out when `element_scale` is 0) and
     /// `A_v` the per-vertex blocks (row-major, none when empty).
     pub fn build_damping(
         &mut self,
         context: &GpuContext,
         stages: &WgLinear,
+        recording: &mut Recording,
         element_scale: f64,
         vertex_damping: &[[f64; 9]],
     ) -> Result<()> {
         if self.damping_blocks.is_none() {
+            recording.submit(context);
             self.damping_blocks = Some(context.scratch::<f32>("damping_blocks", 9 * self.block_count));
-            self.bind_vertex_terms(context, stages);
+            self.bind_groups(context, stages);
         }
         let per_vertex = if vertex_damping.is_empty() {
             vec![0.0f32; 9 * self.vertex_count]
         } else {
             to_f32(vertex_damping.as_flattened())
         };
-        context.queue.write_buffer(&self.vertex_blocks, 0, bytemuck::cast_slice(&per_vertex));
+        recording.upload(context, &self.vertex_blocks, bytemuck::cast_slice(&per_vertex));
         let params = AssembleParams {
             vertex_count: self.vertex_count as u32,
             element_scale: element_scale as f32,
             damped: 0,
         };
-        self.run_assemble(context, stages, &params, &self.damping_groups)
-    }
-
-    /// Whether a damping matrix is built (by `build_damping`).
-    pub fn has_damping(&self) -> bool {
-        self.damping_blocks.is_some()
-    }
-
-    fn workgroups(&self) -> u32 {
-        (self.vertex_count as u32).div_ceil(WORKGROUP)
-    }
-
-    /// Records `gather` at `at` into `encoder` (its parameters written now).
-    pub fn encode_gather(
-        &self,
-        context: &GpuContext,
-        stages: &WgLinear,
-        encoder: &mut wgpu::CommandEncoder,
-        params: &GatherParams,
-        at: Positions,
-    ) -> Result<()> {
-        write_uniform(context, &self.gather_params, params)?;
-        let groups = if at == Positions::Iterate { &self.gather_groups } else { &self.gather_aux_groups };
-        dispatch(context, encoder, &stages.gather, groups, "main", self.workgroups());
+        let offset = recording.params(context, &params)?;
+        let groups: Vec<&wgpu::BindGroup> = self.groups.damping.iter().collect();
+        let (params, w) = (&self.groups.params[1], self.workgroups());
+        recording.dispatch(context, &stages.assemble, "main", params, offset, &groups, w);
         Ok(())
     }
 
-    /// The buffer of gather partials (4 floats per workgroup) of the last pass, and their count.
-    pub(crate) fn gather_partials(&self) -> (&wgpu::Buffer, usize) {
-        (&self.gather_partials, self.workgroups() as usize)
-    }
-
-    /// Writes the `alpha` of batch slot `slot` (slot `MAX_BATCH` is the restore, alpha 0).
-    pub fn write_batch_alpha(&self, context: &GpuContext, slot: usize, alpha: f64) -> Result<()> {
-        let params = VectorParams { vertex_count: self.vertex_count as u32, alpha: alpha as f32 };
-        write_uniform(context, &self.batch_params[slot], &params)
-    }
-
-    /// Records `x = x_saved + alpha_slot d` into `encoder`.
-    pub fn encode_offset(
-        &self,
-        context: &GpuContext,
-        stages: &WgLinear,
-        encoder: &mut wgpu::CommandEncoder,
-        slot: usize,
-    ) {
-        let groups: Vec<wgpu::BindGroup> = vec![self.batch_groups[slot].clone()]
-            .into_iter()
-            .chain(self.vector_groups[1..].iter().cloned())
-            .collect();
-        let threads = (3 * self.vertex_count) as u32;
-        dispatch(context, encoder, &stages.vector, &groups, "offset", threads.div_ceil(WORKGROUP));
-    }
-
-    /// Runs `gather` at `at`; returns the summed (vertex energy, |grad|^2, force scale, noise
-    /// magnitude).
+    /// Records `gather` at `at`.
     pub fn gather(
         &self,
         context: &GpuContext,
         stages: &WgLinear,
+        recording: &mut Recording,
         params: &GatherParams,
         at: Positions,
-    ) -> Result<[f64; 4]> {
-        let mut encoder = context.device.create_command_encoder(&Default::default());
-        self.encode_gather(context, stages, &mut encoder, params, at)?;
-        context.queue.submit([encoder.finish()]);
-        let partials: Vec<[f32; 4]> = context.read(&self.gather_partials, self.workgroups() as usize)?;
-        Ok(partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))
-    }
-
-    /// Runs `assemble`: the Newton matrix from the element and vertex blocks, plus the
-    /// lagged damping matrix when `damped`.
-    pub fn assemble(&self, context: &GpuContext, stages: &WgLinear, damped: bool) -> Result<()> {
-        let params = AssembleParams {
-            vertex_count: self.vertex_count as u32,
-            element_scale: 1.0,
-            damped: damped as u32,
-        };
-        self.run_assemble(context, stages, &params, &self.assemble_groups)
-    }
-
-    fn run_assemble(
-        &self,
-        context: &GpuContext,
-        stages: &WgLinear,
-        params: &AssembleParams,
-        groups: &[wgpu::BindGroup],
     ) -> Result<()> {
-        write_uniform(context, &self.assemble_params, params)?;
-        let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(context, &mut encoder, &stages.assemble, groups, "main", self.workgroups());
-        context.queue.submit([encoder.finish()]);
+        let offset = recording.params(context, params)?;
+        let groups = if at == Positions::Iterate { &self.groups.gather } else { &self.groups.gather_aux };
+        let groups: Vec<&wgpu::BindGroup> = groups.iter().collect();
+        let param_group = &self.groups.params[0];
+        recording.dispatch(context, &stages.gather, "main", param_group, offset, &groups, self.workgroups());
         Ok(())
     }
 
-    /// Solves `H x = rhs` into `solution` with the GPU loop, `H` the assembled matrix or, with
-    /// `GpuProduct::MatrixFree`, the element and vertex blocks (plus the damping matrix when
-    /// `damped`); returns the final status.
-    pub fn pcg(
+    /// Stages the gather's partial sums: per workgroup (vertex energy, |grad|^2, force
+    /// scale, noise magnitude).
+    pub fn stage_gather_partials(&self, context: &GpuContext, recording: &mut Recording) -> Result<Staged> {
+        recording.stage(context, &self.gather_partials, 16 * self.partial_count() as u64)
+    }
+
+    /// Records `assemble`: the Newton matrix from the element and vertex blocks, plus the
+    /// lagged damping matrix when `damped`.
+    pub fn assemble(
         &self,
         context: &GpuContext,
         stages: &WgLinear,
-        tolerance: f64,
-        max_iterations: u32,
+        recording: &mut Recording,
         damped: bool,
-    ) -> Result<PcgStatus> {
-        let params = PcgParams {
+    ) -> Result<()> {
+        let params = AssembleParams {
             vertex_count: self.vertex_count as u32,
-            partial_count: self.workgroups(),
-            max_iterations,
-            tolerance: tolerance as f32,
-            matrix_free: (self.product == GpuProduct::MatrixFree) as u32,
-            damped: damped as u32,
-            tet_count: self.tet_count as u32,
+            element_scale: 1.0,
+            damped: (damped && self.damping_blocks.is_some()) as u32,
         };
-        write_uniform(context, &self.pcg_params, &params)?;
-        let (stage, groups, w) = (&stages.pcg, &self.pcg_groups, self.workgroups());
-        let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(context, &mut encoder, stage, groups, "setup", w);
-        dispatch(context, &mut encoder, stage, groups, "reduce_setup", 1);
-        context.queue.submit([encoder.finish()]);
-        loop {
-            let mut encoder = context.device.create_command_encoder(&Default::default());
-            for _ in 0..ITERATIONS_PER_READBACK {
-                dispatch(context, &mut encoder, stage, groups, "product", w);
-                dispatch(context, &mut encoder, stage, groups, "reduce_curvature", 1);
-                dispatch(context, &mut encoder, stage, groups, "update", w);
-                dispatch(context, &mut encoder, stage, groups, "reduce_residual", 1);
-                dispatch(context, &mut encoder, stage, groups, "direction", w);
-            }
-            context.queue.submit([encoder.finish()]);
-            let status = context.read::<PcgStatus>(&self.scalars, 1)?[0];
-            if status.state != 0 {
-                if status.state == 2 {
-                    // Negative curvature at once: the right-hand side is the direction.
-                    let mut encoder = context.device.create_command_encoder(&Default::default());
-                    encoder.copy_buffer_to_buffer(
-                        &self.rhs,
-                        0,
-                        &self.solution,
-                        0,
-                        (12 * self.vertex_count) as u64,
-                    );
-                    context.queue.submit([encoder.finish()]);
-                }
-                return Ok(status);
-            }
-            if status.iterations >= max_iterations {
-                return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
-            }
+        let offset = recording.params(context, &params)?;
+        let groups: Vec<&wgpu::BindGroup> = self.groups.assemble.iter().collect();
+        let param_group = &self.groups.params[1];
+        recording.dispatch(
+            context,
+            &stages.assemble,
+            "main",
+            param_group,
+            offset,
+            &groups,
+            self.workgroups(),
+        );
+        Ok(())
+    }
+
+    /// Records the start of a PCG solve of `H d = rhs` into the direction buffer.
+    pub fn pcg_start(
+        &mut self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        recording: &mut Recording,
+        params: &PcgParams,
+    ) -> Result<()> {
+        self.cg_recorded = 0;
+        let offset = recording.params(context, params)?;
+        let groups: Vec<&wgpu::BindGroup> = self.groups.pcg[0].iter().collect();
+        let (param_group, w) = (&self.groups.params[2], self.workgroups());
+        recording.dispatch(context, &stages.pcg, "setup", param_group, offset, &groups, w);
+        recording.dispatch(context, &stages.pcg, "start", param_group, offset, &groups, 1);
+        Ok(())
+    }
+
+    /// Records `iterations` more CG iterations (each does nothing once the solve has
+    /// stopped) and the `finish` that settles the status; returns where the status will be.
+    pub fn pcg_iterations(
+        &mut self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        recording: &mut Recording,
+        params: &PcgParams,
+        iterations: u32,
+    ) -> Result<Staged> {
+        let offset = recording.params(context, params)?;
+        let (param_group, w) = (&self.groups.params[2], self.workgroups());
+        for _ in 0..iterations {
+            let groups: Vec<&wgpu::BindGroup> =
+                self.groups.pcg[(self.cg_recorded % 2) as usize].iter().collect();
+            recording.dispatch(context, &stages.pcg, "product", param_group, offset, &groups, w);
+            recording.dispatch(context, &stages.pcg, "update", param_group, offset, &groups, w);
+            self.cg_recorded += 1;
         }
+        let parity = (self.cg_recorded % 2) as usize;
+        let groups: Vec<&wgpu::BindGroup> = self.groups.pcg[parity].iter().collect();
+        recording.dispatch(context, &stages.pcg, "finish", param_group, offset, &groups, w);
+        // `finish` writes the scalars the next iteration would write.
+        recording.stage(context, &self.pcg.scalars[1 - parity], std::mem::size_of::<PcgStatus>() as u64)
+    }
+
+    /// Records one `vector` entry point with `alpha`.
+    pub fn vector(
+        &self,
+        context: &GpuContext,
+        stages: &WgLinear,
+        recording: &mut Recording,
+        entry: &str,
+        alpha: f64,
+    ) -> Result<()> {
+        let params = VectorParams { vertex_count: self.vertex_count as u32, alpha: alpha as f32 };
+        let offset = recording.params(context, &params)?;
+        let threads = if entry == "dots" { self.vertex_count } else { 3 * self.vertex_count };
+        let groups: Vec<&wgpu::BindGroup> = self.groups.vector.iter().collect();
+        let workgroups = (threads as u32).div_ceil(WORKGROUP);
+        recording.dispatch(
+            context,
+            &stages.vector,
+            entry,
+            &self.groups.params[3],
+            offset,
+            &groups,
+            workgroups,
+        );
+        Ok(())
+    }
+
+    /// Records the dots `(g.d, d.d, g.g)` of the gradient and the direction and stages their
+    /// per-workgroup partials.
+    pub fn dots(&self, context: &GpuContext, stages: &WgLinear, recording: &mut Recording) -> Result<Staged> {
+        self.vector(context, stages, recording, "dots", 0.0)?;
+        recording.stage(context, &self.dot_partials, 16 * self.partial_count() as u64)
+    }
+
+    /// Uploads positions into one of the position buffers.
+    pub fn write(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        which: Positions,
+        values: &[[f64; 3]],
+    ) {
+        let buffer = if which == Positions::Iterate { &self.x } else { &self.aux };
+        recording.upload(context, buffer, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+    }
+
+    /// Uploads the step's start and inertial target.
+    pub fn write_step(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        start: &[[f64; 3]],
+        target: &[[f64; 3]],
+    ) {
+        for (buffer, values) in [(&self.x_start, start), (&self.target, target)] {
+            recording.upload(context, buffer, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+        }
+    }
+
+    /// The iterate's buffer.
+    pub fn iterate(&self) -> &wgpu::Buffer {
+        &self.x
+    }
+
+    /// The gradient's buffer (3 floats per vertex).
+    pub fn gradient(&self) -> &wgpu::Buffer {
+        &self.gradient
+    }
+
+    /// The Newton direction's buffer (3 floats per vertex).
+    pub fn direction(&self) -> &wgpu::Buffer {
+        &self.direction
     }
 
     /// The number of stored 3x3 blocks.
@@ -758,103 +726,48 @@ impl GpuLinear {
         self.block_count
     }
 
-    /// Runs one `vector` entry point with `alpha`.
-    pub fn vector(&self, context: &GpuContext, stages: &WgLinear, entry: &str, alpha: f64) -> Result<()> {
-        let params = VectorParams { vertex_count: self.vertex_count as u32, alpha: alpha as f32 };
-        write_uniform(context, &self.vector_params, &params)?;
-        let threads = if entry == "dots" { self.vertex_count } else { 3 * self.vertex_count };
-        let mut encoder = context.device.create_command_encoder(&Default::default());
-        dispatch(
-            context,
-            &mut encoder,
-            &stages.vector,
-            &self.vector_groups,
-            entry,
-            (threads as u32).div_ceil(WORKGROUP),
-        );
-        context.queue.submit([encoder.finish()]);
-        Ok(())
+    /// The vertex count.
+    pub fn vertex_count(&self) -> usize {
+        self.vertex_count
     }
+}
 
-    /// `(g.d, d.d, g.g)` of the gradient and the direction.
-    pub fn dots(&self, context: &GpuContext, stages: &WgLinear) -> Result<[f64; 3]> {
-        self.vector(context, stages, "dots", 0.0)?;
-        let partials: Vec<[f32; 4]> = context.read(&self.dot_partials, self.workgroups() as usize)?;
-        Ok(partials.iter().fold([0.0; 3], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64)))
-    }
-
-    /// Uploads positions into one of the position buffers.
-    pub fn write(&self, context: &GpuContext, which: Positions, values: &[[f64; 3]]) {
-        let buffer = if which == Positions::Iterate { &self.x } else { &self.aux };
-        context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
-    }
-
-    /// Reads the iterate.
-    pub fn read_iterate(&self, context: &GpuContext) -> Result<Vec<f32>> {
-        context.read(&self.x, 3 * self.vertex_count)
-    }
-
-    /// Uploads the step's start and inertial target.
-    pub fn write_step(&self, context: &GpuContext, start: &[[f64; 3]], target: &[[f64; 3]]) {
-        for (buffer, values) in [(&self.x_start, start), (&self.target, target)] {
-            context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
-        }
-    }
-
-    /// Uploads the iterate, the step's start and its inertial target.
+/// Uploads that stand in for stages a test wants to isolate.
+#[cfg(test)]
+impl GpuLinear {
     pub fn write_positions(
         &self,
         context: &GpuContext,
+        recording: &mut Recording,
         x: &[[f64; 3]],
         start: &[[f64; 3]],
         target: &[[f64; 3]],
     ) {
-        for (buffer, values) in [(&self.x, x), (&self.x_start, start), (&self.target, target)] {
-            context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
-        }
+        self.write(context, recording, Positions::Iterate, x);
+        self.write_step(context, recording, start, target);
     }
 
-    /// Uploads element corner gradients (3 floats per slot).
-    pub fn write_corner_gradients(&self, context: &GpuContext, values: &[f32]) {
-        context.queue.write_buffer(&self.corner_gradients, 0, bytemuck::cast_slice(values));
+    pub fn write_corner_gradients(&self, context: &GpuContext, recording: &mut Recording, values: &[f32]) {
+        recording.upload(context, &self.corner_gradients, bytemuck::cast_slice(values));
     }
 
-    /// Uploads upper element Hessian blocks (9 floats per block).
-    pub fn write_element_blocks(&self, context: &GpuContext, values: &[f32]) {
-        context.queue.write_buffer(&self.element_blocks, 0, bytemuck::cast_slice(values));
+    pub fn write_element_blocks(&self, context: &GpuContext, recording: &mut Recording, values: &[f32]) {
+        recording.upload(context, &self.element_blocks, bytemuck::cast_slice(values));
     }
 
-    /// Uploads an assembled matrix (9 floats per stored block).
-    pub fn write_blocks(&self, context: &GpuContext, values: &[f32]) {
-        context.queue.write_buffer(&self.blocks, 0, bytemuck::cast_slice(values));
+    pub fn write_blocks(&self, context: &GpuContext, recording: &mut Recording, values: &[f32]) {
+        recording.upload(context, &self.blocks, bytemuck::cast_slice(values));
     }
 
-    /// Uploads a right-hand side.
-    pub fn write_rhs(&self, context: &GpuContext, values: &[[f64; 3]]) {
-        context.queue.write_buffer(&self.rhs, 0, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+    pub fn write_rhs(&self, context: &GpuContext, recording: &mut Recording, values: &[[f64; 3]]) {
+        recording.upload(context, &self.rhs, bytemuck::cast_slice(&to_f32(values.as_flattened())));
     }
 
-    /// Reads the gathered gradient.
-    pub fn read_gradient(&self, context: &GpuContext) -> Result<Vec<f32>> {
-        context.read(&self.gradient, 3 * self.vertex_count)
+    pub fn vertex_blocks(&self) -> &wgpu::Buffer {
+        &self.vertex_blocks
     }
 
-    /// Reads the vertex Hessian blocks.
-    pub fn read_vertex_blocks(&self, context: &GpuContext) -> Result<Vec<f32>> {
-        context.read(&self.vertex_blocks, 9 * self.vertex_count)
+    pub fn blocks(&self) -> &wgpu::Buffer {
+        &self.blocks
     }
-
-    /// Reads the assembled matrix.
-    pub fn read_blocks(&self, context: &GpuContext) -> Result<Vec<f32>> {
-        context.read(&self.blocks, 9 * self.block_count)
-    }
-
-    /// Reads the PCG solution.
-    pub fn read_solution(&self, context: &GpuContext) -> Result<Vec<f32>> {
-        context.read(&self.solution, 3 * self.vertex_count)
-    }
-}
-
-fn to_f32(values: &[f64]) -> Vec<f32> {
-    values.iter().map(|&v| v as f32).collect()
 }

@@ -1,15 +1,16 @@
 //! `WgStage`: a composed shader module, its bind-group layouts (built from the stage's
 //! binding table, the same table the shader test checks against naga) and one compute
-//! pipeline per entry point.
+//! pipeline per entry point. Group 0, the parameters, is a slot of the recording's uniform
+//! arena, bound at a dynamic offset per dispatch.
 
 use encase::ShaderType;
 
 use super::context::GpuContext;
 use super::shaders::{Binding, BindingKind, compose};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Invocations per workgroup in every stage (`WORKGROUP` in the shaders).
-pub const WORKGROUP: u32 = 64;
+pub const WORKGROUP: u32 = 256;
 
 /// A storage binding.
 pub(crate) const fn storage(group: u32, binding: u32, name: &'static str, read_only: bool) -> Binding {
@@ -57,7 +58,8 @@ impl WgStage {
                                     wgpu::BufferBindingType::Storage { read_only }
                                 }
                             },
-                            has_dynamic_offset: false,
+                            // Parameters are slots of one arena (see `Recording`).
+                            has_dynamic_offset: matches!(b.kind, BindingKind::Uniform { .. }),
                             min_binding_size: None,
                         },
                         count: None,
@@ -106,6 +108,22 @@ impl WgStage {
         &self.pipelines.iter().find(|(e, _)| *e == entry).expect("entry points are fixed at construction").1
     }
 
+    /// The parameter group (0) over a recording's arena, one slot bound per dispatch.
+    pub fn param_group(&self, context: &GpuContext, arena: &wgpu::Buffer) -> wgpu::BindGroup {
+        context.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(self.name),
+            layout: &self.layouts[0],
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: arena,
+                    offset: 0,
+                    size: std::num::NonZeroU64::new(super::recording::PARAM_SLOT),
+                }),
+            }],
+        })
+    }
+
     /// A bind group for `group` over `buffers` in binding order. Groups a stage does not use
     /// are bound empty.
     pub fn bind_group(
@@ -133,26 +151,4 @@ impl WgStage {
     pub fn group_count(&self) -> usize {
         self.layouts.len()
     }
-}
-
-/// Writes `params` into a uniform buffer.
-pub(crate) fn write_uniform<T: ShaderType + encase::internal::WriteInto>(
-    context: &GpuContext,
-    buffer: &wgpu::Buffer,
-    params: &T,
-) -> Result<()> {
-    let mut bytes = encase::UniformBuffer::new(Vec::<u8>::new());
-    bytes.write(params).map_err(|e| Error::DeviceLost(format!("encoding parameters: {e}")))?;
-    context.queue.write_buffer(buffer, 0, &bytes.into_inner());
-    Ok(())
-}
-
-/// A uniform buffer sized for `T`.
-pub(crate) fn uniform_buffer<T: ShaderType>(context: &GpuContext, label: &str) -> wgpu::Buffer {
-    context.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: T::min_size().get(),
-        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    })
 }

@@ -1,0 +1,251 @@
+//! `Recording`: the GPU work of a backend between two readbacks. Stages append their
+//! dispatches to it instead of submitting them: consecutive dispatches share one compute pass
+//! (wgpu orders them inside it), every dispatch's parameters go into one uniform arena bound
+//! at a dynamic offset, and results the host needs are copied into one staging buffer as the
+//! work is recorded. Only a readback submits, so a Newton iteration is one submission and one
+//! readback however many stages it runs.
+
+use encase::ShaderType;
+use encase::internal::WriteInto;
+
+use super::context::GpuContext;
+use super::stage::WgStage;
+use crate::error::{Error, Result};
+
+/// Bytes of one parameter slot: every stage's parameter block fits, and it is the largest
+/// dynamic-offset alignment a device may ask for.
+pub const PARAM_SLOT: u64 = 256;
+/// Parameter slots per submission; a recording that needs more submits early.
+const PARAM_SLOTS: u64 = 1024;
+
+/// Device work done for one backend, counted as it is recorded and submitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounts {
+    /// Command buffers submitted to the queue.
+    pub submissions: u64,
+    /// Times the host waited for results (each maps one staging buffer).
+    pub readbacks: u64,
+    /// Compute passes recorded.
+    pub passes: u64,
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+}
+
+impl DeviceCounts {
+    /// The work done since `earlier`.
+    pub fn since(&self, earlier: &DeviceCounts) -> DeviceCounts {
+        DeviceCounts {
+            submissions: self.submissions - earlier.submissions,
+            readbacks: self.readbacks - earlier.readbacks,
+            passes: self.passes - earlier.passes,
+            dispatches: self.dispatches - earlier.dispatches,
+        }
+    }
+}
+
+/// Where a staged result lies in the staging buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staged {
+    offset: u64,
+    size: u64,
+}
+
+/// Recorded, not yet submitted GPU work and its parameter and staging buffers.
+pub struct Recording {
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    /// The parameter slots of the recorded dispatches, written to the arena at submission.
+    params: Vec<u8>,
+    arena: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    staging_capacity: u64,
+    staged: u64,
+    counts: DeviceCounts,
+}
+
+impl Recording {
+    /// A recording whose staged results may take up to `staging_capacity` bytes.
+    pub fn new(context: &GpuContext, staging_capacity: u64) -> Recording {
+        let staging_capacity = staging_capacity.next_multiple_of(4).max(16);
+        Recording {
+            encoder: None,
+            pass: None,
+            params: Vec::new(),
+            arena: context.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("parameter arena"),
+                size: PARAM_SLOT * PARAM_SLOTS,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            staging: context.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("staging"),
+                size: staging_capacity,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            staging_capacity,
+            staged: 0,
+            counts: DeviceCounts::default(),
+        }
+    }
+
+    /// Bind group 0 of `stage`: the parameter arena, one slot per dispatch.
+    pub fn param_group(&self, context: &GpuContext, stage: &WgStage) -> wgpu::BindGroup {
+        stage.param_group(context, &self.arena)
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> DeviceCounts {
+        self.counts
+    }
+
+    /// Whether work is recorded and not yet submitted.
+    pub fn is_pending(&self) -> bool {
+        self.encoder.is_some()
+    }
+
+    /// Stores `value` in the next parameter slot; returns its dynamic offset.
+    pub fn params<T: ShaderType + WriteInto>(&mut self, context: &GpuContext, value: &T) -> Result<u32> {
+        if self.params.len() as u64 >= PARAM_SLOT * PARAM_SLOTS {
+            self.submit(context);
+        }
+        let offset = self.params.len();
+        let mut bytes = encase::UniformBuffer::new(Vec::<u8>::new());
+        bytes.write(value).map_err(|e| Error::DeviceLost(format!("encoding parameters: {e}")))?;
+        let bytes = bytes.into_inner();
+        debug_assert!(bytes.len() as u64 <= PARAM_SLOT);
+        self.params.extend_from_slice(&bytes);
+        self.params.resize(offset + PARAM_SLOT as usize, 0);
+        Ok(offset as u32)
+    }
+
+    fn encoder(&mut self, context: &GpuContext) -> &mut wgpu::CommandEncoder {
+        self.encoder.get_or_insert_with(|| context.device.create_command_encoder(&Default::default()))
+    }
+
+    fn end_pass(&mut self) {
+        self.pass = None;
+    }
+
+    /// Records a dispatch of `entry` over `workgroups` workgroups with `groups` bound after
+    /// the parameter group (at `param_offset`). Dispatches share the open pass; when
+    /// profiling, each gets a pass of its own with timestamps.
+    pub fn dispatch(
+        &mut self,
+        context: &GpuContext,
+        stage: &WgStage,
+        entry: &str,
+        param_group: &wgpu::BindGroup,
+        param_offset: u32,
+        groups: &[&wgpu::BindGroup],
+        workgroups: u32,
+    ) {
+        let label = stage.pass_label(entry);
+        let timestamps = context.timestamp_writes(label);
+        if timestamps.is_some() || self.pass.is_none() {
+            self.end_pass();
+            let pass = self.encoder(context).begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: timestamps,
+            });
+            self.pass = Some(pass.forget_lifetime());
+            self.counts.passes += 1;
+        }
+        let profiled = context.is_profiling();
+        let pass = self.pass.as_mut().expect("a pass was opened above");
+        pass.set_pipeline(stage.pipeline(entry));
+        pass.set_bind_group(0, param_group, &[param_offset]);
+        for (g, group) in groups.iter().enumerate() {
+            pass.set_bind_group(g as u32 + 1, *group, &[]);
+        }
+        context.dispatch(pass, workgroups);
+        self.counts.dispatches += 1;
+        if profiled {
+            // Its timestamps close with the pass.
+            self.end_pass();
+        }
+    }
+
+    /// Records a copy between device buffers.
+    pub fn copy(&mut self, context: &GpuContext, from: &wgpu::Buffer, to: &wgpu::Buffer, bytes: u64) {
+        self.end_pass();
+        self.encoder(context).copy_buffer_to_buffer(from, 0, to, 0, bytes);
+    }
+
+    /// Writes `data` into `buffer` after the recorded work (before it when nothing is
+    /// pending, straight through the queue).
+    pub fn upload(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if !self.is_pending() {
+            context.queue.write_buffer(buffer, 0, data);
+            return;
+        }
+        use wgpu::util::DeviceExt;
+        let source = context.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("upload"),
+            contents: data,
+            usage: wgpu::BufferUsages::COPY_SRC,
+        });
+        self.copy(context, &source, buffer, data.len() as u64);
+    }
+
+    /// Records a copy of the first `bytes` of `buffer`, as they are at this point of the
+    /// recording, into the staging buffer for the next [`read`](Self::read).
+    pub fn stage(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, bytes: u64) -> Result<Staged> {
+        let size = bytes.next_multiple_of(4);
+        if self.staged + size > self.staging_capacity {
+            return Err(Error::DeviceLost(format!(
+                "a readback of {} bytes exceeds the staging buffer of {} bytes",
+                self.staged + size,
+                self.staging_capacity
+            )));
+        }
+        let offset = self.staged;
+        self.end_pass();
+        let staging = self.staging.clone();
+        self.encoder(context).copy_buffer_to_buffer(buffer, 0, &staging, offset, bytes);
+        self.staged += size;
+        Ok(Staged { offset, size: bytes })
+    }
+
+    /// Submits the recorded work (nothing when none is pending).
+    pub fn submit(&mut self, context: &GpuContext) {
+        self.end_pass();
+        let Some(encoder) = self.encoder.take() else { return };
+        if !self.params.is_empty() {
+            context.queue.write_buffer(&self.arena, 0, &self.params);
+            self.params.clear();
+        }
+        context.queue.submit([encoder.finish()]);
+        self.counts.submissions += 1;
+    }
+
+    /// Submits, waits, and returns the staged results in the order they were staged.
+    pub fn read(&mut self, context: &GpuContext, staged: &[Staged]) -> Result<Vec<Vec<u8>>> {
+        self.submit(context);
+        let used = std::mem::take(&mut self.staged);
+        if used == 0 {
+            return Ok(staged.iter().map(|_| Vec::new()).collect());
+        }
+        self.counts.readbacks += 1;
+        let bytes = context.map_read(&self.staging, used)?;
+        Ok(staged.iter().map(|s| bytes[s.offset as usize..(s.offset + s.size) as usize].to_vec()).collect())
+    }
+
+    /// Submits and reads `len` elements of `T` from `buffer` through a staging buffer of
+    /// their own (for whole vectors, larger than the staged statuses).
+    pub fn read_buffer<T: bytemuck::Pod>(
+        &mut self,
+        context: &GpuContext,
+        buffer: &wgpu::Buffer,
+        len: usize,
+    ) -> Result<Vec<T>> {
+        debug_assert_eq!(self.staged, 0, "staged results would be left unread");
+        self.submit(context);
+        self.counts.readbacks += 1;
+        let bytes = context.read_bytes(buffer, (std::mem::size_of::<T>() * len) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+}

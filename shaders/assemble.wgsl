@@ -7,12 +7,15 @@
 // damping).
 
 #import shared/dispatch
+#import shared/slots
 
 struct Params {
     vertex_count: u32,
     // 0 leaves the element blocks out.
     element_scale: f32,
     damped: u32,
+    tet_count: u32,
+    spring_count: u32,
 }
 
 const TRANSPOSED: u32 = 0x80000000u;
@@ -30,57 +33,85 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(3) @binding(2) var<storage, read> damping_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
 
+// A 3x3 matrix from 9 row-major entries.
+fn from_rows(e0: f32, e1: f32, e2: f32, e3: f32, e4: f32, e5: f32, e6: f32, e7: f32, e8: f32) -> mat3x3<f32> {
+    return mat3x3<f32>(vec3<f32>(e0, e3, e6), vec3<f32>(e1, e4, e7), vec3<f32>(e2, e5, e8));
+}
+
+// Stored element block `source` (structure of arrays, see shared/slots.wgsl).
+fn element_block(source: u32) -> mat3x3<f32> {
+    let t = params.tet_count;
+    let s = params.spring_count;
+    return from_rows(
+        element_blocks[block_entry(source, 0u, t, s)], element_blocks[block_entry(source, 1u, t, s)],
+        element_blocks[block_entry(source, 2u, t, s)], element_blocks[block_entry(source, 3u, t, s)],
+        element_blocks[block_entry(source, 4u, t, s)], element_blocks[block_entry(source, 5u, t, s)],
+        element_blocks[block_entry(source, 6u, t, s)], element_blocks[block_entry(source, 7u, t, s)],
+        element_blocks[block_entry(source, 8u, t, s)],
+    );
+}
+
+fn vertex_block(v: u32) -> mat3x3<f32> {
+    let o = 9u * v;
+    return from_rows(
+        vertex_blocks[o], vertex_blocks[o + 1u], vertex_blocks[o + 2u], vertex_blocks[o + 3u], vertex_blocks[o + 4u],
+        vertex_blocks[o + 5u], vertex_blocks[o + 6u], vertex_blocks[o + 7u], vertex_blocks[o + 8u],
+    );
+}
+
+fn damping_block(index: u32) -> mat3x3<f32> {
+    let o = 9u * index;
+    return from_rows(
+        damping_blocks[o], damping_blocks[o + 1u], damping_blocks[o + 2u], damping_blocks[o + 3u],
+        damping_blocks[o + 4u], damping_blocks[o + 5u], damping_blocks[o + 6u], damping_blocks[o + 7u],
+        damping_blocks[o + 8u],
+    );
+}
+
 @compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
-    let v = index;
+    let v = slot * WORKGROUP + lid;
     if (v >= params.vertex_count) {
         return;
     }
     for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
         let column = columns[index];
-        var block: array<f32, 9>;
+        var block = mat3x3<f32>();
         if (pinned[v] != 0u || pinned[column] != 0u) {
             if (column == v) {
-                for (var k = 0u; k < 9u; k++) {
-                    block[k] = vertex_blocks[9u * v + k];
-                }
+                block = vertex_block(v);
             }
         } else {
             if (params.element_scale != 0.0) {
                 for (var s = source_offsets[index]; s < source_offsets[index + 1u]; s++) {
                     let source = block_sources[s];
-                    let base = 9u * (source & ~TRANSPOSED);
+                    let b = element_block(source & ~TRANSPOSED);
                     if ((source & TRANSPOSED) == 0u) {
-                        for (var k = 0u; k < 9u; k++) {
-                            block[k] += element_blocks[base + k];
-                        }
+                        block += b;
                     } else {
-                        for (var r = 0u; r < 3u; r++) {
-                            for (var c = 0u; c < 3u; c++) {
-                                block[3u * r + c] += element_blocks[base + 3u * c + r];
-                            }
-                        }
+                        block += transpose(b);
                     }
                 }
-                for (var k = 0u; k < 9u; k++) {
-                    block[k] *= params.element_scale;
-                }
+                block *= params.element_scale;
             }
             if (column == v) {
-                for (var k = 0u; k < 9u; k++) {
-                    block[k] += vertex_blocks[9u * v + k];
-                }
+                block += vertex_block(v);
             }
             if (params.damped != 0u) {
-                for (var k = 0u; k < 9u; k++) {
-                    block[k] += damping_blocks[9u * index + k];
-                }
+                block += damping_block(index);
             }
         }
-        for (var k = 0u; k < 9u; k++) {
-            blocks[9u * index + k] = block[k];
-        }
+        // Row-major, as the CPU twin.
+        let o = 9u * index;
+        blocks[o] = block[0].x;
+        blocks[o + 1u] = block[1].x;
+        blocks[o + 2u] = block[2].x;
+        blocks[o + 3u] = block[0].y;
+        blocks[o + 4u] = block[1].y;
+        blocks[o + 5u] = block[2].y;
+        blocks[o + 6u] = block[0].z;
+        blocks[o + 7u] = block[1].z;
+        blocks[o + 8u] = block[2].z;
     }
 }

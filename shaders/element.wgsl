@@ -1,20 +1,34 @@
 // Stage `element`: per-element energy, corner gradients and upper Hessian blocks at the step
-// objective's quadrature nodes. The twin of src/backend/cpu/element.rs, with the same slots:
-// corner a of tet e at 4e + a, corner b of spring s at 4T + 2s + b (3 floats each); upper
-// block (a, b) of tet e at 10e + upper(a, b), of spring s at 10T + 3s + upper(a, b) (9 floats,
-// row-major). Energies are summed per workgroup in a fixed tree order; the host adds the
-// partials in order, so the total is the same bits every run.
+// objective's quadrature nodes. The twin of src/backend/cpu/element.rs: the same values, in
+// the structure-of-arrays slots of shared/slots.wgsl, so that consecutive elements (threads)
+// write consecutive floats. Energies are summed per workgroup in a fixed tree order; the
+// host adds the partials in order, so the total is the same bits every run.
+//
+// Each pipeline is specialized by two override constants: what it computes (OUTPUTS) and,
+// for a run of tets of one material, which material (MATERIAL), so that an energy pass
+// carries no derivative code and StVK no SVD. The element Hessian is built column by column
+// from the tangent applied to dF = e_k beta_b^T, with constant indices throughout.
 
 #import shared/elastic
 #import shared/reduce
 #import shared/spring
+#import shared/slots
+
+// 0: energy only; 1: and corner gradients; 2: and exact Hessian blocks; 3: and projected ones.
+override OUTPUTS: u32 = 2u;
+// A material model of shared/material.wgsl and shared/eigensystem.wgsl, or ANY_MATERIAL to
+// read it per tet.
+override MATERIAL: u32 = 6u;
+const ANY_MATERIAL: u32 = 6u;
 
 struct Params {
     tet_count: u32,
     spring_count: u32,
-    // 0: energy only; 1: and gradients; 2: and exact Hessian blocks; 3: and projected ones.
-    outputs: u32,
     node_count: u32,
+    // The run of elements this dispatch covers, and where its energy partials go.
+    first: u32,
+    count: u32,
+    partial_base: u32,
     // Quadrature nodes (c_q, theta_q); the second is unused when node_count is 1.
     weight_0: f32,
     theta_0: f32,
@@ -24,7 +38,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 
-@group(1) @binding(0) var<storage, read> tets: array<u32>;
+@group(1) @binding(0) var<storage, read> tets: array<vec4<u32>>;
 // Per tet: (grad_0, volume), (grad_1, 0), (grad_2, 0), (grad_3, 0).
 @group(1) @binding(1) var<storage, read> tet_rest: array<vec4<f32>>;
 // Per tet: (model, mu, lambda, 0).
@@ -53,85 +67,117 @@ fn point(v: u32, theta: f32) -> vec3<f32> {
     return p * theta + s * (1.0 - theta);
 }
 
-// Index of block (a, b), a <= b, among the upper blocks of an element of n corners.
-fn upper(a: u32, b: u32, n: u32) -> u32 {
-    return a * n - a * (a + 1u) / 2u + b;
+// The tet's shape gradients and corners.
+struct Tet {
+    v: vec4<u32>,
+    b0: vec3<f32>,
+    b1: vec3<f32>,
+    b2: vec3<f32>,
+    b3: vec3<f32>,
+    volume: f32,
 }
 
-// Sums `value` over workgroup `slot` of a pass over `count` elements into
-// energy_partials[first + slot].
-fn reduce(lid: u32, first: u32, slot: u32, count: u32, value: f32) {
-    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
-    if (lid == 0u && slot * WORKGROUP < count) {
-        energy_partials[first + slot] = total.x;
+// F = sum_a z_a beta_a^T at theta: column j is sum_a z_a beta_a[j].
+fn deformation(t: Tet, theta: f32) -> mat3x3<f32> {
+    let z0 = point(t.v.x, theta);
+    let z1 = point(t.v.y, theta);
+    let z2 = point(t.v.z, theta);
+    let z3 = point(t.v.w, theta);
+    return mat3x3<f32>(
+        z0 * t.b0.x + z1 * t.b1.x + z2 * t.b2.x + z3 * t.b3.x,
+        z0 * t.b0.y + z1 * t.b1.y + z2 * t.b2.y + z3 * t.b3.y,
+        z0 * t.b0.z + z1 * t.b1.z + z2 * t.b2.z + z3 * t.b3.z,
+    );
+}
+
+fn store_corner(e: u32, a: u32, g: vec3<f32>) {
+    corner_gradients[tet_corner_entry(e, a, 0u, params.tet_count)] = g.x;
+    corner_gradients[tet_corner_entry(e, a, 1u, params.tet_count)] = g.y;
+    corner_gradients[tet_corner_entry(e, a, 2u, params.tet_count)] = g.z;
+}
+
+// Column k of upper block u: entries (i, k).
+fn store_column(e: u32, u: u32, k: u32, column: vec3<f32>) {
+    element_blocks[tet_block_entry(e, u, k, params.tet_count)] = column.x;
+    element_blocks[tet_block_entry(e, u, 3u + k, params.tet_count)] = column.y;
+    element_blocks[tet_block_entry(e, u, 6u + k, params.tet_count)] = column.z;
+}
+
+// The weighted tangents of both nodes applied to df.
+struct Tangents {
+    t0: Tangent,
+    t1: Tangent,
+    w0: f32,
+    w1: f32,
+    two: bool,
+}
+
+fn apply(t: Tangents, m: Lame, df: mat3x3<f32>) -> mat3x3<f32> {
+    let project = OUTPUTS == 3u;
+    var r = tangent_times(t.t0, m, project, df) * t.w0;
+    if (t.two) {
+        r += tangent_times(t.t1, m, project, df) * t.w1;
     }
+    return r;
 }
 
 fn tet(e: u32) -> f32 {
-    let v = array<u32, 4>(tets[4u * e], tets[4u * e + 1u], tets[4u * e + 2u], tets[4u * e + 3u]);
     let r0 = tet_rest[4u * e];
-    let beta = array<vec3<f32>, 4>(r0.xyz, tet_rest[4u * e + 1u].xyz, tet_rest[4u * e + 2u].xyz, tet_rest[4u * e + 3u].xyz);
-    let volume = r0.w;
-    let material = lame(tet_material[e]);
-    var energy = 0.0;
-    var g: array<vec3<f32>, 4>;
-    var h: array<array<f32, 9>, 10>;
-    for (var q = 0u; q < params.node_count; q++) {
-        let cw = node(q);
-        var z: array<vec3<f32>, 4>;
-        for (var a = 0u; a < 4u; a++) {
-            z[a] = point(v[a], cw.y);
-        }
-        // F = sum_a z_a beta_a^T: column j is sum_a z_a beta_a[j].
-        let f = mat3x3<f32>(
-            z[0] * beta[0].x + z[1] * beta[1].x + z[2] * beta[2].x + z[3] * beta[3].x,
-            z[0] * beta[0].y + z[1] * beta[1].y + z[2] * beta[2].y + z[3] * beta[3].y,
-            z[0] * beta[0].z + z[1] * beta[1].z + z[2] * beta[2].z + z[3] * beta[3].z,
-        );
-        energy += cw.x * volume * psi(f, material);
-        if (params.outputs >= 1u) {
-            let p = piola(f, material) * (cw.x * cw.y * volume);
-            for (var a = 0u; a < 4u; a++) {
-                g[a] += p * beta[a];
-            }
-        }
-        if (params.outputs >= 2u) {
-            let k = dpdf(f, material, params.outputs == 3u);
-            let w = cw.x * cw.y * cw.y * volume;
-            // t[r][b] = sum_l K[r][3 kk + l] beta_b[l], as a vec3 over kk.
-            var t: array<array<vec3<f32>, 4>, 9>;
-            for (var r = 0u; r < 9u; r++) {
-                for (var b = 0u; b < 4u; b++) {
-                    for (var kk = 0u; kk < 3u; kk++) {
-                        t[r][b][kk] = k[r][3u * kk] * beta[b].x + k[r][3u * kk + 1u] * beta[b].y + k[r][3u * kk + 2u] * beta[b].z;
-                    }
-                }
-            }
-            for (var a = 0u; a < 4u; a++) {
-                for (var b = a; b < 4u; b++) {
-                    let u = upper(a, b, 4u);
-                    for (var i = 0u; i < 3u; i++) {
-                        let row = t[3u * i][b] * beta[a].x + t[3u * i + 1u][b] * beta[a].y + t[3u * i + 2u][b] * beta[a].z;
-                        h[u][3u * i] += w * row.x;
-                        h[u][3u * i + 1u] += w * row.y;
-                        h[u][3u * i + 2u] += w * row.z;
-                    }
-                }
-            }
-        }
+    let t = Tet(tets[e], r0.xyz, tet_rest[4u * e + 1u].xyz, tet_rest[4u * e + 2u].xyz, tet_rest[4u * e + 3u].xyz, r0.w);
+    var m = lame(tet_material[e]);
+    if (MATERIAL != ANY_MATERIAL) {
+        m.model = MATERIAL;
     }
-    if (params.outputs >= 1u) {
-        for (var a = 0u; a < 4u; a++) {
-            for (var i = 0u; i < 3u; i++) {
-                corner_gradients[12u * e + 3u * a + i] = g[a][i];
-            }
-        }
+    let two = params.node_count == 2u;
+    let n0 = node(0u);
+    let n1 = node(1u);
+    let f0 = deformation(t, n0.y);
+    var f1 = f0;
+    var energy = n0.x * t.volume * psi(f0, m);
+    if (two) {
+        f1 = deformation(t, n1.y);
+        energy += n1.x * t.volume * psi(f1, m);
     }
-    if (params.outputs >= 2u) {
-        for (var u = 0u; u < 10u; u++) {
-            for (var k = 0u; k < 9u; k++) {
-                element_blocks[90u * e + 9u * u + k] = h[u][k];
-            }
+    if (OUTPUTS >= 1u) {
+        // g_a = sum_q c_q theta_q V P(F_q) beta_a.
+        var p = piola(f0, m) * (n0.x * n0.y * t.volume);
+        if (two) {
+            p += piola(f1, m) * (n1.x * n1.y * t.volume);
+        }
+        store_corner(e, 0u, p * t.b0);
+        store_corner(e, 1u, p * t.b1);
+        store_corner(e, 2u, p * t.b2);
+        store_corner(e, 3u, p * t.b3);
+    }
+    if (OUTPUTS >= 2u) {
+        let project = OUTPUTS == 3u;
+        var tangents: Tangents;
+        tangents.t0 = prepare_tangent(f0, m, project);
+        tangents.w0 = n0.x * n0.y * n0.y * t.volume;
+        tangents.two = two;
+        if (two) {
+            tangents.t1 = prepare_tangent(f1, m, project);
+            tangents.w1 = n1.x * n1.y * n1.y * t.volume;
+        }
+        // Column k of H_ab is dP(e_k beta_b^T) beta_a; upper blocks (a <= b) are stored,
+        // numbered (0,0) 0, (0,1) 1, (0,2) 2, (0,3) 3, (1,1) 4, (1,2) 5, (1,3) 6, (2,2) 7,
+        // (2,3) 8, (3,3) 9.
+        for (var k = 0u; k < 3u; k++) {
+            let ek = vec3<f32>(f32(k == 0u), f32(k == 1u), f32(k == 2u));
+            let d0 = apply(tangents, m, outer3(ek, t.b0));
+            store_column(e, 0u, k, d0 * t.b0);
+            let d1 = apply(tangents, m, outer3(ek, t.b1));
+            store_column(e, 1u, k, d1 * t.b0);
+            store_column(e, 4u, k, d1 * t.b1);
+            let d2 = apply(tangents, m, outer3(ek, t.b2));
+            store_column(e, 2u, k, d2 * t.b0);
+            store_column(e, 5u, k, d2 * t.b1);
+            store_column(e, 7u, k, d2 * t.b2);
+            let d3 = apply(tangents, m, outer3(ek, t.b3));
+            store_column(e, 3u, k, d3 * t.b0);
+            store_column(e, 6u, k, d3 * t.b1);
+            store_column(e, 8u, k, d3 * t.b2);
+            store_column(e, 9u, k, d3 * t.b3);
         }
     }
     return energy;
@@ -148,32 +194,38 @@ fn spring(s: u32) -> f32 {
         let cw = node(q);
         let d = point(j, cw.y) - point(i, cw.y);
         energy += cw.x * spring_energy(d, law);
-        if (params.outputs >= 1u) {
+        if (OUTPUTS >= 1u) {
             g += spring_gradient(d, law) * (cw.x * cw.y);
         }
-        if (params.outputs >= 2u) {
-            h += spring_hessian(d, law, params.outputs == 3u) * (cw.x * cw.y * cw.y);
+        if (OUTPUTS >= 2u) {
+            h += spring_hessian(d, law, OUTPUTS == 3u) * (cw.x * cw.y * cw.y);
         }
     }
-    let corner = 3u * (4u * params.tet_count + 2u * s);
-    if (params.outputs >= 1u) {
+    if (OUTPUTS >= 1u) {
         for (var c = 0u; c < 3u; c++) {
-            corner_gradients[corner + c] = -g[c];
-            corner_gradients[corner + 3u + c] = g[c];
+            corner_gradients[spring_corner_entry(s, 0u, c, params.tet_count, params.spring_count)] = -g[c];
+            corner_gradients[spring_corner_entry(s, 1u, c, params.tet_count, params.spring_count)] = g[c];
         }
     }
-    if (params.outputs >= 2u) {
-        // Upper blocks (0,0), (0,1), (1,1) of [[H, -H], [-H, H]].
-        let block = 9u * (10u * params.tet_count + 3u * s);
+    if (OUTPUTS >= 2u) {
+        // Upper blocks (0,0), (0,1), (1,1) of [[H, -H], [-H, H]], row-major.
         for (var r = 0u; r < 3u; r++) {
             for (var c = 0u; c < 3u; c++) {
-                element_blocks[block + 3u * r + c] = h[c][r];
-                element_blocks[block + 9u + 3u * r + c] = -h[c][r];
-                element_blocks[block + 18u + 3u * r + c] = h[c][r];
+                element_blocks[spring_block_entry(s, 0u, 3u * r + c, params.tet_count, params.spring_count)] = h[c][r];
+                element_blocks[spring_block_entry(s, 1u, 3u * r + c, params.tet_count, params.spring_count)] = -h[c][r];
+                element_blocks[spring_block_entry(s, 2u, 3u * r + c, params.tet_count, params.spring_count)] = h[c][r];
             }
         }
     }
     return energy;
+}
+
+// Sums `value` over the workgroup into its energy partial.
+fn reduce(lid: u32, slot: u32, value: f32) {
+    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
+    if (lid == 0u && slot * WORKGROUP < params.count) {
+        energy_partials[params.partial_base + slot] = total.x;
+    }
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -181,10 +233,10 @@ fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
     var energy = 0.0;
-    if (index < params.tet_count) {
-        energy = tet(index);
+    if (index < params.count) {
+        energy = tet(params.first + index);
     }
-    reduce(lid, 0u, slot, params.tet_count, energy);
+    reduce(lid, slot, energy);
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -192,9 +244,8 @@ fn springs_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
     var energy = 0.0;
-    if (index < params.spring_count) {
-        energy = spring(index);
+    if (index < params.count) {
+        energy = spring(params.first + index);
     }
-    // Spring partials follow the tets' partials.
-    reduce(lid, (params.tet_count + WORKGROUP - 1u) / WORKGROUP, slot, params.spring_count, energy);
+    reduce(lid, slot, energy);
 }

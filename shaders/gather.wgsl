@@ -10,6 +10,7 @@
 
 #import shared/reduce
 #import shared/collider
+#import shared/slots
 
 struct Params {
     vertex_count: u32,
@@ -33,6 +34,8 @@ struct Params {
     // 1: gather the gradient and write it and the vertex blocks; 0: the sums alone (a
     // line-search candidate must not overwrite the linearization's gradient).
     derivatives: u32,
+    tet_count: u32,
+    spring_count: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -177,8 +180,14 @@ fn vertex(v: u32) -> vec4<f32> {
         return vec4<f32>(energy, 0.0, 0.0, 0.0);
     }
     for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
-        let slot = 3u * corners[i];
-        let f = vec3<f32>(corner_gradients[slot], corner_gradients[slot + 1u], corner_gradients[slot + 2u]);
+        let slot = corners[i];
+        let t = params.tet_count;
+        let s = params.spring_count;
+        let f = vec3<f32>(
+            corner_gradients[corner_entry(slot, 0u, t, s)],
+            corner_gradients[corner_entry(slot, 1u, t, s)],
+            corner_gradients[corner_entry(slot, 2u, t, s)],
+        );
         acc += f;
         forces += length(f);
     }

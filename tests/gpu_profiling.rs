@@ -37,11 +37,22 @@ fn timestamp_queries_time_every_pass_of_a_step() {
     let count = |pass: &str| times.iter().find(|t| t.pass == pass).map_or(0, |t| t.count);
     // Every stage ran and was timed; the PCG loop runs its product at least once per CG
     // iteration (it may run a few past convergence before the status is read).
-    for pass in ["element", "gather", "assemble", "setup", "product", "update", "direction"] {
+    for pass in [
+        "element hessian",
+        "element energy",
+        "gather",
+        "assemble",
+        "setup",
+        "start",
+        "product",
+        "update",
+        "finish",
+    ] {
         assert!(count(pass) > 0, "no {pass} pass was timed");
     }
     assert!(count("product") as usize >= stats.linear_iterations, "{} products", count("product"));
     assert!(times.iter().all(|t| t.seconds.is_finite() && t.seconds >= 0.0));
     assert!(times.iter().map(|t| t.seconds).sum::<f64>() > 0.0);
     assert!(sim.gpu_context().unwrap().pass_times().is_empty(), "pass_times resets");
+    sim.gpu_context().unwrap().stop_profiling();
 }

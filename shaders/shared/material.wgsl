@@ -85,73 +85,16 @@ fn first_piola(f: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
     return f * m.mu + c * (l * jm1 - m.mu);
 }
 
-// eps_{a b m} for distinct a, b (m the third index).
-fn levi_civita(a: u32, b: u32) -> f32 {
-    if ((a + 1u) % 3u == b) {
-        return 1.0;
-    }
-    return -1.0;
+// Frobenius product A : B.
+fn frobenius(a: mat3x3<f32>, b: mat3x3<f32>) -> f32 {
+    return dot(a[0], b[0]) + dot(a[1], b[1]) + dot(a[2], b[2]);
 }
 
-// dP/dF, K[3i + j][3k + l] = dP_ij / dF_kl (the exact tangent).
-fn tangent(f: mat3x3<f32>, m: Lame) -> array<array<f32, 9>, 9> {
-    var k: array<array<f32, 9>, 9>;
-    if (m.model == STVK) {
-        let h = f - identity3();
-        let e = (h + transpose(h) + transpose(h) * h) * 0.5;
-        let s = e * (2.0 * m.mu) + identity3() * (m.lambda * trace3(e));
-        let ff = f * transpose(f);
-        for (var i = 0u; i < 3u; i++) {
-            for (var j = 0u; j < 3u; j++) {
-                for (var kk = 0u; kk < 3u; kk++) {
-                    for (var l = 0u; l < 3u; l++) {
-                        var value = m.mu * f[l][i] * f[j][kk] + m.lambda * f[j][i] * f[l][kk];
-                        if (i == kk) {
-                            value += s[j][l];
-                        }
-                        if (j == l) {
-                            value += m.mu * ff[kk][i];
-                        }
-                        k[3u * i + j][3u * kk + l] = value;
-                    }
-                }
-            }
-        }
-        return k;
-    }
-    let c = cofactor(f);
-    let jm1 = j_minus_one(f - identity3());
-    if (m.model == NEO_HOOKEAN) {
-        let g = c * (1.0 / (1.0 + jm1));
-        let a = m.lambda * ln_1p(jm1) - m.mu;
-        for (var i = 0u; i < 3u; i++) {
-            for (var j = 0u; j < 3u; j++) {
-                for (var kk = 0u; kk < 3u; kk++) {
-                    for (var l = 0u; l < 3u; l++) {
-                        k[3u * i + j][3u * kk + l] = m.lambda * g[l][kk] * g[j][i] - a * g[l][i] * g[j][kk];
-                    }
-                }
-            }
-        }
-    } else {
-        let l_snh = m.lambda + m.mu;
-        let s = l_snh * jm1 - m.mu;
-        for (var i = 0u; i < 3u; i++) {
-            for (var j = 0u; j < 3u; j++) {
-                for (var kk = 0u; kk < 3u; kk++) {
-                    for (var l = 0u; l < 3u; l++) {
-                        var value = l_snh * c[j][i] * c[l][kk];
-                        if (i != kk && j != l) {
-                            value += s * levi_civita(i, kk) * levi_civita(j, l) * f[3u - j - l][3u - i - kk];
-                        }
-                        k[3u * i + j][3u * kk + l] = value;
-                    }
-                }
-            }
-        }
-    }
-    for (var r = 0u; r < 9u; r++) {
-        k[r][r] += m.mu;
-    }
-    return k;
+// d(cof F)[dF]: the cofactor's columns are cross products of F's columns.
+fn cofactor_differential(f: mat3x3<f32>, df: mat3x3<f32>) -> mat3x3<f32> {
+    return mat3x3<f32>(
+        cross(df[1], f[2]) + cross(f[1], df[2]),
+        cross(df[2], f[0]) + cross(f[2], df[0]),
+        cross(df[0], f[1]) + cross(f[0], df[1]),
+    );
 }

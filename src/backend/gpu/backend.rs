@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::context::GpuContext;
-use super::element::{GpuElements, WgElement};
+use super::element::{GpuElements, Outputs, WgElement};
 use super::linear::{GatherParams, GpuLinear, PcgParams, PcgStatus, Positions, WgLinear};
 use super::recording::{DeviceCounts, Recording, Staged};
 use crate::backend::{
@@ -110,6 +110,8 @@ impl GpuBackend {
             exact_hessian: derivatives.unwrap_or(false) as u32,
             damped: (damped && self.damped) as u32,
             derivatives: derivatives.is_some() as u32,
+            tet_count: self.model.tets.len() as u32,
+            spring_count: self.model.springs.len() as u32,
         }
     }
 
@@ -130,7 +132,7 @@ impl GpuBackend {
         damped: bool,
     ) -> Result<(Staged, Staged)> {
         let (c, rec) = (&self.context, &mut self.recording);
-        self.elements.encode(c, &self.element_stage, rec, at, nodes, 0)?;
+        self.elements.encode(c, &self.element_stage, rec, at, nodes, Outputs::Energy)?;
         let elements = self.elements.stage_energy(c, rec)?;
         let params = self.gather_params(nodes, inv_h2, None, damped);
         let (c, rec) = (&self.context, &mut self.recording);
@@ -142,7 +144,8 @@ impl GpuBackend {
     /// right-hand side `-grad G`; stages the gather's partials.
     fn record_linearization(&mut self, projection: Projection) -> Result<Staged> {
         let nodes = self.nodes.clone();
-        let outputs = if projection == Projection::Psd { 3 } else { 2 };
+        let outputs =
+            if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
         let params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
         let (c, rec, linear, stages) =
             (&self.context, &mut self.recording, &self.linear, &self.linear_stages);
@@ -326,7 +329,14 @@ impl Stages for GpuBackend {
             let (c, rec) = (&self.context, &mut self.recording);
             if problem.rayleigh > 0.0 {
                 self.linear.write(c, rec, Positions::Aux, problem.start);
-                self.elements.encode(c, &self.element_stage, rec, Positions::Aux, &POTENTIAL_NODE, 3)?;
+                self.elements.encode(
+                    c,
+                    &self.element_stage,
+                    rec,
+                    Positions::Aux,
+                    &POTENTIAL_NODE,
+                    Outputs::ProjectedHessian,
+                )?;
                 scale = w * problem.rayleigh / problem.dt;
             }
             self.linear.build_damping(c, &self.linear_stages, rec, scale, &vertex_damping)
@@ -474,7 +484,14 @@ impl Stages for GpuBackend {
         let result = (|| {
             let (c, rec) = (&self.context, &mut self.recording);
             self.linear.write(c, rec, Positions::Aux, x);
-            self.elements.encode(c, &self.element_stage, rec, Positions::Aux, &POTENTIAL_NODE, 1)?;
+            self.elements.encode(
+                c,
+                &self.element_stage,
+                rec,
+                Positions::Aux,
+                &POTENTIAL_NODE,
+                Outputs::Gradient,
+            )?;
             self.linear.gather(c, &self.linear_stages, rec, &params, Positions::Aux)?;
             rec.read_buffer::<f32>(c, self.linear.gradient(), 3 * out.len())
         })();

@@ -36,6 +36,8 @@ pub struct GatherParams {
     pub damped: u32,
     /// 1: gather and write the gradient and vertex blocks; 0: the energy alone.
     pub derivatives: u32,
+    pub tet_count: u32,
+    pub spring_count: u32,
 }
 
 /// A collider as `shaders/shared/collider.wgsl` reads it.
@@ -97,6 +99,8 @@ pub struct AssembleParams {
     pub element_scale: f32,
     /// 1: add the lagged damping matrix.
     pub damped: u32,
+    pub tet_count: u32,
+    pub spring_count: u32,
 }
 
 /// The bindings of `shaders/assemble.wgsl`.
@@ -277,6 +281,8 @@ struct Groups {
 /// Buffers of the linear-algebra stages for one model.
 pub struct GpuLinear {
     vertex_count: usize,
+    tet_count: u32,
+    spring_count: u32,
     block_count: usize,
     model: ModelBuffers,
     pcg: PcgBuffers,
@@ -366,6 +372,8 @@ impl GpuLinear {
         };
         let mut linear = GpuLinear {
             vertex_count: n,
+            tet_count: model.tets.len() as u32,
+            spring_count: model.springs.len() as u32,
             block_count,
             model: model_buffers,
             pcg,
@@ -545,11 +553,13 @@ impl GpuLinear {
             vertex_count: self.vertex_count as u32,
             element_scale: element_scale as f32,
             damped: 0,
+            tet_count: self.tet_count,
+            spring_count: self.spring_count,
         };
         let offset = recording.params(context, &params)?;
         let groups: Vec<&wgpu::BindGroup> = self.groups.damping.iter().collect();
         let (params, w) = (&self.groups.params[1], self.workgroups());
-        recording.dispatch(context, &stages.assemble, "main", params, offset, &groups, w);
+        recording.dispatch(context, stages.assemble.kernel("main"), params, offset, &groups, w);
         Ok(())
     }
 
@@ -566,7 +576,14 @@ impl GpuLinear {
         let groups = if at == Positions::Iterate { &self.groups.gather } else { &self.groups.gather_aux };
         let groups: Vec<&wgpu::BindGroup> = groups.iter().collect();
         let param_group = &self.groups.params[0];
-        recording.dispatch(context, &stages.gather, "main", param_group, offset, &groups, self.workgroups());
+        recording.dispatch(
+            context,
+            stages.gather.kernel("main"),
+            param_group,
+            offset,
+            &groups,
+            self.workgroups(),
+        );
         Ok(())
     }
 
@@ -589,14 +606,15 @@ impl GpuLinear {
             vertex_count: self.vertex_count as u32,
             element_scale: 1.0,
             damped: (damped && self.damping_blocks.is_some()) as u32,
+            tet_count: self.tet_count,
+            spring_count: self.spring_count,
         };
         let offset = recording.params(context, &params)?;
         let groups: Vec<&wgpu::BindGroup> = self.groups.assemble.iter().collect();
         let param_group = &self.groups.params[1];
         recording.dispatch(
             context,
-            &stages.assemble,
-            "main",
+            stages.assemble.kernel("main"),
             param_group,
             offset,
             &groups,
@@ -617,8 +635,8 @@ impl GpuLinear {
         let offset = recording.params(context, params)?;
         let groups: Vec<&wgpu::BindGroup> = self.groups.pcg[0].iter().collect();
         let (param_group, w) = (&self.groups.params[2], self.workgroups());
-        recording.dispatch(context, &stages.pcg, "setup", param_group, offset, &groups, w);
-        recording.dispatch(context, &stages.pcg, "start", param_group, offset, &groups, 1);
+        recording.dispatch(context, stages.pcg.kernel("setup"), param_group, offset, &groups, w);
+        recording.dispatch(context, stages.pcg.kernel("start"), param_group, offset, &groups, 1);
         Ok(())
     }
 
@@ -637,13 +655,13 @@ impl GpuLinear {
         for _ in 0..iterations {
             let groups: Vec<&wgpu::BindGroup> =
                 self.groups.pcg[(self.cg_recorded % 2) as usize].iter().collect();
-            recording.dispatch(context, &stages.pcg, "product", param_group, offset, &groups, w);
-            recording.dispatch(context, &stages.pcg, "update", param_group, offset, &groups, w);
+            recording.dispatch(context, stages.pcg.kernel("product"), param_group, offset, &groups, w);
+            recording.dispatch(context, stages.pcg.kernel("update"), param_group, offset, &groups, w);
             self.cg_recorded += 1;
         }
         let parity = (self.cg_recorded % 2) as usize;
         let groups: Vec<&wgpu::BindGroup> = self.groups.pcg[parity].iter().collect();
-        recording.dispatch(context, &stages.pcg, "finish", param_group, offset, &groups, w);
+        recording.dispatch(context, stages.pcg.kernel("finish"), param_group, offset, &groups, w);
         // `finish` writes the scalars the next iteration would write.
         recording.stage(context, &self.pcg.scalars[1 - parity], std::mem::size_of::<PcgStatus>() as u64)
     }
@@ -654,7 +672,7 @@ impl GpuLinear {
         context: &GpuContext,
         stages: &WgLinear,
         recording: &mut Recording,
-        entry: &str,
+        entry: &'static str,
         alpha: f64,
     ) -> Result<()> {
         let params = VectorParams { vertex_count: self.vertex_count as u32, alpha: alpha as f32 };
@@ -664,8 +682,7 @@ impl GpuLinear {
         let workgroups = (threads as u32).div_ceil(WORKGROUP);
         recording.dispatch(
             context,
-            &stages.vector,
-            entry,
+            stages.vector.kernel(entry),
             &self.groups.params[3],
             offset,
             &groups,
@@ -747,12 +764,24 @@ impl GpuLinear {
         self.write_step(context, recording, start, target);
     }
 
+    /// Uploads corner gradients given in the CPU twin's order (3 floats per slot).
     pub fn write_corner_gradients(&self, context: &GpuContext, recording: &mut Recording, values: &[f32]) {
-        recording.upload(context, &self.corner_gradients, bytemuck::cast_slice(values));
+        let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
+        let mut laid_out = vec![0.0f32; values.len()];
+        for (entry, &value) in values.iter().enumerate() {
+            laid_out[super::element::corner_entry(entry / 3, entry % 3, nt, ns)] = value;
+        }
+        recording.upload(context, &self.corner_gradients, bytemuck::cast_slice(&laid_out));
     }
 
+    /// Uploads element blocks given in the CPU twin's order (9 floats per block).
     pub fn write_element_blocks(&self, context: &GpuContext, recording: &mut Recording, values: &[f32]) {
-        recording.upload(context, &self.element_blocks, bytemuck::cast_slice(values));
+        let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
+        let mut laid_out = vec![0.0f32; values.len()];
+        for (entry, &value) in values.iter().enumerate() {
+            laid_out[super::element::block_entry(entry / 9, entry % 9, nt, ns)] = value;
+        }
+        recording.upload(context, &self.element_blocks, bytemuck::cast_slice(&laid_out));
     }
 
     pub fn write_blocks(&self, context: &GpuContext, recording: &mut Recording, values: &[f32]) {

@@ -9,7 +9,7 @@ use encase::ShaderType;
 use encase::internal::WriteInto;
 
 use super::context::GpuContext;
-use super::stage::WgStage;
+use super::stage::{Kernel, WgStage};
 use crate::error::{Error, Result};
 
 /// Bytes of one parameter slot: every stage's parameter block fits, and it is the largest
@@ -127,20 +127,20 @@ impl Recording {
         self.pass = None;
     }
 
-    /// Records a dispatch of `entry` over `workgroups` workgroups with `groups` bound after
+    /// Records a dispatch of `kernel` over `workgroups` workgroups with `groups` bound after
     /// the parameter group (at `param_offset`). Dispatches share the open pass; when
     /// profiling, each gets a pass of its own with timestamps.
     pub fn dispatch(
         &mut self,
         context: &GpuContext,
-        stage: &WgStage,
-        entry: &str,
+        kernel: Kernel<'_>,
         param_group: &wgpu::BindGroup,
         param_offset: u32,
         groups: &[&wgpu::BindGroup],
         workgroups: u32,
     ) {
-        let label = stage.pass_label(entry);
+        let label = kernel.label;
+        let pipeline = kernel.stage.pipeline(context, kernel.entry, kernel.constants);
         let timestamps = context.timestamp_writes(label);
         if timestamps.is_some() || self.pass.is_none() {
             self.end_pass();
@@ -153,7 +153,7 @@ impl Recording {
         }
         let profiled = context.is_profiling();
         let pass = self.pass.as_mut().expect("a pass was opened above");
-        pass.set_pipeline(stage.pipeline(entry));
+        pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, param_group, &[param_offset]);
         for (g, group) in groups.iter().enumerate() {
             pass.set_bind_group(g as u32 + 1, *group, &[]);

@@ -12,6 +12,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/reduce", include_str!("../../../shaders/shared/reduce.wgsl")),
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
     ("shared/collider", include_str!("../../../shaders/shared/collider.wgsl")),
+    ("shared/slots", include_str!("../../../shaders/shared/slots.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),

@@ -22,11 +22,27 @@ pub(crate) fn uniform<T: ShaderType>() -> Binding {
     Binding { group: 0, binding: 0, name: "params", kind: BindingKind::Uniform { size: T::min_size().get() } }
 }
 
-/// A stage's pipelines.
+/// Override constants that specialize a pipeline, by name.
+pub type Constants = Vec<(&'static str, f64)>;
+
+/// A stage's module, layouts and pipelines: one per entry point, and one per entry point and
+/// set of override constants, compiled when first asked for.
 pub struct WgStage {
     name: &'static str,
     layouts: Vec<wgpu::BindGroupLayout>,
-    pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
+    module: wgpu::ShaderModule,
+    layout: wgpu::PipelineLayout,
+    pipelines: std::sync::Mutex<Vec<((&'static str, Constants), wgpu::ComputePipeline)>>,
+}
+
+/// One entry point of a stage, specialized by override constants, and how its passes are
+/// named in profiles.
+#[derive(Clone, Copy)]
+pub struct Kernel<'a> {
+    pub stage: &'a WgStage,
+    pub entry: &'static str,
+    pub constants: &'a [(&'static str, f64)],
+    pub label: &'static str,
 }
 
 impl WgStage {
@@ -77,35 +93,44 @@ impl WgStage {
             bind_group_layouts: &refs,
             immediate_size: 0,
         });
-        let pipelines = entries
-            .iter()
-            .map(|&entry| {
-                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(entry),
-                    layout: Some(&layout),
-                    module: &module,
-                    entry_point: Some(entry),
-                    compilation_options: Default::default(),
-                    cache: None,
-                });
-                (entry, pipeline)
-            })
-            .collect();
-        Ok(WgStage { name, layouts, pipelines })
-    }
-
-    /// How a pass of `entry` is named in profiles: the stage for a stage's single `main`,
-    /// else the entry point.
-    pub fn pass_label(&self, entry: &str) -> &'static str {
-        match self.pipelines.iter().find(|(e, _)| *e == entry) {
-            Some((e, _)) if *e != "main" => e,
-            _ => self.name,
+        let stage = WgStage { name, layouts, module, layout, pipelines: Default::default() };
+        for &entry in entries {
+            stage.pipeline(context, entry, &[]);
         }
+        Ok(stage)
     }
 
-    /// The pipeline of an entry point.
-    pub fn pipeline(&self, entry: &str) -> &wgpu::ComputePipeline {
-        &self.pipelines.iter().find(|(e, _)| *e == entry).expect("entry points are fixed at construction").1
+    /// The pipeline of `entry` with `constants`, compiled on first use.
+    pub fn pipeline(
+        &self,
+        context: &GpuContext,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+    ) -> wgpu::ComputePipeline {
+        let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, pipeline)) = pipelines.iter().find(|((e, c), _)| *e == entry && c == constants) {
+            return pipeline.clone();
+        }
+        let pipeline = context.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: Some(&self.layout),
+            module: &self.module,
+            entry_point: Some(entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                // Every kernel writes its workgroup memory before reading it.
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        pipelines.push(((entry, constants.to_vec()), pipeline.clone()));
+        pipeline
+    }
+
+    /// `entry` unspecialized, named in profiles by the stage for a single `main`, else by the
+    /// entry point.
+    pub fn kernel(&self, entry: &'static str) -> Kernel<'_> {
+        Kernel { stage: self, entry, constants: &[], label: if entry == "main" { self.name } else { entry } }
     }
 
     /// The parameter group (0) over a recording's arena, one slot bound per dispatch.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::element::Outputs;
 use super::recording::Recording;
 use super::{GpuContext, GpuElements, GpuLinear, Positions, WgElement, WgLinear};
 use crate::backend::Node;
@@ -66,7 +67,7 @@ fn evaluate(
     recording: &mut Recording,
     elements: &GpuElements,
     nodes: &[Node],
-    outputs: u32,
+    outputs: Outputs,
 ) -> f64 {
     elements.encode(context, stage, recording, Positions::Iterate, nodes, outputs).unwrap();
     let staged = elements.stage_energy(context, recording).unwrap();
@@ -109,7 +110,8 @@ fn element_stage_matches_its_cpu_twin() {
             &mut cpu_gradients,
             &mut cpu_blocks,
         );
-        let outputs = if projection == Projection::Psd { 3 } else { 2 };
+        let outputs =
+            if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
         let mut rec = recording(&context);
         let linear = GpuLinear::for_model(&context, &linear_stages, &rec, &model);
         linear.write_positions(&context, &mut rec, &x, &start, &start);
@@ -125,7 +127,7 @@ fn element_stage_matches_its_cpu_twin() {
         assert!(g_error < 1e-4, "material {k}: gradient entry {g_at} off by {g_error:e}");
         let (h_error, h_at) = worst(&element_blocks, cpu_blocks.as_flattened());
         assert!(h_error < 1e-4, "material {k}: Hessian entry {h_at} off by {h_error:e}");
-        let energy_only = evaluate(&context, &stage, &mut rec, &gpu, &NODES, 0);
+        let energy_only = evaluate(&context, &stage, &mut rec, &gpu, &NODES, Outputs::Energy);
         assert_eq!(energy_only, energy, "the energy does not depend on what else is computed");
         println!(
             "{} element parity, material {k} {projection:?}: energy {energy_error:.1e}, gradient {g_error:.1e}, Hessian {h_error:.1e}",
@@ -146,7 +148,7 @@ fn element_stage_gives_the_same_bits_every_run() {
     linear.write_positions(&context, &mut rec, &x, &start, &start);
     let gpu = GpuElements::new(&context, &stage, &rec, &model, &linear).unwrap();
     let mut run = || {
-        let energy = evaluate(&context, &stage, &mut rec, &gpu, &NODES[..1], 2);
+        let energy = evaluate(&context, &stage, &mut rec, &gpu, &NODES[..1], Outputs::Hessian);
         (energy.to_bits(), gpu.read_outputs(&context, &mut rec, &linear).unwrap())
     };
     assert_eq!(run(), run());
@@ -218,6 +220,8 @@ fn gather_params(model: &Model, projection: Projection) -> super::linear::Gather
         exact_hessian: (projection == Projection::None) as u32,
         damped: 0,
         derivatives: 1,
+        tet_count: model.tets.len() as u32,
+        spring_count: model.springs.len() as u32,
     }
 }
 

@@ -1,20 +1,25 @@
 //! GPU vs CPU: implicit steps on bars of about 1K, 10K, 100K and 1M tets.
 //!
-//! `cargo bench --bench gpu_step` — prints the adapter, then per size and case one line with
-//! the Newton/CG iterations, device memory per tet and, where the adapter has timestamp
-//! queries, the GPU time of one CG iteration and of each stage in a profiled step; criterion
-//! then times GPU and CPU steps from the same mid-motion state (CPU cases up to 100K tets).
-//! Cases: backward Euler converged (assembled and matrix-free Hessian products), A-search
-//! converged, and A-search at the fixed budget of 2 Newton x 40 CG iterations.
-//! On a software adapter (lavapipe) only sizes up to `LIVELY_BENCH_MAX_TETS` (default 10 000)
-//! run; on a hardware GPU all of them.
-//! Scene: StVK E 1e6 Pa, nu 0.3, rho 1000, one end pinned, gravity, h = 1/30 s, Newton to 1e-4 N.
+//! `cargo bench --bench gpu_step` prints the adapter and a table — per size and case the GPU
+//! and CPU step times (medians of steps from the same mid-motion state), Newton and CG
+//! iterations, the GPU time of one CG iteration and of one element pass (timestamp queries
+//! of a profiled step, where the adapter has them), GPU busy time against step wall time, and
+//! the device work per step (submissions, readbacks, passes, dispatches) — and writes the
+//! table into docs/perf/gpu.md, naming the device. Criterion then times the same steps.
+//! Cases: backward Euler and A-search converged to 1e-4 N, and A-search at the fixed budget
+//! of 2 Newton x 40 CG iterations. On a software adapter (lavapipe) only sizes up to
+//! `LIVELY_BENCH_MAX_TETS` (default 10 000) run; on a hardware GPU all of them, the CPU up to
+//! 100K tets. Scene: StVK E 1e6 Pa, nu 0.3, rho 1000, one end pinned, gravity, h = 1/30 s.
 
 mod common;
 
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use criterion::{Criterion, criterion_group, criterion_main};
-use lively::backend::gpu::{GpuContext, GpuProduct};
-use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
+use lively::backend::gpu::GpuContext;
+use lively::{Backend, Integrator, Material, Simulation, Solver, StepStats, TetMesh};
 
 /// One benchmark configuration.
 #[derive(Clone)]
@@ -22,106 +27,101 @@ struct Case {
     name: &'static str,
     integrator: Integrator,
     solver: Solver,
-    product: GpuProduct,
 }
 
 fn cases() -> Vec<Case> {
     let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None };
     let converged = Solver::newton().tolerance(1e-4);
     vec![
-        Case {
-            name: "be",
-            integrator: Integrator::BackwardEuler,
-            solver: converged.clone(),
-            product: GpuProduct::Assembled,
-        },
-        Case {
-            name: "be_matrix_free",
-            integrator: Integrator::BackwardEuler,
-            solver: converged.clone(),
-            product: GpuProduct::MatrixFree,
-        },
-        Case {
-            name: "a-search",
-            integrator: a_search.clone(),
-            solver: converged,
-            product: GpuProduct::Assembled,
-        },
+        Case { name: "be", integrator: Integrator::BackwardEuler, solver: converged.clone() },
+        Case { name: "a-search", integrator: a_search.clone(), solver: converged },
         Case {
             name: "a-search_2x40",
             integrator: a_search,
-            solver: Solver::newton().tolerance(1e-4).max_iterations(2).max_linear_iterations(40),
-            product: GpuProduct::Assembled,
+            solver: Solver::newton().tolerance(1e-4).budget(2, 40),
         },
     ]
 }
 
-fn scene(cells: [usize; 3], size: [f64; 3], case: &Case, backend: Backend) -> Simulation {
-    let mut sim = Simulation::builder()
+fn scene(cells: [usize; 3], size: [f64; 3], case: &Case, gpu: Option<Arc<GpuContext>>) -> Simulation {
+    let builder = Simulation::builder()
         .tet_body(TetMesh::bar(cells, size), Material::stvk(1e6, 0.3), 1000.0)
         .gravity([0.0, -9.81, 0.0])
         .integrator(case.integrator.clone())
         .solver(case.solver.clone())
-        .backend(backend)
-        .gpu_product(case.product)
-        .pin(|p| p[0] < 1e-9)
-        .build()
-        .expect("valid benchmark scene");
+        .pin(|p| p[0] < 1e-9);
+    let builder = match gpu {
+        Some(context) => builder.backend(Backend::Gpu).gpu_context(context),
+        None => builder.backend(Backend::Cpu),
+    };
+    let mut sim = builder.build().expect("valid benchmark scene");
     for _ in 0..3 {
         sim.step().expect("warm-up step");
     }
     sim
 }
 
-fn time_steps(c: &mut Criterion, name: &str, mut sim: Simulation) {
-    let mut group = c.benchmark_group("gpu_vs_cpu");
-    group.sample_size(10);
-    common::time_steps(&mut group, name, &mut sim);
-    group.finish();
+/// The median wall time of `runs` steps from the simulation's state (restored after each),
+/// and the stats of the last.
+fn median_step(sim: &mut Simulation, runs: usize) -> (Duration, StepStats) {
+    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
+    let mut times = Vec::with_capacity(runs);
+    let mut stats = StepStats::default();
+    for _ in 0..runs {
+        sim.set_state(&x, &v).expect("restore");
+        let started = Instant::now();
+        stats = sim.step().expect("benchmark step");
+        times.push(started.elapsed());
+    }
+    sim.set_state(&x, &v).expect("restore");
+    times.sort();
+    (times[runs / 2], stats)
 }
 
-/// One profiled step from the simulation's state (restored after): the summary line, with the
-/// GPU time per CG iteration and per stage where the adapter has timestamps.
-fn profile(sim: &mut Simulation, label: &str, tets: usize) {
+/// GPU times of one profiled step from the simulation's state (restored after): one CG
+/// iteration (product + update), its product, one element pass with Hessian blocks, one
+/// energy-only pass, and all passes together (s).
+struct Profile {
+    cg_iteration: f64,
+    product: f64,
+    hessian_pass: f64,
+    energy_pass: f64,
+    busy: f64,
+}
+
+fn profile(sim: &mut Simulation) -> Option<Profile> {
     let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
-    let profiled = sim.gpu_context().is_some_and(|c| c.start_profiling().is_ok());
-    let stats = sim.step().expect("profiled step");
-    let ms = |s: f64| s * 1e3;
-    let mut line = format!(
-        "{label}: {tets} tets  newton {}  cg {}  step {:.2} ms  {:.0} device bytes/tet",
-        stats.iterations,
-        stats.linear_iterations,
-        ms(stats.timings.total.as_secs_f64()),
-        sim.gpu_memory().unwrap_or(0) as f64 / tets as f64,
-    );
-    if profiled {
-        let context = sim.gpu_context().expect("GPU");
-        context.stop_profiling();
-        let times = context.pass_times();
-        let of =
-            |pass: &str| times.iter().find(|t| t.pass == pass).map_or((0.0, 0), |t| (t.seconds, t.count));
-        let loop_passes = ["product", "reduce_curvature", "update", "reduce_residual", "direction"];
-        let loop_time: f64 = loop_passes.iter().map(|p| of(p).0).sum();
-        let products = of("product").1.max(1);
-        line += &format!(
-            "  | GPU: CG iteration {:.1} us (product {:.1} us)",
-            1e6 * loop_time / products as f64,
-            1e6 * of("product").0 / products as f64
-        );
-        for stage in ["element", "gather", "assemble"] {
-            let (seconds, count) = of(stage);
-            line += &format!(", {stage} {:.2} ms/{count}", ms(seconds));
-        }
-        let total: f64 = times.iter().map(|t| t.seconds).sum();
-        line += &format!(", all passes {:.2} ms", ms(total));
-    }
-    eprintln!("{line}");
+    let context = sim.gpu_context()?;
+    context.start_profiling().ok()?;
+    let _ = context.pass_times();
+    sim.step().expect("profiled step");
+    let context = sim.gpu_context()?;
+    context.stop_profiling();
+    let times = context.pass_times();
     sim.set_state(&x, &v).expect("restore");
+    let of = |pass: &str| times.iter().find(|t| t.pass == pass).map_or((0.0, 0), |t| (t.seconds, t.count));
+    let per = |pass: &str| {
+        let (seconds, count) = of(pass);
+        seconds / count.max(1) as f64
+    };
+    let hessian = of("element hessian");
+    let projected = of("element projected");
+    Some(Profile {
+        cg_iteration: per("product") + per("update"),
+        product: per("product"),
+        hessian_pass: (hessian.0 + projected.0) / (hessian.1 + projected.1).max(1) as f64,
+        energy_pass: per("element energy"),
+        busy: times.iter().map(|t| t.seconds).sum(),
+    })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 fn bench(c: &mut Criterion) {
     let context = match GpuContext::new() {
-        Ok(context) => context,
+        Ok(context) => Arc::new(context),
         Err(e) => {
             eprintln!("no GPU adapter ({e}); nothing to compare");
             return;
@@ -131,14 +131,22 @@ fn bench(c: &mut Criterion) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(if context.software { 10_000 } else { usize::MAX });
-    eprintln!("adapter: {}{}", context.adapter, if context.software { " (software)" } else { "" });
-    drop(context);
+    let runs = if context.software { 3 } else { 11 };
+    let device = format!("{}{}", context.adapter, if context.software { " (software)" } else { "" });
+    eprintln!("adapter: {device}");
     let sizes = [
         ("1k", [10, 5, 4], [1.0, 0.5, 0.4]),
         ("10k", [20, 10, 10], [1.0, 0.5, 0.5]),
         ("100k", [40, 25, 20], [2.0, 1.25, 1.0]),
         ("1m", [100, 50, 40], [5.0, 2.5, 2.0]),
     ];
+    let mut table = String::from(
+        "| case | tets | GPU step | CPU step | CPU / GPU | GPU Newton / CG its | one CG iteration (product) \
+         | element pass, Hessian / energy | GPU busy / step wall | submissions / readbacks / passes / dispatches per step |\n\
+         |---|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
+    );
+    let mut group = c.benchmark_group("gpu_vs_cpu");
+    group.sample_size(10);
     for (label, cells, size) in sizes {
         let tets = 5 * cells[0] * cells[1] * cells[2];
         if tets > max_tets {
@@ -147,16 +155,60 @@ fn bench(c: &mut Criterion) {
         }
         for case in cases() {
             let name = format!("{}_{label}", case.name);
-            let mut gpu = scene(cells, size, &case, Backend::Gpu);
-            profile(&mut gpu, &format!("gpu_{name}"), tets);
-            time_steps(c, &format!("gpu_{name}"), gpu);
-            // The CPU has one product; its matrix-free case would repeat the assembled one.
-            if tets <= 100_000 && case.product == GpuProduct::Assembled {
-                let mut cpu = scene(cells, size, &case, Backend::Cpu);
-                profile(&mut cpu, &format!("cpu_{name}"), tets);
-                time_steps(c, &format!("cpu_{name}"), cpu);
+            let mut gpu = scene(cells, size, &case, Some(context.clone()));
+            let (gpu_time, stats) = median_step(&mut gpu, runs);
+            let profiled = profile(&mut gpu);
+            let mut cpu = (tets <= 100_000).then(|| scene(cells, size, &case, None));
+            let cpu_time = cpu.as_mut().map(|cpu| median_step(cpu, runs).0);
+            let counts = stats.device.unwrap_or_default();
+            let us = |s: f64| format!("{:.1} us", s * 1e6);
+            let (cg, element, busy) = match &profiled {
+                Some(p) => (
+                    format!("{} ({})", us(p.cg_iteration), us(p.product)),
+                    format!("{:.3} / {:.3} ms", p.hessian_pass * 1e3, p.energy_pass * 1e3),
+                    format!("{:.2} / {}", p.busy * 1e3, ms(gpu_time)),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            let _ = writeln!(
+                table,
+                "| {name} | {tets} | {} | {} | {} | {} / {} | {cg} | {element} | {busy} | {} / {} / {} / {} |",
+                ms(gpu_time),
+                cpu_time.map_or("-".into(), ms),
+                cpu_time.map_or("-".into(), |c| format!("{:.2}", c.as_secs_f64() / gpu_time.as_secs_f64())),
+                stats.iterations,
+                stats.linear_iterations,
+                counts.submissions,
+                counts.readbacks,
+                counts.passes,
+                counts.dispatches,
+            );
+            eprintln!("{}", table.lines().last().unwrap_or_default());
+            common::time_steps(&mut group, &format!("gpu_{name}"), &mut gpu);
+            if let Some(cpu) = cpu.as_mut() {
+                common::time_steps(&mut group, &format!("cpu_{name}"), cpu);
             }
         }
+    }
+    group.finish();
+    println!("\nadapter: {device}\n\n{table}");
+    write_table(&device, &table);
+}
+
+/// Replaces the generated section of docs/perf/gpu.md.
+fn write_table(device: &str, table: &str) {
+    const START: &str = "<!-- gpu_step table: written by cargo bench --bench gpu_step -->";
+    const END: &str = "<!-- end of gpu_step table -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/perf/gpu.md");
+    let Ok(doc) = std::fs::read_to_string(&path) else { return };
+    let (Some(start), Some(end)) = (doc.find(START), doc.find(END)) else {
+        eprintln!("{} has no generated section; not written", path.display());
+        return;
+    };
+    let section = format!("{START}\nDevice: {device}. Command: `cargo bench --bench gpu_step`.\n\n{table}\n");
+    let updated = format!("{}{section}{}", &doc[..start], &doc[end..]);
+    if let Err(e) = std::fs::write(&path, updated) {
+        eprintln!("writing {}: {e}", path.display());
     }
 }
 

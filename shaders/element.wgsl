@@ -46,6 +46,8 @@ struct Params {
 @group(1) @binding(3) var<storage, read> springs: array<u32>;
 // Per spring: (kind, stiffness, rest, 0).
 @group(1) @binding(4) var<storage, read> spring_laws: array<vec4<f32>>;
+// Per spring: its rest edge X_j - X_i (from f64), to which the displacements add.
+@group(1) @binding(5) var<storage, read> spring_edges: array<vec4<f32>>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
@@ -61,6 +63,7 @@ fn node(q: u32) -> vec2<f32> {
     return vec2<f32>(params.weight_1, params.theta_1);
 }
 
+// Displacements from the rest shape (the GPU stores positions so; see GpuLinear).
 fn point(v: u32, theta: f32) -> vec3<f32> {
     let p = vec3<f32>(x[3u * v], x[3u * v + 1u], x[3u * v + 2u]);
     let s = vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
@@ -77,8 +80,9 @@ struct Tet {
     volume: f32,
 }
 
-// F = sum_a z_a beta_a^T at theta: column j is sum_a z_a beta_a[j].
-fn deformation(t: Tet, theta: f32) -> mat3x3<f32> {
+// The displacement gradient H = F - I = sum_a u_a beta_a^T at theta (the rest positions'
+// sum is I): column j is sum_a u_a beta_a[j].
+fn displacement_gradient(t: Tet, theta: f32) -> mat3x3<f32> {
     let z0 = point(t.v.x, theta);
     let z1 = point(t.v.y, theta);
     let z2 = point(t.v.z, theta);
@@ -131,18 +135,18 @@ fn tet(e: u32) -> f32 {
     let two = params.node_count == 2u;
     let n0 = node(0u);
     let n1 = node(1u);
-    let f0 = deformation(t, n0.y);
-    var f1 = f0;
-    var energy = n0.x * t.volume * psi(f0, m);
+    let h0 = displacement_gradient(t, n0.y);
+    var h1 = h0;
+    var energy = n0.x * t.volume * psi(h0, m);
     if (two) {
-        f1 = deformation(t, n1.y);
-        energy += n1.x * t.volume * psi(f1, m);
+        h1 = displacement_gradient(t, n1.y);
+        energy += n1.x * t.volume * psi(h1, m);
     }
     if (OUTPUTS >= 1u) {
         // g_a = sum_q c_q theta_q V P(F_q) beta_a.
-        var p = piola(f0, m) * (n0.x * n0.y * t.volume);
+        var p = piola(h0, m) * (n0.x * n0.y * t.volume);
         if (two) {
-            p += piola(f1, m) * (n1.x * n1.y * t.volume);
+            p += piola(h1, m) * (n1.x * n1.y * t.volume);
         }
         store_corner(e, 0u, p * t.b0);
         store_corner(e, 1u, p * t.b1);
@@ -152,11 +156,11 @@ fn tet(e: u32) -> f32 {
     if (OUTPUTS >= 2u) {
         let project = OUTPUTS == 3u;
         var tangents: Tangents;
-        tangents.t0 = prepare_tangent(f0, m, project);
+        tangents.t0 = prepare_tangent(h0, m, project);
         tangents.w0 = n0.x * n0.y * n0.y * t.volume;
         tangents.two = two;
         if (two) {
-            tangents.t1 = prepare_tangent(f1, m, project);
+            tangents.t1 = prepare_tangent(h1, m, project);
             tangents.w1 = n1.x * n1.y * n1.y * t.volume;
         }
         // Column k of H_ab is dP(e_k beta_b^T) beta_a; upper blocks (a <= b) are stored,
@@ -192,7 +196,7 @@ fn spring(s: u32) -> f32 {
     var h = mat3x3<f32>(vec3<f32>(0.0), vec3<f32>(0.0), vec3<f32>(0.0));
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
-        let d = point(j, cw.y) - point(i, cw.y);
+        let d = spring_edges[s].xyz + (point(j, cw.y) - point(i, cw.y));
         energy += cw.x * spring_energy(d, law);
         if (OUTPUTS >= 1u) {
             g += spring_gradient(d, law) * (cw.x * cw.y);

@@ -47,6 +47,8 @@ struct Params {
 @group(1) @binding(4) var<storage, read> colliders: array<Collider>;
 @group(1) @binding(5) var<storage, read> row_offsets: array<u32>;
 @group(1) @binding(6) var<storage, read> columns: array<u32>;
+// Rest positions: x, x_start and the target are displacements from them.
+@group(1) @binding(7) var<storage, read> rest: array<f32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
@@ -69,6 +71,10 @@ fn load(buffer_index: u32, v: u32) -> vec3<f32> {
         return vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
     }
     return vec3<f32>(target_positions[3u * v], target_positions[3u * v + 1u], target_positions[3u * v + 2u]);
+}
+
+fn rest_position(v: u32) -> vec3<f32> {
+    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
 }
 
 fn node(q: u32) -> vec2<f32> {
@@ -128,14 +134,16 @@ fn store_block(v: u32, block: mat3x3<f32>) {
 // (energy, |g|^2, force scale, noise magnitude) of vertex v; writes its gradient and block
 // when asked (else only the energy counts).
 fn vertex(v: u32) -> vec4<f32> {
+    // Displacements (x, x_n) and where the vertex is.
     let xv = load(0u, v);
     let start = load(1u, v);
+    let at = rest_position(v);
     if (pinned[v] != 0u) {
         // A pinned vertex never leaves x_n: only its (constant) potential counts.
         var energy = 0.0;
         for (var q = 0u; q < params.node_count; q++) {
             let cw = node(q);
-            energy += cw.x * potential(v, xv * cw.y + start * (1.0 - cw.y)).value;
+            energy += cw.x * potential(v, at + xv * cw.y + start * (1.0 - cw.y)).value;
         }
         if (params.derivatives != 0u) {
             for (var c = 0u; c < 3u; c++) {
@@ -154,7 +162,7 @@ fn vertex(v: u32) -> vec4<f32> {
     var forces = length(inertia);
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
-        let u = potential(v, xv * cw.y + start * (1.0 - cw.y));
+        let u = potential(v, at + xv * cw.y + start * (1.0 - cw.y));
         energy += cw.x * u.value;
         acc += u.gradient * (cw.x * cw.y);
         block += u.hessian * (cw.x * cw.y * cw.y);
@@ -195,7 +203,10 @@ fn vertex(v: u32) -> vec4<f32> {
         gradient[3u * v + c] = acc[c];
     }
     store_block(v, block);
-    let extent = max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
+    // G's noise floor counts the rounding of absolute positions: conservative, since the
+    // displacements are stored finer than that.
+    let position = at + xv;
+    let extent = max(abs(position.x), max(abs(position.y), abs(position.z)));
     return vec4<f32>(energy, dot(acc, acc), forces, forces * extent);
 }
 

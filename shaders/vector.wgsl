@@ -18,6 +18,9 @@ struct Params {
 @group(3) @binding(3) var<storage, read> gradient: array<f32>;
 @group(3) @binding(4) var<storage, read_write> rhs: array<f32>;
 @group(3) @binding(5) var<storage, read_write> partials: array<vec4<f32>>;
+// The rest positions and the positions an application draws (rest + x; x is a displacement).
+@group(3) @binding(6) var<storage, read> rest: array<f32>;
+@group(3) @binding(7) var<storage, read_write> positions: array<f32>;
 
 // rhs = -gradient (the Newton system's right-hand side).
 @compute @workgroup_size(WORKGROUP)
@@ -36,6 +39,16 @@ fn use_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     let index = slot * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
         direction[index] = -gradient[index];
+    }
+}
+
+// positions = rest + x, for drawing.
+@compute @workgroup_size(WORKGROUP)
+fn compose(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        positions[index] = rest[index] + x[index];
     }
 }
 

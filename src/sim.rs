@@ -62,6 +62,9 @@ pub struct StepStats {
     pub round_off: bool,
     /// Final gradient norm of the step objective (N); zero for explicit steps.
     pub gradient_norm: f64,
+    /// How much the step's solves lowered their objectives (J): what an iteration budget
+    /// bought.
+    pub objective_decrease: f64,
     /// Energy removed on purpose this step — damping and friction — as booked in the ledger (J).
     pub dissipated: f64,
     /// Time per phase.
@@ -441,6 +444,7 @@ impl Simulation {
             converged: report.converged,
             round_off: report.round_off,
             gradient_norm: report.gradient_norm,
+            objective_decrease: report.objective_decrease,
             dissipated,
             timings: StepTimings { total: started.elapsed(), evaluate, linear_solve, line_search },
             device,

@@ -131,7 +131,7 @@ fn stretch_energy(s: vec3<f32>, m: Lame) -> f32 {
         return m.mu * dot(d, d) + 0.5 * l * t * t;
     }
     // The polynomial models, for completeness (their F forms are used for energies).
-    return energy_density(mat3x3<f32>(vec3<f32>(s.x, 0.0, 0.0), vec3<f32>(0.0, s.y, 0.0), vec3<f32>(0.0, 0.0, s.z)), m);
+    return energy_density(mat3x3<f32>(vec3<f32>(d.x, 0.0, 0.0), vec3<f32>(0.0, d.y, 0.0), vec3<f32>(0.0, 0.0, d.z)), m);
 }
 
 fn stretch_derivatives(s: vec3<f32>, m: Lame) -> Stretch {

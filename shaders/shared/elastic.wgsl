@@ -5,20 +5,21 @@
 #import shared/material
 #import shared/eigensystem
 
-fn psi(f: mat3x3<f32>, m: Lame) -> f32 {
+// Each takes the displacement gradient h = F - I.
+fn psi(h: mat3x3<f32>, m: Lame) -> f32 {
     if (m.model >= COROTATED) {
-        return stretch_energy(signed_svd(f).s, m);
+        return stretch_energy(signed_svd(identity3() + h).s, m);
     }
-    return energy_density(f, m);
+    return energy_density(h, m);
 }
 
-fn piola(f: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
+fn piola(h: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
     if (m.model >= COROTATED) {
-        let svd = signed_svd(f);
+        let svd = signed_svd(identity3() + h);
         let g = stretch_derivatives(svd.s, m).grad;
         return svd.u * mat3x3<f32>(vec3<f32>(g.x, 0.0, 0.0), vec3<f32>(0.0, g.y, 0.0), vec3<f32>(0.0, 0.0, g.z)) * transpose(svd.v);
     }
-    return first_piola(f, m);
+    return first_piola(h, m);
 }
 
 // What applying dP/dF to a direction needs, prepared once per element and node. Polynomial
@@ -42,7 +43,8 @@ fn uses_eigensystem(m: Lame, project: bool) -> bool {
     return project || m.model >= COROTATED;
 }
 
-fn prepare_tangent(f: mat3x3<f32>, m: Lame, project: bool) -> Tangent {
+fn prepare_tangent(h: mat3x3<f32>, m: Lame, project: bool) -> Tangent {
+    let f = identity3() + h;
     var t: Tangent;
     t.f = f;
     if (uses_eigensystem(m, project)) {
@@ -63,7 +65,6 @@ fn prepare_tangent(f: mat3x3<f32>, m: Lame, project: bool) -> Tangent {
         }
         return t;
     }
-    let h = f - identity3();
     if (m.model == STVK) {
         let e = (h + transpose(h) + transpose(h) * h) * 0.5;
         t.g = e * (2.0 * m.mu) + identity3() * (m.lambda * trace3(e));

@@ -1,6 +1,7 @@
 // Polynomial hyperelastic models in f32: the twins of the closed forms in
-// src/material/isotropic.rs (energies in the displacement gradient H = F - I so that nothing
-// cancels near rest). F[j][i] is F_ij: WGSL matrices are indexed by column.
+// src/material/isotropic.rs, taking the displacement gradient H = F - I itself (the element
+// stage builds it from displacements), so that nothing cancels near rest. F[j][i] is F_ij:
+// WGSL matrices are indexed by column.
 
 const STVK: u32 = 0u;
 const NEO_HOOKEAN: u32 = 1u;
@@ -48,9 +49,9 @@ fn identity3() -> mat3x3<f32> {
     return mat3x3<f32>(vec3<f32>(1.0, 0.0, 0.0), vec3<f32>(0.0, 1.0, 0.0), vec3<f32>(0.0, 0.0, 1.0));
 }
 
-// Energy density; +inf where neo-Hookean is undefined (J <= 0).
-fn energy_density(f: mat3x3<f32>, m: Lame) -> f32 {
-    let h = f - identity3();
+// Energy density of the displacement gradient h = F - I; +inf where neo-Hookean is
+// undefined (J <= 0).
+fn energy_density(h: mat3x3<f32>, m: Lame) -> f32 {
     if (m.model == STVK) {
         let e = (h + transpose(h) + transpose(h) * h) * 0.5;
         let tr = trace3(e);
@@ -68,15 +69,15 @@ fn energy_density(f: mat3x3<f32>, m: Lame) -> f32 {
     return 0.5 * m.mu * squared_norm(h) - m.mu * (jm1 - trace3(h)) + 0.5 * l * jm1 * jm1;
 }
 
-// First Piola-Kirchhoff stress P = dpsi/dF.
-fn first_piola(f: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
+// First Piola-Kirchhoff stress P = dpsi/dF at F = I + h.
+fn first_piola(h: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
+    let f = identity3() + h;
     if (m.model == STVK) {
-        let h = f - identity3();
         let e = (h + transpose(h) + transpose(h) * h) * 0.5;
         return f * (e * (2.0 * m.mu) + identity3() * (m.lambda * trace3(e)));
     }
     let c = cofactor(f);
-    let jm1 = j_minus_one(f - identity3());
+    let jm1 = j_minus_one(h);
     if (m.model == NEO_HOOKEAN) {
         // F^-T = cof F / J
         return f * m.mu + c * ((m.lambda * ln_1p(jm1) - m.mu) / (1.0 + jm1));

@@ -118,6 +118,8 @@ pub struct DirectionRequest<'a> {
     pub solver: LinearSolver,
     /// Newton's gradient tolerance (N): at or below it no direction is computed.
     pub gradient_tolerance: f64,
+    /// The relative residual to solve to; `None` for Newton's forcing term.
+    pub relative_tolerance: Option<f64>,
     /// Linear-solver iteration cap.
     pub max_iterations: usize,
     /// Step lengths at which a backend may evaluate `G(x + alpha d)` in the same round trip

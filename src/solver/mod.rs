@@ -43,6 +43,9 @@ pub struct Solver {
     pub(crate) linear: LinearSolver,
     pub(crate) hessian: HessianPolicy,
     pub(crate) max_linear_iterations: usize,
+    /// A fixed budget: linear solves run to their iteration cap instead of stopping at the
+    /// forcing term.
+    pub(crate) spend_budget: bool,
 }
 
 impl Solver {
@@ -54,6 +57,7 @@ impl Solver {
             linear: LinearSolver::Pcg,
             hessian: HessianPolicy::ProjectOnNegativeCurvature,
             max_linear_iterations: 1000,
+            spend_budget: false,
         }
     }
 
@@ -94,6 +98,20 @@ impl Solver {
     /// At most this many CG iterations per Newton direction.
     pub fn max_linear_iterations(mut self, iterations: usize) -> Solver {
         self.max_linear_iterations = iterations;
+        self
+    }
+
+    /// A fixed-cost step for real-time use: `nonlinear` Newton iterations of `linear` CG
+    /// iterations each, fewer only where the tolerance is met. The budget is spent, not
+    /// thrown away: every solve runs to its cap (rather than stopping at the loose forcing
+    /// term that suits converged solves) on PSD-projected element Hessians (so that negative
+    /// curvature cannot end a solve early). `StepStats::objective_decrease` says what it
+    /// bought.
+    pub fn budget(mut self, nonlinear: usize, linear: usize) -> Solver {
+        self.max_iterations = nonlinear;
+        self.max_linear_iterations = linear;
+        self.hessian = HessianPolicy::AlwaysProject;
+        self.spend_budget = true;
         self
     }
 

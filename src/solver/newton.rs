@@ -14,6 +14,12 @@ use crate::material::Projection;
 const KAPPA: f64 = 1e-2;
 /// Step-length clamp `l` (m): the paper's 10^3, large enough never to bind in practice.
 const MAX_STEP: f64 = 1e3;
+/// After a step that changed `G` only at round-off, the factor by which the gradient norm
+/// must fall for Newton to go on (a smaller fall is noise; see `minimize`).
+const ROUND_OFF_PROGRESS: f64 = 0.8;
+/// The relative residual of a budgeted solve: below what CG reaches in a real-time budget
+/// (and near the f32 resolution of a GPU solve), so that the budget is what stops it.
+const BUDGET_TOLERANCE: f64 = 1e-6;
 
 /// Time spent per phase of a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -41,6 +47,8 @@ pub struct NewtonReport {
     pub round_off: bool,
     /// `|grad G|` (N) at the returned iterate.
     pub gradient_norm: f64,
+    /// How much the solves lowered their objectives, `G(start) - G(end)` summed (J).
+    pub objective_decrease: f64,
     /// Phase timings.
     pub times: PhaseTimes,
 }
@@ -60,6 +68,7 @@ impl NewtonReport {
         self.converged &= other.converged || other.round_off;
         self.round_off |= other.round_off;
         self.gradient_norm = other.gradient_norm;
+        self.objective_decrease += other.objective_decrease;
         self.times.evaluate += other.times.evaluate;
         self.times.linear_solve += other.times.linear_solve;
         self.times.line_search += other.times.line_search;
@@ -92,6 +101,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
     };
     let t = Instant::now();
     let mut value = stages.objective();
+    let initial_value = value;
     timed(&mut report.times.evaluate, t);
     // LIVELY_TRACE=1 prints every iteration to stderr (README: diagnosing convergence).
     let trace = std::env::var_os("LIVELY_TRACE").is_some();
@@ -105,6 +115,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             solve: report.iterations < settings.max_iterations,
             solver: settings.linear,
             gradient_tolerance: settings.tolerance,
+            relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),
             max_iterations: settings.max_linear_iterations,
             candidates: &first_batch,
         };
@@ -127,6 +138,13 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             // (the direction is still the one it was taken along) and stop at round-off.
             stages.advance(-1.0);
             report.gradient_norm = previous_gradient;
+            report.round_off = true;
+            break;
+        }
+        if after_round_off && gradient_norm > ROUND_OFF_PROGRESS * previous_gradient {
+            // The flat step lowered the gradient, but by less than Newton ever does above the
+            // noise floor (quadratically, or ~0.55 per iteration on projected Hessians): keep
+            // it and stop. On an f32 GPU this saves the iterations that chased the noise.
             report.round_off = true;
             break;
         }
@@ -197,6 +215,9 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             // No descent along a downhill direction: the iterate is the best safe state.
             Step::Failed => break,
         }
+    }
+    if (initial_value - value).is_finite() {
+        report.objective_decrease = initial_value - value;
     }
     report
 }

@@ -226,8 +226,8 @@ impl GpuBackend {
             vertex_count: self.model.vertex_count() as u32,
             partial_count: self.linear.partial_count() as u32,
             max_iterations: request.max_iterations as u32,
-            tolerance: 0.0,
-            forcing: 1,
+            tolerance: request.relative_tolerance.unwrap_or(0.0) as f32,
+            forcing: request.relative_tolerance.is_none() as u32,
             gradient_tolerance: request.gradient_tolerance as f32,
         };
         let (c, rec) = (&self.context, &mut self.recording);
@@ -365,13 +365,19 @@ impl Stages for GpuBackend {
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
-        self.linear.write(&self.context, &mut self.recording, Positions::Iterate, x);
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.linear.write(c, rec, Positions::Iterate, x);
+        // The drawable positions follow the iterate the driver publishes.
+        let result = self.linear.vector(c, &self.linear_stages, rec, "compose", 0.0);
+        self.settle(result, ());
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
-        let values = self.recording.read_buffer::<f32>(&self.context, self.linear.iterate(), 3 * out.len());
-        let values = self.settle(values, vec![f32::NAN; 3 * out.len()]);
-        to_f64(values, out);
+        let result = self.linear.read_iterate(&self.context, &mut self.recording, out);
+        if result.is_err() {
+            out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
+        }
+        self.settle(result, ());
     }
 
     fn objective(&mut self) -> f64 {
@@ -516,7 +522,7 @@ impl Stages for GpuBackend {
     }
 
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
-        Some(self.linear.iterate())
+        Some(self.linear.positions())
     }
 }
 

@@ -42,6 +42,7 @@ pub fn bindings() -> Vec<Binding> {
         storage(1, 2, "tet_material", true),
         storage(1, 3, "springs", true),
         storage(1, 4, "spring_laws", true),
+        storage(1, 5, "spring_edges", true),
         storage(2, 0, "x", true),
         storage(2, 1, "x_start", true),
         storage(3, 0, "corner_gradients", false),
@@ -180,6 +181,15 @@ impl GpuElements {
                 [if s.kind == SpringKind::Hooke { 0.0 } else { 1.0 }, s.stiffness as f32, s.rest as f32, 0.0]
             })
             .collect();
+        // Rest edges in f64, so that the shader adds displacements to exact rest geometry.
+        let spring_edges: Vec<[f32; 4]> = model
+            .springs
+            .iter()
+            .map(|&[i, j]| {
+                let (a, b) = (model.rest[i as usize], model.rest[j as usize]);
+                [(b[0] - a[0]) as f32, (b[1] - a[1]) as f32, (b[2] - a[2]) as f32, 0.0]
+            })
+            .collect();
         let runs = runs(model);
         let partial_count = runs.iter().map(|r| r.count.div_ceil(WORKGROUP) as usize).sum();
         let c = context;
@@ -189,6 +199,7 @@ impl GpuElements {
             c.storage("tet_material", &tet_material),
             c.storage("springs", &springs),
             c.storage("spring_laws", &spring_laws),
+            c.storage("spring_edges", &spring_edges),
         ];
         let energy_partials = c.scratch::<f32>("energy_partials", partial_count);
         let model_refs: Vec<&wgpu::Buffer> = model_buffers.iter().collect();

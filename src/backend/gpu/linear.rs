@@ -78,6 +78,7 @@ pub fn gather_bindings() -> Vec<Binding> {
         storage(1, 4, "colliders", true),
         storage(1, 5, "row_offsets", true),
         storage(1, 6, "columns", true),
+        storage(1, 7, "rest", true),
         storage(2, 0, "x", true),
         storage(2, 1, "x_start", true),
         storage(2, 2, "target_positions", true),
@@ -174,6 +175,8 @@ pub fn vector_bindings() -> Vec<Binding> {
         storage(3, 3, "gradient", true),
         storage(3, 4, "rhs", false),
         storage(3, 5, "partials", false),
+        storage(3, 6, "rest", true),
+        storage(3, 7, "positions", false),
     ]
 }
 
@@ -233,7 +236,7 @@ impl WgLinear {
                 context,
                 "vector",
                 &vector_bindings(),
-                &["negate_gradient", "use_gradient", "save", "offset", "scale", "dots"],
+                &["negate_gradient", "use_gradient", "save", "offset", "scale", "dots", "compose"],
             )?,
         })
     }
@@ -251,6 +254,7 @@ struct ModelBuffers {
     source_offsets: wgpu::Buffer,
     block_sources: wgpu::Buffer,
     diagonal: wgpu::Buffer,
+    rest: wgpu::Buffer,
 }
 
 /// The PCG loop's own vectors, partial sums and scalars; `p` and the scalars ping-pong.
@@ -279,8 +283,17 @@ struct Groups {
 }
 
 /// Buffers of the linear-algebra stages for one model.
+///
+/// Positions on the device (the iterate, the step's start and target, the auxiliary and saved
+/// vectors) are displacements from the rest shape. f32 quantizes absolute positions of ~1 m
+/// to ~6e-8 m, which shape gradients of ~20/m turn into strain noise of ~1e-6 and a gradient
+/// noise floor far above Newton's tolerances; displacements of centimetres are stored ~20x
+/// finer. The host converts in f64 on the way in and out, and `positions` holds rest + x for
+/// drawing.
 pub struct GpuLinear {
     vertex_count: usize,
+    /// The rest positions in f64, for converting.
+    rest: Vec<[f64; 3]>,
     tet_count: u32,
     spring_count: u32,
     block_count: usize,
@@ -307,6 +320,8 @@ pub struct GpuLinear {
     placeholder: wgpu::Buffer,
     /// The Newton system's right-hand side, `-grad G`.
     rhs: wgpu::Buffer,
+    /// Rest + x, for drawing.
+    positions: wgpu::Buffer,
     /// The Newton direction: PCG's solution, or `-grad G`.
     direction: wgpu::Buffer,
     gather_partials: wgpu::Buffer,
@@ -354,6 +369,7 @@ impl GpuLinear {
             source_offsets: c.storage("source_offsets", &topology.source_offsets),
             block_sources: c.storage("block_sources", &topology.block_sources),
             diagonal: c.storage("diagonal", &topology.diagonal),
+            rest: c.storage("rest", &to_f32(model.rest.as_flattened())),
         };
         let vector = |label: &str| c.scratch::<f32>(label, 3 * n);
         let partial_count = n.div_ceil(WORKGROUP as usize);
@@ -372,6 +388,7 @@ impl GpuLinear {
         };
         let mut linear = GpuLinear {
             vertex_count: n,
+            rest: model.rest.clone(),
             tet_count: model.tets.len() as u32,
             spring_count: model.springs.len() as u32,
             block_count,
@@ -393,6 +410,7 @@ impl GpuLinear {
             damping_blocks: None,
             placeholder: c.scratch::<f32>("placeholder", 1),
             rhs: vector("rhs"),
+            positions: c.storage("positions", &to_f32(model.rest.as_flattened())),
             direction: vector("direction"),
             gather_partials: c.scratch::<[f32; 4]>("gather partials", partial_count),
             dot_partials: c.scratch::<[f32; 4]>("dot partials", partial_count),
@@ -419,8 +437,16 @@ impl GpuLinear {
     /// (Re)builds the bind groups over the current handle and damping buffers.
     fn bind_groups(&mut self, c: &GpuContext, stages: &WgLinear) {
         let m = &self.model;
-        let model_group: [&wgpu::Buffer; 7] =
-            [&m.masses, &m.pinned, &m.corner_offsets, &m.corners, &m.colliders, &m.row_offsets, &m.columns];
+        let model_group: [&wgpu::Buffer; 8] = [
+            &m.masses,
+            &m.pinned,
+            &m.corner_offsets,
+            &m.corners,
+            &m.colliders,
+            &m.row_offsets,
+            &m.columns,
+            &m.rest,
+        ];
         let damping = self.damping_blocks.as_ref().unwrap_or(&self.placeholder);
         let outputs =
             [&self.corner_gradients, &self.gradient, &self.vertex_blocks, &self.gather_partials, damping];
@@ -486,7 +512,16 @@ impl GpuLinear {
             &[
                 &[],
                 &[],
-                &[&self.x, &self.x_saved, &self.direction, &self.gradient, &self.rhs, &self.dot_partials],
+                &[
+                    &self.x,
+                    &self.x_saved,
+                    &self.direction,
+                    &self.gradient,
+                    &self.rhs,
+                    &self.dot_partials,
+                    &m.rest,
+                    &self.positions,
+                ],
             ],
         );
     }
@@ -698,7 +733,12 @@ impl GpuLinear {
         recording.stage(context, &self.dot_partials, 16 * self.partial_count() as u64)
     }
 
-    /// Uploads positions into one of the position buffers.
+    /// `positions - rest` in f32.
+    fn displacements(&self, positions: &[[f64; 3]]) -> Vec<f32> {
+        positions.iter().zip(&self.rest).flat_map(|(p, r)| [0, 1, 2].map(|c| (p[c] - r[c]) as f32)).collect()
+    }
+
+    /// Uploads positions into one of the position buffers (as displacements).
     pub fn write(
         &self,
         context: &GpuContext,
@@ -707,7 +747,7 @@ impl GpuLinear {
         values: &[[f64; 3]],
     ) {
         let buffer = if which == Positions::Iterate { &self.x } else { &self.aux };
-        recording.upload(context, buffer, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+        recording.upload(context, buffer, bytemuck::cast_slice(&self.displacements(values)));
     }
 
     /// Uploads the step's start and inertial target.
@@ -719,13 +759,27 @@ impl GpuLinear {
         target: &[[f64; 3]],
     ) {
         for (buffer, values) in [(&self.x_start, start), (&self.target, target)] {
-            recording.upload(context, buffer, bytemuck::cast_slice(&to_f32(values.as_flattened())));
+            recording.upload(context, buffer, bytemuck::cast_slice(&self.displacements(values)));
         }
     }
 
-    /// The iterate's buffer.
-    pub fn iterate(&self) -> &wgpu::Buffer {
-        &self.x
+    /// Reads the iterate's positions.
+    pub fn read_iterate(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        out: &mut [[f64; 3]],
+    ) -> Result<()> {
+        let u: Vec<f32> = recording.read_buffer(context, &self.x, 3 * self.vertex_count)?;
+        for ((o, u), r) in out.iter_mut().zip(u.chunks_exact(3)).zip(&self.rest) {
+            *o = [0, 1, 2].map(|c| r[c] + u[c] as f64);
+        }
+        Ok(())
+    }
+
+    /// The positions for drawing (3 f32 per vertex), as of the last `vector("compose")`.
+    pub fn positions(&self) -> &wgpu::Buffer {
+        &self.positions
     }
 
     /// The gradient's buffer (3 floats per vertex).

@@ -592,6 +592,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
             solve: true,
             solver: LinearSolver::Pcg,
             gradient_tolerance: 1e-9,
+            relative_tolerance: None,
             max_iterations: 1000,
             candidates: &alphas,
         };

@@ -60,7 +60,7 @@ struct Params {
 @group(3) @binding(0) var<storage, read> corner_gradients: array<f32>;
 @group(3) @binding(1) var<storage, read_write> gradient: array<f32>;
 @group(3) @binding(2) var<storage, read_write> vertex_blocks: array<f32>;
-@group(3) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
+@group(3) @binding(3) var<storage, read_write> gather_partials: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read> damping_blocks: array<f32>;
 
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
@@ -220,6 +220,6 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     }
     let total = workgroup_sum(lid, sums);
     if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
-        partials[slot] = total;
+        gather_partials[slot] = total;
     }
 }

@@ -55,8 +55,9 @@ const LIMIT: u32 = 4u;
 @group(1) @binding(2) var<storage, read> diagonal: array<u32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
-@group(3) @binding(1) var<storage, read> b: array<f32>;
-@group(3) @binding(2) var<storage, read_write> x: array<f32>;
+// The right-hand side, and the solution (the Newton direction).
+@group(3) @binding(1) var<storage, read> rhs: array<f32>;
+@group(3) @binding(2) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(3) var<storage, read_write> r: array<f32>;
 @group(3) @binding(4) var<storage, read_write> z: array<f32>;
 @group(3) @binding(5) var<storage, read> p_in: array<f32>;
@@ -75,13 +76,13 @@ const LIMIT: u32 = 4u;
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
     switch which {
-        case 0u: { return vec3<f32>(b[i], b[i + 1u], b[i + 2u]); }
+        case 0u: { return vec3<f32>(rhs[i], rhs[i + 1u], rhs[i + 2u]); }
         case 1u: { return vec3<f32>(r[i], r[i + 1u], r[i + 2u]); }
         case 2u: { return vec3<f32>(z[i], z[i + 1u], z[i + 2u]); }
         case 3u: { return vec3<f32>(p_in[i], p_in[i + 1u], p_in[i + 2u]); }
         case 4u: { return vec3<f32>(p_out[i], p_out[i + 1u], p_out[i + 2u]); }
         case 5u: { return vec3<f32>(ap[i], ap[i + 1u], ap[i + 2u]); }
-        default: { return vec3<f32>(x[i], x[i + 1u], x[i + 2u]); }
+        default: { return vec3<f32>(direction[i], direction[i + 1u], direction[i + 2u]); }
     }
 }
 
@@ -146,7 +147,7 @@ fn forcing_term(gradient_norm: f32, force_scale: f32) -> f32 {
     return min(0.5, sqrt(imbalance));
 }
 
-// x = 0, r = b, z = P b; partials (r.r, r.z).
+// direction = 0, r = rhs, z = P rhs; partials (r.r, r.z).
 @compute @workgroup_size(WORKGROUP)
 fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
@@ -160,7 +161,7 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
             let a = blocks[9u * diagonal[v] + 4u * c];
             let inv = select(1.0, 1.0 / abs(a), a != 0.0);
             inverse_diagonal[3u * v + c] = inv;
-            x[3u * v + c] = 0.0;
+            direction[3u * v + c] = 0.0;
             r[3u * v + c] = bv[c];
             z[3u * v + c] = inv * bv[c];
             zv[c] = inv * bv[c];
@@ -230,7 +231,7 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
     }
 }
 
-// alpha = r.z / p.Ap; x += alpha p, r -= alpha Ap, z = P r; partials (r.r, r.z). Non-positive
+// alpha = r.z / p.Ap; direction += alpha p, r -= alpha Ap, z = P r; partials (r.r, r.z). Non-positive
 // curvature leaves everything as it is and flags it for the next `product`.
 @compute @workgroup_size(WORKGROUP)
 fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -245,7 +246,7 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     if (descending && v < params.vertex_count) {
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
-            x[i] += alpha * p_out[i];
+            direction[i] += alpha * p_out[i];
             r[i] -= alpha * ap[i];
             z[i] = inverse_diagonal[i] * r[i];
         }
@@ -264,7 +265,7 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
 }
 
 // After the recorded iterations: settles the last update into `scalars_out` (the status the
-// host reads) and, on negative curvature at the first iteration, returns b.
+// host reads) and, on negative curvature at the first iteration, returns the right-hand side.
 @compute @workgroup_size(WORKGROUP)
 fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
@@ -273,7 +274,7 @@ fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     let s = settle(scalars_in, sums.x);
     if (s.state == NEGATIVE_FIRST && v < params.vertex_count) {
         for (var c = 0u; c < 3u; c++) {
-            x[3u * v + c] = b[3u * v + c];
+            direction[3u * v + c] = rhs[3u * v + c];
         }
     }
     if (lid == 0u && slot == 0u) {

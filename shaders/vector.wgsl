@@ -12,15 +12,18 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 
-@group(3) @binding(0) var<storage, read_write> x: array<f32>;
-@group(3) @binding(1) var<storage, read_write> x_saved: array<f32>;
-@group(3) @binding(2) var<storage, read_write> direction: array<f32>;
-@group(3) @binding(3) var<storage, read> gradient: array<f32>;
-@group(3) @binding(4) var<storage, read_write> rhs: array<f32>;
-@group(3) @binding(5) var<storage, read_write> partials: array<vec4<f32>>;
-// The rest positions and the positions an application draws (rest + x; x is a displacement).
-@group(3) @binding(6) var<storage, read> rest: array<f32>;
-@group(3) @binding(7) var<storage, read_write> positions: array<f32>;
+// The rest positions; x is a displacement from them.
+@group(1) @binding(0) var<storage, read> rest: array<f32>;
+
+@group(2) @binding(0) var<storage, read_write> x: array<f32>;
+// What an application draws: rest + x.
+@group(2) @binding(1) var<storage, read_write> positions: array<f32>;
+
+@group(3) @binding(0) var<storage, read_write> x_saved: array<f32>;
+@group(3) @binding(1) var<storage, read_write> direction: array<f32>;
+@group(3) @binding(2) var<storage, read> gradient: array<f32>;
+@group(3) @binding(3) var<storage, read_write> rhs: array<f32>;
+@group(3) @binding(4) var<storage, read_write> dot_partials: array<vec4<f32>>;
 
 // rhs = -gradient (the Newton system's right-hand side).
 @compute @workgroup_size(WORKGROUP)
@@ -96,6 +99,6 @@ fn dots(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     }
     let total = workgroup_sum(lid, sums);
     if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
-        partials[slot] = total;
+        dot_partials[slot] = total;
     }
 }

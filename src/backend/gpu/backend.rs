@@ -6,10 +6,15 @@
 
 use std::sync::Arc;
 
+use super::assemble::{AssembleGroups, Target};
+use super::buffers::GpuBuffers;
 use super::context::GpuContext;
-use super::element::{GpuElements, Outputs, WgElement};
-use super::linear::{GatherParams, GpuLinear, PcgParams, PcgStatus, Positions, WgLinear};
+use super::element::{ElementGroups, Outputs, WgElement};
+use super::gather::{GatherGroups, GatherParams};
+use super::pcg::{PcgGroups, PcgParams, PcgStatus};
 use super::recording::{DeviceCounts, Recording, Staged};
+use super::vector::VectorGroups;
+use super::{Positions, WgStages};
 use crate::backend::{
     Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, NewtonDirection, Node, Stages,
     StepProblem,
@@ -26,18 +31,45 @@ pub const MAX_BATCH: usize = 8;
 /// CG iterations recorded before the first status read when there is no history yet.
 const FIRST_CHUNK: u32 = 32;
 
+/// Every stage bound to one model's buffers.
+struct Groups {
+    element: ElementGroups,
+    gather: GatherGroups,
+    assemble: AssembleGroups,
+    pcg: PcgGroups,
+    vector: VectorGroups,
+}
+
+impl Groups {
+    fn new(
+        context: &GpuContext,
+        stages: &WgStages,
+        recording: &Recording,
+        model: &Model,
+        buffers: &GpuBuffers,
+    ) -> Result<Groups> {
+        Ok(Groups {
+            element: stages.element.bind(context, recording, model, buffers)?,
+            gather: stages.gather.bind(context, recording, buffers)?,
+            assemble: stages.assemble.bind(context, recording, buffers)?,
+            pcg: stages.pcg.bind(context, recording, buffers)?,
+            vector: stages.vector.bind(context, recording, buffers)?,
+        })
+    }
+}
+
 /// The GPU implementation of [`Stages`].
 pub struct GpuBackend {
     context: Arc<GpuContext>,
-    element_stage: WgElement,
-    linear_stages: WgLinear,
-    elements: GpuElements,
-    linear: GpuLinear,
+    stages: Arc<WgStages>,
+    buffers: GpuBuffers,
+    groups: Groups,
     recording: Recording,
     model: Arc<Model>,
     nodes: Vec<Node>,
     inv_h2: f64,
-    /// This step has lagged damping (its matrix is built in `linear`), with this weight.
+    /// This step has lagged damping (its matrix is built at the step's start), with this
+    /// weight.
     damped: bool,
     damping_weight: f64,
     error: Option<Error>,
@@ -45,26 +77,24 @@ pub struct GpuBackend {
     last_cg: u32,
 }
 
-/// Staged results of one batch of line-search candidates.
+/// Staged results of one batch of line-search candidates: element and gather partials.
 struct StagedCandidates(Vec<(Staged, Staged)>);
 
 impl GpuBackend {
-    /// Compiles the stages and uploads `model`.
+    /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        let (element_stage, linear_stages, recording, linear, elements) = context.guarded(|| {
-            let element_stage = WgElement::new(&context)?;
-            let linear_stages = WgLinear::new(&context)?;
+        let (stages, buffers, recording, groups) = context.guarded(|| {
+            let stages = context.stages()?;
+            let buffers = GpuBuffers::new(&context, &model, super::element::partial_count(&model));
             let recording = Recording::new(&context, staging_bytes(&model));
-            let linear = GpuLinear::for_model(&context, &linear_stages, &recording, &model);
-            let elements = GpuElements::new(&context, &element_stage, &recording, &model, &linear)?;
-            Ok((element_stage, linear_stages, recording, linear, elements))
+            let groups = Groups::new(&context, &stages, &recording, &model, &buffers)?;
+            Ok((stages, buffers, recording, groups))
         })?;
         Ok(GpuBackend {
             context,
-            element_stage,
-            linear_stages,
-            elements,
-            linear,
+            stages,
+            buffers,
+            groups,
             recording,
             model,
             nodes: POTENTIAL_NODE.to_vec(),
@@ -74,6 +104,12 @@ impl GpuBackend {
             error: None,
             last_cg: FIRST_CHUNK,
         })
+    }
+
+    /// Rebuilds the bind groups after a buffer was replaced.
+    fn rebind(&mut self) -> Result<()> {
+        self.groups = Groups::new(&self.context, &self.stages, &self.recording, &self.model, &self.buffers)?;
+        Ok(())
     }
 
     /// The device context.
@@ -123,6 +159,40 @@ impl GpuBackend {
         })
     }
 
+    /// Uploads positions (as displacements) into the iterate or the auxiliary buffer.
+    fn write_positions(&mut self, at: Positions, values: &[[f64; 3]]) {
+        let name = if at == Positions::Iterate { "x" } else { "aux" };
+        let displacements = self.buffers.displacements(values);
+        self.recording.upload(
+            &self.context,
+            self.buffers.state.named(name),
+            bytemuck::cast_slice(&displacements),
+        );
+    }
+
+    fn vector(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
+        self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, entry, alpha)
+    }
+
+    fn elements(&mut self, at: Positions, nodes: &[Node], outputs: Outputs) -> Result<()> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.element.queue(c, rec, &self.groups.element, at, nodes, outputs)
+    }
+
+    fn gather(&mut self, params: &GatherParams, at: Positions) -> Result<()> {
+        self.stages.gather.queue(&self.context, &mut self.recording, &self.groups.gather, params, at)
+    }
+
+    fn assemble(&mut self, target: Target) -> Result<()> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.assemble.queue(c, rec, &self.groups.assemble, &self.buffers, target)
+    }
+
+    fn dots(&mut self) -> Result<Staged> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.vector.dots(c, rec, &self.groups.vector, &self.buffers)
+    }
+
     /// Records the element and vertex energy at `at` and stages both partial sums.
     fn record_energy(
         &mut self,
@@ -131,13 +201,11 @@ impl GpuBackend {
         inv_h2: f64,
         damped: bool,
     ) -> Result<(Staged, Staged)> {
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.elements.encode(c, &self.element_stage, rec, at, nodes, Outputs::Energy)?;
-        let elements = self.elements.stage_energy(c, rec)?;
+        self.elements(at, nodes, Outputs::Energy)?;
+        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
         let params = self.gather_params(nodes, inv_h2, None, damped);
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.linear.gather(c, &self.linear_stages, rec, &params, at)?;
-        Ok((elements, self.linear.stage_gather_partials(c, rec)?))
+        self.gather(&params, at)?;
+        Ok((elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?))
     }
 
     /// Records the linearization at the iterate: element derivatives, gather, assembly and the
@@ -147,49 +215,62 @@ impl GpuBackend {
         let outputs =
             if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
         let params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
-        let (c, rec, linear, stages) =
-            (&self.context, &mut self.recording, &self.linear, &self.linear_stages);
-        self.elements.encode(c, &self.element_stage, rec, Positions::Iterate, &nodes, outputs)?;
-        linear.gather(c, stages, rec, &params, Positions::Iterate)?;
-        let staged = linear.stage_gather_partials(c, rec)?;
-        linear.assemble(c, stages, rec, self.damped)?;
-        linear.vector(c, stages, rec, "negate_gradient", 0.0)?;
+        self.elements(Positions::Iterate, &nodes, outputs)?;
+        self.gather(&params, Positions::Iterate)?;
+        let staged = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+        self.assemble(Target::Newton { damped: self.damped })?;
+        self.vector("negate_gradient", 0.0)?;
         Ok(staged)
     }
 
     /// Records the line-search candidates `x + alpha d` (restoring `x` after).
     fn record_candidates(&mut self, alphas: &[f64]) -> Result<StagedCandidates> {
         let nodes = self.nodes.clone();
-        self.linear.vector(&self.context, &self.linear_stages, &mut self.recording, "save", 0.0)?;
+        self.vector("save", 0.0)?;
         let mut staged = Vec::with_capacity(alphas.len());
         for &alpha in alphas {
-            let (c, rec) = (&self.context, &mut self.recording);
-            self.linear.vector(c, &self.linear_stages, rec, "offset", alpha)?;
+            self.vector("offset", alpha)?;
             staged.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
         }
-        self.linear.vector(&self.context, &self.linear_stages, &mut self.recording, "offset", 0.0)?;
+        self.vector("offset", 0.0)?;
         Ok(StagedCandidates(staged))
     }
 
-    /// Records a PCG solve to `tolerance` (Newton's forcing term of the last gather when
-    /// `forcing`), its status read after `chunk` iterations, more chunks recorded while it runs.
+    fn pcg_params(
+        &self,
+        request_tolerance: Option<f64>,
+        gradient_tolerance: f64,
+        max_iterations: usize,
+    ) -> PcgParams {
+        PcgParams {
+            vertex_count: self.buffers.vertex_count as u32,
+            partial_count: self.buffers.vertex_workgroups(),
+            max_iterations: max_iterations as u32,
+            tolerance: request_tolerance.unwrap_or(0.0) as f32,
+            forcing: request_tolerance.is_none() as u32,
+            gradient_tolerance: gradient_tolerance as f32,
+        }
+    }
+
+    /// Records a PCG solve and reads its status after as many iterations as the last solve
+    /// took (and a margin), then after more while it runs.
     fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
         let (c, rec) = (&self.context, &mut self.recording);
-        self.linear.pcg_start(c, &self.linear_stages, rec, &params)?;
+        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
         let mut chunk = params.max_iterations.min(self.last_cg + self.last_cg / 4 + 8);
-        let mut recorded = 0;
         loop {
             let (c, rec) = (&self.context, &mut self.recording);
-            let staged = self.linear.pcg_iterations(c, &self.linear_stages, rec, &params, chunk)?;
-            recorded += chunk;
+            let staged =
+                self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
             let status: PcgStatus = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
-            if status.state != 0 {
+            if !status.running() {
+                self.last_cg = status.iterations.max(1);
                 return Ok(status);
             }
-            if recorded >= params.max_iterations {
+            if solve.recorded() >= params.max_iterations {
                 return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
             }
-            chunk = (params.max_iterations - recorded).min(recorded.max(FIRST_CHUNK));
+            chunk = (params.max_iterations - solve.recorded()).min(solve.recorded().max(FIRST_CHUNK));
         }
     }
 
@@ -210,9 +291,24 @@ impl GpuBackend {
     }
 
     fn candidate_values(results: &[Vec<u8>]) -> Vec<f64> {
-        results.chunks(2).map(|pair| GpuElements::energy(&pair[0]) + sums::<1>(&pair[1])[0]).collect()
+        results.chunks(2).map(|pair| WgElement::energy(&pair[0]) + sums::<1>(&pair[1])[0]).collect()
     }
 
+    fn read_candidates(
+        &mut self,
+        staged: &[Staged],
+        candidates: StagedCandidates,
+    ) -> Result<(Vec<Vec<u8>>, Vec<f64>)> {
+        let mut all = staged.to_vec();
+        all.extend(candidates.0.iter().flat_map(|&(e, g)| [e, g]));
+        let results = self.recording.read(&self.context, &all)?;
+        let values = Self::candidate_values(&results[staged.len()..]);
+        Ok((results[..staged.len()].to_vec(), values))
+    }
+
+    /// A Newton iteration in one submission and one readback: linearize, solve with the
+    /// iterations the last solve took (more chunks only when it runs on), the dots, and the
+    /// line search's first candidates.
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
         let lin = self.record_linearization(request.projection)?;
         if !request.solve {
@@ -222,49 +318,36 @@ impl GpuBackend {
                 ..Default::default()
             });
         }
-        let params = PcgParams {
-            vertex_count: self.model.vertex_count() as u32,
-            partial_count: self.linear.partial_count() as u32,
-            max_iterations: request.max_iterations as u32,
-            tolerance: request.relative_tolerance.unwrap_or(0.0) as f32,
-            forcing: request.relative_tolerance.is_none() as u32,
-            gradient_tolerance: request.gradient_tolerance as f32,
-        };
+        let params =
+            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
+        let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let (c, rec) = (&self.context, &mut self.recording);
-        self.linear.pcg_start(c, &self.linear_stages, rec, &params)?;
+        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
         let chunk = params.max_iterations.min(self.last_cg + self.last_cg / 4 + 8);
-        let status = self.linear.pcg_iterations(c, &self.linear_stages, rec, &params, chunk)?;
-        let dots = self.linear.dots(c, &self.linear_stages, rec)?;
-        let candidates =
-            self.record_candidates(&request.candidates[..request.candidates.len().min(MAX_BATCH)])?;
-        let mut staged = vec![lin, status, dots];
-        staged.extend(candidates.0.iter().flat_map(|&(e, g)| [e, g]));
-        let results = self.recording.read(&self.context, &staged)?;
+        let status = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
+        let dots = self.dots()?;
+        let candidates = self.record_candidates(alphas)?;
+        let (results, mut values) = self.read_candidates(&[lin, status, dots], candidates)?;
         let linearization = Self::linearization(&results[0]);
         let mut status: PcgStatus = bytemuck::pod_read_unaligned(&results[1]);
         if !(linearization.gradient_norm > request.gradient_tolerance) {
             return Ok(NewtonDirection { linearization, ..Default::default() });
         }
-        let (mut dots, mut values) = (results[2].clone(), Self::candidate_values(&results[3..]));
-        if status.state == 0 {
-            // The solve needed more iterations than recorded: go on, then evaluate again.
-            let mut recorded = chunk;
-            while status.state == 0 && recorded < params.max_iterations {
-                let more = (params.max_iterations - recorded).min(recorded.max(FIRST_CHUNK));
+        let mut dots = results[2].clone();
+        if status.running() {
+            // The solve outran the iterations recorded: go on, then evaluate again.
+            while status.running() && solve.recorded() < params.max_iterations {
+                let more = (params.max_iterations - solve.recorded()).min(solve.recorded().max(FIRST_CHUNK));
                 let (c, rec) = (&self.context, &mut self.recording);
-                let staged = self.linear.pcg_iterations(c, &self.linear_stages, rec, &params, more)?;
+                let staged =
+                    self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, more)?;
                 status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
-                recorded += more;
             }
-            let (c, rec) = (&self.context, &mut self.recording);
-            let staged_dots = self.linear.dots(c, &self.linear_stages, rec)?;
-            let candidates =
-                self.record_candidates(&request.candidates[..request.candidates.len().min(MAX_BATCH)])?;
-            let mut staged = vec![staged_dots];
-            staged.extend(candidates.0.iter().flat_map(|&(e, g)| [e, g]));
-            let results = self.recording.read(&self.context, &staged)?;
+            let staged_dots = self.dots()?;
+            let candidates = self.record_candidates(alphas)?;
+            let (results, again) = self.read_candidates(&[staged_dots], candidates)?;
             dots = results[0].clone();
-            values = Self::candidate_values(&results[1..]);
+            values = again;
         }
         self.last_cg = status.iterations.max(1);
         let direction = Self::report(&dots, status.iterations.max(1) as usize, status.negative_curvature());
@@ -279,17 +362,17 @@ impl GpuBackend {
 
 #[cfg(test)]
 impl GpuBackend {
+    /// The gradient and the assembled matrix of the last linearization.
+    pub(crate) fn read_linearization(&mut self) -> (Vec<f32>, Vec<f32>) {
+        let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
+        let gradient = rec.read_buffer(c, b.scratch.named("gradient"), 3 * b.vertex_count).unwrap();
+        let blocks = rec.read_buffer(c, b.scratch.named("blocks"), 9 * b.block_count).unwrap();
+        (gradient, blocks)
+    }
+
     /// Forgets the last solve's length, so that the next records only a few iterations ahead.
     pub(crate) fn forget_solve_length(&mut self) {
         self.last_cg = 0;
-    }
-
-    /// The gradient and the assembled matrix of the last linearization.
-    pub(crate) fn read_linearization(&mut self) -> (Vec<f32>, Vec<f32>) {
-        let (c, rec, n) = (&self.context, &mut self.recording, self.model.vertex_count());
-        let gradient = rec.read_buffer(c, self.linear.gradient(), 3 * n).unwrap();
-        let blocks = rec.read_buffer(c, self.linear.blocks(), 9 * self.linear.block_count()).unwrap();
-        (gradient, blocks)
     }
 }
 
@@ -298,8 +381,7 @@ impl GpuBackend {
 fn staging_bytes(model: &Model) -> u64 {
     let group = super::stage::WORKGROUP as usize;
     let vertex_partials = model.vertex_count().div_ceil(group);
-    let element_partials = model.tets.len().div_ceil(group) + model.springs.len().div_ceil(group);
-    let candidate = 4 * element_partials + 16 * vertex_partials;
+    let candidate = 4 * super::element::partial_count(model) + 16 * vertex_partials;
     (2 * 16 * vertex_partials + std::mem::size_of::<PcgStatus>() + MAX_BATCH * candidate + 64) as u64
 }
 
@@ -311,8 +393,15 @@ fn sums<const K: usize>(bytes: &[u8]) -> [f64; K] {
 
 impl Stages for GpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.linear.write_step(c, rec, problem.start, problem.target);
+        let displacements =
+            [self.buffers.displacements(problem.start), self.buffers.displacements(problem.target)];
+        for (name, values) in ["x_start", "target_positions"].iter().zip(&displacements) {
+            self.recording.upload(
+                &self.context,
+                self.buffers.state.named(name),
+                bytemuck::cast_slice(values),
+            );
+        }
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damped = !problem.vertex_damping.is_empty() || problem.rayleigh > 0.0;
@@ -323,30 +412,33 @@ impl Stages for GpuBackend {
         // One lagged damping matrix D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected
         // stiffness at the step's start (Rayleigh) and A_v the ether and friction blocks.
         let w = problem.damping_weight;
-        let vertex_damping: Vec<[f64; 9]> = problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect();
         let result = (|| {
-            let mut scale = 0.0;
-            let (c, rec) = (&self.context, &mut self.recording);
-            if problem.rayleigh > 0.0 {
-                self.linear.write(c, rec, Positions::Aux, problem.start);
-                self.elements.encode(
-                    c,
-                    &self.element_stage,
-                    rec,
-                    Positions::Aux,
-                    &POTENTIAL_NODE,
-                    Outputs::ProjectedHessian,
-                )?;
-                scale = w * problem.rayleigh / problem.dt;
+            if self.buffers.reserve_damping(&self.context) {
+                self.rebind()?;
             }
-            self.linear.build_damping(c, &self.linear_stages, rec, scale, &vertex_damping)
+            let per_vertex: Vec<f32> = if problem.vertex_damping.is_empty() {
+                vec![0.0; 9 * self.buffers.vertex_count]
+            } else {
+                problem.vertex_damping.iter().flat_map(|a| a.map(|c| (c * w) as f32)).collect()
+            };
+            let vertex_blocks = self.buffers.scratch.named("vertex_blocks");
+            self.recording.upload(&self.context, vertex_blocks, bytemuck::cast_slice(&per_vertex));
+            let mut element_scale = 0.0;
+            if problem.rayleigh > 0.0 {
+                self.write_positions(Positions::Aux, problem.start);
+                self.elements(Positions::Aux, &POTENTIAL_NODE, Outputs::ProjectedHessian)?;
+                element_scale = w * problem.rayleigh / problem.dt;
+            }
+            self.assemble(Target::Damping { element_scale })
         })();
         self.settle(result, ());
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.linear.write_anchors(c, &self.linear_stages, rec, anchors);
+        if super::gather::write_anchors(&self.context, &mut self.recording, &mut self.buffers, anchors) {
+            let result = self.rebind();
+            self.settle(result, ());
+        }
     }
 
     fn dissipation(&mut self) -> f64 {
@@ -356,28 +448,29 @@ impl Stages for GpuBackend {
         // The gather with no nodes and no inertia leaves only the damping quadratic.
         let params = self.gather_params(&[], 0.0, None, true);
         let result = (|| {
-            let (c, rec) = (&self.context, &mut self.recording);
-            self.linear.gather(c, &self.linear_stages, rec, &params, Positions::Iterate)?;
-            let staged = self.linear.stage_gather_partials(c, rec)?;
-            Ok(sums::<1>(&rec.read(c, &[staged])?[0])[0])
+            self.gather(&params, Positions::Iterate)?;
+            let staged = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+            Ok(sums::<1>(&self.recording.read(&self.context, &[staged])?[0])[0])
         })();
         self.settle(result, f64::NAN) / self.damping_weight
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.linear.write(c, rec, Positions::Iterate, x);
+        self.write_positions(Positions::Iterate, x);
         // The drawable positions follow the iterate the driver publishes.
-        let result = self.linear.vector(c, &self.linear_stages, rec, "compose", 0.0);
+        let result = self.vector("compose", 0.0);
         self.settle(result, ());
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
-        let result = self.linear.read_iterate(&self.context, &mut self.recording, out);
-        if result.is_err() {
-            out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
+        let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
+        match rec.read_buffer::<f32>(c, b.state.named("x"), 3 * b.vertex_count) {
+            Ok(u) => b.positions(&u, out),
+            Err(e) => {
+                out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
+                self.error.get_or_insert(e);
+            }
         }
-        self.settle(result, ());
     }
 
     fn objective(&mut self) -> f64 {
@@ -413,20 +506,11 @@ impl Stages for GpuBackend {
         max_iterations: usize,
     ) -> DirectionReport {
         // The GPU always solves with PCG; the direct solver is a CPU option.
-        let params = PcgParams {
-            vertex_count: self.model.vertex_count() as u32,
-            partial_count: self.linear.partial_count() as u32,
-            max_iterations: max_iterations as u32,
-            tolerance: tolerance as f32,
-            forcing: 0,
-            gradient_tolerance: 0.0,
-        };
+        let params = self.pcg_params(Some(tolerance), 0.0, max_iterations);
         let result = (|| {
             let status = self.solve(params)?;
-            self.last_cg = status.iterations.max(1);
-            let (c, rec) = (&self.context, &mut self.recording);
-            let dots = self.linear.dots(c, &self.linear_stages, rec)?;
-            let bytes = &rec.read(c, &[dots])?[0];
+            let dots = self.dots()?;
+            let bytes = &self.recording.read(&self.context, &[dots])?[0];
             Ok(Self::report(bytes, status.iterations.max(1) as usize, status.negative_curvature()))
         })();
         self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
@@ -434,17 +518,15 @@ impl Stages for GpuBackend {
 
     fn use_negative_gradient(&mut self) -> DirectionReport {
         let result = (|| {
-            let (c, rec) = (&self.context, &mut self.recording);
-            self.linear.vector(c, &self.linear_stages, rec, "use_gradient", 0.0)?;
-            let dots = self.linear.dots(c, &self.linear_stages, rec)?;
-            Ok(Self::report(&rec.read(c, &[dots])?[0], 0, false))
+            self.vector("use_gradient", 0.0)?;
+            let dots = self.dots()?;
+            Ok(Self::report(&self.recording.read(&self.context, &[dots])?[0], 0, false))
         })();
         self.settle(result, DirectionReport { slope: f64::NAN, ..DirectionReport::default() })
     }
 
     fn scale_direction(&mut self, factor: f64) {
-        let (c, rec) = (&self.context, &mut self.recording);
-        let result = self.linear.vector(c, &self.linear_stages, rec, "scale", factor);
+        let result = self.vector("scale", factor);
         self.settle(result, ());
     }
 
@@ -454,8 +536,7 @@ impl Stages for GpuBackend {
             // In batches of MAX_BATCH, one readback each; the iterate is restored after.
             for batch in alphas.chunks(MAX_BATCH) {
                 let staged = self.record_candidates(batch)?;
-                let staged: Vec<Staged> = staged.0.iter().flat_map(|&(e, g)| [e, g]).collect();
-                values.extend(Self::candidate_values(&self.recording.read(&self.context, &staged)?));
+                values.extend(self.read_candidates(&[], staged)?.1);
             }
             Ok(values)
         })();
@@ -468,17 +549,13 @@ impl Stages for GpuBackend {
     }
 
     fn advance(&mut self, alpha: f64) {
-        let result = (|| {
-            let (c, rec) = (&self.context, &mut self.recording);
-            self.linear.vector(c, &self.linear_stages, rec, "save", 0.0)?;
-            self.linear.vector(c, &self.linear_stages, rec, "offset", alpha)
-        })();
+        let result = self.vector("save", 0.0).and_then(|()| self.vector("offset", alpha));
         self.settle(result, ());
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
         let result = (|| {
-            self.linear.write(&self.context, &mut self.recording, Positions::Aux, x);
+            self.write_positions(Positions::Aux, x);
             let (e, g) = self.record_energy(Positions::Aux, &POTENTIAL_NODE, 0.0, false)?;
             Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
         })();
@@ -488,21 +565,16 @@ impl Stages for GpuBackend {
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
         let params = self.gather_params(&POTENTIAL_NODE, 0.0, Some(false), false);
         let result = (|| {
-            let (c, rec) = (&self.context, &mut self.recording);
-            self.linear.write(c, rec, Positions::Aux, x);
-            self.elements.encode(
-                c,
-                &self.element_stage,
-                rec,
-                Positions::Aux,
-                &POTENTIAL_NODE,
-                Outputs::Gradient,
-            )?;
-            self.linear.gather(c, &self.linear_stages, rec, &params, Positions::Aux)?;
-            rec.read_buffer::<f32>(c, self.linear.gradient(), 3 * out.len())
+            self.write_positions(Positions::Aux, x);
+            self.elements(Positions::Aux, &POTENTIAL_NODE, Outputs::Gradient)?;
+            self.gather(&params, Positions::Aux)?;
+            let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
+            rec.read_buffer::<f32>(c, b.scratch.named("gradient"), 3 * b.vertex_count)
         })();
         let values = self.settle(result, vec![f32::NAN; 3 * out.len()]);
-        to_f64(values, out);
+        for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
+            *o = [c[0] as f64, c[1] as f64, c[2] as f64];
+        }
     }
 
     fn take_error(&mut self) -> Option<Error> {
@@ -522,12 +594,6 @@ impl Stages for GpuBackend {
     }
 
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
-        Some(self.linear.positions())
-    }
-}
-
-fn to_f64(values: Vec<f32>, out: &mut [[f64; 3]]) {
-    for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
-        *o = [c[0] as f64, c[1] as f64, c[2] as f64];
+        self.buffers.state.get("positions")
     }
 }

@@ -26,6 +26,8 @@ pub struct GpuContext {
     queries: std::sync::OnceLock<Queries>,
     profiling: std::sync::atomic::AtomicBool,
     profile: std::sync::Mutex<Profile>,
+    /// The stages' pipelines, compiled once for every simulation on this context.
+    stages: std::sync::Mutex<Option<std::sync::Arc<super::WgStages>>>,
 }
 
 /// GPU time spent in one kind of compute pass, from timestamp queries.
@@ -106,6 +108,7 @@ impl GpuContext {
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
+            stages: Default::default(),
         })
     }
 
@@ -124,7 +127,19 @@ impl GpuContext {
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
+            stages: Default::default(),
         }
+    }
+
+    /// The stages' pipelines on this device, compiled by the first simulation that asks.
+    pub fn stages(&self) -> Result<std::sync::Arc<super::WgStages>> {
+        let mut slot = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stages) = slot.as_ref() {
+            return Ok(stages.clone());
+        }
+        let stages = std::sync::Arc::new(super::WgStages::new(self)?);
+        *slot = Some(stages.clone());
+        Ok(stages)
     }
 
     /// Records a dispatch of `workgroups` workgroups, in rows of at most `dispatch_width`.

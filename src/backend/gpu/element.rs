@@ -1,19 +1,17 @@
-//! `WgElement` (the element stage's pipelines) and `GpuElements` (its buffers): the GPU twin
-//! of `backend/cpu/element.rs`, run on the model's tets and springs. Outputs are stored as
-//! structure of arrays (`shaders/shared/slots.wgsl`); pipelines are specialized per output
-//! level and, for each run of tets of one material, per material.
+//! Stage `element` (`shaders/element.wgsl`), the GPU twin of `backend/cpu/element.rs`:
+//! energies, corner gradients and Hessian blocks of the model's tets and springs. Outputs are
+//! stored as structure of arrays (`shaders/shared/slots.wgsl`); pipelines are specialized per
+//! output level and, for each run of tets of one material, per material.
 
 use encase::ShaderType;
 
+use super::Positions;
+use super::buffers::{GpuBuffers, material_id};
 use super::context::GpuContext;
-use super::linear::{GpuLinear, Positions};
 use super::recording::{Recording, Staged};
-use super::shaders::Binding;
-use super::stage::{Kernel, WORKGROUP, WgStage, storage, uniform};
+use super::stage::{Kernel, WORKGROUP, WgStage};
 use crate::backend::Node;
 use crate::error::{Error, Result};
-use crate::material::MaterialModel;
-use crate::mesh::SpringKind;
 use crate::model::Model;
 
 /// The stage's per-dispatch parameters (group 0).
@@ -32,36 +30,6 @@ pub struct ElementParams {
     pub theta_1: f32,
 }
 
-/// The bindings `shaders/element.wgsl` declares, by lifetime: 0 parameters, 1 model,
-/// 2 state, 3 scratch.
-pub fn bindings() -> Vec<Binding> {
-    vec![
-        uniform::<ElementParams>(),
-        storage(1, 0, "tets", true),
-        storage(1, 1, "tet_rest", true),
-        storage(1, 2, "tet_material", true),
-        storage(1, 3, "springs", true),
-        storage(1, 4, "spring_laws", true),
-        storage(1, 5, "spring_edges", true),
-        storage(2, 0, "x", true),
-        storage(2, 1, "x_start", true),
-        storage(3, 0, "corner_gradients", false),
-        storage(3, 1, "element_blocks", false),
-        storage(3, 2, "energy_partials", false),
-    ]
-}
-
-/// The id of a material model in the shaders (`MATERIAL`); `ANY_MATERIAL` reads it per tet.
-fn material_id(model: MaterialModel) -> u32 {
-    match model {
-        MaterialModel::StVK => 0,
-        MaterialModel::NeoHookean => 1,
-        MaterialModel::StableNeoHookean => 2,
-        MaterialModel::Corotated => 3,
-        MaterialModel::FixedCorotated => 4,
-        MaterialModel::Arap => 5,
-    }
-}
 const ANY_MATERIAL: u32 = 6;
 /// Beyond this many runs of one material, one generic pipeline serves all tets.
 const MAX_RUNS: usize = 8;
@@ -85,13 +53,13 @@ impl Outputs {
     }
 }
 
-/// The element stage's compute pipelines.
-pub struct WgElement(WgStage);
+/// The element stage's pipelines.
+pub struct WgElement(pub(crate) WgStage);
 
 impl WgElement {
     pub fn new(context: &GpuContext) -> Result<WgElement> {
         // Pipelines are specialized when first used.
-        Ok(WgElement(WgStage::new(context, "element", &bindings(), &[])?))
+        Ok(WgElement(WgStage::new(context, "element")?))
     }
 }
 
@@ -105,18 +73,15 @@ struct Run {
     partial_base: u32,
 }
 
-/// The element stage's buffers for one model; positions and outputs are the shared buffers
-/// of [`GpuLinear`].
-pub struct GpuElements {
+/// The element stage bound to one model's buffers: its runs and bind groups.
+pub struct ElementGroups {
     tet_count: u32,
     spring_count: u32,
     runs: Vec<Run>,
-    partial_count: usize,
-    param_group: wgpu::BindGroup,
-    energy_partials: wgpu::Buffer,
-    /// Bind groups reading the iterate, and reading the auxiliary positions.
-    iterate_groups: Vec<wgpu::BindGroup>,
-    aux_groups: Vec<wgpu::BindGroup>,
+    param: wgpu::BindGroup,
+    /// Reading the iterate, and reading the auxiliary positions.
+    iterate: Vec<wgpu::BindGroup>,
+    aux: Vec<wgpu::BindGroup>,
 }
 
 /// Runs of tets of one material, then the springs, each with its first energy partial.
@@ -148,92 +113,41 @@ fn runs(model: &Model) -> Vec<Run> {
     runs
 }
 
-impl GpuElements {
-    /// Uploads the model's topology, rest data and materials.
-    pub fn new(
+/// The number of energy partials an element pass writes for `model`.
+pub fn partial_count(model: &Model) -> usize {
+    runs(model).iter().map(|r| r.count.div_ceil(WORKGROUP) as usize).sum()
+}
+
+impl WgElement {
+    /// Binds the stage to `buffers` (positions by name; the auxiliary groups read `aux` as
+    /// both `x` and `x_start`).
+    pub fn bind(
+        &self,
         context: &GpuContext,
-        stage: &WgElement,
         recording: &Recording,
         model: &Model,
-        linear: &GpuLinear,
-    ) -> Result<GpuElements> {
-        let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
-        let mut tet_rest = Vec::with_capacity(4 * model.tets.len());
-        for rest in &model.tet_rest {
-            for (a, g) in rest.shape_gradients.iter().enumerate() {
-                let w = if a == 0 { rest.volume } else { 0.0 };
-                tet_rest.push([g[0] as f32, g[1] as f32, g[2] as f32, w as f32]);
-            }
-        }
-        let tet_material = model
-            .tet_material
-            .iter()
-            .map(|m| {
-                let (mu, lambda) = m.lame();
-                [material_id(m.model()) as f32, mu as f32, lambda as f32, 0.0]
-            })
-            .collect::<Vec<[f32; 4]>>();
-        let springs: Vec<u32> = model.springs.iter().flatten().copied().collect();
-        let spring_laws: Vec<[f32; 4]> = model
-            .spring_law
-            .iter()
-            .map(|s| {
-                [if s.kind == SpringKind::Hooke { 0.0 } else { 1.0 }, s.stiffness as f32, s.rest as f32, 0.0]
-            })
-            .collect();
-        // Rest edges in f64, so that the shader adds displacements to exact rest geometry.
-        let spring_edges: Vec<[f32; 4]> = model
-            .springs
-            .iter()
-            .map(|&[i, j]| {
-                let (a, b) = (model.rest[i as usize], model.rest[j as usize]);
-                [(b[0] - a[0]) as f32, (b[1] - a[1]) as f32, (b[2] - a[2]) as f32, 0.0]
-            })
-            .collect();
-        let runs = runs(model);
-        let partial_count = runs.iter().map(|r| r.count.div_ceil(WORKGROUP) as usize).sum();
-        let c = context;
-        let model_buffers = [
-            c.storage("tets", &tets),
-            c.storage("tet_rest", &tet_rest),
-            c.storage("tet_material", &tet_material),
-            c.storage("springs", &springs),
-            c.storage("spring_laws", &spring_laws),
-            c.storage("spring_edges", &spring_edges),
-        ];
-        let energy_partials = c.scratch::<f32>("energy_partials", partial_count);
-        let model_refs: Vec<&wgpu::Buffer> = model_buffers.iter().collect();
-        let groups = |x: &wgpu::Buffer, start: &wgpu::Buffer| {
-            vec![
-                stage.0.bind_group(c, 1, &model_refs),
-                stage.0.bind_group(c, 2, &[x, start]),
-                stage.0.bind_group(
-                    c,
-                    3,
-                    &[&linear.corner_gradients, &linear.element_blocks, &energy_partials],
-                ),
-            ]
+        buffers: &GpuBuffers,
+    ) -> Result<ElementGroups> {
+        let aux = |group: u32, name: &str| match (group, name) {
+            (2, "x" | "x_start") => buffers.state.get("aux"),
+            _ => buffers.resolve(group, name),
         };
-        let iterate_groups = groups(&linear.x, &linear.x_start);
-        let aux_groups = groups(&linear.aux, &linear.aux);
-        Ok(GpuElements {
+        Ok(ElementGroups {
             tet_count: model.tets.len() as u32,
             spring_count: model.springs.len() as u32,
-            runs,
-            partial_count,
-            param_group: recording.param_group(c, &stage.0),
-            energy_partials,
-            iterate_groups,
-            aux_groups,
+            runs: runs(model),
+            param: recording.param_group(context, &self.0),
+            iterate: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
+            aux: self.0.bind(context, aux)?,
         })
     }
 
     /// Records the element pass at `at`, leaving its outputs in the shared buffers.
-    pub fn encode(
+    pub fn queue(
         &self,
         context: &GpuContext,
-        stage: &WgElement,
         recording: &mut Recording,
+        groups: &ElementGroups,
         at: Positions,
         nodes: &[Node],
         outputs: Outputs,
@@ -242,12 +156,12 @@ impl GpuElements {
             return Err(Error::State("the GPU element stage takes 1 or 2 quadrature nodes".into()));
         }
         let second = nodes.get(1).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
-        let groups = if at == Positions::Iterate { &self.iterate_groups } else { &self.aux_groups };
-        let groups: Vec<&wgpu::BindGroup> = groups.iter().collect();
-        for run in &self.runs {
+        let bound = if at == Positions::Iterate { &groups.iterate } else { &groups.aux };
+        let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
+        for run in &groups.runs {
             let params = ElementParams {
-                tet_count: self.tet_count,
-                spring_count: self.spring_count,
+                tet_count: groups.tet_count,
+                spring_count: groups.spring_count,
                 node_count: nodes.len() as u32,
                 first: run.first,
                 count: run.count,
@@ -260,22 +174,20 @@ impl GpuElements {
             let offset = recording.params(context, &params)?;
             let constants = [("OUTPUTS", outputs as u32 as f64), ("MATERIAL", run.material as f64)];
             let kernel =
-                Kernel { stage: &stage.0, entry: run.entry, constants: &constants, label: outputs.label() };
-            recording.dispatch(
-                context,
-                kernel,
-                &self.param_group,
-                offset,
-                &groups,
-                run.count.div_ceil(WORKGROUP),
-            );
+                Kernel { stage: &self.0, entry: run.entry, constants: &constants, label: outputs.label() };
+            recording.dispatch(context, kernel, &groups.param, offset, &bound, run.count.div_ceil(WORKGROUP));
         }
         Ok(())
     }
 
     /// Stages the energy partials of the last recorded pass.
-    pub fn stage_energy(&self, context: &GpuContext, recording: &mut Recording) -> Result<Staged> {
-        recording.stage(context, &self.energy_partials, 4 * self.partial_count as u64)
+    pub fn stage_energy(
+        context: &GpuContext,
+        recording: &mut Recording,
+        buffers: &GpuBuffers,
+    ) -> Result<Staged> {
+        let partials = buffers.scratch.named("energy_partials");
+        recording.stage(context, partials, partials.size())
     }
 
     /// The energy from its staged partials (added in order, in f64).
@@ -283,23 +195,19 @@ impl GpuElements {
         bytemuck::pod_collect_to_vec::<u8, f32>(bytes).iter().map(|&e| e as f64).sum()
     }
 
-    /// The number of energy partials a pass writes.
-    pub fn partial_count(&self) -> usize {
-        self.partial_count
-    }
-
     /// Reads the corner gradients (3 floats per corner slot) and Hessian blocks (9 floats per
     /// block, row-major) of the last pass, in the CPU twin's slot order.
     #[cfg(test)]
-    pub fn read_outputs(
-        &self,
+    pub(crate) fn read_outputs(
         context: &GpuContext,
         recording: &mut Recording,
-        linear: &GpuLinear,
+        buffers: &GpuBuffers,
     ) -> Result<(Vec<f32>, Vec<f32>)> {
-        let (nt, ns) = (self.tet_count as usize, self.spring_count as usize);
-        let corners: Vec<f32> = recording.read_buffer(context, &linear.corner_gradients, 12 * nt + 6 * ns)?;
-        let blocks: Vec<f32> = recording.read_buffer(context, &linear.element_blocks, 90 * nt + 27 * ns)?;
+        let (nt, ns) = (buffers.tet_count, buffers.spring_count);
+        let corners: Vec<f32> =
+            recording.read_buffer(context, buffers.scratch.named("corner_gradients"), 12 * nt + 6 * ns)?;
+        let blocks: Vec<f32> =
+            recording.read_buffer(context, buffers.scratch.named("element_blocks"), 90 * nt + 27 * ns)?;
         Ok((
             (0..12 * nt + 6 * ns).map(|entry| corners[corner_entry(entry / 3, entry % 3, nt, ns)]).collect(),
             (0..90 * nt + 27 * ns).map(|entry| blocks[block_entry(entry / 9, entry % 9, nt, ns)]).collect(),
@@ -326,5 +234,102 @@ pub(crate) fn block_entry(source: usize, k: usize, tet_count: usize, spring_coun
     } else {
         let local = source - 10 * tet_count;
         90 * tet_count + (9 * (local % 3) + k) * spring_count + local / 3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Outputs, WgElement};
+    use crate::backend::Node;
+    use crate::backend::cpu::element;
+    use crate::backend::cpu::tests::mixed_model;
+    use crate::backend::gpu::Positions;
+    use crate::backend::gpu::test_support::{NODES, Rig, context, random_state, worst};
+    use crate::material::{Material, Projection};
+
+    /// Records the element pass and returns its energy.
+    fn evaluate(rig: &mut Rig, nodes: &[Node], outputs: Outputs) -> f64 {
+        let groups = rig.stages.element.bind(&rig.context, &rig.rec, &rig.model, &rig.buffers).unwrap();
+        rig.stages
+            .element
+            .queue(&rig.context, &mut rig.rec, &groups, Positions::Iterate, nodes, outputs)
+            .unwrap();
+        let staged = WgElement::stage_energy(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
+        WgElement::energy(&rig.rec.read(&rig.context, &[staged]).unwrap()[0])
+    }
+
+    #[test]
+    fn element_stage_matches_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        let materials = [
+            Material::stvk(2e4, 0.3),
+            Material::neo_hookean(2e4, 0.3),
+            Material::stable_neo_hookean(2e4, 0.45),
+            Material::corotated(2e4, 0.3),
+            Material::fixed_corotated(2e4, 0.3),
+            Material::arap(2e4, 0.3),
+        ];
+        for (case, (material, projection)) in materials
+            .iter()
+            .flat_map(|m| [(m.clone(), Projection::None), (m.clone(), Projection::Psd)])
+            .enumerate()
+        {
+            let k = case / 2;
+            let model = Arc::new(mixed_model(material));
+            let (x, start) = random_state(&model, 40 + k as u64);
+            let corners = 4 * model.tets.len() + 2 * model.springs.len();
+            let blocks = 10 * model.tets.len() + 3 * model.springs.len();
+            let mut cpu_gradients = vec![[0.0; 3]; corners];
+            let mut cpu_blocks = vec![[0.0; 9]; blocks];
+            let cpu_energy = element::derivatives(
+                &model,
+                &x,
+                &start,
+                &NODES,
+                Some(projection),
+                &mut cpu_gradients,
+                &mut cpu_blocks,
+            );
+            let outputs =
+                if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
+            let mut rig = Rig::new(&context, &model);
+            rig.write_positions(&x, &start, &start);
+            let energy = evaluate(&mut rig, &NODES, outputs);
+            let (corner_gradients, element_blocks) =
+                WgElement::read_outputs(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
+            // Displacements of ~1 cm in f32 against shape gradients of ~10/m put ~1e-8 of
+            // rounding in H, and the rotation-based models' SVD ~1e-7 in F: measured on
+            // lavapipe the worst entries are 3e-7 (energy), 1.5e-6 (gradient) and 9e-7
+            // (Hessian), and 2e-6 was the worst on an H100; 1e-5 leaves a margin of five. A
+            // wrong term would be off by O(1).
+            let energy_error = (energy - cpu_energy).abs() / cpu_energy.abs();
+            assert!(energy_error < 1e-5, "material {k}: energy {energy} vs {cpu_energy}");
+            let (g_error, g_at) = worst(&corner_gradients, cpu_gradients.as_flattened());
+            assert!(g_error < 1e-5, "material {k}: gradient entry {g_at} off by {g_error:e}");
+            let (h_error, h_at) = worst(&element_blocks, cpu_blocks.as_flattened());
+            assert!(h_error < 1e-5, "material {k}: Hessian entry {h_at} off by {h_error:e}");
+            let energy_only = evaluate(&mut rig, &NODES, Outputs::Energy);
+            assert_eq!(energy_only, energy, "the energy does not depend on what else is computed");
+            println!(
+                "{} element parity, material {k} {projection:?}: energy {energy_error:.1e}, gradient {g_error:.1e}, Hessian {h_error:.1e}",
+                context.adapter
+            );
+        }
+    }
+
+    #[test]
+    fn element_stage_gives_the_same_bits_every_run() {
+        let Some(context) = context() else { return };
+        let model = Arc::new(mixed_model(Material::stable_neo_hookean(3e4, 0.4)));
+        let (x, start) = random_state(&model, 7);
+        let mut rig = Rig::new(&context, &model);
+        rig.write_positions(&x, &start, &start);
+        let mut run = || {
+            let energy = evaluate(&mut rig, &NODES[..1], Outputs::Hessian);
+            (energy.to_bits(), WgElement::read_outputs(&rig.context, &mut rig.rec, &rig.buffers).unwrap())
+        };
+        assert_eq!(run(), run());
     }
 }

@@ -1,37 +1,81 @@
 //! The GPU backend: WGSL compute stages through wgpu, f32 on the device, every stage the twin
-//! of a CPU stage in `backend/cpu` (same slots, same meaning) and tested against it.
+//! of a CPU stage in `backend/cpu` (same meaning, tested against it).
 //!
-//! `GpuBackend` implements the step's `Stages` with the `element` (every material, exact or
-//! projected Hessians), `gather` (inertia, gravity, colliders, handles, lagged damping),
-//! `assemble`, `pcg` and `vector` stages, all recorded into one `Recording` that is
-//! submitted only when the host needs a result. `GpuContext::start_profiling` times every pass with
-//! timestamp queries where the adapter has them.
+//! The layout follows the lifetimes of what it holds: `Wg*` own pipelines (compiled once per
+//! context), `Gpu*` own buffers (one set per model: `GpuModel`, `GpuState` and `GpuScratch`
+//! for bind groups 1-3, each buffer known by its name in the shaders), and each stage file
+//! `gpu/<stage>.rs` sits beside `shaders/<stage>.wgsl` and `cpu/<stage>.rs`, binds itself to
+//! the buffers once per model and records its dispatches into a [`Recording`] through
+//! `queue`. `GpuBackend` is the engine: it records a Newton iteration and submits it with one
+//! readback. `GpuContext::start_profiling` times every pass with timestamp queries where the
+//! adapter has them.
+//!
+//! [`Recording`]: recording::Recording
 
+pub mod assemble;
 mod backend;
+pub mod buffers;
 mod context;
 pub mod element;
-pub mod linear;
+pub mod gather;
+pub mod pcg;
 pub mod recording;
 pub mod shaders;
 mod stage;
+pub mod vector;
 
 pub use backend::GpuBackend;
 pub use context::{GpuContext, PassTime};
 pub use recording::DeviceCounts;
 
-/// The binding table the Rust side declares for a stage, by stage name.
-pub fn stage_bindings(stage: &str) -> Option<Vec<shaders::Binding>> {
-    match stage {
-        "element" => Some(element::bindings()),
-        "gather" => Some(linear::gather_bindings()),
-        "assemble" => Some(linear::assemble_bindings()),
-        "pcg" => Some(linear::pcg_bindings()),
-        "vector" => Some(linear::vector_bindings()),
-        _ => None,
+use crate::error::Result;
+
+/// Which positions the element and gather stages read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positions {
+    /// The iterate `x`, between the step's start and target.
+    Iterate,
+    /// The auxiliary buffer, as both `x` and start (the potential at a given state).
+    Aux,
+}
+
+/// Every stage's pipelines: the one registry of stages.
+pub struct WgStages {
+    pub element: element::WgElement,
+    pub gather: gather::WgGather,
+    pub assemble: assemble::WgAssemble,
+    pub pcg: pcg::WgPcg,
+    pub vector: vector::WgVector,
+}
+
+impl WgStages {
+    /// Compiles every stage's module (pipelines are created when first used).
+    pub fn new(context: &GpuContext) -> Result<WgStages> {
+        Ok(WgStages {
+            element: element::WgElement::new(context)?,
+            gather: gather::WgGather::new(context)?,
+            assemble: assemble::WgAssemble::new(context)?,
+            pcg: pcg::WgPcg::new(context)?,
+            vector: vector::WgVector::new(context)?,
+        })
     }
 }
-pub use element::{GpuElements, WgElement};
-pub use linear::{GpuLinear, PcgStatus, Positions, WgLinear};
 
+/// The size of each stage's parameter block on the Rust side, by stage name (what the
+/// shaders' uniform blocks must match).
+pub fn params_size(stage: &str) -> Option<u64> {
+    use encase::ShaderType;
+    Some(match stage {
+        "element" => element::ElementParams::min_size().get(),
+        "gather" => gather::GatherParams::min_size().get(),
+        "assemble" => assemble::AssembleParams::min_size().get(),
+        "pcg" => pcg::PcgParams::min_size().get(),
+        "vector" => vector::VectorParams::min_size().get(),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod test_support;
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,39 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// The stages: composed modules with entry points.
 pub const STAGES: &[&str] = &["element", "gather", "assemble", "pcg", "vector"];
 
+/// The composed stage `name`, parsed and validated by naga.
+pub fn module(name: &str) -> Result<(String, naga::Module)> {
+    let source = compose(name)?;
+    let module = naga::front::wgsl::parse_str(&source)
+        .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(&module)
+        .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
+    Ok((source, module))
+}
+
+/// The binding table of stage `name`, read from its composed source: every global with a
+/// binding, its name, and how it is used (uniform blocks with their size).
+pub fn reflect(module: &naga::Module) -> Result<Vec<Binding>> {
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).map_err(|e| Error::Unsupported(format!("shader layout: {e}")))?;
+    let mut table = Vec::new();
+    for (_, var) in module.global_variables.iter() {
+        let Some(binding) = &var.binding else { continue };
+        let kind = match var.space {
+            naga::AddressSpace::Uniform => BindingKind::Uniform { size: layouter[var.ty].size as u64 },
+            naga::AddressSpace::Storage { access } => {
+                BindingKind::Storage { read_only: !access.contains(naga::StorageAccess::STORE) }
+            }
+            other => return Err(Error::Unsupported(format!("binding in address space {other:?}"))),
+        };
+        let name = var.name.clone().unwrap_or_default();
+        table.push(Binding { group: binding.group, binding: binding.binding, name, kind });
+    }
+    table.sort_by_key(|b| (b.group, b.binding));
+    Ok(table)
+}
+
 fn source(name: &str) -> Result<&'static str> {
     SOURCES
         .iter()
@@ -66,14 +99,14 @@ pub enum BindingKind {
 }
 
 /// One binding of a stage: where it is and what it holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// Bind group: 0 per-step parameters, 1 model, 2 state, 3 scratch.
     pub group: u32,
     /// Binding index in the group.
     pub binding: u32,
-    /// The shader variable's name.
-    pub name: &'static str,
+    /// The shader variable's name: the name of the buffer bound there.
+    pub name: String,
     /// How it is used.
     pub kind: BindingKind,
 }

@@ -1,34 +1,24 @@
-//! `WgStage`: a composed shader module, its bind-group layouts (built from the stage's
-//! binding table, the same table the shader test checks against naga) and one compute
-//! pipeline per entry point. Group 0, the parameters, is a slot of the recording's uniform
-//! arena, bound at a dynamic offset per dispatch.
-
-use encase::ShaderType;
+//! `WgStage`: a composed shader module, its bind-group layouts — built from the binding table
+//! naga reads off the composed source, so bindings are written once, in WGSL — and its
+//! compute pipelines. Group 0, the parameters, is a slot of the recording's uniform arena,
+//! bound at a dynamic offset per dispatch; groups 1-3 (model, state, scratch) are bound by
+//! buffer name: a buffer has the same name in Rust and in every shader that binds it.
 
 use super::context::GpuContext;
-use super::shaders::{Binding, BindingKind, compose};
-use crate::error::Result;
+use super::shaders::{Binding, BindingKind, module, reflect};
+use crate::error::{Error, Result};
 
 /// Invocations per workgroup in every stage (`WORKGROUP` in the shaders).
 pub const WORKGROUP: u32 = 256;
 
-/// A storage binding.
-pub(crate) const fn storage(group: u32, binding: u32, name: &'static str, read_only: bool) -> Binding {
-    Binding { group, binding, name, kind: BindingKind::Storage { read_only } }
-}
-
-/// The uniform parameter block at (0, 0).
-pub(crate) fn uniform<T: ShaderType>() -> Binding {
-    Binding { group: 0, binding: 0, name: "params", kind: BindingKind::Uniform { size: T::min_size().get() } }
-}
-
 /// Override constants that specialize a pipeline, by name.
-pub type Constants = Vec<(&'static str, f64)>;
+type Constants = Vec<(&'static str, f64)>;
 
-/// A stage's module, layouts and pipelines: one per entry point, and one per entry point and
-/// set of override constants, compiled when first asked for.
+/// A stage's module, layouts and pipelines: one per entry point and set of override
+/// constants, compiled when first asked for.
 pub struct WgStage {
     name: &'static str,
+    table: Vec<Binding>,
     layouts: Vec<wgpu::BindGroupLayout>,
     module: wgpu::ShaderModule,
     layout: wgpu::PipelineLayout,
@@ -46,19 +36,16 @@ pub struct Kernel<'a> {
 }
 
 impl WgStage {
-    /// Compiles stage `name` with the layouts of `table` and a pipeline per entry point.
-    pub fn new(
-        context: &GpuContext,
-        name: &'static str,
-        table: &[Binding],
-        entries: &[&'static str],
-    ) -> Result<WgStage> {
+    /// Composes stage `name`, reads its bindings and builds their layouts.
+    pub fn new(context: &GpuContext, name: &'static str) -> Result<WgStage> {
         let device = &context.device;
+        let (source, parsed) = module(name)?;
+        let table = reflect(&parsed)?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(compose(name)?.into()),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
         });
-        let groups = table.iter().map(|b| b.group).max().map_or(0, |g| g + 1);
+        let groups = table.iter().map(|b| b.group + 1).max().unwrap_or(0);
         let layouts: Vec<wgpu::BindGroupLayout> = (0..groups)
             .map(|group| {
                 let entries: Vec<wgpu::BindGroupLayoutEntry> = table
@@ -93,11 +80,12 @@ impl WgStage {
             bind_group_layouts: &refs,
             immediate_size: 0,
         });
-        let stage = WgStage { name, layouts, module, layout, pipelines: Default::default() };
-        for &entry in entries {
-            stage.pipeline(context, entry, &[]);
-        }
-        Ok(stage)
+        Ok(WgStage { name, table, layouts, module, layout, pipelines: Default::default() })
+    }
+
+    /// The binding table read from the shader.
+    pub fn bindings(&self) -> &[Binding] {
+        &self.table
     }
 
     /// The pipeline of `entry` with `constants`, compiled on first use.
@@ -149,31 +137,35 @@ impl WgStage {
         })
     }
 
-    /// A bind group for `group` over `buffers` in binding order. Groups a stage does not use
-    /// are bound empty.
-    pub fn bind_group(
+    /// Bind groups 1.. (those after the parameters), each binding the buffer `resolve`
+    /// gives for its name in that group; an unknown name is an error naming it.
+    pub fn bind<'b>(
         &self,
         context: &GpuContext,
-        group: usize,
-        buffers: &[&wgpu::Buffer],
-    ) -> wgpu::BindGroup {
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .enumerate()
-            .map(|(b, buffer)| wgpu::BindGroupEntry {
-                binding: b as u32,
-                resource: buffer.as_entire_binding(),
+        resolve: impl Fn(u32, &str) -> Option<&'b wgpu::Buffer>,
+    ) -> Result<Vec<wgpu::BindGroup>> {
+        (1..self.layouts.len() as u32)
+            .map(|group| {
+                let entries = self
+                    .table
+                    .iter()
+                    .filter(|b| b.group == group)
+                    .map(|b| {
+                        let buffer = resolve(group, &b.name).ok_or_else(|| {
+                            Error::Unsupported(format!(
+                                "stage {} binds {:?} in group {group}, which no buffer is called",
+                                self.name, b.name
+                            ))
+                        })?;
+                        Ok(wgpu::BindGroupEntry { binding: b.binding, resource: buffer.as_entire_binding() })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(context.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(self.name),
+                    layout: &self.layouts[group as usize],
+                    entries: &entries,
+                }))
             })
-            .collect();
-        context.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &self.layouts[group],
-            entries: &entries,
-        })
-    }
-
-    /// The number of bind groups.
-    pub fn group_count(&self) -> usize {
-        self.layouts.len()
+            .collect()
     }
 }

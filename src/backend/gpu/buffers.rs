@@ -1,0 +1,244 @@
+//! The device buffers of one model, grouped by lifetime as the shaders' bind groups are:
+//! `GpuModel` (group 1: what never changes in a run), `GpuState` (group 2: positions and
+//! handles) and `GpuScratch` (group 3: per-iteration work). Each buffer is known by the name
+//! the shaders give it; stages bind them by that name.
+//!
+//! Positions on the device (the iterate `x`, the step's start `x_start` and inertial target
+//! `target_positions`, `aux` and `x_saved`) are displacements from the rest shape. f32
+//! quantizes absolute positions of ~1 m to ~6e-8 m, which shape gradients of ~20/m turn into
+//! strain noise of ~1e-6 and a gradient noise floor far above Newton's tolerances;
+//! displacements of centimetres are stored ~20x finer. The host converts in f64 on the way in
+//! and out; `positions` holds rest + x for drawing.
+
+use super::context::GpuContext;
+use super::gather::GpuCollider;
+use super::pcg::PcgStatus;
+use super::stage::WORKGROUP;
+use crate::backend::topology::Topology;
+use crate::material::MaterialModel;
+use crate::mesh::SpringKind;
+use crate::model::Model;
+
+/// Device buffers of one lifetime, by name.
+#[derive(Default)]
+pub struct NamedBuffers(Vec<(&'static str, wgpu::Buffer)>);
+
+impl NamedBuffers {
+    /// The buffer called `name`.
+    pub fn get(&self, name: &str) -> Option<&wgpu::Buffer> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, b)| b)
+    }
+
+    /// Adds `buffer` as `name`, replacing one of that name.
+    pub(crate) fn set(&mut self, name: &'static str, buffer: wgpu::Buffer) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = buffer,
+            None => self.0.push((name, buffer)),
+        }
+    }
+
+    /// The buffer called `name`, which the backend created.
+    pub(crate) fn named(&self, name: &str) -> &wgpu::Buffer {
+        self.get(name).unwrap_or_else(|| panic!("the GPU backend creates a buffer called {name:?}"))
+    }
+}
+
+/// Group 1: the model.
+pub type GpuModel = NamedBuffers;
+/// Group 2: the state.
+pub type GpuState = NamedBuffers;
+/// Group 3: scratch.
+pub type GpuScratch = NamedBuffers;
+
+/// The id of a material model in the shaders (`MATERIAL`).
+pub(crate) fn material_id(model: MaterialModel) -> u32 {
+    match model {
+        MaterialModel::StVK => 0,
+        MaterialModel::NeoHookean => 1,
+        MaterialModel::StableNeoHookean => 2,
+        MaterialModel::Corotated => 3,
+        MaterialModel::FixedCorotated => 4,
+        MaterialModel::Arap => 5,
+    }
+}
+
+fn to_f32(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&v| v as f32).collect()
+}
+
+/// All device buffers of one model, and the sizes they were made for.
+pub struct GpuBuffers {
+    pub model: GpuModel,
+    pub state: GpuState,
+    pub scratch: GpuScratch,
+    pub vertex_count: usize,
+    pub tet_count: usize,
+    pub spring_count: usize,
+    pub block_count: usize,
+    /// The rest positions in f64, for converting positions to displacements and back.
+    rest: Vec<[f64; 3]>,
+    anchor_capacity: usize,
+}
+
+impl GpuBuffers {
+    /// Uploads `model` and allocates every buffer the stages use; `energy_partials` is the
+    /// element stage's partial count.
+    pub fn new(context: &GpuContext, model: &Model, energy_partials: usize) -> GpuBuffers {
+        let c = context;
+        let n = model.vertex_count();
+        let (nt, ns) = (model.tets.len(), model.springs.len());
+        let topology = Topology::new(model);
+        let block_count = topology.block_count();
+        let partials = n.div_ceil(WORKGROUP as usize);
+
+        let mut m = GpuModel::default();
+        m.set("masses", c.storage("masses", &to_f32(&model.masses)));
+        let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
+        m.set("pinned", c.storage("pinned", &pinned));
+        m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
+        let colliders: Vec<GpuCollider> = model.colliders.iter().map(GpuCollider::new).collect();
+        m.set("colliders", c.storage("colliders", &colliders));
+        m.set("corner_offsets", c.storage("corner_offsets", &topology.corner_offsets));
+        m.set("corners", c.storage("corners", &topology.corners));
+        m.set("row_offsets", c.storage("row_offsets", &topology.row_offsets));
+        m.set("columns", c.storage("columns", &topology.columns));
+        m.set("diagonal", c.storage("diagonal", &topology.diagonal));
+        m.set("source_offsets", c.storage("source_offsets", &topology.source_offsets));
+        m.set("block_sources", c.storage("block_sources", &topology.block_sources));
+        let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
+        m.set("tets", c.storage("tets", &tets));
+        let mut tet_rest = Vec::with_capacity(4 * nt);
+        for rest in &model.tet_rest {
+            for (a, g) in rest.shape_gradients.iter().enumerate() {
+                let w = if a == 0 { rest.volume } else { 0.0 };
+                tet_rest.push([g[0] as f32, g[1] as f32, g[2] as f32, w as f32]);
+            }
+        }
+        m.set("tet_rest", c.storage("tet_rest", &tet_rest));
+        let tet_material: Vec<[f32; 4]> = model
+            .tet_material
+            .iter()
+            .map(|m| {
+                let (mu, lambda) = m.lame();
+                [material_id(m.model()) as f32, mu as f32, lambda as f32, 0.0]
+            })
+            .collect();
+        m.set("tet_material", c.storage("tet_material", &tet_material));
+        let springs: Vec<u32> = model.springs.iter().flatten().copied().collect();
+        m.set("springs", c.storage("springs", &springs));
+        let spring_laws: Vec<[f32; 4]> = model
+            .spring_law
+            .iter()
+            .map(|s| {
+                [if s.kind == SpringKind::Hooke { 0.0 } else { 1.0 }, s.stiffness as f32, s.rest as f32, 0.0]
+            })
+            .collect();
+        m.set("spring_laws", c.storage("spring_laws", &spring_laws));
+        // Rest edges in f64, so that the shader adds displacements to exact rest geometry.
+        let spring_edges: Vec<[f32; 4]> = model
+            .springs
+            .iter()
+            .map(|&[i, j]| {
+                let (a, b) = (model.rest[i as usize], model.rest[j as usize]);
+                [(b[0] - a[0]) as f32, (b[1] - a[1]) as f32, (b[2] - a[2]) as f32, 0.0]
+            })
+            .collect();
+        m.set("spring_edges", c.storage("spring_edges", &spring_edges));
+
+        let vector = |label: &'static str| c.scratch::<f32>(label, 3 * n);
+        let mut s = GpuState::default();
+        for name in ["x", "x_start", "target_positions", "aux"] {
+            s.set(name, vector(name));
+        }
+        s.set("positions", c.storage("positions", &to_f32(model.rest.as_flattened())));
+        s.set("anchor_offsets", c.scratch::<u32>("anchor_offsets", n + 1));
+        s.set("anchors", c.scratch::<[f32; 4]>("anchors", 1));
+
+        let mut w = GpuScratch::default();
+        w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));
+        w.set("element_blocks", c.scratch::<f32>("element_blocks", 90 * nt + 27 * ns));
+        w.set("energy_partials", c.scratch::<f32>("energy_partials", energy_partials));
+        for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "p_even", "p_odd", "ap"] {
+            w.set(name, vector(name));
+        }
+        w.set("inverse_diagonal", vector("inverse_diagonal"));
+        w.set("vertex_blocks", c.scratch::<f32>("vertex_blocks", 9 * n));
+        w.set("blocks", c.scratch::<f32>("blocks", 9 * block_count));
+        w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));
+        w.set("dot_partials", c.scratch::<[f32; 4]>("dot_partials", partials));
+        w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", partials));
+        w.set("curvature_partials", c.scratch::<f32>("curvature_partials", partials));
+        w.set("scalars_even", c.scratch::<PcgStatus>("scalars_even", 1));
+        w.set("scalars_odd", c.scratch::<PcgStatus>("scalars_odd", 1));
+        // Bound where a stage's damping input is unused (a buffer may not be bound for
+        // reading and writing in one dispatch); the damping matrix replaces it when a step
+        // first has damping.
+        w.set("placeholder", c.scratch::<f32>("placeholder", 1));
+        w.set("damping_blocks", c.scratch::<f32>("damping_blocks", 1));
+        GpuBuffers {
+            model: m,
+            state: s,
+            scratch: w,
+            vertex_count: n,
+            tet_count: nt,
+            spring_count: ns,
+            block_count,
+            rest: model.rest.clone(),
+            anchor_capacity: 1,
+        }
+    }
+
+    /// The buffer called `name` in bind group `group` (1 model, 2 state, 3 scratch).
+    pub fn resolve(&self, group: u32, name: &str) -> Option<&wgpu::Buffer> {
+        match group {
+            1 => self.model.get(name),
+            2 => self.state.get(name),
+            3 => self.scratch.get(name),
+            _ => None,
+        }
+    }
+
+    /// `positions - rest` in f32.
+    pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<f32> {
+        positions.iter().zip(&self.rest).flat_map(|(p, r)| [0, 1, 2].map(|c| (p[c] - r[c]) as f32)).collect()
+    }
+
+    /// `rest + displacements` in f64.
+    pub fn positions(&self, displacements: &[f32], out: &mut [[f64; 3]]) {
+        for ((o, u), r) in out.iter_mut().zip(displacements.chunks_exact(3)).zip(&self.rest) {
+            *o = [0, 1, 2].map(|c| r[c] + u[c] as f64);
+        }
+    }
+
+    /// Grows the handle buffer to hold `count` springs; true when it was replaced (bind groups
+    /// over it must be rebuilt).
+    pub fn reserve_anchors(&mut self, context: &GpuContext, count: usize) -> bool {
+        if count <= self.anchor_capacity {
+            return false;
+        }
+        self.anchor_capacity = count.next_power_of_two();
+        self.state.set("anchors", context.scratch::<[f32; 4]>("anchors", self.anchor_capacity));
+        true
+    }
+
+    /// Allocates the lagged damping matrix; true the first time (bind groups over it must be
+    /// rebuilt).
+    pub fn reserve_damping(&mut self, context: &GpuContext) -> bool {
+        let wanted = (36 * self.block_count).max(4) as u64;
+        if self.scratch.named("damping_blocks").size() >= wanted {
+            return false;
+        }
+        self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.block_count));
+        true
+    }
+
+    /// Whether the damping matrix exists.
+    pub fn has_damping(&self) -> bool {
+        self.scratch.named("damping_blocks").size() >= (36 * self.block_count).max(4) as u64
+    }
+
+    /// Workgroups of a pass over the vertices (and their partial sums).
+    pub fn vertex_workgroups(&self) -> u32 {
+        (self.vertex_count as u32).div_ceil(WORKGROUP)
+    }
+}

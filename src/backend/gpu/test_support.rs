@@ -1,0 +1,200 @@
+//! What the GPU tests share: the one context, seeded random states, the CPU reference of a
+//! linearization, and `Rig`, one model's buffers and a recording to drive single stages.
+//! Without an adapter these tests skip with a printed reason, unless LIVELY_REQUIRE_GPU=1
+//! (as in CI, with the lavapipe software adapter), where a missing adapter is a failure.
+
+use std::sync::Arc;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::buffers::GpuBuffers;
+use super::gather::GatherParams;
+use super::recording::Recording;
+use super::{GpuContext, WgStages};
+use crate::backend::Node;
+use crate::backend::cpu::element;
+use crate::backend::cpu::tests::mixed_model;
+use crate::material::{Material, Projection};
+use crate::model::Model;
+
+/// The context these tests share (one device per process).
+pub(crate) fn context() -> Option<Arc<GpuContext>> {
+    static SHARED: std::sync::OnceLock<Option<Arc<GpuContext>>> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| fresh_context().map(Arc::new)).clone()
+}
+
+/// A context of its own, for a test that changes it.
+pub(crate) fn fresh_context() -> Option<GpuContext> {
+    match GpuContext::new() {
+        Ok(context) => Some(context),
+        Err(e) if std::env::var("LIVELY_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("LIVELY_REQUIRE_GPU=1 but no GPU is usable: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping GPU test: {e} (set LIVELY_REQUIRE_GPU=1 to make this a failure)");
+            None
+        }
+    }
+}
+
+pub(crate) fn random_state(model: &Model, seed: u64) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut jitter = |p: &[f64; 3], s: f64| std::array::from_fn(|c| p[c] + rng.random_range(-s..s));
+    let start: Vec<[f64; 3]> = model.rest.iter().map(|p| jitter(p, 0.01)).collect();
+    let x: Vec<[f64; 3]> = start.iter().map(|p| jitter(p, 0.01)).collect();
+    (x, start)
+}
+
+/// Largest |gpu - cpu| relative to the largest |cpu| entry, with its index.
+pub(crate) fn worst(gpu: &[f32], cpu: &[f64]) -> (f64, usize) {
+    assert_eq!(gpu.len(), cpu.len());
+    let scale = cpu.iter().fold(f64::MIN_POSITIVE, |a, b| a.max(b.abs()));
+    gpu.iter()
+        .zip(cpu)
+        .enumerate()
+        .map(|(i, (g, c))| ((*g as f64 - c).abs() / scale, i))
+        .fold((0.0, 0), |a, e| if e.0 > a.0 { e } else { a })
+}
+
+/// AVF's two quadrature nodes: every stage must handle two.
+pub(crate) const NODES: [Node; 2] =
+    [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }];
+
+/// A model for the linear-algebra stages: the mixed bar and springs with colliders of every
+/// shape.
+pub(crate) fn linear_model(material: Material) -> Arc<Model> {
+    Arc::new(mixed_model(material))
+}
+
+/// The CPU reference of one linearization: corner gradients, element blocks, gathered
+/// gradient, vertex blocks and sums, assembled matrix.
+pub(crate) struct Reference {
+    pub corners: Vec<[f64; 3]>,
+    pub element_blocks: Vec<[f64; 9]>,
+    pub gradient: Vec<[f64; 3]>,
+    pub vertex_blocks: Vec<[f64; 9]>,
+    pub sums: (f64, f64, f64),
+    pub vertex_energy: f64,
+    pub blocks: Vec<[f64; 9]>,
+    pub target: Vec<[f64; 3]>,
+}
+
+pub(crate) const H: f64 = 1.0 / 30.0;
+
+pub(crate) fn reference(
+    model: &Model,
+    x: &[[f64; 3]],
+    start: &[[f64; 3]],
+    projection: Projection,
+) -> Reference {
+    use crate::backend::cpu::{assemble, gather};
+    let topology = crate::backend::topology::Topology::new(model);
+    let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0] + 0.01, p[1] - 0.02, p[2]]).collect();
+    let mut corners = vec![[0.0; 3]; 4 * model.tets.len() + 2 * model.springs.len()];
+    let mut element_blocks = vec![[0.0; 9]; 10 * model.tets.len() + 3 * model.springs.len()];
+    element::derivatives(model, x, start, &NODES, Some(projection), &mut corners, &mut element_blocks);
+    let anchors = crate::backend::topology::Anchors::default();
+    let terms = gather::VertexTerms {
+        model,
+        start,
+        target: &target,
+        nodes: &NODES,
+        inv_h2: 1.0 / (H * H),
+        anchors: &anchors,
+    };
+    let n = model.vertex_count();
+    let (mut gradient, mut vertex_blocks) = (vec![[0.0; 3]; n], vec![[0.0; 9]; n]);
+    let sums =
+        gather::gradient(&terms, &topology, &corners, x, projection, &mut gradient, &mut vertex_blocks);
+    let vertex_energy = gather::vertex_energy(&terms, x);
+    let mut blocks = vec![[0.0; 9]; topology.block_count()];
+    assemble::matrix(model, &topology, &element_blocks, Some(&vertex_blocks), None, &mut blocks);
+    Reference { corners, element_blocks, gradient, vertex_blocks, sums, vertex_energy, blocks, target }
+}
+
+pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherParams {
+    let w: f64 = NODES.iter().map(|q| q.weight * q.theta).sum();
+    GatherParams {
+        vertex_count: model.vertex_count() as u32,
+        node_count: 2,
+        inv_h2: (1.0 / (H * H)) as f32,
+        gravity_weight: w as f32,
+        gravity_x: model.gravity[0] as f32,
+        gravity_y: model.gravity[1] as f32,
+        gravity_z: model.gravity[2] as f32,
+        weight_0: NODES[0].weight as f32,
+        theta_0: NODES[0].theta as f32,
+        weight_1: NODES[1].weight as f32,
+        theta_1: NODES[1].theta as f32,
+        collider_count: model.colliders.len() as u32,
+        contact_stiffness: model.contact_stiffness as f32,
+        exact_hessian: (projection == Projection::None) as u32,
+        damped: 0,
+        derivatives: 1,
+        tet_count: model.tets.len() as u32,
+        spring_count: model.springs.len() as u32,
+    }
+}
+
+pub(crate) fn to_f32(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&v| v as f32).collect()
+}
+
+/// One model's buffers, bound stages and a recording: for driving single stages.
+pub(crate) struct Rig {
+    pub context: Arc<GpuContext>,
+    pub stages: Arc<WgStages>,
+    pub buffers: GpuBuffers,
+    pub rec: Recording,
+    pub model: Arc<Model>,
+}
+
+impl Rig {
+    pub fn new(context: &Arc<GpuContext>, model: &Arc<Model>) -> Rig {
+        let stages = context.stages().unwrap();
+        let buffers = GpuBuffers::new(context, model, super::element::partial_count(model));
+        let rec = Recording::new(context, 1 << 16);
+        Rig { context: context.clone(), stages, buffers, rec, model: model.clone() }
+    }
+
+    /// Uploads `data` into the buffer called `name` of group `group`.
+    pub fn upload<T: bytemuck::Pod>(&mut self, group: u32, name: &str, data: &[T]) {
+        let buffer = self.buffers.resolve(group, name).unwrap();
+        self.rec.upload(&self.context, buffer, bytemuck::cast_slice(data));
+    }
+
+    /// Reads `len` floats of the buffer called `name` of group `group`.
+    pub fn read(&mut self, group: u32, name: &str, len: usize) -> Vec<f32> {
+        let buffer = self.buffers.resolve(group, name).unwrap();
+        self.rec.read_buffer(&self.context, buffer, len).unwrap()
+    }
+
+    /// Uploads the iterate, the step's start and its target (as displacements).
+    pub fn write_positions(&mut self, x: &[[f64; 3]], start: &[[f64; 3]], target: &[[f64; 3]]) {
+        for (name, values) in [("x", x), ("x_start", start), ("target_positions", target)] {
+            let displacements = self.buffers.displacements(values);
+            self.upload(2, name, &displacements);
+        }
+    }
+
+    /// Uploads corner gradients given in the CPU twin's order (3 floats per slot).
+    pub fn upload_corner_gradients(&mut self, values: &[f32]) {
+        let (nt, ns) = (self.buffers.tet_count, self.buffers.spring_count);
+        let mut laid_out = vec![0.0f32; values.len()];
+        for (entry, &value) in values.iter().enumerate() {
+            laid_out[super::element::corner_entry(entry / 3, entry % 3, nt, ns)] = value;
+        }
+        self.upload(3, "corner_gradients", &laid_out);
+    }
+
+    /// Uploads element blocks given in the CPU twin's order (9 floats per block).
+    pub fn upload_element_blocks(&mut self, values: &[f32]) {
+        let (nt, ns) = (self.buffers.tet_count, self.buffers.spring_count);
+        let mut laid_out = vec![0.0f32; values.len()];
+        for (entry, &value) in values.iter().enumerate() {
+            laid_out[super::element::block_entry(entry / 9, entry % 9, nt, ns)] = value;
+        }
+        self.upload(3, "element_blocks", &laid_out);
+    }
+}

@@ -1,0 +1,82 @@
+//! Stage `vector` (`shaders/vector.wgsl`), the GPU twin of `backend/cpu/vector.rs`: Newton's
+//! vector updates on the iterate and the direction, their dot products, and the positions
+//! for drawing.
+
+use encase::ShaderType;
+
+use super::buffers::GpuBuffers;
+use super::context::GpuContext;
+use super::recording::{Recording, Staged};
+use super::stage::{WORKGROUP, WgStage};
+use crate::error::Result;
+
+/// Parameters of `shaders/vector.wgsl`.
+#[derive(Clone, Copy, Debug, Default, ShaderType)]
+pub struct VectorParams {
+    pub vertex_count: u32,
+    pub alpha: f32,
+}
+
+/// The vector stage's pipelines.
+pub struct WgVector(pub(crate) WgStage);
+
+/// The vector stage bound to one model's buffers.
+pub struct VectorGroups {
+    param: wgpu::BindGroup,
+    groups: Vec<wgpu::BindGroup>,
+    vertex_count: usize,
+}
+
+impl WgVector {
+    pub fn new(context: &GpuContext) -> Result<WgVector> {
+        Ok(WgVector(WgStage::new(context, "vector")?))
+    }
+
+    pub fn bind(
+        &self,
+        context: &GpuContext,
+        recording: &Recording,
+        buffers: &GpuBuffers,
+    ) -> Result<VectorGroups> {
+        Ok(VectorGroups {
+            param: recording.param_group(context, &self.0),
+            groups: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
+            vertex_count: buffers.vertex_count,
+        })
+    }
+
+    /// Records entry point `entry` with `alpha`: `negate_gradient` (rhs = -g), `use_gradient`
+    /// (direction = -g), `save` (x_saved = x), `offset` (x = x_saved + alpha direction),
+    /// `scale` (direction *= alpha), `dots` (partials of g.d, d.d, g.g) or `compose`
+    /// (positions = rest + x).
+    pub fn queue(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &VectorGroups,
+        entry: &'static str,
+        alpha: f64,
+    ) -> Result<()> {
+        let params = VectorParams { vertex_count: groups.vertex_count as u32, alpha: alpha as f32 };
+        let offset = recording.params(context, &params)?;
+        let threads = if entry == "dots" { groups.vertex_count } else { 3 * groups.vertex_count };
+        let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
+        let workgroups = (threads as u32).div_ceil(WORKGROUP);
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, workgroups);
+        Ok(())
+    }
+
+    /// Records the dots `(g.d, d.d, g.g)` of the gradient and the direction and stages their
+    /// per-workgroup partials.
+    pub fn dots(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &VectorGroups,
+        buffers: &GpuBuffers,
+    ) -> Result<Staged> {
+        self.queue(context, recording, groups, "dots", 0.0)?;
+        let partials = buffers.scratch.named("dot_partials");
+        recording.stage(context, partials, partials.size())
+    }
+}

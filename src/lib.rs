@@ -35,6 +35,7 @@ pub mod material;
 pub mod math;
 pub mod mesh;
 mod model;
+pub mod objective;
 pub mod presets;
 mod sim;
 pub mod solver;

@@ -15,6 +15,7 @@ use crate::integrator::{EnergyLedger, Integrator, Outcome, StepInput, Stepper, k
 use crate::material::Material;
 use crate::mesh::{SpringMesh, TetMesh};
 use crate::model::Model;
+use crate::objective::LaggedDamping;
 use crate::solver::Solver;
 use crate::solver::newton::{NewtonReport, PhaseTimes};
 use crate::state::State;
@@ -356,30 +357,13 @@ impl Simulation {
         self.stages.potential_gradient(&self.state.positions, &mut gradient);
         let acceleration: Vec<[f64; 3]> =
             gradient.iter().zip(&self.model.masses).map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m]).collect();
-        // Lagged per-vertex damping of this step: ether drag and friction at x_n.
-        let mut vertex_damping = Vec::new();
-        let mut rayleigh = 0.0;
-        let ether: f64 = self
-            .damping
-            .iter()
-            .map(|d| if let Damping::Ether { coefficient } = d { *coefficient } else { 0.0 })
-            .sum();
-        if ether > 0.0 || self.model.colliders.iter().any(|c| c.friction > 0.0) {
-            vertex_damping = vec![[0.0; 9]; n];
-            crate::damping::add_ether(ether, h, &mut vertex_damping);
-            crate::contact::add_lagged_friction(
-                &self.model,
-                &self.state.positions,
-                &self.state.velocities,
-                h,
-                &mut vertex_damping,
-            );
-        }
-        for d in &self.damping {
-            if let Damping::Rayleigh { stiffness } = d {
-                rayleigh += stiffness;
-            }
-        }
+        let damping = LaggedDamping::at_step_start(
+            &self.model,
+            &self.damping,
+            &self.state.positions,
+            &self.state.velocities,
+            h,
+        );
         let device_before = self.stages.device_counts();
         let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));
         let mut stepper = Stepper {
@@ -393,8 +377,7 @@ impl Simulation {
                 previous,
                 acceleration: &acceleration,
             },
-            vertex_damping: &vertex_damping,
-            rayleigh,
+            damping: &damping,
             start_energy: self.energy.total,
             report: NewtonReport::empty(),
         };

@@ -196,3 +196,36 @@ fn contact_handles_and_damping_step_on_the_gpu_like_on_the_cpu() {
         );
     }
 }
+
+#[test]
+fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() {
+    if !gpu_available() {
+        return;
+    }
+    for integrator in [
+        Integrator::BackwardEuler,
+        Integrator::Avf,
+        Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
+    ] {
+        let mut sim = scene(integrator.clone(), Backend::Gpu).unwrap();
+        for _ in 0..3 {
+            let stats = sim.step().unwrap();
+            let device = stats.device.expect("a GPU step counts its device work");
+            println!(
+                "{integrator:?}: {} Newton ({} projected), {} CG: {device:?}",
+                stats.iterations, stats.projected_iterations, stats.linear_iterations
+            );
+            // One readback per Newton iteration (its linearization, whole CG solve, dots and
+            // first line-search candidates), one per projected retry, one for the final
+            // convergence check, and a fixed few per step: the forces at x_n, the initial
+            // guesses, the solution, and the energies (A-search: two more for its correction).
+            let fixed = 6;
+            let bound = (stats.iterations + stats.projected_iterations + 1 + fixed) as u64;
+            assert!(device.readbacks <= bound, "{integrator:?}: {device:?} > {bound} readbacks");
+            // Work is submitted only when the host waits for it.
+            assert!(device.submissions <= device.readbacks + 1, "{integrator:?}: {device:?}");
+            // The PCG loop costs two dispatches per iteration.
+            assert!(device.dispatches >= 2 * stats.linear_iterations as u64);
+        }
+    }
+}

@@ -14,39 +14,7 @@ pub mod gpu;
 pub(crate) mod topology;
 
 use crate::material::Projection;
-
-/// One quadrature node of the step objective: weight `c` and position `theta` on the
-/// segment from `x_n` (0) to `x` (1).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Node {
-    /// Quadrature weight `c_q`.
-    pub weight: f64,
-    /// Evaluation point `theta_q`.
-    pub theta: f64,
-}
-
-/// What an implicit step minimizes, apart from the model.
-#[derive(Clone, Copy, Debug)]
-pub struct StepProblem<'a> {
-    /// Positions at the start of the step, `x_n`.
-    pub start: &'a [[f64; 3]],
-    /// The inertial target `y`.
-    pub target: &'a [[f64; 3]],
-    /// Quadrature nodes.
-    pub nodes: &'a [Node],
-    /// Time step `h` (s).
-    pub dt: f64,
-    /// Lagged per-vertex damping `1/2 dx^T A_v dx` with `dx = x - x_n` (ether drag, lagged
-    /// friction), one row-major 3x3 `A_v` per vertex; empty for none.
-    pub vertex_damping: &'a [[f64; 9]],
-    /// Lagged Rayleigh damping `k/(2h) dx^T D dx`, `D` the PSD-projected stiffness at `x_n`:
-    /// this is `k` (s); zero for none.
-    pub rayleigh: f64,
-    /// How the scheme weights a force acting at the end of the step (1 for backward Euler,
-    /// 1/2 for the trapezoidal family, 4/9 for BDF2); the damping pseudo-potential enters the
-    /// objective with this weight so that every scheme applies the same damping force.
-    pub damping_weight: f64,
-}
+use crate::objective::StepProblem;
 
 /// A spring of `stiffness` (N/m) from a vertex to a point the application moves.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -156,6 +124,17 @@ pub trait Stages: Send {
     fn read_iterate(&mut self, out: &mut [[f64; 3]]);
     /// `G` at the iterate (`+inf` where an element is outside its model's domain).
     fn objective(&mut self) -> f64;
+    /// `G` at each of `points` (the iterate is left at the last); a GPU evaluates them in
+    /// one round trip.
+    fn objectives_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<f64> {
+        points
+            .iter()
+            .map(|x| {
+                self.set_iterate(x);
+                self.objective()
+            })
+            .collect()
+    }
     /// Gradient and Hessian of `G` at the iterate, element Hessians exact or PSD-projected.
     fn linearize(&mut self, projection: Projection) -> Linearization;
     /// Solves `H d = -grad G` to relative residual `tolerance` (PCG stops early on negative

@@ -3,7 +3,7 @@
 //! cubic StVK forces exactly, so the discrete energy is conserved exactly.
 
 use super::{Plan, Scheme, StepInput, combine, trapezoidal_velocity};
-use crate::backend::Node;
+use crate::objective::Node;
 
 pub(crate) struct Avf;
 

@@ -1,7 +1,7 @@
 //! Backward Euler: `y = x_n + h v_n`, one node at the end point, `v = (x - x_n)/h`.
 
 use super::{Plan, Scheme, StepInput, combine};
-use crate::backend::Node;
+use crate::objective::Node;
 
 pub(crate) struct BackwardEuler;
 

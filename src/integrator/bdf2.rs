@@ -3,7 +3,7 @@
 
 use super::backward_euler::BackwardEuler;
 use super::{Plan, Scheme, StepInput, combine};
-use crate::backend::Node;
+use crate::objective::Node;
 
 pub(crate) struct Bdf2;
 

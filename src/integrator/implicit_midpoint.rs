@@ -1,7 +1,7 @@
 //! Implicit midpoint: `y = x_n + h v_n`, node `(1, 1/2)`, `v = 2(x - x_n)/h - v_n`.
 
 use super::{Plan, Scheme, StepInput, combine, trapezoidal_velocity};
-use crate::backend::Node;
+use crate::objective::Node;
 
 pub(crate) struct ImplicitMidpoint;
 

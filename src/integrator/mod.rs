@@ -15,9 +15,10 @@ mod symplectic_euler;
 
 pub use energy_ledger::EnergyLedger;
 
-use crate::backend::{Node, Stages, StepProblem};
+use crate::backend::Stages;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::objective::{LaggedDamping, Node, StepProblem};
 use crate::solver::Solver;
 use crate::solver::newton::{self, NewtonReport};
 
@@ -243,10 +244,8 @@ pub(crate) struct Stepper<'a> {
     pub model: &'a Model,
     pub solver: &'a Solver,
     pub input: StepInput<'a>,
-    /// Lagged per-vertex damping quadratics (drag, friction) for every solve of this step.
-    pub vertex_damping: &'a [[f64; 9]],
-    /// Lagged Rayleigh coefficient (s) for every solve of this step.
-    pub rayleigh: f64,
+    /// The lagged damping of every solve of this step.
+    pub damping: &'a LaggedDamping,
     /// The total energy `H(x_n, v_n)` of the state the step starts from (the driver keeps it).
     pub start_energy: f64,
     /// Newton statistics summed over the step's solves.
@@ -264,8 +263,8 @@ impl Stepper<'_> {
             target: &plan.target,
             nodes: &plan.nodes,
             dt: h,
-            vertex_damping: self.vertex_damping,
-            rayleigh: self.rayleigh,
+            vertex_damping: &self.damping.vertex,
+            rayleigh: self.damping.rayleigh,
             damping_weight: scheme.damping_weight(input),
         });
         // The optimization integrator's two guesses: inertia alone, and the explicit

@@ -2,7 +2,7 @@
 //! `v = 2(x - x_n)/h - v_n`.
 
 use super::{Plan, Scheme, StepInput, combine, trapezoidal_velocity};
-use crate::backend::Node;
+use crate::objective::Node;
 
 pub(crate) struct Newmark;
 

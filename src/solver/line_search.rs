@@ -61,7 +61,7 @@ pub(crate) fn search(
         for (&a, &v) in alphas.iter().zip(&values) {
             if v.is_finite() && v <= value + ARMIJO * a * slope {
                 if extrapolate && a == 1.0 {
-                    return extend(stages, value, slope, v);
+                    return extend(stages, known, value, slope, v);
                 }
                 return Step::Accepted { alpha: a, value: v };
             }
@@ -84,16 +84,25 @@ fn evaluate(stages: &mut dyn Stages, known: &[(f64, f64)], alphas: &[f64]) -> Ve
     found.unwrap_or_else(|| stages.candidate_objectives(alphas))
 }
 
-/// Doubles an accepted full step while the objective keeps decreasing sufficiently.
-fn extend(stages: &mut dyn Stages, value: f64, slope: f64, full: f64) -> Step {
+/// Doubles an accepted full step while the objective keeps decreasing sufficiently, trying
+/// the doublings in batches the backend chooses.
+fn extend(stages: &mut dyn Stages, known: &[(f64, f64)], value: f64, slope: f64, full: f64) -> Step {
     let (mut best_alpha, mut best_value) = (1.0, full);
-    for _ in 0..MAX_DOUBLINGS {
-        let alpha = 2.0 * best_alpha;
-        let v = stages.candidate_objectives(&[alpha])[0];
-        if !(v.is_finite() && v < best_value && v <= value + ARMIJO * alpha * slope) {
-            break;
+    let batch = stages.preferred_batch().max(1);
+    let mut tried = 0;
+    while tried < MAX_DOUBLINGS {
+        // The first doubling alone when the backend evaluated it ahead.
+        let ahead = known.iter().any(|&(a, _)| a == 2.0 * best_alpha);
+        let count = if ahead { 1 } else { batch.min(MAX_DOUBLINGS - tried) };
+        let alphas: Vec<f64> = (1..=count).map(|k| best_alpha * 2f64.powi(k as i32)).collect();
+        let values = evaluate(stages, known, &alphas);
+        tried += alphas.len();
+        for (&alpha, &v) in alphas.iter().zip(&values) {
+            if !(v.is_finite() && v < best_value && v <= value + ARMIJO * alpha * slope) {
+                return Step::Accepted { alpha: best_alpha, value: best_value };
+            }
+            (best_alpha, best_value) = (alpha, v);
         }
-        (best_alpha, best_value) = (alpha, v);
     }
     Step::Accepted { alpha: best_alpha, value: best_value }
 }

@@ -79,9 +79,7 @@ impl NewtonReport {
 /// (every guess puts some element outside its model's domain).
 pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
-    for (k, guess) in guesses.iter().enumerate() {
-        stages.set_iterate(guess);
-        let value = stages.objective();
+    for (k, value) in stages.objectives_at(guesses).into_iter().enumerate() {
         if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
             best = Some((k, value));
         }
@@ -107,7 +105,11 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
     let trace = std::env::var_os("LIVELY_TRACE").is_some();
     let mut previous_gradient = f64::INFINITY;
     let mut after_round_off = false;
+    // The line search's first batch, evaluated ahead with the direction; a projected direction
+    // also gets the first extrapolation (alpha = 2), which usually ends it.
     let first_batch = line_search::first_batch(stages.preferred_batch());
+    let projected_batch: Vec<f64> = first_batch.iter().copied().chain([2.0]).collect();
+    let batch_for = |projection| if projection == Projection::Psd { &projected_batch } else { &first_batch };
     loop {
         let mut projection = base_projection;
         let request = DirectionRequest {
@@ -117,7 +119,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             gradient_tolerance: settings.tolerance,
             relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),
             max_iterations: settings.max_linear_iterations,
-            candidates: &first_batch,
+            candidates: batch_for(projection),
         };
         let t = Instant::now();
         let NewtonDirection { linearization: status, direction, candidates, linearize_time } =
@@ -153,17 +155,21 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
         // A finite gradient above the tolerance always gets a direction.
         let Some(mut direction) = direction else { break };
         report.linear_iterations += direction.iterations;
-        let mut known = candidates;
+        let mut known: Vec<(f64, f64)> = batch_for(projection).iter().copied().zip(candidates).collect();
         if direction.negative_curvature && projection == Projection::None {
             projection = Projection::Psd;
             report.projected_iterations += 1;
             let t = Instant::now();
-            let again = stages.newton_direction(&DirectionRequest { projection, ..request });
+            let again = stages.newton_direction(&DirectionRequest {
+                projection,
+                candidates: batch_for(projection),
+                ..request
+            });
             report.times.evaluate += again.linearize_time;
             report.times.linear_solve += t.elapsed().saturating_sub(again.linearize_time);
             let Some(projected) = again.direction else { break };
             direction = projected;
-            known = again.candidates;
+            known = batch_for(projection).iter().copied().zip(again.candidates).collect();
             report.linear_iterations += direction.iterations;
         }
         if !(direction.slope < -KAPPA * direction.norm * gradient_norm) {
@@ -177,8 +183,6 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             direction.slope *= factor;
             known.clear();
         }
-        // Candidates the backend evaluated along this direction ahead of the line search.
-        let known: Vec<(f64, f64)> = first_batch.iter().copied().zip(known).collect();
 
         let t = Instant::now();
         let step = line_search::search(

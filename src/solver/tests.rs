@@ -9,10 +9,11 @@ use rand_chacha::ChaCha8Rng;
 use super::newton::{minimize, pick_initial_guess};
 use super::{HessianPolicy, LinearSolver, Solver};
 use crate::backend::cpu::CpuBackend;
-use crate::backend::{DirectionReport, Linearization, Node, Stages, StepProblem};
+use crate::backend::{DirectionReport, Linearization, Stages};
 use crate::material::{Material, Projection};
 use crate::mesh::TetMesh;
 use crate::model::Model;
+use crate::objective::{Node, StepProblem};
 
 /// Forwards to a backend and records the objective at every iterate Newton moves to.
 struct Recording {

@@ -5,10 +5,10 @@
 use glam::{DMat3, DVec3};
 use rayon::prelude::*;
 
-use crate::backend::Node;
 use crate::backend::topology::upper;
 use crate::material::Projection;
 use crate::model::Model;
+use crate::objective::Node;
 
 /// Elements per work item; fixed so the energy sum is reduced in the same order every run.
 pub(crate) const CHUNK: usize = 256;

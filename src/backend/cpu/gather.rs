@@ -6,10 +6,10 @@
 use glam::{DMat3, DVec3};
 use rayon::prelude::*;
 
-use crate::backend::Node;
 use crate::backend::topology::{Anchors, Topology};
 use crate::material::Projection;
 use crate::model::Model;
+use crate::objective::Node;
 
 /// Vertices per work item.
 const CHUNK: usize = 512;

@@ -12,12 +12,10 @@ mod vector;
 use std::sync::Arc;
 
 use super::topology::Topology;
-use super::{Anchor, DirectionReport, LinearSolver, Linearization, Node, Stages, StepProblem};
+use super::{Anchor, DirectionReport, LinearSolver, Linearization, Stages};
 use crate::material::Projection;
 use crate::model::Model;
-
-/// Evaluating the potential is the objective at one node `(c, theta) = (1, 1)` without inertia.
-const POTENTIAL_NODE: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
+use crate::objective::{Node, StepProblem};
 
 /// The CPU implementation of [`Stages`].
 pub struct CpuBackend {
@@ -92,7 +90,7 @@ impl CpuBackend {
             model: &self.model,
             start: x,
             target: x,
-            nodes: &POTENTIAL_NODE,
+            nodes: &Node::POTENTIAL,
             inv_h2: 0.0,
             anchors: &self.anchors,
         }
@@ -152,41 +150,33 @@ impl Stages for CpuBackend {
         self.target.copy_from_slice(problem.target);
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
-        let w = problem.damping_weight;
-        self.damping_weight = w;
+        self.damping_weight = problem.damping_weight;
         self.damping.clear();
-        if problem.rayleigh <= 0.0 && problem.vertex_damping.is_empty() {
-            return;
-        }
+        let Some(matrix) = problem.damping_matrix(self.x.len()) else { return };
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
         // 4.2) and A_v the per-vertex ether and friction blocks.
-        if problem.rayleigh > 0.0 {
+        if matrix.stiffness_scale > 0.0 {
             element::derivatives(
                 &self.model,
                 problem.start,
                 problem.start,
-                &POTENTIAL_NODE,
+                &Node::POTENTIAL,
                 Some(Projection::Psd),
                 &mut self.corner_gradients,
                 &mut self.element_blocks,
             );
             for b in &mut self.element_blocks {
-                *b = b.map(|c| c * w * problem.rayleigh / problem.dt);
+                *b = b.map(|c| c * matrix.stiffness_scale);
             }
         } else {
             self.element_blocks.fill([0.0; 9]);
         }
-        let vertex_damping: Vec<[f64; 9]> = if problem.vertex_damping.is_empty() {
-            vec![[0.0; 9]; self.x.len()]
-        } else {
-            problem.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect()
-        };
         self.damping = vec![[0.0; 9]; self.topology.block_count()];
         assemble::matrix(
             &self.model,
             &self.topology,
             &self.element_blocks,
-            Some(&vertex_damping),
+            Some(&matrix.vertex_blocks),
             None,
             &mut self.damping,
         );
@@ -339,7 +329,7 @@ impl Stages for CpuBackend {
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
-        element::energy(&self.model, x, x, &POTENTIAL_NODE)
+        element::energy(&self.model, x, x, &Node::POTENTIAL)
             + gather::vertex_energy(&self.potential_terms(x), x)
     }
 
@@ -348,7 +338,7 @@ impl Stages for CpuBackend {
             &self.model,
             x,
             x,
-            &POTENTIAL_NODE,
+            &Node::POTENTIAL,
             None,
             &mut self.corner_gradients,
             &mut self.element_blocks,

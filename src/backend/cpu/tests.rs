@@ -6,11 +6,12 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::CpuBackend;
-use crate::backend::{Anchor, LinearSolver, Node, Stages, StepProblem};
+use crate::backend::{Anchor, LinearSolver, Stages};
 use crate::contact::Collider;
 use crate::material::{Material, Projection};
 use crate::mesh::{SpringKind, SpringMesh, TetMesh};
 use crate::model::Model;
+use crate::objective::{Node, StepProblem};
 
 /// A bar of every material in turn plus springs of both kinds, one end pinned, gravity on.
 pub(crate) fn mixed_model(material: Material) -> Model {

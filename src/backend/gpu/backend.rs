@@ -16,14 +16,12 @@ use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
 use crate::backend::{
-    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, NewtonDirection, Node, Stages,
-    StepProblem,
+    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, NewtonDirection, Stages,
 };
 use crate::error::{Error, Result};
 use crate::material::Projection;
 use crate::model::Model;
-
-const POTENTIAL_NODE: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
+use crate::objective::{Node, StepProblem};
 
 /// Line-search candidates evaluated in one submission at most.
 pub const MAX_BATCH: usize = 8;
@@ -97,7 +95,7 @@ impl GpuBackend {
             groups,
             recording,
             model,
-            nodes: POTENTIAL_NODE.to_vec(),
+            nodes: Node::POTENTIAL.to_vec(),
             inv_h2: 0.0,
             damped: false,
             damping_weight: 1.0,
@@ -404,32 +402,24 @@ impl Stages for GpuBackend {
         }
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
-        self.damped = !problem.vertex_damping.is_empty() || problem.rayleigh > 0.0;
         self.damping_weight = problem.damping_weight;
-        if !self.damped {
-            return;
-        }
-        // One lagged damping matrix D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected
-        // stiffness at the step's start (Rayleigh) and A_v the ether and friction blocks.
-        let w = problem.damping_weight;
+        let matrix = problem.damping_matrix(self.buffers.vertex_count);
+        self.damped = matrix.is_some();
+        let Some(matrix) = matrix else { return };
+        // D = w (k/h K(x_n) + diag(A_v)): the projected stiffness at the step's start, scaled,
+        // plus the vertex blocks, assembled into the damping matrix.
         let result = (|| {
             if self.buffers.reserve_damping(&self.context) {
                 self.rebind()?;
             }
-            let per_vertex: Vec<f32> = if problem.vertex_damping.is_empty() {
-                vec![0.0; 9 * self.buffers.vertex_count]
-            } else {
-                problem.vertex_damping.iter().flat_map(|a| a.map(|c| (c * w) as f32)).collect()
-            };
+            let per_vertex: Vec<f32> = matrix.vertex_blocks.iter().flatten().map(|&c| c as f32).collect();
             let vertex_blocks = self.buffers.scratch.named("vertex_blocks");
             self.recording.upload(&self.context, vertex_blocks, bytemuck::cast_slice(&per_vertex));
-            let mut element_scale = 0.0;
-            if problem.rayleigh > 0.0 {
+            if matrix.stiffness_scale > 0.0 {
                 self.write_positions(Positions::Aux, problem.start);
-                self.elements(Positions::Aux, &POTENTIAL_NODE, Outputs::ProjectedHessian)?;
-                element_scale = w * problem.rayleigh / problem.dt;
+                self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::ProjectedHessian)?;
             }
-            self.assemble(Target::Damping { element_scale })
+            self.assemble(Target::Damping { element_scale: matrix.stiffness_scale })
         })();
         self.settle(result, ());
     }
@@ -480,6 +470,20 @@ impl Stages for GpuBackend {
             Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
         })();
         self.settle(result, f64::NAN)
+    }
+
+    fn objectives_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<f64> {
+        let nodes = self.nodes.clone();
+        let result = (|| {
+            let mut staged = Vec::with_capacity(2 * points.len());
+            for x in points {
+                self.write_positions(Positions::Iterate, x);
+                let (e, g) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
+                staged.extend([e, g]);
+            }
+            Ok(Self::candidate_values(&self.recording.read(&self.context, &staged)?))
+        })();
+        self.settle(result, vec![f64::NAN; points.len()])
     }
 
     fn linearize(&mut self, projection: Projection) -> Linearization {
@@ -556,17 +560,17 @@ impl Stages for GpuBackend {
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
         let result = (|| {
             self.write_positions(Positions::Aux, x);
-            let (e, g) = self.record_energy(Positions::Aux, &POTENTIAL_NODE, 0.0, false)?;
+            let (e, g) = self.record_energy(Positions::Aux, &Node::POTENTIAL, 0.0, false)?;
             Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
         })();
         self.settle(result, f64::NAN)
     }
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
-        let params = self.gather_params(&POTENTIAL_NODE, 0.0, Some(false), false);
+        let params = self.gather_params(&Node::POTENTIAL, 0.0, Some(false), false);
         let result = (|| {
             self.write_positions(Positions::Aux, x);
-            self.elements(Positions::Aux, &POTENTIAL_NODE, Outputs::Gradient)?;
+            self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::Gradient)?;
             self.gather(&params, Positions::Aux)?;
             let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
             rec.read_buffer::<f32>(c, b.scratch.named("gradient"), 3 * b.vertex_count)

@@ -10,9 +10,9 @@ use super::buffers::{GpuBuffers, material_id};
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
 use super::stage::{Kernel, WORKGROUP, WgStage};
-use crate::backend::Node;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::objective::Node;
 
 /// The stage's per-dispatch parameters (group 0).
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
@@ -242,12 +242,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::{Outputs, WgElement};
-    use crate::backend::Node;
     use crate::backend::cpu::element;
     use crate::backend::cpu::tests::mixed_model;
     use crate::backend::gpu::Positions;
     use crate::backend::gpu::test_support::{NODES, Rig, context, random_state, worst};
     use crate::material::{Material, Projection};
+    use crate::objective::Node;
 
     /// Records the element pass and returns its energy.
     fn evaluate(rig: &mut Rig, nodes: &[Node], outputs: Outputs) -> f64 {

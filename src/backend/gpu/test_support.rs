@@ -12,11 +12,11 @@ use super::buffers::GpuBuffers;
 use super::gather::GatherParams;
 use super::recording::Recording;
 use super::{GpuContext, WgStages};
-use crate::backend::Node;
 use crate::backend::cpu::element;
 use crate::backend::cpu::tests::mixed_model;
 use crate::material::{Material, Projection};
 use crate::model::Model;
+use crate::objective::Node;
 
 /// The context these tests share (one device per process).
 pub(crate) fn context() -> Option<Arc<GpuContext>> {

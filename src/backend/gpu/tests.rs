@@ -14,7 +14,8 @@ use crate::model::Model;
 
 #[test]
 fn batched_line_search_candidates_match_one_at_a_time() {
-    use crate::backend::{LinearSolver, Stages, StepProblem};
+    use crate::backend::{LinearSolver, Stages};
+    use crate::objective::StepProblem;
     let Some(context) = context() else { return };
     let model = linear_model(Material::corotated(2e4, 0.3));
     let (x, start) = random_state(&model, 21);
@@ -111,8 +112,8 @@ impl DampedContact {
         DampedContact { model, x, start, target, vertex_damping, anchors }
     }
 
-    fn problem(&self) -> crate::backend::StepProblem<'_> {
-        crate::backend::StepProblem {
+    fn problem(&self) -> crate::objective::StepProblem<'_> {
+        crate::objective::StepProblem {
             start: &self.start,
             target: &self.target,
             nodes: &NODES,
@@ -192,7 +193,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     let rest = model.rest.clone();
     let target: Vec<[f64; 3]> = rest.iter().map(|p| [p[0], p[1] - 0.01, p[2]]).collect();
     let start = |gpu: &mut super::GpuBackend| {
-        gpu.begin_step(crate::backend::StepProblem {
+        gpu.begin_step(crate::objective::StepProblem {
             start: &rest,
             target: &target,
             nodes: &NODES,
@@ -280,7 +281,8 @@ fn sagging_bar() -> Arc<Model> {
 
 #[test]
 fn dispatches_split_into_rows_give_the_same_bits() {
-    use crate::backend::{LinearSolver, Stages, StepProblem};
+    use crate::backend::{LinearSolver, Stages};
+    use crate::objective::StepProblem;
     let model = sagging_bar();
     let (mut x, start) = random_state(&model, 51);
     for v in 0..x.len() {

@@ -1,0 +1,117 @@
+//! The one objective every implicit step minimizes (DESIGN §2), in force units:
+//!
+//! `G(x) = 1/(2h^2) |x - y|_M^2 + sum_q c_q E(theta_q x + (1 - theta_q) x_n) + w 1/2 dx^T D dx`
+//!
+//! with `dx = x - x_n`. A scheme is its inertial target `y` and quadrature nodes
+//! `(c_q, theta_q)`; `D` is the step's lagged damping, built here once from the damping
+//! models and the colliders' friction and consumed by both backends as the same two
+//! ingredients (a multiple of the projected stiffness at `x_n` and per-vertex blocks).
+
+use crate::damping::{Damping, add_ether};
+use crate::model::Model;
+
+/// One quadrature node of the step objective: weight `c` and position `theta` on the
+/// segment from `x_n` (0) to `x` (1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Node {
+    /// Quadrature weight `c_q`.
+    pub weight: f64,
+    /// Evaluation point `theta_q`.
+    pub theta: f64,
+}
+
+impl Node {
+    /// The potential `E(x)` is the objective at the single node `(1, 1)` without inertia.
+    pub const POTENTIAL: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
+}
+
+/// What an implicit step minimizes, apart from the model.
+#[derive(Clone, Copy, Debug)]
+pub struct StepProblem<'a> {
+    /// Positions at the start of the step, `x_n`.
+    pub start: &'a [[f64; 3]],
+    /// The inertial target `y`.
+    pub target: &'a [[f64; 3]],
+    /// Quadrature nodes.
+    pub nodes: &'a [Node],
+    /// Time step `h` (s).
+    pub dt: f64,
+    /// Lagged per-vertex damping `1/2 dx^T A_v dx` (ether drag, lagged friction), one
+    /// row-major 3x3 `A_v` per vertex; empty for none.
+    pub vertex_damping: &'a [[f64; 9]],
+    /// Lagged Rayleigh damping `k/(2h) dx^T K dx`, `K` the PSD-projected stiffness at `x_n`:
+    /// this is `k` (s); zero for none.
+    pub rayleigh: f64,
+    /// How the scheme weights a force acting at the end of the step (1 for backward Euler,
+    /// 1/2 for the trapezoidal family, 4/9 for BDF2); the damping pseudo-potential enters the
+    /// objective with this weight so that every scheme applies the same damping force.
+    pub damping_weight: f64,
+}
+
+/// The lagged damping matrix `D = w (k/h K(x_n) + diag(A_v))` as both backends build it: the
+/// factor of the projected stiffness at `x_n` (zero for none) and the weighted vertex blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DampingMatrix {
+    /// `w k / h`.
+    pub stiffness_scale: f64,
+    /// `w A_v`, one row-major block per vertex.
+    pub vertex_blocks: Vec<[f64; 9]>,
+}
+
+impl StepProblem<'_> {
+    /// The step has lagged damping.
+    pub fn damped(&self) -> bool {
+        self.rayleigh > 0.0 || !self.vertex_damping.is_empty()
+    }
+
+    /// The ingredients of `D` for `vertex_count` vertices, `None` without damping.
+    pub fn damping_matrix(&self, vertex_count: usize) -> Option<DampingMatrix> {
+        if !self.damped() {
+            return None;
+        }
+        let w = self.damping_weight;
+        let vertex_blocks = if self.vertex_damping.is_empty() {
+            vec![[0.0; 9]; vertex_count]
+        } else {
+            self.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect()
+        };
+        Some(DampingMatrix { stiffness_scale: w * self.rayleigh / self.dt, vertex_blocks })
+    }
+}
+
+/// The lagged damping of a step, gathered at its start from the damping models and the
+/// colliders' friction.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaggedDamping {
+    /// Per-vertex blocks (ether drag and friction); empty for none.
+    pub vertex: Vec<[f64; 9]>,
+    /// The Rayleigh coefficient `k` (s), summed over the models.
+    pub rayleigh: f64,
+}
+
+impl LaggedDamping {
+    /// The damping of a step of `dt` from the state `(x, v)`.
+    pub fn at_step_start(
+        model: &Model,
+        damping: &[Damping],
+        x: &[[f64; 3]],
+        v: &[[f64; 3]],
+        dt: f64,
+    ) -> Self {
+        let ether: f64 = damping
+            .iter()
+            .map(|d| if let Damping::Ether { coefficient } = d { *coefficient } else { 0.0 })
+            .sum();
+        let rayleigh = damping
+            .iter()
+            .map(|d| if let Damping::Rayleigh { stiffness } = d { *stiffness } else { 0.0 })
+            .sum();
+        let mut vertex = Vec::new();
+        if ether > 0.0 || model.colliders.iter().any(|c| c.friction > 0.0) {
+            vertex = vec![[0.0; 9]; model.vertex_count()];
+            add_ether(ether, dt, &mut vertex);
+            crate::contact::add_lagged_friction(model, x, v, dt, &mut vertex);
+        }
+        LaggedDamping { vertex, rayleigh }
+    }
+}

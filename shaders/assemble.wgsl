@@ -8,6 +8,7 @@
 
 #import shared/dispatch
 #import shared/slots
+#import shared/matrix
 
 struct Params {
     vertex_count: u32,
@@ -27,6 +28,8 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(1) @binding(2) var<storage, read> columns: array<u32>;
 @group(1) @binding(3) var<storage, read> source_offsets: array<u32>;
 @group(1) @binding(4) var<storage, read> block_sources: array<u32>;
+@group(1) @binding(5) var<storage, read> slice_bases: array<u32>;
+@group(1) @binding(6) var<storage, read> slot_columns: array<u32>;
 
 @group(3) @binding(0) var<storage, read> element_blocks: array<f32>;
 @group(3) @binding(1) var<storage, read> vertex_blocks: array<f32>;
@@ -59,12 +62,13 @@ fn vertex_block(v: u32) -> mat3x3<f32> {
     );
 }
 
-fn damping_block(index: u32) -> mat3x3<f32> {
-    let o = 9u * index;
+fn damping_block(slot: u32) -> mat3x3<f32> {
     return from_rows(
-        damping_blocks[o], damping_blocks[o + 1u], damping_blocks[o + 2u], damping_blocks[o + 3u],
-        damping_blocks[o + 4u], damping_blocks[o + 5u], damping_blocks[o + 6u], damping_blocks[o + 7u],
-        damping_blocks[o + 8u],
+        damping_blocks[matrix_entry(slot, 0u)], damping_blocks[matrix_entry(slot, 1u)],
+        damping_blocks[matrix_entry(slot, 2u)], damping_blocks[matrix_entry(slot, 3u)],
+        damping_blocks[matrix_entry(slot, 4u)], damping_blocks[matrix_entry(slot, 5u)],
+        damping_blocks[matrix_entry(slot, 6u)], damping_blocks[matrix_entry(slot, 7u)],
+        damping_blocks[matrix_entry(slot, 8u)],
     );
 }
 
@@ -77,6 +81,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     }
     for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
         let column = columns[index];
+        let slot = matrix_slot(v, index - row_offsets[v]);
         var block = mat3x3<f32>();
         if (pinned[v] != 0u || pinned[column] != 0u) {
             if (column == v) {
@@ -99,19 +104,18 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
                 block += vertex_block(v);
             }
             if (params.damped != 0u) {
-                block += damping_block(index);
+                block += damping_block(slot);
             }
         }
-        // Row-major, as the CPU twin.
-        let o = 9u * index;
-        blocks[o] = block[0].x;
-        blocks[o + 1u] = block[1].x;
-        blocks[o + 2u] = block[2].x;
-        blocks[o + 3u] = block[0].y;
-        blocks[o + 4u] = block[1].y;
-        blocks[o + 5u] = block[2].y;
-        blocks[o + 6u] = block[0].z;
-        blocks[o + 7u] = block[1].z;
-        blocks[o + 8u] = block[2].z;
+        // Row-major entries, as the CPU twin's blocks.
+        blocks[matrix_entry(slot, 0u)] = block[0].x;
+        blocks[matrix_entry(slot, 1u)] = block[1].x;
+        blocks[matrix_entry(slot, 2u)] = block[2].x;
+        blocks[matrix_entry(slot, 3u)] = block[0].y;
+        blocks[matrix_entry(slot, 4u)] = block[1].y;
+        blocks[matrix_entry(slot, 5u)] = block[2].y;
+        blocks[matrix_entry(slot, 6u)] = block[0].z;
+        blocks[matrix_entry(slot, 7u)] = block[1].z;
+        blocks[matrix_entry(slot, 8u)] = block[2].z;
     }
 }

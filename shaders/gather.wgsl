@@ -11,6 +11,7 @@
 #import shared/reduce
 #import shared/collider
 #import shared/slots
+#import shared/matrix
 
 struct Params {
     vertex_count: u32,
@@ -46,9 +47,10 @@ struct Params {
 @group(1) @binding(3) var<storage, read> corners: array<u32>;
 @group(1) @binding(4) var<storage, read> colliders: array<Collider>;
 @group(1) @binding(5) var<storage, read> row_offsets: array<u32>;
-@group(1) @binding(6) var<storage, read> columns: array<u32>;
 // Rest positions: x, x_start and the target are displacements from them.
-@group(1) @binding(7) var<storage, read> rest: array<f32>;
+@group(1) @binding(6) var<storage, read> rest: array<f32>;
+@group(1) @binding(7) var<storage, read> slice_bases: array<u32>;
+@group(1) @binding(8) var<storage, read> slot_columns: array<u32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
@@ -171,13 +173,14 @@ fn vertex(v: u32) -> vec4<f32> {
     if (params.damped != 0u) {
         // Row v of D dx.
         var force = vec3<f32>(0.0);
-        for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
-            let dx = load(0u, columns[index]) - load(1u, columns[index]);
-            let b = 9u * index;
+        for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+            let s = matrix_slot(v, j);
+            let u = slot_columns[s];
+            let dx = load(0u, u) - load(1u, u);
             force += vec3<f32>(
-                damping_blocks[b] * dx.x + damping_blocks[b + 1u] * dx.y + damping_blocks[b + 2u] * dx.z,
-                damping_blocks[b + 3u] * dx.x + damping_blocks[b + 4u] * dx.y + damping_blocks[b + 5u] * dx.z,
-                damping_blocks[b + 6u] * dx.x + damping_blocks[b + 7u] * dx.y + damping_blocks[b + 8u] * dx.z,
+                damping_blocks[matrix_entry(s, 0u)] * dx.x + damping_blocks[matrix_entry(s, 1u)] * dx.y + damping_blocks[matrix_entry(s, 2u)] * dx.z,
+                damping_blocks[matrix_entry(s, 3u)] * dx.x + damping_blocks[matrix_entry(s, 4u)] * dx.y + damping_blocks[matrix_entry(s, 5u)] * dx.z,
+                damping_blocks[matrix_entry(s, 6u)] * dx.x + damping_blocks[matrix_entry(s, 7u)] * dx.y + damping_blocks[matrix_entry(s, 8u)] * dx.z,
             );
         }
         energy += 0.5 * dot(xv - start, force);

@@ -15,6 +15,7 @@
 // iterations and reads the status once.
 
 #import shared/reduce
+#import shared/matrix
 
 struct Params {
     vertex_count: u32,
@@ -51,8 +52,9 @@ const LIMIT: u32 = 4u;
 @group(0) @binding(0) var<uniform> params: Params;
 
 @group(1) @binding(0) var<storage, read> row_offsets: array<u32>;
-@group(1) @binding(1) var<storage, read> columns: array<u32>;
-@group(1) @binding(2) var<storage, read> diagonal: array<u32>;
+@group(1) @binding(1) var<storage, read> diagonal: array<u32>;
+@group(1) @binding(2) var<storage, read> slice_bases: array<u32>;
+@group(1) @binding(3) var<storage, read> slot_columns: array<u32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
 // The right-hand side, and the solution (the Newton direction).
@@ -86,13 +88,12 @@ fn load3(v: u32, which: u32) -> vec3<f32> {
     }
 }
 
-// Row-major 3x3 block k of the matrix times u.
-fn block_times(k: u32, u: vec3<f32>) -> vec3<f32> {
-    let o = 9u * k;
+// The block in `slot` times u.
+fn block_times(slot: u32, u: vec3<f32>) -> vec3<f32> {
     return vec3<f32>(
-        blocks[o] * u.x + blocks[o + 1u] * u.y + blocks[o + 2u] * u.z,
-        blocks[o + 3u] * u.x + blocks[o + 4u] * u.y + blocks[o + 5u] * u.z,
-        blocks[o + 6u] * u.x + blocks[o + 7u] * u.y + blocks[o + 8u] * u.z,
+        blocks[matrix_entry(slot, 0u)] * u.x + blocks[matrix_entry(slot, 1u)] * u.y + blocks[matrix_entry(slot, 2u)] * u.z,
+        blocks[matrix_entry(slot, 3u)] * u.x + blocks[matrix_entry(slot, 4u)] * u.y + blocks[matrix_entry(slot, 5u)] * u.z,
+        blocks[matrix_entry(slot, 6u)] * u.x + blocks[matrix_entry(slot, 7u)] * u.y + blocks[matrix_entry(slot, 8u)] * u.z,
     );
 }
 
@@ -158,7 +159,7 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
         var zv = vec3<f32>(0.0);
         for (var c = 0u; c < 3u; c++) {
             // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
-            let a = blocks[9u * diagonal[v] + 4u * c];
+            let a = blocks[matrix_entry(matrix_slot(v, diagonal[v] - row_offsets[v]), 4u * c)];
             let inv = select(1.0, 1.0 / abs(a), a != 0.0);
             inverse_diagonal[3u * v + c] = inv;
             direction[3u * v + c] = 0.0;
@@ -211,8 +212,9 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
     if (s.state == RUNNING && v < params.vertex_count) {
         let pv = direction_at(v, beta, first);
         var acc = vec3<f32>(0.0);
-        for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
-            acc += block_times(index, direction_at(columns[index], beta, first));
+        for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+            let slot = matrix_slot(v, j);
+            acc += block_times(slot, direction_at(slot_columns[slot], beta, first));
         }
         for (var c = 0u; c < 3u; c++) {
             p_out[3u * v + c] = pv[c];

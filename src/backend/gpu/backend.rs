@@ -364,8 +364,8 @@ impl GpuBackend {
     pub(crate) fn read_linearization(&mut self) -> (Vec<f32>, Vec<f32>) {
         let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
         let gradient = rec.read_buffer(c, b.scratch.named("gradient"), 3 * b.vertex_count).unwrap();
-        let blocks = rec.read_buffer(c, b.scratch.named("blocks"), 9 * b.block_count).unwrap();
-        (gradient, blocks)
+        let slots: Vec<f32> = rec.read_buffer(c, b.scratch.named("blocks"), 9 * b.slot_count).unwrap();
+        (gradient, b.blocks_from_slots(&slots))
     }
 
     /// Forgets the last solve's length, so that the next records only a few iterations ahead.

@@ -74,7 +74,10 @@ pub struct GpuBuffers {
     pub vertex_count: usize,
     pub tet_count: usize,
     pub spring_count: usize,
-    pub block_count: usize,
+    /// Slots of the sliced-ELLPACK matrix (`shaders/shared/matrix.wgsl`): blocks and padding.
+    pub slot_count: usize,
+    /// Per stored block (CSR index), its slot.
+    pub slot_of: Vec<u32>,
     /// The rest positions in f64, for converting positions to displacements and back.
     rest: Vec<[f64; 3]>,
     anchor_capacity: usize,
@@ -88,7 +91,8 @@ impl GpuBuffers {
         let n = model.vertex_count();
         let (nt, ns) = (model.tets.len(), model.springs.len());
         let topology = Topology::new(model);
-        let block_count = topology.block_count();
+        let slots = topology.matrix_slots();
+        let slot_count = slots.slot_columns.len();
         let partials = n.div_ceil(WORKGROUP as usize);
 
         let mut m = GpuModel::default();
@@ -105,6 +109,8 @@ impl GpuBuffers {
         m.set("diagonal", c.storage("diagonal", &topology.diagonal));
         m.set("source_offsets", c.storage("source_offsets", &topology.source_offsets));
         m.set("block_sources", c.storage("block_sources", &topology.block_sources));
+        m.set("slice_bases", c.storage("slice_bases", &slots.slice_bases));
+        m.set("slot_columns", c.storage("slot_columns", &slots.slot_columns));
         let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
         m.set("tets", c.storage("tets", &tets));
         let mut tet_rest = Vec::with_capacity(4 * nt);
@@ -163,7 +169,7 @@ impl GpuBuffers {
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
         w.set("vertex_blocks", c.scratch::<f32>("vertex_blocks", 9 * n));
-        w.set("blocks", c.scratch::<f32>("blocks", 9 * block_count));
+        w.set("blocks", c.scratch::<f32>("blocks", 9 * slot_count));
         w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));
         w.set("dot_partials", c.scratch::<[f32; 4]>("dot_partials", partials));
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", partials));
@@ -182,7 +188,8 @@ impl GpuBuffers {
             vertex_count: n,
             tet_count: nt,
             spring_count: ns,
-            block_count,
+            slot_count,
+            slot_of: slots.slot_of,
             rest: model.rest.clone(),
             anchor_capacity: 1,
         }
@@ -224,17 +231,36 @@ impl GpuBuffers {
     /// Allocates the lagged damping matrix; true the first time (bind groups over it must be
     /// rebuilt).
     pub fn reserve_damping(&mut self, context: &GpuContext) -> bool {
-        let wanted = (36 * self.block_count).max(4) as u64;
+        let wanted = (36 * self.slot_count).max(4) as u64;
         if self.scratch.named("damping_blocks").size() >= wanted {
             return false;
         }
-        self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.block_count));
+        self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.slot_count));
         true
     }
 
     /// Whether the damping matrix exists.
     pub fn has_damping(&self) -> bool {
-        self.scratch.named("damping_blocks").size() >= (36 * self.block_count).max(4) as u64
+        self.scratch.named("damping_blocks").size() >= (36 * self.slot_count).max(4) as u64
+    }
+
+    /// Matrix blocks read back from slot order (`entries`, 9 per slot, entry-major) into the CPU
+    /// twin's order (9 row-major floats per stored block).
+    pub fn blocks_from_slots(&self, entries: &[f32]) -> Vec<f32> {
+        let s = self.slot_count;
+        self.slot_of.iter().flat_map(|&slot| (0..9).map(move |k| entries[k * s + slot as usize])).collect()
+    }
+
+    /// Matrix blocks in the CPU twin's order laid out in slots (padding zero).
+    pub fn blocks_to_slots(&self, blocks: &[f32]) -> Vec<f32> {
+        let s = self.slot_count;
+        let mut entries = vec![0.0; 9 * s];
+        for (block, &slot) in blocks.chunks_exact(9).zip(&self.slot_of) {
+            for (k, &value) in block.iter().enumerate() {
+                entries[k * s + slot as usize] = value;
+            }
+        }
+        entries
     }
 
     /// Workgroups of a pass over the vertices (and their partial sums).

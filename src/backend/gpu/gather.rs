@@ -185,7 +185,7 @@ mod tests {
             bytemuck::pod_collect_to_vec(&rig.rec.read(&context, &[staged]).unwrap()[0]);
         let sums: [f64; 4] =
             partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64));
-        let (n, blocks) = (model.vertex_count(), rig.buffers.block_count);
+        let (n, slots) = (model.vertex_count(), rig.buffers.slot_count);
         // Inputs rounded to f32 (1e-7) and short f32 sums: measured 1.4e-6 of the largest
         // entry on lavapipe; 1e-5 leaves a margin, and a wrong term or slot is off by O(1).
         let (g_error, g_at) = worst(&rig.read(3, "gradient", 3 * n), cpu.gradient.as_flattened());
@@ -195,7 +195,9 @@ mod tests {
         // (measured 2.4e-6 on lavapipe). Inertia alone was exact to 1e-7; a wrong term is O(1).
         let (v_error, v_at) = worst(&rig.read(3, "vertex_blocks", 9 * n), cpu.vertex_blocks.as_flattened());
         assert!(v_error < 1e-5, "vertex block entry {v_at} off by {v_error:e}");
-        let (b_error, b_at) = worst(&rig.read(3, "blocks", 9 * blocks), cpu.blocks.as_flattened());
+        let entries = rig.read(3, "blocks", 9 * slots);
+        let assembled = rig.buffers.blocks_from_slots(&entries);
+        let (b_error, b_at) = worst(&assembled, cpu.blocks.as_flattened());
         assert!(b_error < 1e-5, "assembled block entry {b_at} off by {b_error:e}");
         let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
         // The energy and |g|^2 are sums over every vertex in f32: 1e-4 relative.

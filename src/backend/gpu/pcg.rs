@@ -210,7 +210,8 @@ mod tests {
         let topology = crate::backend::topology::Topology::new(&model);
         let b: Vec<[f64; 3]> = cpu.gradient.iter().map(|g| g.map(|c| -c)).collect();
         let mut rig = Rig::new(&context, &model);
-        rig.upload(3, "blocks", &to_f32(cpu.blocks.as_flattened()));
+        let slots = rig.buffers.blocks_to_slots(&to_f32(cpu.blocks.as_flattened()));
+        rig.upload(3, "blocks", &slots);
         rig.upload(3, "rhs", &to_f32(b.as_flattened()));
         // f32 CG: the recursive residual drifts from the true one by about condition x 1e-7, so
         // ask for 1e-4 and check the true residual in f64 against 3e-4.
@@ -260,7 +261,8 @@ mod tests {
             })
             .collect();
         let rhs: Vec<[f64; 3]> = indefinite.gradient.iter().map(|g| g.map(|c| -c)).collect();
-        rig.upload(3, "blocks", &to_f32(big_step.as_flattened()));
+        let slots = rig.buffers.blocks_to_slots(&to_f32(big_step.as_flattened()));
+        rig.upload(3, "blocks", &slots);
         rig.upload(3, "rhs", &to_f32(rhs.as_flattened()));
         let status = solve(&mut rig, 1e-8, 2000);
         assert!(status.negative_curvature(), "expected negative curvature, got {status:?}");

@@ -13,6 +13,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
     ("shared/collider", include_str!("../../../shaders/shared/collider.wgsl")),
     ("shared/slots", include_str!("../../../shaders/shared/slots.wgsl")),
+    ("shared/matrix", include_str!("../../../shaders/shared/matrix.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),

@@ -42,13 +42,25 @@ pub fn unvec9(v: &[f64; 9]) -> DMat3 {
 /// Eigen-decomposition of a symmetric 3x3 matrix by cyclic Jacobi rotations.
 /// Returns eigenvalues in descending order and the eigenvectors as the columns of a rotation.
 pub fn symmetric_eigen3(m: &DMat3) -> ([f64; 3], DMat3) {
+    jacobi::<true>(m)
+}
+
+/// The eigenvalues of a symmetric 3x3 matrix, descending: the rotations of
+/// [`symmetric_eigen3`] without accumulating the eigenvectors.
+pub fn symmetric_eigenvalues3(m: &DMat3) -> [f64; 3] {
+    jacobi::<false>(m).0
+}
+
+/// Cyclic Jacobi; the eigenvectors are accumulated only when `VECTORS`.
+fn jacobi<const VECTORS: bool>(m: &DMat3) -> ([f64; 3], DMat3) {
     let mut a = to_rows(m);
     let mut v = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
     let scale = a.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
     for _sweep in 0..32 {
         let off = a[0][1] * a[0][1] + a[0][2] * a[0][2] + a[1][2] * a[1][2];
-        // Converged once off-diagonal mass is at f64 round-off of the matrix norm.
-        if off <= (1e-17 * scale) * (1e-17 * scale) || off == 0.0 {
+        // Converged once the off-diagonal mass is at the f64 round-off of the matrix norm:
+        // another sweep would only rotate by angles below an ulp.
+        if off <= (f64::EPSILON * scale) * (f64::EPSILON * scale) || off == 0.0 {
             break;
         }
         for (p, q) in [(0, 1), (0, 2), (1, 2)] {
@@ -72,17 +84,22 @@ pub fn symmetric_eigen3(m: &DMat3) -> ([f64; 3], DMat3) {
                 a[p][k] = c * apk - s * aqk;
                 a[q][k] = s * apk + c * aqk;
             }
-            for row in v.iter_mut() {
-                let vp = row[p];
-                let vq = row[q];
-                row[p] = c * vp - s * vq;
-                row[q] = s * vp + c * vq;
+            if VECTORS {
+                for row in v.iter_mut() {
+                    let vp = row[p];
+                    let vq = row[q];
+                    row[p] = c * vp - s * vq;
+                    row[q] = s * vp + c * vq;
+                }
             }
         }
     }
     let mut order = [0usize, 1, 2];
     order.sort_by(|&i, &j| a[j][j].total_cmp(&a[i][i]));
     let values = [a[order[0]][order[0]], a[order[1]][order[1]], a[order[2]][order[2]]];
+    if !VECTORS {
+        return (values, DMat3::IDENTITY);
+    }
     let mut vectors = DMat3::from_cols(
         DVec3::new(v[0][order[0]], v[1][order[0]], v[2][order[0]]),
         DVec3::new(v[0][order[1]], v[1][order[1]], v[2][order[1]]),
@@ -98,6 +115,14 @@ pub fn symmetric_eigen3(m: &DMat3) -> ([f64; 3], DMat3) {
 fn any_orthogonal(a: DVec3) -> DVec3 {
     let helper = if a.x.abs() < 0.9 { DVec3::X } else { DVec3::Y };
     a.cross(helper).normalize()
+}
+
+/// The signed singular values of `F` (as [`signed_svd`] orders and signs them) without the
+/// rotations: the square roots of the eigenvalues of `F^T F`, the smallest negated when
+/// `det F < 0`. Enough for the energy of the rotation-based models.
+pub fn signed_singular_values(f: &DMat3) -> DVec3 {
+    let [a, b, c] = symmetric_eigenvalues3(&(f.transpose() * *f)).map(|l| l.max(0.0).sqrt());
+    DVec3::new(a, b, if f.determinant() < 0.0 { -c } else { c })
 }
 
 /// Signed ("rotation-variant") SVD: `F = U diag(sigma) V^T` with `U`, `V` proper rotations,
@@ -229,5 +254,35 @@ mod tests {
         }
         // Entries are O(1); reconstruction and orthogonality at a few hundred ulps.
         assert!(worst < 1e-12, "worst SVD error {worst:e}");
+    }
+
+    #[test]
+    fn signed_singular_values_match_the_signed_svd() {
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        let mut worst = 0.0_f64;
+        for k in 0..2000 {
+            let mut f = random_matrix(&mut rng);
+            if k % 7 == 0 {
+                f.z_axis = f.x_axis * 0.5; // rank-deficient
+            }
+            if k % 13 == 0 {
+                f = DMat3::IDENTITY + random_matrix(&mut rng) * 1e-3; // near rest
+            }
+            let (_, s, _) = signed_svd(&f);
+            let values = signed_singular_values(&f);
+            let norm2 = f.to_cols_array().iter().map(|x| x * x).sum::<f64>();
+            for i in 0..3 {
+                // Through F^T F the squares are exact to round-off of |F|^2; a square root
+                // turns that into ~1e-8 absolute at a zero singular value, 1e-16 near 1.
+                let error = (values[i] * values[i].abs() - s[i] * s[i].abs()).abs() / norm2;
+                worst = worst.max(error);
+                assert!(error < 1e-14, "singular value {i} of case {k}: {values} vs {s}");
+            }
+            // The smallest carries the sign of det F wherever that is clear of round-off.
+            if f.determinant().abs() > 1e-9 {
+                assert_eq!(values.z < 0.0, s.z < 0.0, "sign of the smallest at {k}: {values} vs {s}");
+            }
+        }
+        println!("worst relative error of a squared singular value: {worst:.1e}");
     }
 }

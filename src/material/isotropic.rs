@@ -105,10 +105,7 @@ impl Elastic {
                 // mu/2 (I_C - 3) - mu (J - 1) with tr H cancelled analytically.
                 0.5 * mu * squared(&h) - mu * (jm1 - trace(&h)) + 0.5 * self.snh_lambda() * jm1 * jm1
             }
-            _ => {
-                let (_, s, _) = signed_svd(f);
-                self.stretch_energy(s)
-            }
+            _ => self.stretch_energy(crate::math::signed_singular_values(f)),
         }
     }
 
@@ -136,6 +133,34 @@ impl Elastic {
                 u * DMat3::from_diagonal(DVec3::from(d.grad)) * v.transpose()
             }
         }
+    }
+
+    /// The energy density and, when asked, the stress and the tangent at one `F`, sharing one
+    /// signed SVD where the model needs it (the rotation-based models, and projected tangents);
+    /// the same values as [`energy`](Self::energy), [`stress`](Self::stress) and
+    /// [`stress_derivative`](Self::stress_derivative).
+    pub fn evaluate(
+        &self,
+        f: &DMat3,
+        stress: bool,
+        tangent: Option<Projection>,
+    ) -> (f64, Option<DMat3>, Option<Mat9>) {
+        let rotation_based = !matches!(
+            self.model,
+            MaterialModel::StVK | MaterialModel::NeoHookean | MaterialModel::StableNeoHookean
+        );
+        if !rotation_based {
+            let tangent = tangent.map(|projection| self.stress_derivative(f, projection));
+            return (self.energy(f), stress.then(|| self.stress(f)), tangent);
+        }
+        let (u, s, v) = signed_svd(f);
+        let energy = self.stretch_energy(s);
+        let stress = stress.then(|| {
+            let d = self.stretch_derivatives(s);
+            u * DMat3::from_diagonal(DVec3::from(d.grad)) * v.transpose()
+        });
+        let tangent = tangent.map(|projection| self.eigensystem_tangent(&u, s, &v, projection));
+        (energy, stress, tangent)
     }
 
     /// `dP/dF` as a 9x9 matrix on `vec(F)` (row-major), exact or PSD-projected.
@@ -237,18 +262,32 @@ impl Elastic {
             if projection == Projection::Psd { x.abs() } else { x }
         };
         let mut k = [[0.0; 9]; 9];
-        // Scaling modes: D_a = u_a v_a^T, coupled through d2psi/dsigma2.
+        // Scaling modes: D_a = u_a v_a^T, coupled through d2psi/dsigma2: exactly, sum_ab
+        // hess_ab D_a D_b^T; projected, through the eigensystem of hess.
         let scaling: [[f64; 9]; 3] = std::array::from_fn(|a| vec9(&outer(u.col(a), v.col(a))));
-        let (block_values, block_vectors) = symmetric_eigen3(&DMat3::from_cols_array_2d(&d.hess));
-        for (m, value) in block_values.iter().enumerate() {
-            let q = block_vectors.col(m);
-            let mut mode = [0.0; 9];
+        if projection == Projection::None {
             for a in 0..3 {
-                for (r, entry) in mode.iter_mut().enumerate() {
-                    *entry += q[a] * scaling[a][r];
+                for b in 0..3 {
+                    let w = d.hess[a][b];
+                    for (r, row) in k.iter_mut().enumerate() {
+                        for (c, entry) in row.iter_mut().enumerate() {
+                            *entry += w * scaling[a][r] * scaling[b][c];
+                        }
+                    }
                 }
             }
-            add_outer9(&mut k, clamp(*value), &mode);
+        } else {
+            let (block_values, block_vectors) = symmetric_eigen3(&DMat3::from_cols_array_2d(&d.hess));
+            for (m, value) in block_values.iter().enumerate() {
+                let q = block_vectors.col(m);
+                let mut mode = [0.0; 9];
+                for a in 0..3 {
+                    for (r, entry) in mode.iter_mut().enumerate() {
+                        *entry += q[a] * scaling[a][r];
+                    }
+                }
+                add_outer9(&mut k, clamp(*value), &mode);
+            }
         }
         // Flip and twist modes of each pair of stretches.
         let half = std::f64::consts::FRAC_1_SQRT_2;

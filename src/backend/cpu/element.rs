@@ -41,16 +41,18 @@ fn tet(
             z[0] * beta[0].y + z[1] * beta[1].y + z[2] * beta[2].y + z[3] * beta[3].y,
             z[0] * beta[0].z + z[1] * beta[1].z + z[2] * beta[2].z + z[3] * beta[3].z,
         );
-        energy += node.weight * rest.volume * material.energy(&f);
-        if let Some(g) = gradient.as_deref_mut() {
-            let p = material.stress(&f) * (node.weight * node.theta * rest.volume);
+        // One evaluation per node: the rotation-based models share one SVD among the three.
+        let projection = blocks.as_ref().map(|(_, projection)| *projection);
+        let (psi, stress, tangent) = material.evaluate(&f, gradient.is_some(), projection);
+        energy += node.weight * rest.volume * psi;
+        if let (Some(g), Some(stress)) = (gradient.as_deref_mut(), stress) {
+            let p = stress * (node.weight * node.theta * rest.volume);
             for a in 0..4 {
                 let ga = p * beta[a];
                 g[a] = (DVec3::from(g[a]) + ga).into();
             }
         }
-        if let Some((h, projection)) = blocks.as_mut() {
-            let k = material.stress_derivative(&f, *projection);
+        if let (Some((h, _)), Some(k)) = (blocks.as_mut(), tangent) {
             let w = node.weight * node.theta * node.theta * rest.volume;
             // t[r][b][kk] = sum_l K[r][3 kk + l] beta_b[l]
             let mut t = [[[0.0; 3]; 4]; 9];

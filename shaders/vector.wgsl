@@ -12,12 +12,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 
-// The rest positions; x is a displacement from them.
-@group(1) @binding(0) var<storage, read> rest: array<f32>;
-
 @group(2) @binding(0) var<storage, read_write> x: array<f32>;
-// What an application draws: rest + x.
-@group(2) @binding(1) var<storage, read_write> positions: array<f32>;
 
 @group(3) @binding(0) var<storage, read_write> x_saved: array<f32>;
 @group(3) @binding(1) var<storage, read_write> direction: array<f32>;
@@ -42,16 +37,6 @@ fn use_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     let index = slot * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
         direction[index] = -gradient[index];
-    }
-}
-
-// positions = rest + x, for drawing.
-@compute @workgroup_size(WORKGROUP)
-fn compose(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
-    if (index < 3u * params.vertex_count) {
-        positions[index] = rest[index] + x[index];
     }
 }
 

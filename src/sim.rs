@@ -605,9 +605,7 @@ impl Simulation {
     /// Keeps the GPU's position buffer on the committed state (a blended or explicit step ends
     /// elsewhere than the last Newton iterate).
     fn publish_positions(&mut self) {
-        if self.backend == Backend::Gpu {
-            self.stages.set_iterate(&self.state.positions);
-        }
+        self.stages.publish_positions(&self.state.positions);
     }
 
     /// Recomputes the energies of the current state (the target is the ledger's business).

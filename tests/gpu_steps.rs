@@ -229,3 +229,48 @@ fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() 
         }
     }
 }
+
+/// The device buffer `buffer` (f32) read back through the simulation's context.
+fn read_device_positions(sim: &Simulation) -> Vec<[f64; 3]> {
+    let context = sim.gpu_context().expect("a GPU simulation");
+    let buffer = sim.gpu_positions().expect("a GPU simulation");
+    let staging = context.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("test readback"),
+        size: buffer.size(),
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut encoder = context.device.create_command_encoder(&Default::default());
+    encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
+    context.queue.submit([encoder.finish()]);
+    staging.slice(..).map_async(wgpu::MapMode::Read, |result| result.expect("mapped"));
+    context.device.poll(wgpu::PollType::wait_indefinitely()).expect("device");
+    let floats: Vec<f32> = bytemuck::pod_collect_to_vec(&staging.get_mapped_range(..).expect("mapped range"));
+    floats.chunks_exact(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect()
+}
+
+#[test]
+fn the_drawable_positions_show_the_state_and_survive_a_failed_step() {
+    if !gpu_available() {
+        return;
+    }
+    let mut sim = scene(Integrator::BackwardEuler, Backend::Gpu).unwrap();
+    for _ in 0..2 {
+        sim.step().unwrap();
+        // f32 copies of the f64 state: within an f32 ulp of ~0.5 m.
+        let (difference, at) = common::worst_difference(&read_device_positions(&sim), sim.positions());
+        assert!(difference < 1e-7, "vertex {at} drawn {difference:e} m away from the state");
+    }
+    // A neo-Hookean bar flipped inside out: the step fails before any iterate is accepted.
+    let builder = Simulation::builder().tet_body(
+        TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]),
+        Material::neo_hookean(1e5, 0.3),
+        1000.0,
+    );
+    let mut flipped_sim = common::on_backend(builder, Backend::Gpu).build().unwrap();
+    let flipped: Vec<[f64; 3]> = flipped_sim.positions().iter().map(|p| [p[0], p[1], -p[2]]).collect();
+    flipped_sim.set_state(&flipped, &vec![[0.0; 3]; flipped.len()]).unwrap();
+    assert!(flipped_sim.step().is_err());
+    let (difference, at) = common::worst_difference(&read_device_positions(&flipped_sim), &flipped);
+    assert!(difference < 1e-7, "after a failed step vertex {at} is drawn {difference:e} m from the state");
+}

@@ -194,6 +194,9 @@ pub trait Stages: Send {
     fn gpu_context(&self) -> Option<&gpu::GpuContext> {
         None
     }
+    /// Makes `x` the state the device's drawable positions show (only an accepted step or a
+    /// new state is published, so a failed step leaves them as they were).
+    fn publish_positions(&mut self, _x: &[[f64; 3]]) {}
     /// The device buffer with the current positions (3 f32 per vertex), on a GPU backend.
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
         None

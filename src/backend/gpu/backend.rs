@@ -447,9 +447,17 @@ impl Stages for GpuBackend {
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
         self.write_positions(Positions::Iterate, x);
-        // The drawable positions follow the iterate the driver publishes.
-        let result = self.vector("compose", 0.0);
-        self.settle(result, ());
+    }
+
+    fn publish_positions(&mut self, x: &[[f64; 3]]) {
+        let positions: Vec<f32> = x.iter().flatten().map(|&c| c as f32).collect();
+        self.recording.upload(
+            &self.context,
+            self.buffers.state.named("positions"),
+            bytemuck::cast_slice(&positions),
+        );
+        // Drawn by the application's own work: submit it now rather than at the next readback.
+        self.recording.submit(&self.context);
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {

@@ -8,7 +8,7 @@
 //! quantizes absolute positions of ~1 m to ~6e-8 m, which shape gradients of ~20/m turn into
 //! strain noise of ~1e-6 and a gradient noise floor far above Newton's tolerances;
 //! displacements of centimetres are stored ~20x finer. The host converts in f64 on the way in
-//! and out; `positions` holds rest + x for drawing.
+//! and out; `positions` holds the published state's absolute positions, for drawing.
 
 use super::context::GpuContext;
 use super::gather::GpuCollider;

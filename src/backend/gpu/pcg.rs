@@ -151,7 +151,7 @@ impl WgPcg {
             );
             solve.recorded += 1;
         }
-        let even = solve.recorded % 2 == 0;
+        let even = solve.recorded.is_multiple_of(2);
         let bound: Vec<&wgpu::BindGroup> = groups.parity[(!even) as usize].iter().collect();
         recording.dispatch(
             context,

@@ -1,6 +1,5 @@
 //! Stage `vector` (`shaders/vector.wgsl`), the GPU twin of `backend/cpu/vector.rs`: Newton's
-//! vector updates on the iterate and the direction, their dot products, and the positions
-//! for drawing.
+//! vector updates on the iterate and the direction, and their dot products.
 
 use encase::ShaderType;
 
@@ -47,8 +46,7 @@ impl WgVector {
 
     /// Records entry point `entry` with `alpha`: `negate_gradient` (rhs = -g), `use_gradient`
     /// (direction = -g), `save` (x_saved = x), `offset` (x = x_saved + alpha direction),
-    /// `scale` (direction *= alpha), `dots` (partials of g.d, d.d, g.g) or `compose`
-    /// (positions = rest + x).
+    /// `scale` (direction *= alpha) or `dots` (partials of g.d, d.d, g.g).
     pub fn queue(
         &self,
         context: &GpuContext,

@@ -513,6 +513,19 @@ impl Simulation {
                 return Err(Error::State(format!("{name} of vertex {v} is not finite: {:?}", values[v])));
             }
         }
+        // A state outside a material's domain (an inverted neo-Hookean element) has infinite
+        // energy: no step can start from it.
+        let potential = worker_pool().install(|| self.stages.potential(positions));
+        if let Some(error) = self.stages.take_error() {
+            return Err(error);
+        }
+        if !potential.is_finite() {
+            return Err(Error::State(format!(
+                "the positions put an element outside its material's domain (potential energy {potential}; \
+                 an inverted neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states \
+                 that invert"
+            )));
+        }
         self.state.positions = positions.to_vec();
         self.state.velocities = velocities
             .iter()

@@ -253,14 +253,19 @@ fn a_step_that_blows_up_is_refused_and_the_state_stays_finite() {
 }
 
 #[test]
-fn inverted_neo_hookean_start_is_a_clear_error() {
+fn inverted_neo_hookean_state_is_a_clear_error() {
     let mesh = TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]);
     let mut sim =
         Simulation::builder().tet_body(mesh, Material::neo_hookean(1e5, 0.3), 1000.0).build().unwrap();
-    let flipped: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1], -p[2]]).collect();
+    let rest = sim.positions().to_vec();
+    let energy = sim.energy();
+    let flipped: Vec<[f64; 3]> = rest.iter().map(|p| [p[0], p[1], -p[2]]).collect();
     let zero = vec![[0.0; 3]; flipped.len()];
-    sim.set_state(&flipped, &zero).unwrap();
-    let error = sim.step().unwrap_err();
+    let error = sim.set_state(&flipped, &zero).unwrap_err();
     assert!(error.to_string().contains("stable_neo_hookean"), "{error}");
-    assert_eq!(sim.positions(), &flipped[..]);
+    // Refused whole: the state and its energy are as they were, and a step still works.
+    assert_eq!(sim.positions(), &rest[..]);
+    assert_eq!(sim.energy(), energy);
+    assert!(sim.energy().total.is_finite());
+    sim.step().unwrap();
 }

@@ -129,6 +129,55 @@ fn bad_files_name_the_file_and_line() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+#[test]
+fn hostile_counts_and_indices_are_errors_not_aborts() {
+    let dir = scratch_dir("hostile");
+    // Headers announcing far more items than any file holds: an error when the items run
+    // out (the readers used to reserve the announced count and abort on the allocation).
+    let huge = "1000000000000000000";
+    let cases = [
+        ("huge.node", format!("{huge} 3 0 0\n1 0 0 0\n")),
+        ("huge.mesh", format!("Vertices\n{huge}\n0 0 0 0\n")),
+        (
+            "huge.vtk",
+            format!(
+                "# vtk DataFile Version 2.0\nx\nASCII\nDATASET UNSTRUCTURED_GRID\nPOINTS {huge} double\n0 0 0\n"
+            ),
+        ),
+    ];
+    for (name, text) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        if name.ends_with(".node") {
+            std::fs::write(path.with_extension("ele"), "1 4 0\n1 1 1 1 1\n").unwrap();
+        }
+        let error = TetMesh::load(&path).unwrap_err().to_string();
+        assert!(error.contains(name), "{name}: {error}");
+    }
+    let ply = |vertex_count: &str, face: &str| {
+        format!(
+            "ply\nformat ascii 1.0\nelement vertex {vertex_count}\nproperty float x\nproperty float y\n\
+             property float z\nelement face 1\nproperty list uchar int vertex_indices\nend_header\n\
+             0 0 0\n1 0 0\n0 1 0\n{face}\n"
+        )
+    };
+    for (name, text, expected) in [
+        ("count.ply", ply("three", "3 0 1 2"), "line 3: expected an element count"),
+        ("negative.ply", ply("3", "3 0 -1 2"), "line 13: expected a vertex index"),
+        ("fraction.ply", ply("3", "3 0 1.5 2"), "line 13: expected a vertex index"),
+        ("huge.ply", ply(huge, "3 0 1 2"), "unexpected end of file"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let error = TriMesh::load(&path).unwrap_err().to_string();
+        assert!(error.contains(name) && error.contains(expected), "{name}: {error}");
+    }
+    // A target edge so small that the cell counts would overflow.
+    let error = TetMesh::from_surface(&cube_surface(), 1e-300).unwrap_err().to_string();
+    assert!(error.contains("target_edge"), "{error}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
 fn cube_surface() -> TriMesh {
     let p = (0..8).map(|b| [(b & 1) as f64, ((b >> 1) & 1) as f64, ((b >> 2) & 1) as f64]).collect();
     let quads = [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];

@@ -61,6 +61,13 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// Room for `count` items as a file's header announces them, but never more than the file
+/// could hold (each item takes at least a byte): a corrupt count is an error when the items
+/// run out, not an abort on allocation.
+fn capacity(count: usize, text: &str) -> usize {
+    count.min(text.len())
+}
+
 pub(crate) fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.display().to_string(), source })
 }
@@ -199,7 +206,8 @@ fn tetgen(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
     if dimension != 3 {
         return Err(t.error("only 3-D .node files are supported"));
     }
-    let (mut labels, mut positions) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    let (mut labels, mut positions) =
+        (Vec::with_capacity(capacity(count, &text)), Vec::with_capacity(capacity(count, &text)));
     for _ in 0..count {
         labels.push(t.parse("a vertex index")?);
         positions.push(t.point()?);
@@ -215,7 +223,7 @@ fn tetgen(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
     if corners != 4 {
         return Err(t.error("only linear (4-node) tets are supported"));
     }
-    let mut tets = Vec::with_capacity(count);
+    let mut tets = Vec::with_capacity(capacity(count, &text));
     for _ in 0..count {
         let _index: i64 = t.parse("a tet index")?;
         tets.push([
@@ -245,7 +253,7 @@ fn vtk(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
     }
     let cells: usize = t.parse("the number of cells")?;
     let _size: usize = t.parse("the cell list size")?;
-    let mut lists = Vec::with_capacity(cells);
+    let mut lists = Vec::with_capacity(capacity(cells, text));
     for _ in 0..cells {
         let n: usize = t.parse("a cell size")?;
         lists.push((0..n).map(|_| t.parse("a point index")).collect::<Result<Vec<i64>>>()?);
@@ -272,7 +280,7 @@ fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
         return Err(t.error("no Vertices section"));
     }
     let count: usize = t.parse("the number of vertices")?;
-    let mut positions = Vec::with_capacity(count);
+    let mut positions = Vec::with_capacity(capacity(count, text));
     for _ in 0..count {
         positions.push(t.point()?);
         t.next()?;
@@ -281,7 +289,7 @@ fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
         return Err(t.error("no Tetrahedra section"));
     }
     let count: usize = t.parse("the number of tets")?;
-    let mut tets = Vec::with_capacity(count);
+    let mut tets = Vec::with_capacity(capacity(count, text));
     for _ in 0..count {
         tets.push([
             t.parse("a vertex index")?,
@@ -374,11 +382,11 @@ fn ply(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
                 )));
             }
             ["element", "vertex", count] => {
-                vertices = count.parse().unwrap_or(0);
+                vertices = header_count(path, n, count)?;
                 in_vertex = true;
             }
             ["element", "face", count] => {
-                faces = count.parse().unwrap_or(0);
+                faces = header_count(path, n, count)?;
                 in_vertex = false;
             }
             ["element", ..] => in_vertex = false,
@@ -387,24 +395,49 @@ fn ply(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
             _ => {}
         }
     }
-    let mut numbers = lines.flat_map(|(n, line)| line.split_whitespace().map(move |w| (n + 1, w)));
-    let mut take = |what: &str| -> Result<f64> {
-        let (n, word) = numbers
-            .next()
-            .ok_or_else(|| Error::Mesh(format!("{}: unexpected end of file", path.display())))?;
+    let mut words = lines.flat_map(|(n, line)| line.split_whitespace().map(move |w| (n + 1, w)));
+    // The next word with its line, or an error naming the file and what was expected.
+    let mut take = |what: &str| -> Result<(usize, &str)> {
+        words.next().ok_or_else(|| {
+            Error::Mesh(format!("{}: unexpected end of file, expected {what}", path.display()))
+        })
+    };
+    let parse = |(n, word): (usize, &str), what: &str| -> Result<f64> {
         word.parse()
             .map_err(|_| Error::Mesh(format!("{} line {n}: expected {what}, found {word:?}", path.display())))
     };
-    let mut positions = Vec::with_capacity(vertices);
+    // Sizes and vertex indices are non-negative integers.
+    let index = |(n, word): (usize, &str), what: &str| -> Result<u32> {
+        word.parse().map_err(|_| {
+            Error::Mesh(format!(
+                "{} line {n}: expected {what} (a non-negative integer), found {word:?}",
+                path.display()
+            ))
+        })
+    };
+    let mut positions = Vec::with_capacity(capacity(vertices, text));
     for _ in 0..vertices {
-        let values: Vec<f64> =
-            (0..vertex_properties.max(3)).map(|_| take("a vertex property")).collect::<Result<_>>()?;
+        let values: Vec<f64> = (0..vertex_properties.max(3))
+            .map(|_| parse(take("a vertex property")?, "a vertex property"))
+            .collect::<Result<_>>()?;
         positions.push([values[0], values[1], values[2]]);
     }
-    let mut polygons = Vec::with_capacity(faces);
+    let mut polygons = Vec::with_capacity(capacity(faces, text));
     for _ in 0..faces {
-        let k = take("a face size")? as usize;
-        polygons.push((0..k).map(|_| take("a vertex index").map(|v| v as u32)).collect::<Result<_>>()?);
+        let k = index(take("a face size")?, "a face size")?;
+        polygons
+            .push((0..k).map(|_| index(take("a vertex index")?, "a vertex index")).collect::<Result<_>>()?);
     }
     Ok((positions, polygons))
+}
+
+/// An element count of a PLY header.
+fn header_count(path: &Path, line: usize, word: &str) -> Result<usize> {
+    word.parse().map_err(|_| {
+        Error::Mesh(format!(
+            "{} line {}: expected an element count, found {word:?}",
+            path.display(),
+            line + 1
+        ))
+    })
 }

@@ -105,8 +105,15 @@ impl TetMesh {
         crate::error::require_positive("target_edge", target_edge)?;
         super::tri_mesh::check_closed(surface)?;
         let (lo, hi) = super::tri_mesh::bounds(surface.positions());
-        let cells: [usize; 3] =
-            std::array::from_fn(|c| ((hi[c] - lo[c]) / target_edge).ceil().max(1.0) as usize);
+        // In f64 first: a tiny target_edge must not overflow the cell counts.
+        let per_axis: [f64; 3] = std::array::from_fn(|c| ((hi[c] - lo[c]) / target_edge).ceil().max(1.0));
+        let cells_f64 = per_axis[0] * per_axis[1] * per_axis[2];
+        if !(cells_f64 <= 50_000_000.0) {
+            return Err(Error::Parameter(format!(
+                "target_edge {target_edge} gives {cells_f64:.3e} cells; use a larger target_edge"
+            )));
+        }
+        let cells: [usize; 3] = per_axis.map(|n| n as usize);
         let total = cells[0] * cells[1] * cells[2];
         if total > 50_000_000 {
             return Err(Error::Parameter(format!(

@@ -49,6 +49,8 @@ pub use integrator::{Decay, EnergyLedger, Integrator};
 pub use material::{Material, MaterialModel};
 pub use mesh::{Spring, SpringKind, SpringMesh, TetMesh, TriMesh};
 pub use model::Model;
-pub use sim::{Backend, EnergyReport, HandleId, Simulation, SimulationBuilder, StepStats, StepTimings};
+pub use sim::{
+    Backend, EnergyReport, HandleId, Simulation, SimulationBuilder, SolveOutcome, StepStats, StepTimings,
+};
 pub use solver::{HessianPolicy, Solver};
 pub use state::State;

@@ -61,6 +61,10 @@ pub struct StepStats {
     /// Some solve stopped above its tolerance because the objective could not resolve
     /// further progress in f64.
     pub round_off: bool,
+    /// How the step's solves ended (the most serious of them): whether the state is the
+    /// converged implicit step or a budget's or a stall's best. `SimulationBuilder::strict`
+    /// makes the last two an error.
+    pub outcome: SolveOutcome,
     /// Final gradient norm of the step objective (N); zero for explicit steps.
     pub gradient_norm: f64,
     /// How much the step's solves lowered their objectives (J): what an iteration budget
@@ -73,6 +77,23 @@ pub struct StepStats {
     /// Device work of the step — submissions, readbacks (host waits), compute passes and
     /// dispatches — on a GPU backend.
     pub device: Option<DeviceCounts>,
+}
+
+/// How a step's implicit solves ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SolveOutcome {
+    /// Every solve reached its gradient tolerance (explicit steps solve nothing).
+    #[default]
+    Converged,
+    /// Some solve stopped above its tolerance because the objective could not resolve
+    /// further progress (f64 on the CPU, f32 on a GPU): the best the arithmetic allows.
+    RoundOff,
+    /// Some solve used its iteration budget before reaching the tolerance (the expected
+    /// outcome of `Solver::budget`): the state is the budget's best, not the converged step.
+    BudgetSpent,
+    /// Some solve found no way forward (no decrease along a downhill direction, or a
+    /// non-finite gradient): the state is the last safe iterate.
+    Stalled,
 }
 
 /// Energies of the current state (J).
@@ -123,6 +144,7 @@ pub struct SimulationBuilder {
     contact_model: Option<ContactModel>,
     damping: Vec<Damping>,
     gpu: Option<Arc<GpuContext>>,
+    strict: bool,
 }
 
 impl SimulationBuilder {
@@ -198,6 +220,14 @@ impl SimulationBuilder {
     /// are opened at once). Create it once with [`GpuContext::new`] and clone the `Arc`.
     pub fn gpu_context(mut self, context: Arc<GpuContext>) -> Self {
         self.gpu = Some(context);
+        self
+    }
+
+    /// With `true`, a step whose solves end with [`SolveOutcome::BudgetSpent`] or
+    /// [`SolveOutcome::Stalled`] is an error and leaves the state unchanged; by default such a
+    /// step is taken (its best safe state) and `StepStats::outcome` says so.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
         self
     }
 
@@ -296,6 +326,7 @@ impl SimulationBuilder {
             handles: Vec::new(),
             backend,
             dt: self.dt,
+            strict: self.strict,
             time: 0.0,
             energy: EnergyReport::default(),
         };
@@ -322,6 +353,8 @@ pub struct Simulation {
     handles: Vec<Anchor>,
     backend: Backend,
     dt: f64,
+    /// Non-converged steps are errors (`SimulationBuilder::strict`).
+    strict: bool,
     time: f64,
     energy: EnergyReport,
 }
@@ -341,6 +374,7 @@ impl Simulation {
             contact_model: None,
             damping: Vec::new(),
             gpu: None,
+            strict: false,
         }
     }
 
@@ -391,6 +425,20 @@ impl Simulation {
             return Err(error);
         }
         let outcome = outcome?;
+        let solve_outcome = match (report.stalled, report.converged, report.round_off) {
+            (true, ..) => SolveOutcome::Stalled,
+            (false, false, _) => SolveOutcome::BudgetSpent,
+            (false, true, true) => SolveOutcome::RoundOff,
+            (false, true, false) => SolveOutcome::Converged,
+        };
+        if self.strict && solve_outcome >= SolveOutcome::BudgetSpent {
+            return Err(Error::Solver(format!(
+                "the step did not converge ({solve_outcome:?}, |grad G| {:.3e} N after {} Newton iterations); \
+                 the state was left unchanged (raise the solver's max_iterations, or leave strict off to \
+                 accept the best state)",
+                report.gradient_norm, report.iterations
+            )));
+        }
         let Outcome { x, mut v, alpha, mut dissipated } = outcome;
         for d in &self.damping {
             if let Damping::MomentumPreserving { coefficient } = d {
@@ -426,6 +474,7 @@ impl Simulation {
             alpha,
             converged: report.converged,
             round_off: report.round_off,
+            outcome: solve_outcome,
             gradient_norm: report.gradient_norm,
             objective_decrease: report.objective_decrease,
             dissipated,

@@ -269,3 +269,38 @@ fn inverted_neo_hookean_state_is_a_clear_error() {
     assert!(sim.energy().total.is_finite());
     sim.step().unwrap();
 }
+
+#[test]
+fn a_step_says_how_its_solves_ended_and_strict_refuses_an_unconverged_one() {
+    use lively::SolveOutcome;
+    let build = |solver: Solver, strict: bool| {
+        Simulation::builder()
+            .tet_body(
+                TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]),
+                Material::stable_neo_hookean(1e5, 0.3),
+                1000.0,
+            )
+            .gravity([0.0, -9.81, 0.0])
+            .pin(|p| p[0] < 1e-9)
+            .solver(solver)
+            .strict(strict)
+            .build()
+            .unwrap()
+    };
+    // Converged to the tolerance.
+    let mut converged = build(Solver::newton().tolerance(1e-6), true);
+    let stats = converged.step().unwrap();
+    assert!(matches!(stats.outcome, SolveOutcome::Converged | SolveOutcome::RoundOff), "{stats:?}");
+    // One Newton iteration cannot reach 1e-10 N from rest under gravity: the step is taken
+    // and says so...
+    let mut lenient = build(Solver::newton().tolerance(1e-10).max_iterations(1), false);
+    let stats = lenient.step().unwrap();
+    assert_eq!(stats.outcome, SolveOutcome::BudgetSpent, "{stats:?}");
+    assert!(!stats.converged);
+    // ...and with strict it is an error that leaves the state as it was.
+    let mut strict = build(Solver::newton().tolerance(1e-10).max_iterations(1), true);
+    let before = (strict.positions().to_vec(), strict.velocities().to_vec(), strict.energy());
+    let error = strict.step().unwrap_err();
+    assert!(matches!(error, Error::Solver(_)) && error.to_string().contains("BudgetSpent"), "{error}");
+    assert_eq!((strict.positions().to_vec(), strict.velocities().to_vec(), strict.energy()), before);
+}

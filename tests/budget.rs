@@ -39,6 +39,8 @@ fn a_budget_of_two_newton_by_forty_cg_iterations_is_spent_and_stays_stable() {
             // of forty. A solve may stop early only at its 1e-6 relative residual, which this
             // stiff bar does not reach in forty iterations.
             assert_eq!(stats.iterations, 2, "{backend:?}: {stats:?}");
+            // A budget too small for this bar: the step says so.
+            assert_eq!(stats.outcome, lively::SolveOutcome::BudgetSpent, "{backend:?}: {stats:?}");
             assert!(stats.linear_iterations >= 76, "{backend:?}: {} CG iterations", stats.linear_iterations);
             assert!(stats.objective_decrease > 0.0, "{backend:?}: {stats:?}");
             // Never above the start: energy injected by an unconverged A-search correction

@@ -45,6 +45,9 @@ pub struct NewtonReport {
     pub converged: bool,
     /// Stopped before the tolerance because `G` could not resolve further decrease.
     pub round_off: bool,
+    /// Stopped before the tolerance with no way forward: the line search found no decrease
+    /// along a downhill direction, or the gradient was not finite.
+    pub stalled: bool,
     /// `|grad G|` (N) at the returned iterate.
     pub gradient_norm: f64,
     /// How much the solves lowered their objectives, `G(start) - G(end)` summed (J).
@@ -67,6 +70,7 @@ impl NewtonReport {
         self.projected_iterations += other.projected_iterations;
         self.converged &= other.converged || other.round_off;
         self.round_off |= other.round_off;
+        self.stalled |= other.stalled;
         self.gradient_norm = other.gradient_norm;
         self.objective_decrease += other.objective_decrease;
         self.times.evaluate += other.times.evaluate;
@@ -132,7 +136,11 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
             report.converged = true;
             break;
         }
-        if !gradient_norm.is_finite() || report.iterations >= settings.max_iterations {
+        if !gradient_norm.is_finite() {
+            report.stalled = true;
+            break;
+        }
+        if report.iterations >= settings.max_iterations {
             break;
         }
         if after_round_off && gradient_norm >= previous_gradient {
@@ -217,7 +225,10 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonRepo
                 after_round_off = true;
             }
             // No descent along a downhill direction: the iterate is the best safe state.
-            Step::Failed => break,
+            Step::Failed => {
+                report.stalled = true;
+                break;
+            }
         }
     }
     if (initial_value - value).is_finite() {

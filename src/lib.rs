@@ -47,7 +47,7 @@ pub use damping::Damping;
 pub use error::{Error, Result};
 pub use integrator::{Decay, EnergyLedger, Integrator};
 pub use material::{Material, MaterialModel};
-pub use mesh::{Spring, SpringKind, SpringMesh, TetMesh, TriMesh};
+pub use mesh::{Spring, SpringKind, SpringMesh, TetMesh, TriMesh, VtuSeries};
 pub use model::Model;
 pub use sim::{
     Backend, EnergyReport, HandleId, Simulation, SimulationBuilder, SolveOutcome, StepStats, StepTimings,

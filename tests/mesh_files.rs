@@ -254,3 +254,50 @@ fn shared_meshes_load_with_their_published_counts() {
         assert!(mesh.tets().len() > 100, "Spot filled with {} tets", mesh.tets().len());
     }
 }
+
+#[test]
+fn writers_round_trip_through_the_readers() {
+    let dir = scratch_dir("write");
+    let mesh = TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]);
+    // A deformed frame with coordinates that need every digit.
+    let moved: Vec<[f64; 3]> =
+        mesh.positions().iter().map(|p| [p[0] + 0.1 * p[1] * p[1], p[1] / 3.0, p[2] + 1e-7]).collect();
+    let vtk = dir.join("frame.vtk");
+    mesh.save(&vtk, Some(&moved)).unwrap();
+    let back = TetMesh::load(&vtk).unwrap();
+    assert_eq!(back.positions(), &moved[..], "shortest round-trip digits give the same f64s");
+    assert_eq!(back.tets(), mesh.tets());
+    // Surfaces: every boundary triangle once, outward, through both formats.
+    let surface = mesh.surface_mesh(Some(&moved)).unwrap();
+    assert_eq!(surface.triangles(), mesh.surface());
+    for name in ["surface.obj", "surface.ply"] {
+        let path = dir.join(name);
+        surface.save(&path).unwrap();
+        let back = TriMesh::load(&path).unwrap();
+        assert_eq!(back.positions(), surface.positions(), "{name}");
+        assert_eq!(back.triangles(), surface.triangles(), "{name}");
+    }
+    // A ParaView series: frames on disk and listed with their times in the .pvd.
+    let mut series = lively::VtuSeries::new(dir.join("series"), "bar").unwrap();
+    for k in 0..3 {
+        series.write_frame(&mesh, k as f64 / 30.0, Some(&moved)).unwrap();
+    }
+    assert_eq!(series.len(), 3);
+    let pvd = std::fs::read_to_string(dir.join("series/bar.pvd")).unwrap();
+    assert_eq!(pvd.matches("<DataSet").count(), 3, "{pvd}");
+    assert!(pvd.contains("file=\"bar_00002.vtu\"") && pvd.contains(&format!("timestep=\"{}\"", 2.0 / 30.0)));
+    let vtu = std::fs::read_to_string(dir.join("series/bar_00001.vtu")).unwrap();
+    let header =
+        format!("NumberOfPoints=\"{}\" NumberOfCells=\"{}\"", mesh.vertex_count(), mesh.tets().len());
+    assert!(vtu.contains(&header), "{header}");
+    let points = vtu.split("<Points>").nth(1).unwrap().split("</DataArray>").next().unwrap();
+    let coordinates: Vec<f64> =
+        points.lines().skip(2).flat_map(|l| l.split_whitespace().map(|w| w.parse().unwrap())).collect();
+    assert_eq!(coordinates, moved.as_flattened());
+    // Bad input is an error naming what is wrong.
+    let error = mesh.save(dir.join("frame.vtk"), Some(&moved[1..])).unwrap_err().to_string();
+    assert!(error.contains("positions for a mesh of"), "{error}");
+    assert!(mesh.save(dir.join("frame.stl"), None).unwrap_err().to_string().contains(".vtk or .vtu"));
+    assert!(surface.save(dir.join("surface.stl")).unwrap_err().to_string().contains(".obj or .ply"));
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -1,13 +1,16 @@
-//! Meshes: tetrahedral bodies and mass-spring bodies, their generators and validation.
+//! Meshes: tetrahedral bodies and mass-spring bodies, their generators and validation, and
+//! their readers and writers.
 
 mod io;
 mod spring_mesh;
 mod tet_mesh;
 mod tri_mesh;
+mod write;
 
 pub use spring_mesh::{Spring, SpringKind, SpringMesh};
 pub use tet_mesh::TetMesh;
 pub use tri_mesh::TriMesh;
+pub use write::VtuSeries;
 
 /// Signed volume of the tetrahedron `(a, b, c, d)`: positive when `d` lies on the side of
 /// `(a, b, c)` that their counter-clockwise normal points to.

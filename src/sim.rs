@@ -583,7 +583,7 @@ impl Simulation {
             .collect();
         self.state.previous = None;
         self.publish_positions();
-        self.refresh_energy();
+        self.set_energy(potential);
         self.ledger.reset(self.energy.total);
         self.energy.target = self.ledger.target();
         Ok(())
@@ -673,6 +673,11 @@ impl Simulation {
     /// Recomputes the energies of the current state (the target is the ledger's business).
     fn refresh_energy(&mut self) {
         let potential = worker_pool().install(|| self.stages.potential(&self.state.positions));
+        self.set_energy(potential);
+    }
+
+    /// The energies of the current state, given its potential.
+    fn set_energy(&mut self, potential: f64) {
         let kinetic = kinetic_energy(&self.model, &self.state.velocities);
         self.energy =
             EnergyReport { kinetic, potential, total: kinetic + potential, target: self.energy.target };

@@ -3,8 +3,10 @@
 //! ends the solve: the last iterate is returned (or the right-hand side, if it happens on the
 //! first iteration), which is still a descent direction for the Newton step.
 //!
-//! Each iteration is three passes over the vertices, as on a GPU: (1) `Ap` and `p.Ap`;
-//! (2) the updates of `x`, `r` and `z = P r` with `r.r` and `r.z`; (3) `p = z + beta p`.
+//! Each iteration is three passes over the vertices: (1) `Ap` and `p.Ap`; (2) the updates of
+//! `x`, `r` and `z = P r` with `r.r` and `r.z`; (3) `p = z + beta p`. The GPU twin fuses (3)
+//! into (1) — it forms `z + beta p` at each neighbour inside the product — to need two
+//! dispatches; the values are the same (the same f64 expression here, per entry there).
 //! Reductions are summed per fixed chunk and then in chunk order, so results are
 //! bit-identical run to run whatever the thread count.
 

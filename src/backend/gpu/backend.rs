@@ -11,7 +11,7 @@ use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
-use super::pcg::{PcgGroups, PcgParams, PcgStatus};
+use super::pcg::{PcgGroups, PcgParams, PcgStatus, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -250,26 +250,37 @@ impl GpuBackend {
         }
     }
 
-    /// Records a PCG solve and reads its status after as many iterations as the last solve
-    /// took (and a margin), then after more while it runs.
-    fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
-        let (c, rec) = (&self.context, &mut self.recording);
-        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
-        let mut chunk = params.max_iterations.min(self.last_cg + self.last_cg / 4 + 8);
-        loop {
-            let (c, rec) = (&self.context, &mut self.recording);
-            let staged =
-                self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
-            let status: PcgStatus = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
-            if !status.running() {
-                self.last_cg = status.iterations.max(1);
-                return Ok(status);
-            }
-            if solve.recorded() >= params.max_iterations {
+    /// CG iterations to record before the first status read: as many as the last solve took,
+    /// and a margin.
+    fn first_chunk(&self, max_iterations: u32) -> u32 {
+        max_iterations.min(self.last_cg + self.last_cg / 4 + 8)
+    }
+
+    /// Records and reads more chunks while the solve runs (each as long as all before it);
+    /// returns the final status and remembers the solve's length.
+    fn run_on(&mut self, solve: &mut Solve, mut status: PcgStatus) -> Result<PcgStatus> {
+        let max = solve.params.max_iterations;
+        while status.running() {
+            if solve.recorded() >= max {
                 return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
             }
-            chunk = (params.max_iterations - solve.recorded()).min(solve.recorded().max(FIRST_CHUNK));
+            let more = (max - solve.recorded()).min(solve.recorded().max(FIRST_CHUNK));
+            let (c, rec) = (&self.context, &mut self.recording);
+            let staged = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, solve, more)?;
+            status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
         }
+        self.last_cg = status.iterations.max(1);
+        Ok(status)
+    }
+
+    /// Records a PCG solve and reads its status once the first chunk is done.
+    fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
+        let chunk = self.first_chunk(params.max_iterations);
+        let (c, rec) = (&self.context, &mut self.recording);
+        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
+        let staged = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
+        let status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
+        self.run_on(&mut solve, status)
     }
 
     /// The direction's report from the staged dots `(g.d, d.d, g.g)`.
@@ -319,35 +330,29 @@ impl GpuBackend {
         let params =
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
+        let chunk = self.first_chunk(params.max_iterations);
         let (c, rec) = (&self.context, &mut self.recording);
         let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
-        let chunk = params.max_iterations.min(self.last_cg + self.last_cg / 4 + 8);
         let status = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
         let dots = self.dots()?;
         let candidates = self.record_candidates(alphas)?;
         let (results, mut values) = self.read_candidates(&[lin, status, dots], candidates)?;
         let linearization = Self::linearization(&results[0]);
-        let mut status: PcgStatus = bytemuck::pod_read_unaligned(&results[1]);
+        let first: PcgStatus = bytemuck::pod_read_unaligned(&results[1]);
         if !(linearization.gradient_norm > request.gradient_tolerance) {
             return Ok(NewtonDirection { linearization, ..Default::default() });
         }
         let mut dots = results[2].clone();
-        if status.running() {
-            // The solve outran the iterations recorded: go on, then evaluate again.
-            while status.running() && solve.recorded() < params.max_iterations {
-                let more = (params.max_iterations - solve.recorded()).min(solve.recorded().max(FIRST_CHUNK));
-                let (c, rec) = (&self.context, &mut self.recording);
-                let staged =
-                    self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, more)?;
-                status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
-            }
+        let status = self.run_on(&mut solve, first)?;
+        if first.running() {
+            // The solve outran the iterations recorded: the dots and candidates were of an
+            // unfinished direction; evaluate them again.
             let staged_dots = self.dots()?;
             let candidates = self.record_candidates(alphas)?;
             let (results, again) = self.read_candidates(&[staged_dots], candidates)?;
             dots = results[0].clone();
             values = again;
         }
-        self.last_cg = status.iterations.max(1);
         let direction = Self::report(&dots, status.iterations.max(1) as usize, status.negative_curvature());
         Ok(NewtonDirection {
             linearization,

@@ -231,8 +231,7 @@ impl GpuBuffers {
     /// Allocates the lagged damping matrix; true the first time (bind groups over it must be
     /// rebuilt).
     pub fn reserve_damping(&mut self, context: &GpuContext) -> bool {
-        let wanted = (36 * self.slot_count).max(4) as u64;
-        if self.scratch.named("damping_blocks").size() >= wanted {
+        if self.has_damping() {
             return false;
         }
         self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.slot_count));

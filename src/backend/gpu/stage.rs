@@ -83,11 +83,6 @@ impl WgStage {
         Ok(WgStage { name, table, layouts, module, layout, pipelines: Default::default() })
     }
 
-    /// The binding table read from the shader.
-    pub fn bindings(&self) -> &[Binding] {
-        &self.table
-    }
-
     /// The pipeline of `entry` with `constants`, compiled on first use.
     pub fn pipeline(
         &self,

@@ -19,8 +19,8 @@ use crate::math::{Mat9, add_outer9, signed_svd, symmetric_eigen3, vec9};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Elastic {
     model: MaterialModel,
-    mu: f64,
-    lambda: f64,
+    pub(super) mu: f64,
+    pub(super) lambda: f64,
 }
 
 /// First and second derivatives of `psi` in principal stretches, plus the pair quotients
@@ -66,7 +66,7 @@ impl Elastic {
     }
 
     /// Effective `lambda` of the rotation-based family (ARAP has none).
-    fn corotated_lambda(&self) -> f64 {
+    pub(super) fn corotated_lambda(&self) -> f64 {
         if self.model == MaterialModel::Arap { 0.0 } else { self.lambda }
     }
 

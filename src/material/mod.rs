@@ -3,9 +3,11 @@
 //! derivative `dP/dF` (optionally projected to be positive semi-definite).
 
 mod isotropic;
+mod projective;
 mod spring;
 
 pub use isotropic::Elastic;
+pub use projective::closest_rotation;
 pub(crate) use spring::SpringLaw;
 
 use crate::error::{Error, Result};

@@ -30,11 +30,13 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(1) @binding(4) var<storage, read> block_sources: array<u32>;
 @group(1) @binding(5) var<storage, read> slice_bases: array<u32>;
 @group(1) @binding(6) var<storage, read> slot_columns: array<u32>;
+@group(1) @binding(7) var<storage, read> laplacian: array<f32>;
 
 @group(3) @binding(0) var<storage, read> element_blocks: array<f32>;
 @group(3) @binding(1) var<storage, read> vertex_blocks: array<f32>;
 @group(3) @binding(2) var<storage, read> damping_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
+@group(3) @binding(4) var<storage, read> projective_diagonal: array<f32>;
 
 // A 3x3 matrix from 9 row-major entries.
 fn from_rows(e0: f32, e1: f32, e2: f32, e3: f32, e4: f32, e5: f32, e6: f32, e7: f32, e8: f32) -> mat3x3<f32> {
@@ -117,5 +119,33 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
         blocks[matrix_entry(slot, 6u)] = block[0].z;
         blocks[matrix_entry(slot, 7u)] = block[1].z;
         blocks[matrix_entry(slot, 8u)] = block[2].z;
+    }
+}
+
+// The local/global solver's matrix `S (x) I3`, twin of `backend::projective::matrix`: the
+// weighted Laplacian scaled by the step weight (`element_scale`) plus the vertex diagonal,
+// with the rows and columns of pinned vertices those of the identity.
+@compute @workgroup_size(WORKGROUP)
+fn projective(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let v = slot * WORKGROUP + lid;
+    if (v >= params.vertex_count) {
+        return;
+    }
+    for (var index = row_offsets[v]; index < row_offsets[v + 1u]; index++) {
+        let column = columns[index];
+        let slot = matrix_slot(v, index - row_offsets[v]);
+        var s = 0.0;
+        if (pinned[v] != 0u || pinned[column] != 0u) {
+            s = select(0.0, 1.0, column == v);
+        } else {
+            s = params.element_scale * laplacian[index];
+            if (column == v) {
+                s += projective_diagonal[v];
+            }
+        }
+        for (var e = 0u; e < 9u; e++) {
+            blocks[matrix_entry(slot, e)] = select(0.0, s, e % 4u == 0u);
+        }
     }
 }

@@ -181,7 +181,8 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
 fn start(@builtin(local_invocation_index) lid: u32) {
     let sums = all_residual_partials(lid);
     var gather = vec4<f32>(0.0);
-    if (params.forcing != 0u) {
+    let gathered = params.forcing != 0u || params.gradient_tolerance > 0.0;
+    if (gathered) {
         for (var i = lid; i < params.partial_count; i += WORKGROUP) {
             gather += gather_partials[i];
         }
@@ -190,9 +191,11 @@ fn start(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) {
         var tolerance = params.tolerance;
         var done = sums.x == 0.0;
+        let gradient_norm = sqrt(gather.y);
         if (params.forcing != 0u) {
-            let gradient_norm = sqrt(gather.y);
             tolerance = forcing_term(gradient_norm, gather.z);
+        }
+        if (gathered) {
             done = done || gradient_norm <= params.gradient_tolerance;
         }
         scalars_in = Scalars(sums.y, sums.x, tolerance * tolerance * sums.x, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u);

@@ -17,7 +17,7 @@ use crate::mesh::{SpringMesh, TetMesh};
 use crate::model::Model;
 use crate::objective::LaggedDamping;
 use crate::solver::Solver;
-use crate::solver::newton::{NewtonReport, PhaseTimes};
+use crate::solver::{PhaseTimes, SolveReport};
 use crate::state::State;
 
 /// Where the element and linear-algebra stages run.
@@ -45,9 +45,9 @@ pub struct StepTimings {
 }
 
 /// What one step did.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepStats {
-    /// Outer solver iterations (Newton iterations).
+    /// Outer solver iterations (Newton or local/global iterations).
     pub iterations: usize,
     /// Inner linear-solver iterations summed over the step.
     pub linear_iterations: usize,
@@ -77,6 +77,10 @@ pub struct StepStats {
     /// Device work of the step — submissions, readbacks (host waits), compute passes and
     /// dispatches — on a GPU backend.
     pub device: Option<DeviceCounts>,
+    /// The step objective at the start and after every iteration, one list per solve
+    /// (a stabilized step: midpoint, then the backward-Euler blend), when the solver records
+    /// them ([`Solver::record_objectives`](crate::Solver::record_objectives)); empty otherwise.
+    pub objectives: Vec<Vec<f64>>,
 }
 
 /// How a step's implicit solves ended.
@@ -290,6 +294,16 @@ impl SimulationBuilder {
                 )));
             }
         }
+        if let crate::solver::SolverKind::LocalGlobal { .. } = self.solver.kind() {
+            crate::backend::projective::check(&model)?;
+            if self.damping.iter().any(|d| matches!(d, Damping::Rayleigh { .. })) {
+                return Err(Error::Unsupported(
+                    "Rayleigh damping has no projective form for the local/global solver; use \
+                     Damping::MomentumPreserving (the stabilizing paper's model) or Damping::Ether"
+                        .into(),
+                ));
+            }
+        }
         let on_gpu = |model: &Model, context: Arc<GpuContext>| -> Result<Box<dyn Stages>, Error> {
             Ok(Box::new(GpuBackend::new(context, Arc::new(model.clone()))?))
         };
@@ -413,14 +427,14 @@ impl Simulation {
             },
             damping: &damping,
             start_energy: self.energy.total,
-            report: NewtonReport::empty(),
+            report: SolveReport::empty(),
         };
         // Alg. 1 of the A-search paper updates the target first, so that the state after
         // this step aims at target(t_{n+1}). The ledger is only committed once the step is.
         let mut ledger = self.ledger;
         ledger.advance(h);
         let outcome = self.integrator.advance(&mut stepper, ledger.target());
-        let report = stepper.report;
+        let mut report = stepper.report;
         if let Some(error) = self.stages.take_error() {
             return Err(error);
         }
@@ -480,6 +494,7 @@ impl Simulation {
             dissipated,
             timings: StepTimings { total: started.elapsed(), evaluate, linear_solve, line_search },
             device,
+            objectives: std::mem::take(&mut report.objectives),
         })
     }
 

@@ -11,6 +11,7 @@
 
 pub mod cpu;
 pub mod gpu;
+pub(crate) mod projective;
 pub(crate) mod topology;
 
 use crate::material::Projection;
@@ -109,6 +110,46 @@ pub struct NewtonDirection {
     pub linearize_time: std::time::Duration,
 }
 
+/// What the local/global solver asks of one solve.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalGlobalRequest {
+    /// At most this many local/global iterations.
+    pub iterations: usize,
+    /// Stop early once `|grad G|` (N) is at or below this.
+    pub gradient_tolerance: f64,
+    /// Evaluate `G` after every iteration.
+    pub record_objectives: bool,
+    /// Relative residual of an iterative global solve (a GPU's PCG).
+    pub linear_tolerance: f64,
+    /// Iteration cap of an iterative global solve.
+    pub max_linear_iterations: usize,
+}
+
+/// What one local/global solve did.
+#[derive(Clone, Debug, Default)]
+pub struct LocalGlobalReport {
+    /// Global steps taken.
+    pub iterations: usize,
+    /// Linear-solver iterations summed over the global steps (one per direct solve).
+    pub linear_iterations: usize,
+    /// `|grad G|` reached the tolerance.
+    pub converged: bool,
+    /// The global matrix could not be factored (it is positive definite for every valid model).
+    pub failed: bool,
+    /// `|grad G|` (N) at the returned iterate.
+    pub gradient_norm: f64,
+    /// `G` at the first iterate.
+    pub start_objective: f64,
+    /// `G` at the returned iterate.
+    pub objective: f64,
+    /// `G` at the first iterate and after each iteration, when asked.
+    pub objectives: Vec<f64>,
+    /// Time in the local steps and gradients.
+    pub evaluate: std::time::Duration,
+    /// Time in the global solves.
+    pub linear_solve: std::time::Duration,
+}
+
 /// The stages both backends implement with the same meaning.
 pub trait Stages: Send {
     /// Loads what stays fixed during one step's minimization.
@@ -163,6 +204,10 @@ pub trait Stages: Send {
             });
         NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time }
     }
+    /// Local/global (projective dynamics) iterations from the iterate: each evaluates the
+    /// projections and `grad G`, then takes the global step `x -= A^-1 grad G` with the fixed
+    /// matrix of [`projective`]. A GPU records every iteration into one submission.
+    fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport;
     /// Replaces the direction by `-grad G`.
     fn use_negative_gradient(&mut self) -> DirectionReport;
     /// Multiplies the direction by `factor`.

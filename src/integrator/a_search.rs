@@ -9,10 +9,11 @@
 use super::backward_euler::BackwardEuler;
 use super::{Outcome, Stepper, combine, kinetic_energy};
 use crate::error::Result;
+use crate::solver::Role;
 
 pub(crate) fn step(stepper: &mut Stepper<'_>, clip: Option<(f64, f64)>, target: f64) -> Result<Outcome> {
     let h = stepper.input.dt;
-    let solved = stepper.implicit(&BackwardEuler, None)?;
+    let solved = stepper.implicit(&BackwardEuler, None, Role::Solve)?;
     let model = stepper.model;
     // Conservative forces only: a(x) = -M^-1 grad P(x); dv = h (a(x) - a(x_n)).
     let gradient = stepper.potential_gradient(&solved.x);

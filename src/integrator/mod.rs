@@ -19,8 +19,7 @@ use crate::backend::Stages;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::objective::{LaggedDamping, Node, StepProblem};
-use crate::solver::Solver;
-use crate::solver::newton::{self, NewtonReport};
+use crate::solver::{Role, SolveReport, Solver, pick_initial_guess};
 
 /// Exponential decay of the energy target toward `ground`:
 /// `target(t) = ground + (H0 - ground) exp(-t / time_constant)`.
@@ -138,7 +137,7 @@ impl Integrator {
             return Ok(Outcome { x, v, alpha: None, dissipated: 0.0 });
         }
         if let Some(scheme) = self.scheme() {
-            let solved = stepper.implicit(scheme, None)?;
+            let solved = stepper.implicit(scheme, None, Role::Solve)?;
             return Ok(Outcome { x: solved.x, v: solved.v, alpha: None, dissipated: solved.dissipated });
         }
         match *self {
@@ -248,13 +247,19 @@ pub(crate) struct Stepper<'a> {
     pub damping: &'a LaggedDamping,
     /// The total energy `H(x_n, v_n)` of the state the step starts from (the driver keeps it).
     pub start_energy: f64,
-    /// Newton statistics summed over the step's solves.
-    pub report: NewtonReport,
+    /// Solver statistics summed over the step's solves.
+    pub report: SolveReport,
 }
 
 impl Stepper<'_> {
-    /// Solves one implicit scheme with Newton from the best of its guesses (plus `warm_start`).
-    pub fn implicit(&mut self, scheme: &dyn Scheme, warm_start: Option<&[[f64; 3]]>) -> Result<Solved> {
+    /// Solves one implicit scheme with the step's solver from the best of its guesses (plus
+    /// `warm_start`).
+    pub fn implicit(
+        &mut self,
+        scheme: &dyn Scheme,
+        warm_start: Option<&[[f64; 3]]>,
+        role: Role,
+    ) -> Result<Solved> {
         let input = &self.input;
         let h = input.dt;
         let plan = scheme.plan(input);
@@ -274,8 +279,8 @@ impl Stepper<'_> {
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, &inertial];
         guesses.extend(warm_start);
-        if newton::pick_initial_guess(self.stages, &guesses).is_none()
-            && newton::pick_initial_guess(self.stages, &[input.positions]).is_none()
+        if pick_initial_guess(self.stages, &guesses).is_none()
+            && pick_initial_guess(self.stages, &[input.positions]).is_none()
         {
             return Err(Error::Solver(
                 "every initial guess puts an element outside its material's domain (an inverted \
@@ -283,8 +288,8 @@ impl Stepper<'_> {
                     .into(),
             ));
         }
-        let report = newton::minimize(self.stages, self.solver);
-        self.report.accumulate(&report);
+        let report = self.solver.minimize(self.stages, role);
+        self.report.accumulate(report);
         let mut x = vec![[0.0; 3]; input.positions.len()];
         self.stages.read_iterate(&mut x);
         let dissipated = 2.0 * self.stages.dissipation();

@@ -10,13 +10,14 @@ use super::forward_euler;
 use super::implicit_midpoint::ImplicitMidpoint;
 use super::{Outcome, Stepper, blend};
 use crate::error::Result;
+use crate::solver::Role;
 
 /// Bisection steps: 2^-50 of the blend is far below any visible difference.
 const MAX_BISECTIONS: usize = 50;
 
 pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Result<Outcome> {
     let band = epsilon * stepper.start_energy.abs();
-    let midpoint = stepper.implicit(&ImplicitMidpoint, None)?;
+    let midpoint = stepper.implicit(&ImplicitMidpoint, None, Role::Solve)?;
     // Energy error of a candidate: its total energy against the target less what this step's
     // damping and friction removed on the way there.
     let error = |stepper: &mut Stepper<'_>, x: &[[f64; 3]], v: &[[f64; 3]]| {
@@ -34,7 +35,7 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
     }
     // (low, high): blend endpoints with error(low) > 0 >= error(high) along alpha in [0, 1].
     let (low, high, sign) = if e_mid > 0.0 {
-        let backward = stepper.implicit(&BackwardEuler, Some(&midpoint.x))?;
+        let backward = stepper.implicit(&BackwardEuler, Some(&midpoint.x), Role::Blend)?;
         if error(stepper, &backward.x, &backward.v) > 0.0 {
             return Ok(Outcome {
                 alpha: Some(1.0),

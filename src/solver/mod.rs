@@ -4,10 +4,104 @@
 //! [`Stages`]: crate::backend::Stages
 
 mod line_search;
+mod local_global;
 pub(crate) mod newton;
 
+use std::time::Duration;
+
 pub use crate::backend::LinearSolver;
-pub use newton::NewtonReport;
+use crate::backend::Stages;
+
+/// Time spent per phase of a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Element passes: objective, gradient (local projections) and Hessian evaluation and
+    /// assembly.
+    pub evaluate: Duration,
+    /// Linear solves: Newton directions, local/global steps.
+    pub linear_solve: Duration,
+    /// Line-search objective evaluations.
+    pub line_search: Duration,
+}
+
+/// What a minimization did, whichever solver did it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SolveReport {
+    /// Outer iterations (Newton iterations, local/global iterations).
+    pub iterations: usize,
+    /// Linear-solver iterations summed over the outer iterations.
+    pub linear_iterations: usize,
+    /// Newton iterations that fell back to PSD-projected element Hessians.
+    pub projected_iterations: usize,
+    /// The gradient norm reached the tolerance.
+    pub converged: bool,
+    /// Stopped before the tolerance because `G` could not resolve further decrease.
+    pub round_off: bool,
+    /// Stopped before the tolerance with no way forward: the line search found no decrease
+    /// along a downhill direction, or the gradient was not finite.
+    pub stalled: bool,
+    /// `|grad G|` (N) at the returned iterate.
+    pub gradient_norm: f64,
+    /// How much the solves lowered their objectives, `G(start) - G(end)` summed (J).
+    pub objective_decrease: f64,
+    /// `G` at the start and after every iteration, one list per solve, when the solver was
+    /// asked to record them ([`Solver::record_objectives`]).
+    pub objectives: Vec<Vec<f64>>,
+    /// Phase timings.
+    pub times: PhaseTimes,
+}
+
+impl SolveReport {
+    /// A report for a step that has not solved anything yet.
+    pub(crate) fn empty() -> SolveReport {
+        SolveReport { converged: true, ..SolveReport::default() }
+    }
+
+    /// Adds another solve of the same step: counts and times add up; the step converged if
+    /// every solve reached its tolerance or the round-off limit.
+    pub(crate) fn accumulate(&mut self, other: SolveReport) {
+        self.iterations += other.iterations;
+        self.linear_iterations += other.linear_iterations;
+        self.projected_iterations += other.projected_iterations;
+        self.converged &= other.converged || other.round_off;
+        self.round_off |= other.round_off;
+        self.stalled |= other.stalled;
+        self.gradient_norm = other.gradient_norm;
+        self.objective_decrease += other.objective_decrease;
+        self.objectives.extend(other.objectives);
+        self.times.evaluate += other.times.evaluate;
+        self.times.linear_solve += other.times.linear_solve;
+        self.times.line_search += other.times.line_search;
+    }
+}
+
+/// Which solve of a step is asked for: the scheme's own, or the backward-Euler solve that a
+/// stabilized step blends with (the local/global solver gives it fewer iterations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Solve,
+    Blend,
+}
+
+/// A nonlinear solver of the step objective, from the backend's current iterate. The
+/// integrators ask for a minimization and do not know which solver answers.
+pub(crate) trait NonlinearSolver {
+    fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport;
+}
+
+/// Sets the iterate to whichever guess has the lowest objective; `None` if all are infinite
+/// (every guess puts some element outside its model's domain).
+pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (k, value) in stages.objectives_at(guesses).into_iter().enumerate() {
+        if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
+            best = Some((k, value));
+        }
+    }
+    let (k, _) = best?;
+    stages.set_iterate(guesses[k]);
+    Some(k)
+}
 
 /// Which element Hessians Newton uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +140,12 @@ pub struct Solver {
     /// A fixed budget: linear solves run to their iteration cap instead of stopping at the
     /// forcing term.
     pub(crate) spend_budget: bool,
+    /// Local/global iterations of the backward-Euler solve a stabilized step blends with.
+    pub(crate) blend_iterations: usize,
+    /// Relative residual of the iterative global solves (a GPU's PCG) of local/global.
+    pub(crate) global_tolerance: f64,
+    /// Record `G` after every iteration into `StepStats::objectives`.
+    pub(crate) record_objectives: bool,
 }
 
 impl Solver {
@@ -58,6 +158,9 @@ impl Solver {
             hessian: HessianPolicy::ProjectOnNegativeCurvature,
             max_linear_iterations: 1000,
             spend_budget: false,
+            blend_iterations: 1,
+            global_tolerance: 1e-4,
+            record_objectives: false,
         }
     }
 
@@ -66,9 +169,38 @@ impl Solver {
         Solver::with_kind(SolverKind::Newton)
     }
 
-    /// Local/global iterations (stabilizing-integrators-realtime.md section 4.2).
+    /// Local/global (projective dynamics) iterations, `iterations` per solve
+    /// (stabilizing-integrators-realtime.md section 4.2): the real-time solver. Each
+    /// iteration projects every element onto its constraint sets and takes the global step
+    /// with a matrix fixed for the step weight (factored once on the CPU, PCG on a GPU), and
+    /// never increases the step objective. The energy must have a projective form: corotated
+    /// or ARAP tets, Hooke springs, gravity, handles, colliders, ether drag and friction
+    /// (Rayleigh damping has none; use `Damping::MomentumPreserving`, the stabilizing paper's
+    /// model). Stops early at the tolerance; a step that does not reach it reports
+    /// `SolveOutcome::BudgetSpent`. The backward-Euler solve of a stabilized step gets
+    /// [`blend_iterations`](Self::blend_iterations) (default 1, the paper's real-time column).
     pub fn local_global(iterations: usize) -> Solver {
         Solver::with_kind(SolverKind::LocalGlobal { iterations })
+    }
+
+    /// Local/global iterations of the backward-Euler solve a stabilized step blends with.
+    pub fn blend_iterations(mut self, iterations: usize) -> Solver {
+        self.blend_iterations = iterations;
+        self
+    }
+
+    /// Relative residual to which a GPU's PCG solves each local/global step (default 1e-4);
+    /// the CPU solves them exactly.
+    pub fn global_tolerance(mut self, tolerance: f64) -> Solver {
+        self.global_tolerance = tolerance;
+        self
+    }
+
+    /// Records `G` at the start and after every iteration of every solve into
+    /// `StepStats::objectives`, to watch a solver converge (costs one energy pass per iteration).
+    pub fn record_objectives(mut self, record: bool) -> Solver {
+        self.record_objectives = record;
+        self
     }
 
     /// Mixed finite elements solved by SQP (mixed-fem-sqp.md).
@@ -140,12 +272,36 @@ impl Solver {
         }
         match self.kind {
             SolverKind::Newton => Ok(()),
-            SolverKind::LocalGlobal { .. } => Err(crate::Error::Unsupported(
-                "the local/global solver is not implemented yet; use Solver::newton()".into(),
-            )),
+            SolverKind::LocalGlobal { iterations } => {
+                if iterations == 0 || self.blend_iterations == 0 {
+                    return Err(crate::Error::Parameter(
+                        "local/global iterations and blend_iterations must be at least 1".into(),
+                    ));
+                }
+                if !(self.global_tolerance > 0.0 && self.global_tolerance < 1.0) {
+                    return Err(crate::Error::Parameter(format!(
+                        "global_tolerance must lie in (0, 1), got {}",
+                        self.global_tolerance
+                    )));
+                }
+                Ok(())
+            }
             SolverKind::MixedFem => Err(crate::Error::Unsupported(
                 "the mixed-FEM SQP solver is not implemented yet; use Solver::newton()".into(),
             )),
+        }
+    }
+}
+
+impl Solver {
+    /// Minimizes the step objective from the backend's iterate with this solver.
+    pub(crate) fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport {
+        match self.kind {
+            SolverKind::Newton => newton::Newton(self).minimize(stages, role),
+            SolverKind::LocalGlobal { iterations } => {
+                local_global::LocalGlobal { settings: self, iterations }.minimize(stages, role)
+            }
+            SolverKind::MixedFem => unreachable!("validate refuses the mixed-FEM solver"),
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
-use super::{HessianPolicy, Solver};
+use super::{HessianPolicy, NonlinearSolver, Role, SolveReport, Solver};
 use crate::backend::{DirectionRequest, NewtonDirection, Stages};
 use crate::material::Projection;
 
@@ -21,81 +21,18 @@ const ROUND_OFF_PROGRESS: f64 = 0.8;
 /// (and near the f32 resolution of a GPU solve), so that the budget is what stops it.
 const BUDGET_TOLERANCE: f64 = 1e-6;
 
-/// Time spent per phase of a step.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PhaseTimes {
-    /// Element passes: objective, gradient and Hessian evaluation and assembly.
-    pub evaluate: Duration,
-    /// Linear solves for Newton directions.
-    pub linear_solve: Duration,
-    /// Line-search objective evaluations.
-    pub line_search: Duration,
-}
+/// Newton's method with the settings of a [`Solver`].
+pub(crate) struct Newton<'a>(pub &'a Solver);
 
-/// What a minimization did.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct NewtonReport {
-    /// Newton iterations (directions computed).
-    pub iterations: usize,
-    /// Linear-solver iterations summed over Newton iterations.
-    pub linear_iterations: usize,
-    /// Iterations that fell back to PSD-projected element Hessians.
-    pub projected_iterations: usize,
-    /// The gradient norm reached the tolerance.
-    pub converged: bool,
-    /// Stopped before the tolerance because `G` could not resolve further decrease.
-    pub round_off: bool,
-    /// Stopped before the tolerance with no way forward: the line search found no decrease
-    /// along a downhill direction, or the gradient was not finite.
-    pub stalled: bool,
-    /// `|grad G|` (N) at the returned iterate.
-    pub gradient_norm: f64,
-    /// How much the solves lowered their objectives, `G(start) - G(end)` summed (J).
-    pub objective_decrease: f64,
-    /// Phase timings.
-    pub times: PhaseTimes,
-}
-
-impl NewtonReport {
-    /// A report for a step that has not solved anything yet.
-    pub(crate) fn empty() -> NewtonReport {
-        NewtonReport { converged: true, ..NewtonReport::default() }
+impl NonlinearSolver for Newton<'_> {
+    fn minimize(&self, stages: &mut dyn Stages, _role: Role) -> SolveReport {
+        minimize(stages, self.0)
     }
-
-    /// Adds another solve of the same step: counts and times add up; the step converged if
-    /// every solve reached its tolerance or the round-off limit.
-    pub(crate) fn accumulate(&mut self, other: &NewtonReport) {
-        self.iterations += other.iterations;
-        self.linear_iterations += other.linear_iterations;
-        self.projected_iterations += other.projected_iterations;
-        self.converged &= other.converged || other.round_off;
-        self.round_off |= other.round_off;
-        self.stalled |= other.stalled;
-        self.gradient_norm = other.gradient_norm;
-        self.objective_decrease += other.objective_decrease;
-        self.times.evaluate += other.times.evaluate;
-        self.times.linear_solve += other.times.linear_solve;
-        self.times.line_search += other.times.line_search;
-    }
-}
-
-/// Sets the iterate to whichever guess has the lowest objective; `None` if all are infinite
-/// (every guess puts some element outside its model's domain).
-pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
-    for (k, value) in stages.objectives_at(guesses).into_iter().enumerate() {
-        if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
-            best = Some((k, value));
-        }
-    }
-    let (k, _) = best?;
-    stages.set_iterate(guesses[k]);
-    Some(k)
 }
 
 /// Minimizes the step objective from the backend's current iterate.
-pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> NewtonReport {
-    let mut report = NewtonReport::default();
+pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveReport {
+    let mut report = SolveReport::default();
     let timed = |slot: &mut Duration, start: Instant| *slot += start.elapsed();
     let base_projection = match settings.hessian {
         HessianPolicy::AlwaysProject => Projection::Psd,

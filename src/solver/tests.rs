@@ -6,7 +6,8 @@ use std::sync::Arc;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::newton::{minimize, pick_initial_guess};
+use super::newton::minimize;
+use super::pick_initial_guess;
 use super::{HessianPolicy, LinearSolver, Solver};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{DirectionReport, Linearization, Stages};
@@ -56,6 +57,12 @@ impl Stages for Recording {
     }
     fn use_negative_gradient(&mut self) -> DirectionReport {
         self.inner.use_negative_gradient()
+    }
+    fn local_global(
+        &mut self,
+        request: &crate::backend::LocalGlobalRequest,
+    ) -> crate::backend::LocalGlobalReport {
+        self.inner.local_global(request)
     }
     fn scale_direction(&mut self, factor: f64) {
         self.inner.scale_direction(factor)
@@ -108,7 +115,7 @@ fn solve(
     start: &[[f64; 3]],
     target: &[[f64; 3]],
     settings: &Solver,
-) -> (Vec<[f64; 3]>, Vec<f64>, super::NewtonReport) {
+) -> (Vec<[f64; 3]>, Vec<f64>, super::SolveReport) {
     let mut stages =
         Recording { inner: CpuBackend::new(model.clone()), pending: Vec::new(), accepted: Vec::new() };
     let nodes = [Node { weight: 1.0, theta: 1.0 }];

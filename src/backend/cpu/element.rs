@@ -131,26 +131,28 @@ fn energy_pass(count: usize, kernel: impl Fn(usize) -> f64 + Sync) -> f64 {
 }
 
 /// Runs `kernel` over `count` elements of `arity` corners, handing each its own gradient and
-/// upper Hessian-block slots (zeroed first when blocks are computed); sums the energies in
-/// chunk order.
+/// upper Hessian-block slots (zeroed first; an empty slice when `blocks` is empty, for passes
+/// without Hessians); sums the energies in chunk order.
 fn derivative_pass(
     count: usize,
     arity: usize,
     gradients: &mut [[f64; 3]],
     blocks: &mut [[f64; 9]],
-    with_blocks: bool,
     kernel: impl Fn(usize, &mut [[f64; 3]], &mut [[f64; 9]]) -> f64 + Sync,
 ) -> f64 {
-    let per_element = upper(arity - 1, arity - 1, arity) + 1;
+    let per_element = if blocks.is_empty() { 0 } else { upper(arity - 1, arity - 1, arity) + 1 };
+    let mut block_chunks: Vec<&mut [[f64; 9]]> = if per_element == 0 {
+        (0..count.div_ceil(CHUNK)).map(|_| &mut [][..]).collect()
+    } else {
+        blocks[..per_element * count].chunks_mut(per_element * CHUNK).collect()
+    };
     let partial: Vec<f64> = gradients[..arity * count]
         .par_chunks_mut(arity * CHUNK)
-        .zip(blocks[..per_element * count].par_chunks_mut(per_element * CHUNK))
+        .zip(block_chunks.par_iter_mut())
         .enumerate()
         .map(|(c, (g, h))| {
             g.fill([0.0; 3]);
-            if with_blocks {
-                h.fill([0.0; 9]);
-            }
+            h.fill([0.0; 9]);
             let mut sum = 0.0;
             for (local, e) in (c * CHUNK..((c + 1) * CHUNK).min(count)).enumerate() {
                 let g = &mut g[arity * local..arity * (local + 1)];
@@ -170,7 +172,7 @@ pub(crate) fn energy(model: &Model, x: &[[f64; 3]], start: &[[f64; 3]], nodes: &
 }
 
 /// Element energies plus corner gradients (slots as in `Topology`) and, when `projection` is
-/// given, Hessian blocks (left zero otherwise). Output slots are overwritten.
+/// given, Hessian blocks (left as they were otherwise). Output slots are overwritten.
 pub(crate) fn derivatives(
     model: &Model,
     x: &[[f64; 3]],
@@ -183,10 +185,24 @@ pub(crate) fn derivatives(
     let nt = model.tets.len();
     let (tet_gradients, spring_gradients) = corner_gradients.split_at_mut(4 * nt);
     let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(10 * nt);
-    let with_blocks = projection.is_some();
-    derivative_pass(nt, 4, tet_gradients, tet_blocks, with_blocks, |e, g, h| {
+    let (tet_blocks, spring_blocks) =
+        if projection.is_some() { (tet_blocks, spring_blocks) } else { (&mut [][..], &mut [][..]) };
+    derivative_pass(nt, 4, tet_gradients, tet_blocks, |e, g, h| {
         tet(model, e, x, start, nodes, Some(g), projection.map(|p| (h, p)))
-    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, with_blocks, |s, g, h| {
+    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, |s, g, h| {
         spring(model, s, x, start, nodes, Some(g), projection.map(|p| (h, p)))
+    })
+}
+
+/// Spring energies at the nodes and their corner gradients (the spring slots only).
+pub(crate) fn spring_gradients(
+    model: &Model,
+    x: &[[f64; 3]],
+    start: &[[f64; 3]],
+    nodes: &[Node],
+    spring_gradients: &mut [[f64; 3]],
+) -> f64 {
+    derivative_pass(model.springs.len(), 2, spring_gradients, &mut [], |s, g, _| {
+        spring(model, s, x, start, nodes, Some(g), None)
     })
 }

@@ -5,14 +5,18 @@ pub(crate) mod assemble;
 mod cholesky;
 pub(crate) mod element;
 pub(crate) mod gather;
+mod global;
 pub(crate) mod hessian_product;
+mod local;
 pub(crate) mod pcg;
 mod vector;
 
 use std::sync::Arc;
 
 use super::topology::Topology;
-use super::{Anchor, DirectionReport, LinearSolver, Linearization, Stages};
+use super::{
+    Anchor, DirectionReport, LinearSolver, Linearization, LocalGlobalReport, LocalGlobalRequest, Stages,
+};
 use crate::material::Projection;
 use crate::model::Model;
 use crate::objective::{Node, StepProblem};
@@ -40,6 +44,11 @@ pub struct CpuBackend {
     blocks: Vec<[f64; 9]>,
     pcg: pcg::Scratch,
     cholesky: Option<cholesky::Cholesky>,
+    /// The local/global solver's vertex diagonal for the current step, its factored global
+    /// matrix and its rotations.
+    projective_diagonal: Vec<f64>,
+    global: Option<global::GlobalSolve>,
+    rotations: local::Rotations,
 }
 
 impl CpuBackend {
@@ -67,6 +76,9 @@ impl CpuBackend {
             blocks: vec![[0.0; 9]; topology.block_count()],
             pcg: pcg::Scratch::default(),
             cholesky: None,
+            projective_diagonal: Vec::new(),
+            global: None,
+            rotations: local::Rotations::default(),
             topology,
             model,
         }
@@ -133,6 +145,39 @@ impl CpuBackend {
         out
     }
 
+    /// `grad G` at the iterate from the corner gradients in hand, the vertex terms and the
+    /// lagged damping, into `gradient`; the vertex Hessian blocks into `vertex_blocks`.
+    fn gather(&mut self, projection: Projection) -> Linearization {
+        let mut gradient = std::mem::take(&mut self.gradient);
+        let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
+        let (mut squared, mut force_scale, mut magnitude) = gather::gradient(
+            &self.vertex_terms(),
+            &self.topology,
+            &self.corner_gradients,
+            &self.x,
+            projection,
+            &mut gradient,
+            &mut vertex_blocks,
+        );
+        if !self.damping.is_empty() {
+            let mut damping = vec![[0.0; 3]; self.x.len()];
+            self.damping_term(&self.x, &mut damping);
+            for (v, (g, d)) in gradient.iter_mut().zip(&damping).enumerate() {
+                if !self.model.pinned[v] {
+                    *g = [g[0] + d[0], g[1] + d[1], g[2] + d[2]];
+                    // The damping force is one of the forces balanced, as in the vertex terms.
+                    let force = glam::DVec3::from(*d).length();
+                    force_scale += force;
+                    magnitude += force * glam::DVec3::from(self.x[v]).abs().max_element();
+                }
+            }
+            squared = vector::dot(&gradient, &gradient);
+        }
+        self.gradient = gradient;
+        self.vertex_blocks = vertex_blocks;
+        Linearization { gradient_norm: squared.sqrt(), force_scale, noise_floor: f64::EPSILON * magnitude }
+    }
+
     fn report(&self, iterations: usize, negative_curvature: bool) -> DirectionReport {
         DirectionReport {
             iterations,
@@ -151,6 +196,7 @@ impl Stages for CpuBackend {
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
+        self.projective_diagonal = super::projective::vertex_diagonal(&self.model, &self.anchors, &problem);
         self.damping.clear();
         let Some(matrix) = problem.damping_matrix(self.x.len()) else { return };
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
@@ -215,43 +261,82 @@ impl Stages for CpuBackend {
             &mut self.corner_gradients,
             &mut self.element_blocks,
         );
-        let mut gradient = std::mem::take(&mut self.gradient);
-        let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
-        let (mut squared, mut force_scale, mut magnitude) = gather::gradient(
-            &self.vertex_terms(),
-            &self.topology,
-            &self.corner_gradients,
-            &self.x,
-            projection,
-            &mut gradient,
-            &mut vertex_blocks,
-        );
-        if !self.damping.is_empty() {
-            let mut damping = vec![[0.0; 3]; self.x.len()];
-            self.damping_term(&self.x, &mut damping);
-            for (v, (g, d)) in gradient.iter_mut().zip(&damping).enumerate() {
-                if !self.model.pinned[v] {
-                    *g = [g[0] + d[0], g[1] + d[1], g[2] + d[2]];
-                    // The damping force is one of the forces balanced, as in the vertex terms.
-                    let force = glam::DVec3::from(*d).length();
-                    force_scale += force;
-                    magnitude += force * glam::DVec3::from(self.x[v]).abs().max_element();
-                }
-            }
-            squared = vector::dot(&gradient, &gradient);
-        }
+        let linearization = self.gather(projection);
         let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
         assemble::matrix(
             &self.model,
             &self.topology,
             &self.element_blocks,
-            Some(&vertex_blocks),
+            Some(&self.vertex_blocks),
             extra,
             &mut self.blocks,
         );
-        self.gradient = gradient;
-        self.vertex_blocks = vertex_blocks;
-        Linearization { gradient_norm: squared.sqrt(), force_scale, noise_floor: f64::EPSILON * magnitude }
+        linearization
+    }
+
+    fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
+        let mut report = LocalGlobalReport::default();
+        let a = super::projective::stiffness_weight(&self.nodes);
+        let started = std::time::Instant::now();
+        if self.global.is_none() {
+            self.global = global::GlobalSolve::new(&self.model, &self.topology);
+        }
+        let prepared = match self.global.as_mut() {
+            Some(global) => global.prepare(&self.model, &self.topology, a, &self.projective_diagonal),
+            None => false,
+        };
+        report.linear_solve += started.elapsed();
+        report.start_objective = self.objective_at(&self.x);
+        report.objective = report.start_objective;
+        if request.record_objectives {
+            report.objectives.push(report.start_objective);
+        }
+        if !prepared {
+            report.failed = true;
+            return report;
+        }
+        loop {
+            let started = std::time::Instant::now();
+            local::forces(
+                &self.model,
+                &self.x,
+                &self.start,
+                &self.nodes,
+                &mut self.rotations,
+                &mut self.corner_gradients,
+            );
+            report.gradient_norm = self.gather(Projection::None).gradient_norm;
+            report.evaluate += started.elapsed();
+            if report.gradient_norm <= request.gradient_tolerance {
+                report.converged = true;
+                break;
+            }
+            if report.iterations == request.iterations {
+                break;
+            }
+            let started = std::time::Instant::now();
+            for (d, g) in self.direction.iter_mut().zip(&self.gradient) {
+                *d = [-g[0], -g[1], -g[2]];
+            }
+            if let Some(global) = self.global.as_mut() {
+                global.solve(&mut self.direction);
+            }
+            vector::axpy(1.0, &self.direction, &mut self.x);
+            report.iterations += 1;
+            report.linear_iterations += 1;
+            report.linear_solve += started.elapsed();
+            if request.record_objectives {
+                report.objectives.push(self.objective_at(&self.x));
+            }
+        }
+        let started = std::time::Instant::now();
+        report.objective = match report.objectives.last() {
+            Some(&last) => last,
+            None if report.iterations > 0 => self.objective_at(&self.x),
+            None => report.start_objective,
+        };
+        report.evaluate += started.elapsed();
+        report
     }
 
     fn solve_direction(

@@ -1,6 +1,7 @@
 //! Stage `assemble` (`shaders/assemble.wgsl`), the GPU twin of `backend/cpu/assemble.rs`: the
 //! block-sparse Newton matrix from the element blocks, the vertex blocks and the lagged
-//! damping matrix, and, at the start of a damped step, that damping matrix itself.
+//! damping matrix; at the start of a damped step, that damping matrix itself; and the
+//! local/global solver's fixed matrix.
 
 use encase::ShaderType;
 
@@ -41,6 +42,9 @@ pub enum Target {
     Newton { damped: bool },
     /// The lagged damping matrix, `element_scale K + diag(A_v)`.
     Damping { element_scale: f64 },
+    /// The local/global solver's matrix for the step weight `a` (`backend::projective`), from
+    /// the Laplacian and the vertex diagonal in `projective_diagonal`.
+    Projective { a: f64 },
 }
 
 impl WgAssemble {
@@ -79,7 +83,9 @@ impl WgAssemble {
         let (element_scale, damped, bound) = match target {
             Target::Newton { damped } => (1.0, damped && buffers.has_damping(), &groups.newton),
             Target::Damping { element_scale } => (element_scale, false, &groups.damping),
+            Target::Projective { a } => (a, false, &groups.newton),
         };
+        let entry = if matches!(target, Target::Projective { .. }) { "projective" } else { "main" };
         let params = AssembleParams {
             vertex_count: buffers.vertex_count as u32,
             element_scale: element_scale as f32,
@@ -89,7 +95,7 @@ impl WgAssemble {
         };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
-        recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, &bound, groups.workgroups);
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, groups.workgroups);
         Ok(())
     }
 }

@@ -15,8 +15,10 @@ use super::pcg::{PcgGroups, PcgParams, PcgStatus, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
+use crate::backend::topology::Anchors;
 use crate::backend::{
-    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, NewtonDirection, Stages,
+    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, LocalGlobalReport,
+    LocalGlobalRequest, NewtonDirection, Stages, projective,
 };
 use crate::error::{Error, Result};
 use crate::material::Projection;
@@ -28,6 +30,9 @@ pub const MAX_BATCH: usize = 8;
 
 /// CG iterations recorded before the first status read when there is no history yet.
 const FIRST_CHUNK: u32 = 32;
+
+/// PCG statuses a local/global solve stages before reading them.
+const STATUS_BATCH: usize = 32;
 
 /// Every stage bound to one model's buffers.
 struct Groups {
@@ -73,6 +78,13 @@ pub struct GpuBackend {
     error: Option<Error>,
     /// CG iterations of the last solve: how many to record before reading the status.
     last_cg: u32,
+    /// The handles, as the host keeps them for the local/global matrix.
+    anchors: Anchors,
+    /// The local/global solver's vertex diagonal for the current step.
+    projective_diagonal: Vec<f64>,
+    /// The most CG iterations a global step of the last local/global solve took: how many
+    /// each global step records.
+    last_global_cg: u32,
 }
 
 /// Staged results of one batch of line-search candidates: element and gather partials.
@@ -101,6 +113,9 @@ impl GpuBackend {
             damping_weight: 1.0,
             error: None,
             last_cg: FIRST_CHUNK,
+            anchors: Anchors::default(),
+            projective_diagonal: Vec::new(),
+            last_global_cg: FIRST_CHUNK,
         })
     }
 
@@ -363,6 +378,108 @@ impl GpuBackend {
     }
 }
 
+/// What a local/global solve has staged and, after each read, what it has tallied.
+#[derive(Default)]
+struct Tally {
+    statuses: Vec<Staged>,
+    energies: Vec<(Staged, Staged)>,
+    report: LocalGlobalReport,
+    values: Vec<f64>,
+    longest: u32,
+}
+
+impl GpuBackend {
+    /// Reads the staged statuses and energies (and `extra`, whose results it returns) and
+    /// tallies them.
+    fn read_tally(&mut self, tally: &mut Tally, extra: &[Staged]) -> Result<Vec<Vec<u8>>> {
+        let mut staged = extra.to_vec();
+        staged.extend(tally.statuses.drain(..));
+        let statuses = staged.len();
+        staged.extend(tally.energies.drain(..).flat_map(|(e, g)| [e, g]));
+        let results = self.recording.read(&self.context, &staged)?;
+        for bytes in &results[extra.len()..statuses] {
+            let status: PcgStatus = bytemuck::pod_read_unaligned(bytes);
+            // A solve that did nothing found the gradient within tolerance: an idle iteration.
+            if status.iterations > 0 {
+                tally.report.iterations += 1;
+                tally.report.linear_iterations += status.iterations as usize;
+                tally.longest = tally.longest.max(status.iterations);
+            }
+        }
+        tally.values.extend(Self::candidate_values(&results[statuses..]));
+        Ok(results[..extra.len()].to_vec())
+    }
+
+    /// Local/global iterations in one submission: the step's matrix, then per iteration the
+    /// element gradients (the projections are the closest rotations inside the element
+    /// stage), the gather, a PCG solve of as many iterations as the last solve's longest
+    /// global step needed (an unfinished CG solve still lowers the frozen quadratic, so the
+    /// iteration still never increases `G`) and the step `x += d`; then the gradient and
+    /// `G` at the result. Long solves, and recorded objectives, are read in batches as the
+    /// staging buffer fills.
+    fn local_global_on_device(&mut self, request: &LocalGlobalRequest) -> Result<LocalGlobalReport> {
+        let started = std::time::Instant::now();
+        let nodes = self.nodes.clone();
+        let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
+        self.recording.upload(
+            &self.context,
+            self.buffers.scratch.named("projective_diagonal"),
+            bytemuck::cast_slice(&diagonal),
+        );
+        self.assemble(Target::Projective { a: projective::stiffness_weight(&nodes) })?;
+        let mut tally = Tally::default();
+        tally.energies.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
+        let gradient_params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
+        let chunk =
+            (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 4 + 8);
+        let params = PcgParams {
+            gradient_tolerance: request.gradient_tolerance as f32,
+            ..self.pcg_params(Some(request.linear_tolerance), 0.0, chunk as usize)
+        };
+        for _ in 0..request.iterations {
+            if tally.statuses.len() == STATUS_BATCH || tally.energies.len() + 1 == MAX_BATCH {
+                self.read_tally(&mut tally, &[])?;
+            }
+            self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
+            self.gather(&gradient_params, Positions::Iterate)?;
+            self.vector("negate_gradient", 0.0)?;
+            let (c, rec) = (&self.context, &mut self.recording);
+            let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
+            tally.statuses.push(self.stages.pcg.iterate(
+                c,
+                rec,
+                &self.groups.pcg,
+                &self.buffers,
+                &mut solve,
+                chunk,
+            )?);
+            self.vector("save", 0.0)?;
+            self.vector("offset", 1.0)?;
+            if request.record_objectives {
+                tally.energies.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
+            }
+        }
+        self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
+        self.gather(&gradient_params, Positions::Iterate)?;
+        let gradient = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+        if !request.record_objectives {
+            tally.energies.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
+        }
+        let results = self.read_tally(&mut tally, &[gradient])?;
+        let mut report = std::mem::take(&mut tally.report);
+        self.last_global_cg = tally.longest.max(1);
+        report.gradient_norm = Self::linearization(&results[0]).gradient_norm;
+        report.converged = report.gradient_norm <= request.gradient_tolerance;
+        report.start_objective = tally.values[0];
+        report.objective = *tally.values.last().unwrap_or(&f64::NAN);
+        if request.record_objectives {
+            report.objectives = tally.values;
+        }
+        report.linear_solve = started.elapsed();
+        Ok(report)
+    }
+}
+
 #[cfg(test)]
 impl GpuBackend {
     /// The gradient and the assembled matrix of the last linearization.
@@ -380,12 +497,14 @@ impl GpuBackend {
 }
 
 /// Bytes staged by the largest readback: a Newton iteration's gather partials, PCG status,
-/// dot partials and a full batch of line-search candidates.
+/// dot partials and a full batch of line-search candidates, or a local/global solve's batch
+/// of PCG statuses and objectives.
 fn staging_bytes(model: &Model) -> u64 {
     let group = super::stage::WORKGROUP as usize;
     let vertex_partials = model.vertex_count().div_ceil(group);
     let candidate = 4 * super::element::partial_count(model) + 16 * vertex_partials;
-    (2 * 16 * vertex_partials + std::mem::size_of::<PcgStatus>() + MAX_BATCH * candidate + 64) as u64
+    let status = std::mem::size_of::<PcgStatus>();
+    (2 * 16 * vertex_partials + STATUS_BATCH * status + MAX_BATCH * candidate + 64) as u64
 }
 
 /// The sums of the first `K` lanes of staged `[f32; 4]` partials, added in order in f64.
@@ -408,6 +527,7 @@ impl Stages for GpuBackend {
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
+        self.projective_diagonal = projective::vertex_diagonal(&self.model, &self.anchors, &problem);
         let matrix = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = matrix.is_some();
         let Some(matrix) = matrix else { return };
@@ -430,6 +550,7 @@ impl Stages for GpuBackend {
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
+        self.anchors = Anchors::new(self.model.vertex_count(), anchors);
         if super::gather::write_anchors(&self.context, &mut self.recording, &mut self.buffers, anchors) {
             let result = self.rebind();
             self.settle(result, ());
@@ -513,6 +634,13 @@ impl Stages for GpuBackend {
             linearization: Linearization { gradient_norm: f64::NAN, ..Linearization::default() },
             ..Default::default()
         };
+        self.settle(result, fallback)
+    }
+
+    fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
+        let result = self.local_global_on_device(request);
+        let fallback =
+            LocalGlobalReport { gradient_norm: f64::NAN, objective: f64::NAN, ..Default::default() };
         self.settle(result, fallback)
     }
 

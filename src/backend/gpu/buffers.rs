@@ -111,6 +111,12 @@ impl GpuBuffers {
         m.set("block_sources", c.storage("block_sources", &topology.block_sources));
         m.set("slice_bases", c.storage("slice_bases", &slots.slice_bases));
         m.set("slot_columns", c.storage("slot_columns", &slots.slot_columns));
+        // The local/global solver's weighted Laplacian, for models it can solve.
+        let laplacian = match crate::backend::projective::check(model) {
+            Ok(()) => to_f32(&crate::backend::projective::laplacian(model, &topology)),
+            Err(_) => vec![0.0],
+        };
+        m.set("laplacian", c.storage("laplacian", &laplacian));
         let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
         m.set("tets", c.storage("tets", &tets));
         let mut tet_rest = Vec::with_capacity(4 * nt);
@@ -168,6 +174,7 @@ impl GpuBuffers {
             w.set(name, vector(name));
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
+        w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
         w.set("vertex_blocks", c.scratch::<f32>("vertex_blocks", 9 * n));
         w.set("blocks", c.scratch::<f32>("blocks", 9 * slot_count));
         w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));

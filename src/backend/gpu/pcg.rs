@@ -21,7 +21,8 @@ pub struct PcgParams {
     pub tolerance: f32,
     /// 1: the relative tolerance is Newton's forcing term of the last gather.
     pub forcing: u32,
-    /// Newton's gradient tolerance (N): at or below it the solve does nothing.
+    /// The nonlinear solver's gradient tolerance (N): at or below it (as the last gather
+    /// found it) the solve does nothing; 0 for none.
     pub gradient_tolerance: f32,
 }
 

@@ -1,0 +1,143 @@
+//! The local/global (projective dynamics) solver's global matrix, defined once for both
+//! backends (stabilizing-integrators-realtime.md §4.2, DESIGN §3).
+//!
+//! Every term of the step objective `G` is either a projective energy `w/2 |G_i x - p_i|^2`
+//! (corotated and ARAP tets, Hooke springs, collider penalties, handle springs), linear in `x`
+//! (gravity), or a per-vertex quadratic (inertia, lagged ether drag and friction). Freezing the
+//! projections at the iterate turns `G` into a quadratic with the same value and gradient there
+//! and a Hessian `A` that does not depend on `x`:
+//!
+//! `A = M/h^2 + a (L + K_v) + D_v`, `a = sum_q c_q theta_q^2`,
+//!
+//! with `L` the elements' weighted Laplacian (`w V beta_a . beta_b` per tet corner pair, `k` per
+//! spring end pair), `K_v` the handle and contact stiffness of each vertex and `D_v` each
+//! vertex's damping block bounded by a multiple of the identity. Because the frozen quadratic
+//! bounds `G` from above, the global step `x -= A^-1 grad G(x)` never increases `G`. `A` is
+//! `S (x) I_3` for a scalar matrix `S` on the Hessian's pattern: the CPU factors `S` once per
+//! step weight, a GPU runs PCG on it.
+
+use glam::DVec3;
+
+use crate::backend::topology::{Anchors, Topology};
+use crate::error::{Error, Result};
+use crate::mesh::SpringKind;
+use crate::model::Model;
+use crate::objective::{Node, StepProblem};
+
+/// Refuses a model whose energy has no projective form, naming what to change.
+pub(crate) fn check(model: &Model) -> Result<()> {
+    if let Some((e, material)) =
+        model.tet_material.iter().enumerate().find(|(_, m)| m.projective_weight().is_none())
+    {
+        return Err(Error::Unsupported(format!(
+            "the local/global solver needs projective energies; element {e} uses {:?}{} \
+             (use Material::corotated or Material::arap with a Poisson ratio of at least 0, or Solver::newton())",
+            material.model(),
+            if matches!(material.model(), crate::MaterialModel::Corotated) {
+                " with negative lambda"
+            } else {
+                ""
+            }
+        )));
+    }
+    if let Some(s) = model.spring_law.iter().position(|law| law.kind != SpringKind::Hooke) {
+        return Err(Error::Unsupported(format!(
+            "the local/global solver needs projective energies; spring {s} is a StVK spring \
+             (use SpringKind::Hooke, or Solver::newton())"
+        )));
+    }
+    Ok(())
+}
+
+/// The weighted Laplacian `L`, one value per stored block of the Hessian's pattern.
+pub(crate) fn laplacian(model: &Model, topology: &Topology) -> Vec<f64> {
+    // Upper blocks of each element as scalars, in the element-block slots of `Topology`.
+    let nt = model.tets.len();
+    let mut element = vec![0.0; 10 * nt + 3 * model.springs.len()];
+    for (e, rest) in model.tet_rest.iter().enumerate() {
+        let w = model.tet_material[e].projective_weight().unwrap_or(0.0) * rest.volume;
+        let beta = rest.shape_gradients.map(DVec3::from);
+        for a in 0..4 {
+            for b in a..4 {
+                element[10 * e + crate::backend::topology::upper(a, b, 4)] = w * beta[a].dot(beta[b]);
+            }
+        }
+    }
+    for (s, law) in model.spring_law.iter().enumerate() {
+        element[10 * nt + 3 * s..10 * nt + 3 * s + 3].copy_from_slice(&[
+            law.stiffness,
+            -law.stiffness,
+            law.stiffness,
+        ]);
+    }
+    (0..topology.block_count())
+        .map(|block| {
+            let sources =
+                topology.source_offsets[block] as usize..topology.source_offsets[block + 1] as usize;
+            topology.block_sources[sources]
+                .iter()
+                .map(|&source| element[(source & !crate::backend::topology::TRANSPOSED) as usize])
+                .sum()
+        })
+        .collect()
+}
+
+/// `a = sum_q c_q theta_q^2`: how the nodes weight the potential's Hessian.
+pub(crate) fn stiffness_weight(nodes: &[Node]) -> f64 {
+    nodes.iter().map(|q| q.weight * q.theta * q.theta).sum()
+}
+
+/// The step's diagonal `M/h^2 + a K_v + D_v` per vertex (pinned vertices get 1: their rows
+/// are the identity). A vertex carries its colliders' stiffness when it lies inside one at the
+/// start of the step or at the inertial target, the contacts of this step; one that enters a
+/// collider elsewhere is pushed out by the gradient from the next iteration on.
+pub(crate) fn vertex_diagonal(model: &Model, anchors: &Anchors, problem: &StepProblem<'_>) -> Vec<f64> {
+    let inv_h2 = 1.0 / (problem.dt * problem.dt);
+    let a = stiffness_weight(problem.nodes);
+    let damping = problem.damping_matrix(model.vertex_count());
+    (0..model.vertex_count())
+        .map(|v| {
+            if model.pinned[v] {
+                return 1.0;
+            }
+            let mut stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
+            let touching =
+                |x: &[[f64; 3]]| model.colliders.iter().any(|c| c.distance(DVec3::from(x[v])).phi < 0.0);
+            if touching(problem.start) || touching(problem.target) {
+                stiffness += model.contact_stiffness;
+            }
+            // The largest eigenvalue of a damping block, bounded by its largest absolute row sum.
+            let damping = damping.as_ref().map_or(0.0, |d| {
+                let b = &d.vertex_blocks[v];
+                (0..3).map(|r| b[3 * r].abs() + b[3 * r + 1].abs() + b[3 * r + 2].abs()).fold(0.0, f64::max)
+            });
+            model.masses[v] * inv_h2 + a * stiffness + damping
+        })
+        .collect()
+}
+
+/// The scalar matrix `S` on the Hessian's pattern: `a L` plus the diagonal, with the rows and
+/// columns of pinned vertices those of the identity.
+pub(crate) fn matrix(
+    model: &Model,
+    topology: &Topology,
+    laplacian: &[f64],
+    a: f64,
+    diagonal: &[f64],
+    out: &mut Vec<f64>,
+) {
+    out.clear();
+    out.resize(laplacian.len(), 0.0);
+    for row in 0..diagonal.len() {
+        for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
+            let column = topology.columns[index] as usize;
+            out[index] = if row == column {
+                if model.pinned[row] { 1.0 } else { a * laplacian[index] + diagonal[row] }
+            } else if model.pinned[row] || model.pinned[column] {
+                0.0
+            } else {
+                a * laplacian[index]
+            };
+        }
+    }
+}

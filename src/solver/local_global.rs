@@ -1,0 +1,53 @@
+//! The local/global solver (stabilizing-integrators-realtime.md §4.2): a fixed number of
+//! projective-dynamics iterations per solve, fewer for the backward-Euler solve a stabilized
+//! step blends with. The backend does the iterations (`Stages::local_global`); this side
+//! decides how many and turns the backend's account into the common report.
+
+use super::{NonlinearSolver, PhaseTimes, Role, SolveReport, Solver};
+use crate::backend::{LocalGlobalRequest, Stages};
+
+/// Local/global iterations with the settings of a [`Solver`].
+pub(crate) struct LocalGlobal<'a> {
+    pub settings: &'a Solver,
+    pub iterations: usize,
+}
+
+impl NonlinearSolver for LocalGlobal<'_> {
+    fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport {
+        let s = self.settings;
+        let request = LocalGlobalRequest {
+            iterations: if role == Role::Blend { s.blend_iterations } else { self.iterations },
+            gradient_tolerance: s.tolerance,
+            record_objectives: s.record_objectives,
+            linear_tolerance: s.global_tolerance,
+            max_linear_iterations: s.max_linear_iterations,
+        };
+        let done = stages.local_global(&request);
+        if std::env::var_os("LIVELY_TRACE").is_some() {
+            eprintln!(
+                "local/global: {} iterations, {} linear, |g| {:.3e}, G {:.9e} -> {:.9e}",
+                done.iterations,
+                done.linear_iterations,
+                done.gradient_norm,
+                done.start_objective,
+                done.objective
+            );
+        }
+        SolveReport {
+            iterations: done.iterations,
+            linear_iterations: done.linear_iterations,
+            projected_iterations: 0,
+            converged: done.converged,
+            round_off: false,
+            stalled: done.failed || !done.gradient_norm.is_finite() || !done.objective.is_finite(),
+            gradient_norm: done.gradient_norm,
+            objective_decrease: done.start_objective - done.objective,
+            objectives: if s.record_objectives { vec![done.objectives] } else { Vec::new() },
+            times: PhaseTimes {
+                evaluate: done.evaluate,
+                linear_solve: done.linear_solve,
+                line_search: Default::default(),
+            },
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The local/global solver (stabilizing-integrators-realtime.md §4.2): every iteration lowers
+//! the step objective, many iterations reach Newton's answer, the stabilized real-time path
+//! keeps the energy where projective dynamics with backward Euler loses it, and the GPU
+//! follows the CPU.
+
+mod common;
+
+use common::{gpu, on_backend, worst_difference};
+use lively::{
+    Backend, Collider, ContactModel, Damping, Error, Integrator, Material, Simulation, Solver, TetMesh,
+};
+
+/// A free ARAP (or corotated) bar, 0.6 m of 6x2x2 cells, stretched 1.3x along x and released
+/// without gravity.
+fn stretched_bar(material: Material, integrator: Integrator, solver: Solver, backend: Backend) -> Simulation {
+    let mesh = TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]);
+    let stretched: Vec<[f64; 3]> = mesh.positions().iter().map(|p| [1.3 * p[0], p[1], p[2]]).collect();
+    let builder = Simulation::builder()
+        .tet_body(mesh, material, 1000.0)
+        .gravity([0.0; 3])
+        .dt(1.0 / 30.0)
+        .integrator(integrator)
+        .solver(solver);
+    let mut sim = on_backend(builder, backend).build().expect("valid scene");
+    sim.set_state(&stretched, &vec![[0.0; 3]; stretched.len()]).unwrap();
+    sim
+}
+
+/// A corotated bar pinned at one end, under gravity, held by a handle and resting on a plane:
+/// every projective term at once.
+fn hanging_bar(integrator: Integrator, solver: Solver, backend: Backend) -> Simulation {
+    let builder = Simulation::builder()
+        .tet_body(TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]), Material::corotated(2e5, 0.3), 1000.0)
+        .dt(1.0 / 30.0)
+        .integrator(integrator)
+        .solver(solver)
+        .pin(|p| p[0] == 0.0)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.15).friction(0.3))
+        .contact_model(ContactModel::Penalty { stiffness: 2e4 })
+        .damping(Damping::Ether { coefficient: 0.05 });
+    let mut sim = on_backend(builder, backend).build().expect("valid scene");
+    let handle = sim.add_handle(sim.positions().len() - 1, 500.0).unwrap();
+    sim.move_handle(handle, [0.7, 0.1, 0.1]).unwrap();
+    sim
+}
+
+fn backends() -> Vec<Backend> {
+    if gpu().is_some() { vec![Backend::Cpu, Backend::Gpu] } else { vec![Backend::Cpu] }
+}
+
+/// Every iteration of every solve lowers `G` (CPU: to f64 round-off; GPU: to the f32
+/// resolution of its energy sums), on the stretched ARAP bar under three schemes and on the
+/// hanging bar with gravity, a handle, friction and drag.
+#[test]
+fn no_local_global_iteration_increases_the_objective() {
+    let solver = || Solver::local_global(12).record_objectives(true);
+    for backend in backends() {
+        let slack = if backend == Backend::Gpu { 2e-6 } else { 1e-13 };
+        let mut sims = Vec::new();
+        for integrator in [Integrator::BackwardEuler, Integrator::ImplicitMidpoint, Integrator::Avf] {
+            sims.push((
+                integrator.name(),
+                stretched_bar(Material::arap(1e5, 0.3), integrator, solver(), backend),
+            ));
+        }
+        sims.push(("hanging", hanging_bar(Integrator::BackwardEuler, solver(), backend)));
+        for (name, mut sim) in sims {
+            for step in 0..4 {
+                let stats = sim.step().unwrap();
+                assert!(!stats.objectives.is_empty(), "{name}: no objectives recorded");
+                for objectives in &stats.objectives {
+                    assert_eq!(objectives.len(), 13, "{name} step {step}: {objectives:?}");
+                    let scale = objectives[0].abs().max(1e-9);
+                    for (k, pair) in objectives.windows(2).enumerate() {
+                        assert!(
+                            pair[1] <= pair[0] + slack * scale,
+                            "{backend:?} {name} step {step}: G rose from {} to {} at iteration {}",
+                            pair[0],
+                            pair[1],
+                            k + 1
+                        );
+                    }
+                    assert!(objectives[12] < objectives[0], "{backend:?} {name} step {step}: no progress");
+                }
+            }
+        }
+    }
+}
+
+/// Run long enough, local/global reaches the converged Newton step of the same energy: on the
+/// stretched ARAP bar (backward Euler) and the stretched corotated bar (implicit midpoint),
+/// to 1e-3 of the step's displacement after 2000 iterations.
+#[test]
+fn many_iterations_reach_the_newton_step() {
+    for (material, integrator) in [
+        (Material::arap(1e5, 0.3), Integrator::BackwardEuler),
+        (Material::corotated(1e5, 0.3), Integrator::ImplicitMidpoint),
+    ] {
+        let newton = || Solver::newton().tolerance(1e-9);
+        let mut reference = stretched_bar(material.clone(), integrator.clone(), newton(), Backend::Cpu);
+        let start = reference.positions().to_vec();
+        let stats = reference.step().unwrap();
+        assert!(stats.converged);
+        let mut solved = stretched_bar(material, integrator, Solver::local_global(2000), Backend::Cpu);
+        solved.step().unwrap();
+        let (displacement, _) = worst_difference(reference.positions(), &start);
+        let (difference, vertex) = worst_difference(solved.positions(), reference.positions());
+        println!(
+            "{}: local/global differs from Newton by {difference:.2e} m of {displacement:.3} m",
+            reference.integrator().name()
+        );
+        // Measured 6e-11 (ARAP) and 3e-10 m (corotated) of 0.07-0.1 m; the issue asks 1e-3.
+        assert!(
+            difference <= 1e-6 * displacement,
+            "local/global is {difference:e} m from Newton at vertex {vertex} (displacement {displacement})"
+        );
+    }
+}
+
+/// The paper's real-time path — 10 midpoint iterations, one backward-Euler iteration for the
+/// blend — keeps the stretched ARAP bar's energy within a few percent over 300 steps at
+/// h = 1/30 s; projective dynamics with backward Euler loses most of it.
+#[test]
+fn stabilized_local_global_keeps_the_energy_that_projective_dynamics_loses() {
+    let run = |integrator: Integrator| {
+        let mut sim =
+            stretched_bar(Material::arap(1e5, 0.3), integrator, Solver::local_global(10), Backend::Cpu);
+        let initial = sim.energy().total;
+        let mut extremes = (f64::INFINITY, f64::NEG_INFINITY);
+        for _ in 0..300 {
+            sim.step().unwrap();
+            let h = sim.energy().total;
+            extremes = (extremes.0.min(h), extremes.1.max(h));
+        }
+        (initial, sim.energy().total, extremes)
+    };
+    let (initial, stabilized, (low, high)) = run(Integrator::Stabilized { epsilon: 0.01 });
+    let (_, backward, _) = run(Integrator::BackwardEuler);
+    println!(
+        "initial {initial:.3} J; stabilized ends at {stabilized:.3} J (range {low:.3}..{high:.3}); backward Euler at {backward:.3} J"
+    );
+    assert!((low - initial).abs() <= 0.05 * initial && (high - initial).abs() <= 0.05 * initial);
+    assert!(backward < 0.5 * initial, "projective dynamics kept {backward} of {initial} J");
+}
+
+/// The GPU's local/global steps (PCG global solves in f32) follow the CPU's (Cholesky in
+/// f64), step by step, on the stabilized real-time path and on the hanging bar.
+#[test]
+fn gpu_local_global_steps_follow_the_cpu() {
+    if gpu().is_none() {
+        return;
+    }
+    let solver = || Solver::local_global(10).global_tolerance(1e-5);
+    let pairs = [
+        (
+            stretched_bar(
+                Material::arap(1e5, 0.3),
+                Integrator::Stabilized { epsilon: 0.01 },
+                solver(),
+                Backend::Cpu,
+            ),
+            stretched_bar(
+                Material::arap(1e5, 0.3),
+                Integrator::Stabilized { epsilon: 0.01 },
+                solver(),
+                Backend::Gpu,
+            ),
+        ),
+        (
+            hanging_bar(Integrator::BackwardEuler, solver(), Backend::Cpu),
+            hanging_bar(Integrator::BackwardEuler, solver(), Backend::Gpu),
+        ),
+    ];
+    for (mut cpu, mut gpu) in pairs {
+        let start = cpu.positions().to_vec();
+        for step in 0..10 {
+            let (a, b) = (cpu.step().unwrap(), gpu.step().unwrap());
+            assert_eq!(a.iterations, b.iterations, "step {step}");
+            let (displacement, _) = worst_difference(cpu.positions(), &start);
+            let (difference, vertex) = worst_difference(cpu.positions(), gpu.positions());
+            let device = b.device.expect("GPU counts");
+            println!(
+                "step {step}: GPU differs by {difference:.2e} m of {displacement:.3} m; {} CG, {} readbacks, {} dispatches",
+                b.linear_iterations, device.readbacks, device.dispatches
+            );
+            // Measured at most 1.4e-7 m on lavapipe (f32 on the device, f64 here) on a 0.6 m bar.
+            assert!(
+                difference <= 2e-6,
+                "step {step}: GPU is {difference:e} m from the CPU at vertex {vertex}"
+            );
+        }
+    }
+}
+
+/// A model without a projective form is refused when the simulation is built, naming what to
+/// change.
+#[test]
+fn local_global_refuses_energies_without_a_projective_form() {
+    let build = |material: Material, damping: Option<Damping>| {
+        let mut builder = Simulation::builder()
+            .tet_body(TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]), material, 1000.0)
+            .solver(Solver::local_global(10));
+        if let Some(d) = damping {
+            builder = builder.damping(d);
+        }
+        builder.build().err()
+    };
+    for material in
+        [Material::stvk(1e5, 0.3), Material::stable_neo_hookean(1e5, 0.3), Material::corotated(1e5, -0.2)]
+    {
+        match build(material.clone(), None) {
+            Some(Error::Unsupported(message)) => assert!(message.contains("local/global"), "{message}"),
+            other => panic!("{material:?} gave {other:?}"),
+        }
+    }
+    match build(Material::arap(1e5, 0.3), Some(Damping::Rayleigh { stiffness: 0.01 })) {
+        Some(Error::Unsupported(message)) => assert!(message.contains("Rayleigh"), "{message}"),
+        other => panic!("Rayleigh damping gave {other:?}"),
+    }
+    assert!(build(Material::arap(1e5, 0.3), Some(Damping::Ether { coefficient: 0.1 })).is_none());
+    assert!(matches!(
+        Simulation::builder()
+            .tet_body(TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]), Material::arap(1e5, 0.3), 1000.0)
+            .solver(Solver::local_global(0))
+            .build(),
+        Err(Error::Parameter(_))
+    ));
+}

@@ -279,7 +279,12 @@ impl Stepper<'_> {
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, &inertial];
         guesses.extend(warm_start);
-        if pick_initial_guess(self.stages, &guesses).is_none()
+        if !self.solver.compares_guesses() {
+            // Projective dynamics starts from the warm start, or from inertia (the paper's
+            // choice): its energies are finite everywhere, and evaluating the guesses would
+            // cost as much as a few of its iterations.
+            self.stages.set_iterate(warm_start.unwrap_or(&inertial));
+        } else if pick_initial_guess(self.stages, &guesses).is_none()
             && pick_initial_guess(self.stages, &[input.positions]).is_none()
         {
             return Err(Error::Solver(

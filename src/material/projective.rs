@@ -28,31 +28,48 @@ const ROTATION_CONVERGED: f64 = 1e-9;
 /// `a` is the axial vector of `A - A^T` and `H = tr(A) I - sym(A)`. Near the maximum `H` is
 /// positive definite (its eigenvalues are the pair sums of signed stretches), and the Newton
 /// step `H^-1 a` converges quadratically; where it is not (a cold start far away, or a flat,
-/// half-inverted element) the signed SVD gives the answer directly.
-pub fn closest_rotation(f: &DMat3, warm: DQuat) -> DQuat {
+/// half-inverted element) the signed SVD gives the answer directly. Returns the rotation as
+/// a quaternion (the next warm start) and a matrix.
+pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
+    // Sylvester's criterion is scaled to |F|, so that a near-singular H counts as not definite.
+    let scale = f.to_cols_array().iter().map(|x| x.abs()).fold(f64::MIN_POSITIVE, f64::max);
+    let floor = 1e-6 * scale;
     let mut q = warm;
+    let mut r = DMat3::from_quat(q);
     for _ in 0..MAX_ROTATION_ITERATIONS {
-        let a = DMat3::from_quat(q).transpose() * *f;
+        let a = r.transpose() * *f;
         let axial = DVec3::new(a.y_axis.z - a.z_axis.y, a.z_axis.x - a.x_axis.z, a.x_axis.y - a.y_axis.x);
-        let sym = (a + a.transpose()) * 0.5;
-        let h = DMat3::from_diagonal(DVec3::splat(a.x_axis.x + a.y_axis.y + a.z_axis.z)) - sym;
-        // Sylvester's criterion, scaled to |F| so that a near-singular H counts as not definite.
-        let scale = f.to_cols_array().iter().map(|x| x.abs()).fold(f64::MIN_POSITIVE, f64::max);
-        let minor = h.x_axis.x * h.y_axis.y - h.y_axis.x * h.x_axis.y;
-        let definite = h.x_axis.x > 1e-6 * scale
-            && minor > 1e-6 * scale * scale
-            && h.determinant() > 1e-6 * scale * scale * scale;
-        if !definite {
+        // H = tr(A) I - sym(A), symmetric: diagonal d, off-diagonal (xy, xz, yz).
+        let trace = a.x_axis.x + a.y_axis.y + a.z_axis.z;
+        let d = DVec3::new(trace - a.x_axis.x, trace - a.y_axis.y, trace - a.z_axis.z);
+        let (xy, xz, yz) = (
+            -0.5 * (a.y_axis.x + a.x_axis.y),
+            -0.5 * (a.z_axis.x + a.x_axis.z),
+            -0.5 * (a.z_axis.y + a.y_axis.z),
+        );
+        // Cofactors of the symmetric H; its determinant from the first row.
+        let c = DVec3::new(d.y * d.z - yz * yz, d.x * d.z - xz * xz, d.x * d.y - xy * xy);
+        let (cxy, cxz, cyz) = (xz * yz - xy * d.z, xy * yz - xz * d.y, xy * xz - yz * d.x);
+        let det = d.x * c.x + xy * cxy + xz * cxz;
+        if !(d.x > floor && c.z > floor * scale && det > floor * scale * scale) {
             break;
         }
-        let step = h.inverse() * axial;
-        q = (q * DQuat::from_scaled_axis(step)).normalize();
-        if step.length() < ROTATION_CONVERGED {
-            return q;
+        let step = DVec3::new(
+            c.x * axial.x + cxy * axial.y + cxz * axial.z,
+            cxy * axial.x + c.y * axial.y + cyz * axial.z,
+            cxz * axial.x + cyz * axial.y + c.z * axial.z,
+        ) / det;
+        // exp of the step to second order, (1, w/2) normalized: the third-order difference
+        // keeps the convergence quadratic and needs no sin or cos.
+        q = (q * DQuat::from_xyzw(0.5 * step.x, 0.5 * step.y, 0.5 * step.z, 1.0)).normalize();
+        r = DMat3::from_quat(q);
+        if step.length_squared() < ROTATION_CONVERGED * ROTATION_CONVERGED {
+            return (q, r);
         }
     }
     let (u, _, v) = crate::math::signed_svd(f);
-    DQuat::from_mat3(&(u * v.transpose())).normalize()
+    let r = u * v.transpose();
+    (DQuat::from_mat3(&r).normalize(), r)
 }
 
 impl Elastic {
@@ -116,7 +133,7 @@ mod tests {
             let near =
                 DQuat::from_mat3(&expected) * DQuat::from_scaled_axis(DVec3::splat(0.01 * (k % 4) as f64));
             for warm in [DQuat::IDENTITY, near.normalize()] {
-                let r = DMat3::from_quat(closest_rotation(&f, warm));
+                let (_, r) = closest_rotation(&f, warm);
                 assert!(max_abs(&(r.transpose() * r - DMat3::IDENTITY)) < 1e-14, "not orthogonal at {k}");
                 assert!((r.determinant() - 1.0).abs() < 1e-14, "det {} at {k}", r.determinant());
                 // The maximum of tr(R^T F) is unique unless F is (nearly) rank-deficient in two
@@ -144,7 +161,7 @@ mod tests {
                 if k % 4 == 3 {
                     f.z_axis = -f.z_axis;
                 }
-                let r = DMat3::from_quat(closest_rotation(&f, DQuat::IDENTITY));
+                let (_, r) = closest_rotation(&f, DQuat::IDENTITY);
                 let (energy, stress) = elastic.projective(&f, &r);
                 let scale = 1.0 + elastic.energy(&f).abs();
                 assert!((energy - elastic.energy(&f)).abs() < 1e-12 * scale, "{model:?} energy at {k}");
@@ -165,7 +182,7 @@ mod tests {
         let squared = |m: DMat3| m.to_cols_array().iter().map(|x| x * x).sum::<f64>();
         for k in 0..500 {
             let f0 = random_f(&mut rng, 0.4);
-            let r0 = DMat3::from_quat(closest_rotation(&f0, DQuat::IDENTITY));
+            let (_, r0) = closest_rotation(&f0, DQuat::IDENTITY);
             let c0 =
                 (r0.x_axis.dot(f0.x_axis) + r0.y_axis.dot(f0.y_axis) + r0.z_axis.dot(f0.z_axis) - 3.0) / 3.0;
             let volume = f0 - r0 * c0;

@@ -294,6 +294,12 @@ impl Solver {
 }
 
 impl Solver {
+    /// Whether the solver starts from the best of the optimization integrator's guesses
+    /// (Newton), rather than from the warm start or inertia (local/global).
+    pub(crate) fn compares_guesses(&self) -> bool {
+        !matches!(self.kind, SolverKind::LocalGlobal { .. })
+    }
+
     /// Minimizes the step objective from the backend's iterate with this solver.
     pub(crate) fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport {
         match self.kind {

@@ -90,7 +90,12 @@ impl GlobalSolve {
                 self.columns[c * n + v] = r[c];
             }
         }
-        factor.solve_in_place(MatMut::from_column_major_slice_mut(&mut self.columns, n, 3));
+        // Two coordinates on one core, the third on the other.
+        let (two, one) = self.columns.split_at_mut(2 * n);
+        rayon::join(
+            || factor.solve_in_place(MatMut::from_column_major_slice_mut(two, n, 2)),
+            || factor.solve_in_place(MatMut::from_column_major_slice_mut(one, n, 1)),
+        );
         for (v, r) in rhs.iter_mut().enumerate() {
             for c in 0..3 {
                 r[c] = self.columns[c * n + v];

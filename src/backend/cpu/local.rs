@@ -64,8 +64,9 @@ pub(crate) fn forces(
                         z[0] * beta[0].y + z[1] * beta[1].y + z[2] * beta[2].y + z[3] * beta[3].y,
                         z[0] * beta[0].z + z[1] * beta[1].z + z[2] * beta[2].z + z[3] * beta[3].z,
                     );
-                    *rotation = closest_rotation(&f, *rotation);
-                    let (psi, stress) = model.tet_material[e].projective(&f, &DMat3::from_quat(*rotation));
+                    let (q, r) = closest_rotation(&f, *rotation);
+                    *rotation = q;
+                    let (psi, stress) = model.tet_material[e].projective(&f, &r);
                     sum += node.weight * rest.volume * psi;
                     let p = stress * (node.weight * node.theta * rest.volume);
                     for a in 0..4 {

@@ -1,0 +1,110 @@
+//! Local/global steps of 10 iterations (stabilizing-integrators-realtime.md, Table 1's
+//! right-hand columns): backward Euler (projective dynamics), implicit midpoint, and the
+//! stabilized real-time path (10 midpoint iterations, one backward-Euler iteration for the
+//! blend), on meshes of the paper's sizes.
+//!
+//! `cargo bench --bench local_global` — each case first prints one line (vertices, tets,
+//! iterations, CG iterations on a GPU, phase times, device counts), then criterion times
+//! `Simulation::step` from a fixed mid-motion state. Cases: generated bars and cubes from
+//! about 300 to 36K vertices, and the bunny and armadillo of `../shared/meshes/` (skipped,
+//! with the reason printed, when that folder is absent). Corotated, E 5e5 Pa, nu 0.3,
+//! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs the
+//! cases up to 25K tets when an adapter exists (`LIVELY_BENCH_GPU=0` turns it off).
+
+mod common;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
+
+/// Tets above which the GPU cases are left out (lavapipe runs them at CPU speed).
+const GPU_TETS: usize = 25_000;
+
+fn meshes() -> Vec<(String, TetMesh)> {
+    let mut out = vec![
+        ("bar_375".to_string(), TetMesh::bar([14, 4, 4], [1.4, 0.4, 0.4])),
+        ("cube_343".to_string(), TetMesh::bar([6, 6, 6], [0.6, 0.6, 0.6])),
+        ("cube_4913".to_string(), TetMesh::bar([16, 16, 16], [0.8, 0.8, 0.8])),
+        ("cube_35937".to_string(), TetMesh::bar([32, 32, 32], [0.8, 0.8, 0.8])),
+    ];
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes");
+    for (name, file) in [("bunny_4670", "ipc-bunny-19k.msh"), ("armadillo_13230", "ipc-armadillo-55k.msh")] {
+        match TetMesh::load(folder.join(file)) {
+            Ok(mesh) => out.push((name.to_string(), mesh)),
+            Err(e) => eprintln!("skipping {name}: {e}"),
+        }
+    }
+    out
+}
+
+/// The scene on `backend`, fallen for 10 steps: the state every measured step starts from.
+fn prepare(mesh: &TetMesh, integrator: &Integrator, backend: Backend) -> lively::Result<Simulation> {
+    let low = mesh.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
+    let high = mesh.positions().iter().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
+    let pinned = low + 0.02 * (high - low);
+    let mut sim = Simulation::builder()
+        .tet_body(mesh.clone(), Material::corotated(5e5, 0.3), 1000.0)
+        .dt(1.0 / 30.0)
+        .gravity([0.0, -9.81, 0.0])
+        .integrator(integrator.clone())
+        .solver(Solver::local_global(10))
+        .pin(move |p| p[0] <= pinned)
+        .backend(backend)
+        .build()?;
+    for _ in 0..10 {
+        sim.step()?;
+    }
+    Ok(sim)
+}
+
+fn local_global(c: &mut Criterion) {
+    let integrators =
+        [Integrator::BackwardEuler, Integrator::ImplicitMidpoint, Integrator::Stabilized { epsilon: 0.01 }];
+    let gpu = std::env::var("LIVELY_BENCH_GPU").as_deref() != Ok("0");
+    let mut group = c.benchmark_group("local_global");
+    group.sample_size(10);
+    for (name, mesh) in meshes() {
+        let tets = mesh.tets().len();
+        for integrator in &integrators {
+            for backend in [Backend::Cpu, Backend::Gpu] {
+                if backend == Backend::Gpu && (!gpu || tets > GPU_TETS) {
+                    continue;
+                }
+                let mut sim = match prepare(&mesh, integrator, backend) {
+                    Ok(sim) => sim,
+                    Err(e) => {
+                        eprintln!("skipping {name} on {backend:?}: {e}");
+                        continue;
+                    }
+                };
+                let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
+                let stats = sim.step().expect("step");
+                assert!(stats.iterations > 0, "{name}: the measured step did nothing");
+                sim.set_state(&x, &v).unwrap();
+                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                let device = stats.device.map_or(String::new(), |d| {
+                    format!("  {} subm {} readbacks {} dispatches", d.submissions, d.readbacks, d.dispatches)
+                });
+                let label = format!(
+                    "{}_{}_{}",
+                    integrator.name(),
+                    name,
+                    if backend == Backend::Gpu { "gpu" } else { "cpu" }
+                );
+                eprintln!(
+                    "{label:<36} {:>6} verts {tets:>7} tets  iterations {:>2}  cg {:>4}  total {:>8.2} ms (local {:.2}, global {:.2}){device}",
+                    mesh.positions().len(),
+                    stats.iterations,
+                    stats.linear_iterations,
+                    ms(stats.timings.total),
+                    ms(stats.timings.evaluate),
+                    ms(stats.timings.linear_solve),
+                );
+                common::time_steps(&mut group, &label, &mut sim);
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, local_global);
+criterion_main!(benches);

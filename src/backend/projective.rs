@@ -128,11 +128,11 @@ pub(crate) fn matrix(
 ) {
     out.clear();
     out.resize(laplacian.len(), 0.0);
-    for row in 0..diagonal.len() {
+    for (row, vertex_term) in diagonal.iter().enumerate() {
         for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
             let column = topology.columns[index] as usize;
             out[index] = if row == column {
-                if model.pinned[row] { 1.0 } else { a * laplacian[index] + diagonal[row] }
+                if model.pinned[row] { 1.0 } else { a * laplacian[index] + vertex_term }
             } else if model.pinned[row] || model.pinned[column] {
                 0.0
             } else {

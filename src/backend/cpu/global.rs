@@ -86,8 +86,8 @@ impl GlobalSolve {
         let factor = self.factor.as_ref().expect("prepare before solve");
         let n = rhs.len();
         for (v, r) in rhs.iter().enumerate() {
-            for c in 0..3 {
-                self.columns[c * n + v] = r[c];
+            for (c, value) in r.iter().enumerate() {
+                self.columns[c * n + v] = *value;
             }
         }
         // Two coordinates on one core, the third on the other.
@@ -97,8 +97,8 @@ impl GlobalSolve {
             || factor.solve_in_place(MatMut::from_column_major_slice_mut(one, n, 1)),
         );
         for (v, r) in rhs.iter_mut().enumerate() {
-            for c in 0..3 {
-                r[c] = self.columns[c * n + v];
+            for (c, value) in r.iter_mut().enumerate() {
+                *value = self.columns[c * n + v];
             }
         }
     }

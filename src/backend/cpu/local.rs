@@ -19,6 +19,12 @@ pub(crate) struct Rotations {
 }
 
 impl Rotations {
+    /// The rotations of the first `nodes` nodes, node by node.
+    #[cfg(test)]
+    pub(crate) fn all(&self, nodes: usize) -> Vec<DQuat> {
+        self.per_node[..nodes].concat()
+    }
+
     fn node(&mut self, q: usize, tets: usize) -> &mut [DQuat] {
         if self.per_node.len() <= q {
             self.per_node.resize(q + 1, Vec::new());

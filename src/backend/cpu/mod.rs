@@ -7,7 +7,7 @@ pub(crate) mod element;
 pub(crate) mod gather;
 mod global;
 pub(crate) mod hessian_product;
-mod local;
+pub(crate) mod local;
 pub(crate) mod pcg;
 mod vector;
 

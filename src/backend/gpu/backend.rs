@@ -37,6 +37,7 @@ const STATUS_BATCH: usize = 32;
 /// Every stage bound to one model's buffers.
 struct Groups {
     element: ElementGroups,
+    local: super::local::LocalGroups,
     gather: GatherGroups,
     assemble: AssembleGroups,
     pcg: PcgGroups,
@@ -53,6 +54,7 @@ impl Groups {
     ) -> Result<Groups> {
         Ok(Groups {
             element: stages.element.bind(context, recording, model, buffers)?,
+            local: stages.local.bind(context, recording, buffers)?,
             gather: stages.gather.bind(context, recording, buffers)?,
             assemble: stages.assemble.bind(context, recording, buffers)?,
             pcg: stages.pcg.bind(context, recording, buffers)?,
@@ -189,7 +191,7 @@ impl GpuBackend {
 
     fn elements(&mut self, at: Positions, nodes: &[Node], outputs: Outputs) -> Result<()> {
         let (c, rec) = (&self.context, &mut self.recording);
-        self.stages.element.queue(c, rec, &self.groups.element, at, nodes, outputs)
+        self.stages.element.queue(c, rec, &self.groups.element, at, nodes, outputs, false)
     }
 
     fn gather(&mut self, params: &GatherParams, at: Positions) -> Result<()> {
@@ -393,7 +395,7 @@ impl GpuBackend {
     /// tallies them.
     fn read_tally(&mut self, tally: &mut Tally, extra: &[Staged]) -> Result<Vec<Vec<u8>>> {
         let mut staged = extra.to_vec();
-        staged.extend(tally.statuses.drain(..));
+        staged.append(&mut tally.statuses);
         let statuses = staged.len();
         staged.extend(tally.energies.drain(..).flat_map(|(e, g)| [e, g]));
         let results = self.recording.read(&self.context, &staged)?;
@@ -410,13 +412,32 @@ impl GpuBackend {
         Ok(results[..extra.len()].to_vec())
     }
 
+    /// Records the local step at the iterate (the tets' projections and forces, the springs'
+    /// forces) and the gather of `grad G`; stages the element energies and the gather's
+    /// partials (`G` and `|grad G|` at the iterate) when `stage`.
+    fn record_local(&mut self, nodes: &[Node], stage: bool) -> Result<Option<(Staged, Staged)>> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.local.queue(c, rec, &self.groups.local, &self.groups.element, nodes)?;
+        if self.buffers.spring_count > 0 {
+            let (element, groups) = (&self.stages.element, &self.groups.element);
+            element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Gradient, true)?;
+        }
+        let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
+        self.gather(&params, Positions::Iterate)?;
+        if !stage {
+            return Ok(None);
+        }
+        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
+        let vertices = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+        Ok(Some((elements, vertices)))
+    }
+
     /// Local/global iterations in one submission: the step's matrix, then per iteration the
-    /// element gradients (the projections are the closest rotations inside the element
-    /// stage), the gather, a PCG solve of as many iterations as the last solve's longest
+    /// local step and gather, a PCG solve of as many iterations as the last solve's longest
     /// global step needed (an unfinished CG solve still lowers the frozen quadratic, so the
-    /// iteration still never increases `G`) and the step `x += d`; then the gradient and
-    /// `G` at the result. Long solves, and recorded objectives, are read in batches as the
-    /// staging buffer fills.
+    /// iteration still never increases `G`) and the step `x += d`; the last local step gives
+    /// `G` and `|grad G|` at the result. Long solves, and recorded objectives, are read in
+    /// batches as the staging buffer fills.
     fn local_global_on_device(&mut self, request: &LocalGlobalRequest) -> Result<LocalGlobalReport> {
         let started = std::time::Instant::now();
         let nodes = self.nodes.clone();
@@ -428,20 +449,25 @@ impl GpuBackend {
         );
         self.assemble(Target::Projective { a: projective::stiffness_weight(&nodes) })?;
         let mut tally = Tally::default();
-        tally.energies.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
-        let gradient_params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
         let chunk =
             (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 4 + 8);
         let params = PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
             ..self.pcg_params(Some(request.linear_tolerance), 0.0, chunk as usize)
         };
-        for _ in 0..request.iterations {
+        let mut last = None;
+        for k in 0..=request.iterations {
             if tally.statuses.len() == STATUS_BATCH || tally.energies.len() + 1 == MAX_BATCH {
                 self.read_tally(&mut tally, &[])?;
             }
-            self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
-            self.gather(&gradient_params, Positions::Iterate)?;
+            let stage = k == 0 || k == request.iterations || request.record_objectives;
+            if let Some(pair) = self.record_local(&nodes, stage)? {
+                tally.energies.push(pair);
+                last = Some(pair.1);
+            }
+            if k == request.iterations {
+                break;
+            }
             self.vector("negate_gradient", 0.0)?;
             let (c, rec) = (&self.context, &mut self.recording);
             let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
@@ -455,20 +481,12 @@ impl GpuBackend {
             )?);
             self.vector("save", 0.0)?;
             self.vector("offset", 1.0)?;
-            if request.record_objectives {
-                tally.energies.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
-            }
         }
-        self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
-        self.gather(&gradient_params, Positions::Iterate)?;
-        let gradient = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
-        if !request.record_objectives {
-            tally.energies.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
-        }
-        let results = self.read_tally(&mut tally, &[gradient])?;
+        let results = self.read_tally(&mut tally, &last.into_iter().collect::<Vec<_>>())?;
         let mut report = std::mem::take(&mut tally.report);
         self.last_global_cg = tally.longest.max(1);
-        report.gradient_norm = Self::linearization(&results[0]).gradient_norm;
+        report.gradient_norm =
+            results.first().map_or(f64::NAN, |bytes| Self::linearization(bytes).gradient_norm);
         report.converged = report.gradient_norm <= request.gradient_tolerance;
         report.start_objective = tally.values[0];
         report.objective = *tally.values.last().unwrap_or(&f64::NAN);

@@ -165,6 +165,10 @@ impl GpuBuffers {
         s.set("positions", c.storage("positions", &to_f32(model.rest.as_flattened())));
         s.set("anchor_offsets", c.scratch::<u32>("anchor_offsets", n + 1));
         s.set("anchors", c.scratch::<[f32; 4]>("anchors", 1));
+        // The local/global solver's rotations, per node and tet (identity to start), for
+        // models it can solve.
+        let rotations = if laplacian.len() > 1 { 2 * nt } else { 1 };
+        s.set("rotations", c.storage("rotations", &vec![[0.0f32, 0.0, 0.0, 1.0]; rotations]));
 
         let mut w = GpuScratch::default();
         w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));

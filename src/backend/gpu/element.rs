@@ -84,6 +84,34 @@ pub struct ElementGroups {
     aux: Vec<wgpu::BindGroup>,
 }
 
+impl ElementGroups {
+    /// The parameters of `run` at `nodes`.
+    fn params(&self, run: &Run, nodes: &[Node]) -> Result<ElementParams> {
+        if nodes.is_empty() || nodes.len() > 2 {
+            return Err(Error::State("the GPU element stages take 1 or 2 quadrature nodes".into()));
+        }
+        let second = nodes.get(1).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
+        Ok(ElementParams {
+            tet_count: self.tet_count,
+            spring_count: self.spring_count,
+            node_count: nodes.len() as u32,
+            first: run.first,
+            count: run.count,
+            partial_base: run.partial_base,
+            weight_0: nodes[0].weight as f32,
+            theta_0: nodes[0].theta as f32,
+            weight_1: second.weight as f32,
+            theta_1: second.theta as f32,
+        })
+    }
+
+    /// The parameters of each run of tets at `nodes` (a stage that takes over the tets writes
+    /// the same energy partials).
+    pub fn tet_runs(&self, nodes: &[Node]) -> Result<Vec<ElementParams>> {
+        self.runs.iter().filter(|run| run.entry == "tets_main").map(|run| self.params(run, nodes)).collect()
+    }
+}
+
 /// Runs of tets of one material, then the springs, each with its first energy partial.
 fn runs(model: &Model) -> Vec<Run> {
     let mut tet_runs: Vec<(u32, u32, u32)> = Vec::new();
@@ -142,7 +170,10 @@ impl WgElement {
         })
     }
 
-    /// Records the element pass at `at`, leaving its outputs in the shared buffers.
+    /// Records the element pass at `at`, leaving its outputs in the shared buffers; with
+    /// `springs_only`, the springs' dispatch alone (the local/global solver's local stage
+    /// takes the tets).
+    #[allow(clippy::too_many_arguments)]
     pub fn queue(
         &self,
         context: &GpuContext,
@@ -151,26 +182,12 @@ impl WgElement {
         at: Positions,
         nodes: &[Node],
         outputs: Outputs,
+        springs_only: bool,
     ) -> Result<()> {
-        if nodes.is_empty() || nodes.len() > 2 {
-            return Err(Error::State("the GPU element stage takes 1 or 2 quadrature nodes".into()));
-        }
-        let second = nodes.get(1).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let bound = if at == Positions::Iterate { &groups.iterate } else { &groups.aux };
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
-        for run in &groups.runs {
-            let params = ElementParams {
-                tet_count: groups.tet_count,
-                spring_count: groups.spring_count,
-                node_count: nodes.len() as u32,
-                first: run.first,
-                count: run.count,
-                partial_base: run.partial_base,
-                weight_0: nodes[0].weight as f32,
-                theta_0: nodes[0].theta as f32,
-                weight_1: second.weight as f32,
-                theta_1: second.theta as f32,
-            };
+        for run in groups.runs.iter().filter(|run| !springs_only || run.entry == "springs_main") {
+            let params = groups.params(run, nodes)?;
             let offset = recording.params(context, &params)?;
             let constants = [("OUTPUTS", outputs as u32 as f64), ("MATERIAL", run.material as f64)];
             let kernel =
@@ -254,7 +271,7 @@ mod tests {
         let groups = rig.stages.element.bind(&rig.context, &rig.rec, &rig.model, &rig.buffers).unwrap();
         rig.stages
             .element
-            .queue(&rig.context, &mut rig.rec, &groups, Positions::Iterate, nodes, outputs)
+            .queue(&rig.context, &mut rig.rec, &groups, Positions::Iterate, nodes, outputs, false)
             .unwrap();
         let staged = WgElement::stage_energy(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
         WgElement::energy(&rig.rec.read(&rig.context, &[staged]).unwrap()[0])

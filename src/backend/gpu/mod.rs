@@ -18,6 +18,7 @@ pub mod buffers;
 mod context;
 pub mod element;
 pub mod gather;
+pub mod local;
 pub mod pcg;
 pub mod recording;
 pub mod shaders;
@@ -42,6 +43,7 @@ pub enum Positions {
 /// Every stage's pipelines: the one registry of stages.
 pub struct WgStages {
     pub element: element::WgElement,
+    pub local: local::WgLocal,
     pub gather: gather::WgGather,
     pub assemble: assemble::WgAssemble,
     pub pcg: pcg::WgPcg,
@@ -53,6 +55,7 @@ impl WgStages {
     pub fn new(context: &GpuContext) -> Result<WgStages> {
         Ok(WgStages {
             element: element::WgElement::new(context)?,
+            local: local::WgLocal::new(context)?,
             gather: gather::WgGather::new(context)?,
             assemble: assemble::WgAssemble::new(context)?,
             pcg: pcg::WgPcg::new(context)?,
@@ -66,7 +69,7 @@ impl WgStages {
 pub fn params_size(stage: &str) -> Option<u64> {
     use encase::ShaderType;
     Some(match stage {
-        "element" => element::ElementParams::min_size().get(),
+        "element" | "local" => element::ElementParams::min_size().get(),
         "gather" => gather::GatherParams::min_size().get(),
         "assemble" => assemble::AssembleParams::min_size().get(),
         "pcg" => pcg::PcgParams::min_size().get(),

@@ -15,6 +15,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/slots", include_str!("../../../shaders/shared/slots.wgsl")),
     ("shared/matrix", include_str!("../../../shaders/shared/matrix.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
+    ("local", include_str!("../../../shaders/local.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
@@ -22,7 +23,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// The stages: composed modules with entry points.
-pub const STAGES: &[&str] = &["element", "gather", "assemble", "pcg", "vector"];
+pub const STAGES: &[&str] = &["element", "local", "gather", "assemble", "pcg", "vector"];
 
 /// The composed stage `name`, parsed and validated by naga.
 pub fn module(name: &str) -> Result<(String, naga::Module)> {

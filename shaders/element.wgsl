@@ -13,6 +13,7 @@
 #import shared/reduce
 #import shared/spring
 #import shared/slots
+#import shared/tets
 
 // 0: energy only; 1: and corner gradients; 2: and exact Hessian blocks; 3: and projected ones.
 override OUTPUTS: u32 = 2u;
@@ -21,84 +22,15 @@ override OUTPUTS: u32 = 2u;
 override MATERIAL: u32 = 6u;
 const ANY_MATERIAL: u32 = 6u;
 
-struct Params {
-    tet_count: u32,
-    spring_count: u32,
-    node_count: u32,
-    // The run of elements this dispatch covers, and where its energy partials go.
-    first: u32,
-    count: u32,
-    partial_base: u32,
-    // Quadrature nodes (c_q, theta_q); the second is unused when node_count is 1.
-    weight_0: f32,
-    theta_0: f32,
-    weight_1: f32,
-    theta_1: f32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-
-@group(1) @binding(0) var<storage, read> tets: array<vec4<u32>>;
-// Per tet: (grad_0, volume), (grad_1, 0), (grad_2, 0), (grad_3, 0).
-@group(1) @binding(1) var<storage, read> tet_rest: array<vec4<f32>>;
-// Per tet: (model, mu, lambda, 0).
-@group(1) @binding(2) var<storage, read> tet_material: array<vec4<f32>>;
 @group(1) @binding(3) var<storage, read> springs: array<u32>;
 // Per spring: (kind, stiffness, rest, 0).
 @group(1) @binding(4) var<storage, read> spring_laws: array<vec4<f32>>;
 // Per spring: its rest edge X_j - X_i (from f64), to which the displacements add.
 @group(1) @binding(5) var<storage, read> spring_edges: array<vec4<f32>>;
 
-@group(2) @binding(0) var<storage, read> x: array<f32>;
-@group(2) @binding(1) var<storage, read> x_start: array<f32>;
-
 @group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
 @group(3) @binding(1) var<storage, read_write> element_blocks: array<f32>;
 @group(3) @binding(2) var<storage, read_write> energy_partials: array<f32>;
-
-fn node(q: u32) -> vec2<f32> {
-    if (q == 0u) {
-        return vec2<f32>(params.weight_0, params.theta_0);
-    }
-    return vec2<f32>(params.weight_1, params.theta_1);
-}
-
-// Displacements from the rest shape (the GPU stores positions so; see GpuLinear).
-fn point(v: u32, theta: f32) -> vec3<f32> {
-    let p = vec3<f32>(x[3u * v], x[3u * v + 1u], x[3u * v + 2u]);
-    let s = vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
-    return p * theta + s * (1.0 - theta);
-}
-
-// The tet's shape gradients and corners.
-struct Tet {
-    v: vec4<u32>,
-    b0: vec3<f32>,
-    b1: vec3<f32>,
-    b2: vec3<f32>,
-    b3: vec3<f32>,
-    volume: f32,
-}
-
-// The displacement gradient H = F - I = sum_a u_a beta_a^T at theta (the rest positions'
-// sum is I): column j is sum_a u_a beta_a[j].
-fn displacement_gradient(t: Tet, theta: f32) -> mat3x3<f32> {
-    let z0 = point(t.v.x, theta);
-    let z1 = point(t.v.y, theta);
-    let z2 = point(t.v.z, theta);
-    let z3 = point(t.v.w, theta);
-    return mat3x3<f32>(
-        z0 * t.b0.x + z1 * t.b1.x + z2 * t.b2.x + z3 * t.b3.x,
-        z0 * t.b0.y + z1 * t.b1.y + z2 * t.b2.y + z3 * t.b3.y,
-        z0 * t.b0.z + z1 * t.b1.z + z2 * t.b2.z + z3 * t.b3.z,
-    );
-}
-
-fn store_corner(e: u32, a: u32, g: vec3<f32>) {
-    corner_gradients[tet_corner_entry(e, a, 0u, params.tet_count)] = g.x;
-    corner_gradients[tet_corner_entry(e, a, 1u, params.tet_count)] = g.y;
-    corner_gradients[tet_corner_entry(e, a, 2u, params.tet_count)] = g.z;
-}
 
 // Column k of upper block u: entries (i, k).
 fn store_column(e: u32, u: u32, k: u32, column: vec3<f32>) {
@@ -126,8 +58,7 @@ fn apply(t: Tangents, m: Lame, df: mat3x3<f32>) -> mat3x3<f32> {
 }
 
 fn tet(e: u32) -> f32 {
-    let r0 = tet_rest[4u * e];
-    let t = Tet(tets[e], r0.xyz, tet_rest[4u * e + 1u].xyz, tet_rest[4u * e + 2u].xyz, tet_rest[4u * e + 3u].xyz, r0.w);
+    let t = load_tet(e);
     var m = lame(tet_material[e]);
     if (MATERIAL != ANY_MATERIAL) {
         m.model = MATERIAL;

@@ -10,54 +10,17 @@
 #import shared/eigensystem
 #import shared/reduce
 #import shared/slots
+#import shared/tets
 
 const MAX_ITERATIONS: u32 = 8u;
 // A Newton step below this angle leaves an error near its square, below f32 resolution.
 const CONVERGED: f32 = 1e-6;
 
-// The element stage's parameters: a run of tets and the quadrature nodes.
-struct Params {
-    tet_count: u32,
-    spring_count: u32,
-    node_count: u32,
-    first: u32,
-    count: u32,
-    partial_base: u32,
-    weight_0: f32,
-    theta_0: f32,
-    weight_1: f32,
-    theta_1: f32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-
-@group(1) @binding(0) var<storage, read> tets: array<vec4<u32>>;
-// Per tet: (grad_0, volume), (grad_1, 0), (grad_2, 0), (grad_3, 0).
-@group(1) @binding(1) var<storage, read> tet_rest: array<vec4<f32>>;
-// Per tet: (model, mu, lambda, 0).
-@group(1) @binding(2) var<storage, read> tet_material: array<vec4<f32>>;
-
-@group(2) @binding(0) var<storage, read> x: array<f32>;
-@group(2) @binding(1) var<storage, read> x_start: array<f32>;
 // Per node and tet (node q of tet e at q T + e): the last rotation, a unit quaternion (xyz, w).
 @group(2) @binding(2) var<storage, read_write> rotations: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
 @group(3) @binding(1) var<storage, read_write> energy_partials: array<f32>;
-
-fn node(q: u32) -> vec2<f32> {
-    if (q == 0u) {
-        return vec2<f32>(params.weight_0, params.theta_0);
-    }
-    return vec2<f32>(params.weight_1, params.theta_1);
-}
-
-// Displacement of vertex v from its rest position at theta.
-fn point(v: u32, theta: f32) -> vec3<f32> {
-    let p = vec3<f32>(x[3u * v], x[3u * v + 1u], x[3u * v + 2u]);
-    let s = vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
-    return p * theta + s * (1.0 - theta);
-}
 
 // [v]x, the matrix of v x (.).
 fn cross_matrix(v: vec3<f32>) -> mat3x3<f32> {
@@ -133,20 +96,9 @@ fn closest_rotation(h: mat3x3<f32>, warm: vec4<f32>) -> vec4<f32> {
     return normalize(quaternion_of(svd.u * transpose(svd.v)));
 }
 
-fn store_corner(e: u32, a: u32, g: vec3<f32>) {
-    corner_gradients[tet_corner_entry(e, a, 0u, params.tet_count)] = g.x;
-    corner_gradients[tet_corner_entry(e, a, 1u, params.tet_count)] = g.y;
-    corner_gradients[tet_corner_entry(e, a, 2u, params.tet_count)] = g.z;
-}
-
 // Tet e's projective energy at the nodes; its corner gradients and rotations are stored.
 fn tet(e: u32) -> f32 {
-    let v = tets[e];
-    let r0 = tet_rest[4u * e];
-    let b0 = r0.xyz;
-    let b1 = tet_rest[4u * e + 1u].xyz;
-    let b2 = tet_rest[4u * e + 2u].xyz;
-    let b3 = tet_rest[4u * e + 3u].xyz;
+    let t = load_tet(e);
     let material = tet_material[e];
     let mu = material.y;
     let lambda = select(material.z, 0.0, u32(material.x) == ARAP);
@@ -154,15 +106,7 @@ fn tet(e: u32) -> f32 {
     var p = mat3x3<f32>(vec3<f32>(0.0), vec3<f32>(0.0), vec3<f32>(0.0));
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
-        let z0 = point(v.x, cw.y);
-        let z1 = point(v.y, cw.y);
-        let z2 = point(v.z, cw.y);
-        let z3 = point(v.w, cw.y);
-        let h = mat3x3<f32>(
-            z0 * b0.x + z1 * b1.x + z2 * b2.x + z3 * b3.x,
-            z0 * b0.y + z1 * b1.y + z2 * b2.y + z3 * b3.y,
-            z0 * b0.z + z1 * b1.z + z2 * b2.z + z3 * b3.z,
-        );
+        let h = displacement_gradient(t, cw.y);
         let slot = q * params.tet_count + e;
         let rotation = closest_rotation(h, rotations[slot]);
         rotations[slot] = rotation;
@@ -173,14 +117,14 @@ fn tet(e: u32) -> f32 {
         let stretch = d[0].x + d[1].y + d[2].z;
         let psi = mu * (dot(shear[0], shear[0]) + dot(shear[1], shear[1]) + dot(shear[2], shear[2]))
             + 0.5 * lambda * stretch * stretch;
-        energy += cw.x * r0.w * psi;
+        energy += cw.x * t.volume * psi;
         let identity = mat3x3<f32>(vec3<f32>(1.0, 0.0, 0.0), vec3<f32>(0.0, 1.0, 0.0), vec3<f32>(0.0, 0.0, 1.0));
-        p += (shear * (2.0 * mu) + (identity + rmi) * (lambda * stretch)) * (cw.x * cw.y * r0.w);
+        p += (shear * (2.0 * mu) + (identity + rmi) * (lambda * stretch)) * (cw.x * cw.y * t.volume);
     }
-    store_corner(e, 0u, p * b0);
-    store_corner(e, 1u, p * b1);
-    store_corner(e, 2u, p * b2);
-    store_corner(e, 3u, p * b3);
+    store_corner(e, 0u, p * t.b0);
+    store_corner(e, 1u, p * t.b1);
+    store_corner(e, 2u, p * t.b2);
+    store_corner(e, 3u, p * t.b3);
     return energy;
 }
 

@@ -159,7 +159,7 @@ impl Solver {
             max_linear_iterations: 1000,
             spend_budget: false,
             blend_iterations: 1,
-            global_tolerance: 1e-4,
+            global_tolerance: 1e-2,
             record_objectives: false,
         }
     }
@@ -189,8 +189,10 @@ impl Solver {
         self
     }
 
-    /// Relative residual to which a GPU's PCG solves each local/global step (default 1e-4);
-    /// the CPU solves them exactly.
+    /// Relative residual to which a GPU's PCG solves each local/global step (default 1e-2);
+    /// the CPU solves them exactly. Projective dynamics' own error dominates: on the bunny
+    /// (19K tets), 10 iterations at 1e-2 end within 0.2 % of the exact solves' objective gap,
+    /// at 1e-1 within 1 %, with half and a quarter of the CG iterations of 1e-4.
     pub fn global_tolerance(mut self, tolerance: f64) -> Solver {
         self.global_tolerance = tolerance;
         self

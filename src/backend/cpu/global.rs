@@ -20,9 +20,9 @@ pub(crate) struct GlobalSolve {
     sources: Vec<u32>,
     /// The weighted Laplacian on the pattern.
     laplacian: Vec<f64>,
-    /// `(a, diagonal)` of the current factor.
-    factored: Option<(f64, Vec<f64>)>,
-    factor: Option<Llt<u32, f64>>,
+    /// The last two factors with their `(a, diagonal)`, the latest first: a stabilized step
+    /// alternates the midpoint and backward-Euler weights.
+    factors: Vec<(f64, Vec<f64>, Llt<u32, f64>)>,
     entries: Vec<f64>,
     values: Vec<f64>,
     /// Column-major right-hand sides.
@@ -54,21 +54,18 @@ impl GlobalSolve {
             values: vec![0.0; sources.len()],
             sources,
             laplacian: projective::laplacian(model, topology),
-            factored: None,
-            factor: None,
+            factors: Vec::new(),
             entries: Vec::new(),
             columns: vec![0.0; 3 * n],
         })
     }
 
-    /// Factors `S` for the step weight `a` and the vertex diagonal, unless the factor in hand
-    /// is already that. False if `S` is not positive definite (it always is for valid models).
+    /// Factors `S` for the step weight `a` and the vertex diagonal, unless one of the two
+    /// factors in hand is already that. False if `S` is not positive definite (it always is
+    /// for valid models).
     pub fn prepare(&mut self, model: &Model, topology: &Topology, a: f64, diagonal: &[f64]) -> bool {
-        if let Some((fa, fd)) = &self.factored
-            && *fa == a
-            && fd.as_slice() == diagonal
-            && self.factor.is_some()
-        {
+        if let Some(k) = self.factors.iter().position(|(fa, fd, _)| *fa == a && fd.as_slice() == diagonal) {
+            self.factors.swap(0, k);
             return true;
         }
         projective::matrix(model, topology, &self.laplacian, a, diagonal, &mut self.entries);
@@ -76,14 +73,17 @@ impl GlobalSolve {
             *value = self.entries[source as usize];
         }
         let matrix = SparseColMatRef::new(self.pattern.as_ref(), &self.values);
-        self.factor = Llt::try_new_with_symbolic(self.symbolic.clone(), matrix, Side::Lower).ok();
-        self.factored = Some((a, diagonal.to_vec()));
-        self.factor.is_some()
+        let Ok(factor) = Llt::try_new_with_symbolic(self.symbolic.clone(), matrix, Side::Lower) else {
+            return false;
+        };
+        self.factors.truncate(1);
+        self.factors.insert(0, (a, diagonal.to_vec(), factor));
+        true
     }
 
     /// Overwrites `rhs` with `S^-1 rhs`, coordinate by coordinate.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
-        let factor = self.factor.as_ref().expect("prepare before solve");
+        let factor = &self.factors.first().expect("prepare before solve").2;
         let n = rhs.len();
         for (v, r) in rhs.iter().enumerate() {
             for (c, value) in r.iter().enumerate() {

@@ -33,6 +33,10 @@ pub struct Anchor {
 pub enum LinearSolver {
     /// Jacobi-preconditioned conjugate gradients with early exit on negative curvature.
     Pcg,
+    /// Conjugate gradients preconditioned by the factored local/global matrix
+    /// `M/h^2 + a L` (`backend::projective`: the elasticity's Laplacian, unchanged by
+    /// rotations, factored once per step weight); CPU only, a GPU runs `Pcg`.
+    PcgProjective,
     /// Sparse Cholesky (faer) with Tikhonov retries; CPU only, for small systems and checks.
     Cholesky,
 }

@@ -55,7 +55,9 @@ pub(crate) fn laplacian(model: &Model, topology: &Topology) -> Vec<f64> {
     let nt = model.tets.len();
     let mut element = vec![0.0; 10 * nt + 3 * model.springs.len()];
     for (e, rest) in model.tet_rest.iter().enumerate() {
-        let w = model.tet_material[e].projective_weight().unwrap_or(0.0) * rest.volume;
+        // Models without a projective form (refused by the solver) still get a stiffness
+        // weight: the matrix also preconditions Newton's CG (`LinearSolver::PcgProjective`).
+        let w = model.tet_material[e].laplacian_weight() * rest.volume;
         let beta = rest.shape_gradients.map(DVec3::from);
         for a in 0..4 {
             for b in a..4 {
@@ -64,11 +66,12 @@ pub(crate) fn laplacian(model: &Model, topology: &Topology) -> Vec<f64> {
         }
     }
     for (s, law) in model.spring_law.iter().enumerate() {
-        element[10 * nt + 3 * s..10 * nt + 3 * s + 3].copy_from_slice(&[
-            law.stiffness,
-            -law.stiffness,
-            law.stiffness,
-        ]);
+        // A StVK spring's stiffness along itself at rest is 4 k r^2.
+        let k = match law.kind {
+            SpringKind::Hooke => law.stiffness,
+            SpringKind::StVK => 4.0 * law.stiffness * law.rest * law.rest,
+        };
+        element[10 * nt + 3 * s..10 * nt + 3 * s + 3].copy_from_slice(&[k, -k, k]);
     }
     (0..topology.block_count())
         .map(|block| {

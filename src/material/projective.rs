@@ -84,6 +84,13 @@ impl Elastic {
         }
     }
 
+    /// The weight of the Laplacian that stands for this model's stiffness in a preconditioner:
+    /// the projective weight where there is one, `2 mu + 3 max(lambda, 0)` otherwise (the
+    /// same for the corotated family, and the small-strain stiffness of the rest).
+    pub fn laplacian_weight(&self) -> f64 {
+        self.projective_weight().unwrap_or(2.0 * self.mu + 3.0 * self.lambda.max(0.0))
+    }
+
     /// Energy density and stress at `F` with the projections taken through the rotation `r`:
     /// `mu |F - R|^2 + lambda/2 (tr(R^T F) - 3)^2` and `2 mu (F - R) + lambda (tr(R^T F) - 3) R`.
     /// With `r` the closest rotation these are the model's energy and stress.

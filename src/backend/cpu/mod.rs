@@ -154,6 +154,16 @@ impl CpuBackend {
         out
     }
 
+    /// Factors the local/global matrix of this step into `global`; false if it could not be.
+    fn prepare_global(&mut self) -> bool {
+        let a = super::projective::stiffness_weight(&self.nodes);
+        if self.global.is_none() {
+            self.global = global::GlobalSolve::new(&self.model, &self.topology);
+        }
+        let Some(global) = self.global.as_mut() else { return false };
+        global.prepare(&self.model, &self.topology, a, &self.projective_diagonal)
+    }
+
     /// `grad G` at the iterate from the corner gradients in hand, the vertex terms and the
     /// lagged damping, into `gradient`; the vertex Hessian blocks into `vertex_blocks`.
     fn gather(&mut self, projection: Projection) -> Linearization {
@@ -285,15 +295,8 @@ impl Stages for CpuBackend {
 
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
         let mut report = LocalGlobalReport::default();
-        let a = super::projective::stiffness_weight(&self.nodes);
         let started = std::time::Instant::now();
-        if self.global.is_none() {
-            self.global = global::GlobalSolve::new(&self.model, &self.topology);
-        }
-        let prepared = match self.global.as_mut() {
-            Some(global) => global.prepare(&self.model, &self.topology, a, &self.projective_diagonal),
-            None => false,
-        };
+        let prepared = self.prepare_global();
         report.linear_solve += started.elapsed();
         if !prepared {
             report.failed = true;
@@ -352,13 +355,19 @@ impl Stages for CpuBackend {
             *s = [-g[0], -g[1], -g[2]];
         }
         match solver {
-            LinearSolver::Pcg => {
+            LinearSolver::Pcg | LinearSolver::PcgProjective => {
+                let factored = solver == LinearSolver::PcgProjective && self.prepare_global();
+                let preconditioner = match self.global.as_mut() {
+                    Some(global) if factored => pcg::Preconditioner::Factored(global),
+                    _ => pcg::Preconditioner::Jacobi,
+                };
                 let outcome = pcg::solve(
                     &self.topology,
                     &self.blocks,
                     &self.scratch,
                     &mut self.direction,
                     &mut self.pcg,
+                    preconditioner,
                     tolerance,
                     max_iterations,
                 );

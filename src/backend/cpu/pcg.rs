@@ -1,5 +1,6 @@
-//! Stage `pcg`: Jacobi-preconditioned conjugate gradients on the assembled Hessian, starting
-//! from zero. Following the optimization integrator, a direction of non-positive curvature
+//! Stage `pcg`: preconditioned conjugate gradients on the assembled Hessian, starting from
+//! zero. The preconditioner is Jacobi (the GPU twin's), or on the CPU the factored
+//! projective-dynamics matrix `M/h^2 + a L` (`LinearSolver::PcgProjective`). Following the optimization integrator, a direction of non-positive curvature
 //! ends the solve: the last iterate is returned (or the right-hand side, if it happens on the
 //! first iteration), which is still a descent direction for the Newton step.
 //!
@@ -12,8 +13,25 @@
 
 use rayon::prelude::*;
 
+use super::global::GlobalSolve;
 use super::hessian_product;
 use crate::backend::topology::Topology;
+
+/// What `z = P r` applies.
+pub(crate) enum Preconditioner<'a> {
+    /// The inverse of the matrix's diagonal entries.
+    Jacobi,
+    /// `S^-1`, the factored local/global matrix: the elasticity's Laplacian, which a
+    /// rotation of the body leaves unchanged, so it keeps preconditioning a bending body.
+    Factored(&'a mut GlobalSolve),
+}
+
+/// `z = S^-1 r` and `r . z`, where the preconditioner is a factor.
+fn apply_factor(global: &mut GlobalSolve, r: &[[f64; 3]], z: &mut [[f64; 3]]) -> f64 {
+    z.copy_from_slice(r);
+    global.solve(z);
+    r.iter().zip(z.iter()).map(|(r, z)| dot3(r, z)).sum()
+}
 
 /// Vertices per work item: large enough that fork-join overhead stays small next to the work.
 const CHUNK: usize = 512;
@@ -47,12 +65,14 @@ fn ordered_sum<const K: usize>(partials: Vec<[f64; K]>) -> [f64; K] {
 }
 
 /// Solves `A x = b` to `|r| <= tolerance |b|`, at most `max_iterations` iterations.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn solve(
     topology: &Topology,
     blocks: &[[f64; 9]],
     b: &[[f64; 3]],
     x: &mut [[f64; 3]],
     scratch: &mut Scratch,
+    mut preconditioner: Preconditioner<'_>,
     tolerance: f64,
     max_iterations: usize,
 ) -> Outcome {
@@ -87,6 +107,10 @@ pub(crate) fn solve(
             })
             .collect(),
     );
+    if let Preconditioner::Factored(global) = &mut preconditioner {
+        rz = apply_factor(global, r, z);
+        p.copy_from_slice(z);
+    }
     let b_norm = bb.sqrt();
     if b_norm == 0.0 {
         return Outcome { iterations: 0, negative_curvature: false, relative_residual: 0.0 };
@@ -139,6 +163,10 @@ pub(crate) fn solve(
                 })
                 .collect(),
         );
+        let mut rz_next = rz_next;
+        if let Preconditioner::Factored(global) = &mut preconditioner {
+            rz_next = apply_factor(global, r, z);
+        }
         residual = rr.sqrt() / b_norm;
         if residual <= tolerance {
             return Outcome {

@@ -145,12 +145,15 @@ fn objective_gradient_and_hessian_match_finite_differences() {
 
 #[test]
 fn pcg_meets_its_residual_and_cholesky_solves_exactly() {
+    // Jacobi and the factored local/global matrix as preconditioners.
     for (m, material) in MATERIALS.iter().enumerate() {
         let (mut backend, _) = loaded(material(2e4, 0.3), 20 + m as u64);
         backend.linearize(Projection::Psd);
         let b: Vec<[f64; 3]> = backend.gradient().iter().map(|g| g.map(|c| -c)).collect();
         let norm = |v: &[[f64; 3]]| v.iter().flatten().map(|c| c * c).sum::<f64>().sqrt();
-        for (solver, tolerance) in [(LinearSolver::Pcg, 1e-8), (LinearSolver::Cholesky, 1e-12)] {
+        for (solver, tolerance) in
+            [(LinearSolver::Pcg, 1e-8), (LinearSolver::PcgProjective, 1e-8), (LinearSolver::Cholesky, 1e-12)]
+        {
             let report = backend.solve_direction(solver, tolerance, 10_000);
             assert!(!report.negative_curvature, "material {m}: projected system must be positive definite");
             let hd = backend.hessian_times(backend.direction());
@@ -158,10 +161,13 @@ fn pcg_meets_its_residual_and_cholesky_solves_exactly() {
                 hd.iter().zip(&b).map(|(a, b)| std::array::from_fn(|c| b[c] - a[c])).collect();
             let relative = norm(&residual) / norm(&b);
             // PCG stops at its tolerance; Cholesky is exact to rounding of a condition ~1e4 matrix.
-            let bound = if solver == LinearSolver::Pcg { tolerance } else { 1e-10 };
+            let bound = if solver == LinearSolver::Cholesky { 1e-10 } else { tolerance };
             assert!(relative <= bound, "material {m} {solver:?}: relative residual {relative:e}");
             assert!(report.slope < 0.0, "a solve of a PD system gives a descent direction");
         }
+        // (No claim on the iteration counts: on these random states far from rest, in
+        // colliders, the Laplacian models the Hessian poorly; tests/budget.rs compares the
+        // preconditioners on a beam.)
     }
 }
 

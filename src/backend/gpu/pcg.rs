@@ -231,8 +231,16 @@ mod tests {
             product.iter().zip(&b).map(|(a, b)| std::array::from_fn(|c| b[c] - a[c])).collect();
         let relative = norm(&residual) / norm(&b);
         let mut cpu_x = vec![[0.0; 3]; b.len()];
-        let cpu_outcome =
-            pcg::solve(&topology, &cpu.blocks, &b, &mut cpu_x, &mut pcg::Scratch::default(), 1e-4, 2000);
+        let cpu_outcome = pcg::solve(
+            &topology,
+            &cpu.blocks,
+            &b,
+            &mut cpu_x,
+            &mut pcg::Scratch::default(),
+            pcg::Preconditioner::Jacobi,
+            1e-4,
+            2000,
+        );
         println!(
             "GPU PCG: {} iterations (CPU {}), true relative residual {relative:.2e}",
             status.iterations, cpu_outcome.iterations

@@ -153,6 +153,12 @@ impl Elastic {
             let tangent = tangent.map(|projection| self.stress_derivative(f, projection));
             return (self.energy(f), stress.then(|| self.stress(f)), tangent);
         }
+        if tangent == Some(Projection::None)
+            && let Some((r, k)) = self.corotated_tangent(f)
+        {
+            let (energy, p) = self.projective(f, &r);
+            return (energy, stress.then_some(p), Some(k));
+        }
         let (u, s, v) = signed_svd(f);
         let energy = self.stretch_energy(s);
         let stress = stress.then(|| {
@@ -170,11 +176,65 @@ impl Elastic {
                 MaterialModel::StVK | MaterialModel::NeoHookean | MaterialModel::StableNeoHookean => {
                     return self.polynomial_tangent(f);
                 }
-                _ => {}
+                _ => {
+                    if let Some((_, k)) = self.corotated_tangent(f) {
+                        return k;
+                    }
+                }
             }
         }
         let (u, s, v) = signed_svd(f);
         self.eigensystem_tangent(&u, s, &v, projection)
+    }
+
+    /// The closest rotation `R` and the true tangent of corotated and ARAP without an SVD:
+    /// from `P = 2 mu (F - R) + lambda (tr S - 3) R` with `S = R^T F`,
+    /// `dP = 2 mu dF + lambda (R : dF) R + (lambda (tr S - 3) - 2 mu) dR`, and the polar
+    /// rotation's derivative `dR = R [w]x` with `(tr S I - S) w = axial(R^T dF - dF^T R)`.
+    /// `None` for other models, or where `tr S I - S` is near singular (a flat or
+    /// half-inverted element), which the eigensystem handles.
+    pub(super) fn corotated_tangent(&self, f: &DMat3) -> Option<(DMat3, Mat9)> {
+        if !matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap) {
+            return None;
+        }
+        let (_, r) = super::closest_rotation(f, glam::DQuat::IDENTITY);
+        let a = r.transpose() * *f;
+        let sym = (a + a.transpose()) * 0.5;
+        let trace = sym.x_axis.x + sym.y_axis.y + sym.z_axis.z;
+        let h = DMat3::from_diagonal(DVec3::splat(trace)) - sym;
+        let scale = f.to_cols_array().iter().map(|x| x.abs()).fold(f64::MIN_POSITIVE, f64::max);
+        if !(h.determinant() > 1e-6 * scale * scale * scale && h.x_axis.x > 1e-6 * scale) {
+            return None;
+        }
+        let h_inv = h.inverse();
+        let lambda = self.corotated_lambda();
+        let rotation_scale = lambda * (trace - 3.0) - 2.0 * self.mu;
+        let rows = crate::math::to_rows(&r);
+        let mut k = [[0.0; 9]; 9];
+        for kk in 0..3 {
+            for l in 0..3 {
+                // dF = e_kk e_l^T: B = R^T dF has column l equal to row kk of R.
+                let b = |m: usize, n: usize| if n == l { rows[kk][m] } else { 0.0 };
+                let axial = DVec3::new(b(2, 1) - b(1, 2), b(0, 2) - b(2, 0), b(1, 0) - b(0, 1));
+                let w = h_inv * axial;
+                let cross = DMat3::from_cols(
+                    DVec3::new(0.0, w.z, -w.y),
+                    DVec3::new(-w.z, 0.0, w.x),
+                    DVec3::new(w.y, -w.x, 0.0),
+                );
+                let dr = crate::math::to_rows(&(r * cross));
+                for i in 0..3 {
+                    for j in 0..3 {
+                        let mut value = lambda * rows[kk][l] * rows[i][j] + rotation_scale * dr[i][j];
+                        if i == kk && j == l {
+                            value += 2.0 * self.mu;
+                        }
+                        k[3 * i + j][3 * kk + l] = value;
+                    }
+                }
+            }
+        }
+        Some((r, k))
     }
 
     /// The true tangent of the models with closed forms in `F`, entry by entry:

@@ -131,6 +131,30 @@ fn eigensystem_agrees_with_polynomial_forms() {
 }
 
 #[test]
+fn corotated_closed_form_agrees_with_the_eigensystem() {
+    // Corotated and ARAP take their true tangent from the polar rotation's derivative on the
+    // hot path; the eigensystem (used for the projection) must describe the same tangent, and
+    // `evaluate` must give the same energy and stress as the SVD forms.
+    for model in [MaterialModel::Corotated, MaterialModel::Arap] {
+        let m = evaluator(model);
+        let mut closed_forms = 0;
+        for f in random_deformations(model, 60, 4) {
+            let (u, s, v) = crate::math::signed_svd(&f);
+            let k_eig = m.eigensystem_tangent(&u, s, &v, Projection::None);
+            let (energy, stress, k) = m.evaluate(&f, true, Some(Projection::None));
+            let (err, at) = worst_relative(&k.unwrap().concat(), &k_eig.concat());
+            assert!(err < 1e-9, "{model:?}: tangent forms differ by {err:e} at {at}");
+            assert!((energy - m.stretch_energy(s)).abs() < 1e-12 * (1.0 + energy.abs()));
+            let (err, at) = worst_relative(&stress.unwrap().to_cols_array(), &m.stress(&f).to_cols_array());
+            assert!(err < 1e-10, "{model:?}: stresses differ by {err:e} at {at}");
+            closed_forms += m.corotated_tangent(&f).is_some() as usize;
+        }
+        // Only flat or half-inverted samples leave the closed form.
+        assert!(closed_forms >= 50, "{model:?}: closed form used for {closed_forms} of 60");
+    }
+}
+
+#[test]
 fn projected_derivative_is_psd_and_exact_when_already_psd() {
     for model in MODELS {
         let m = evaluator(model);

@@ -35,7 +35,9 @@ pub enum LinearSolver {
     Pcg,
     /// Conjugate gradients preconditioned by the factored local/global matrix
     /// `M/h^2 + a L` (`backend::projective`: the elasticity's Laplacian, unchanged by
-    /// rotations, factored once per step weight); CPU only, a GPU runs `Pcg`.
+    /// rotations, factored once per step weight) where its factor is small — bodies of up to
+    /// a few thousand vertices, elongated ones further — and by Jacobi beyond; CPU only, a
+    /// GPU runs `Pcg`.
     PcgProjective,
     /// Sparse Cholesky (faer) with Tikhonov retries; CPU only, for small systems and checks.
     Cholesky,

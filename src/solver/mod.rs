@@ -165,9 +165,9 @@ impl Solver {
     }
 
     /// Newton's method (the default): tolerance 1e-6 N, at most 50 iterations, PCG
-    /// preconditioned on the CPU by the factored local/global matrix
+    /// preconditioned on the CPU by the factored local/global matrix where its factor is small
     /// ([`LinearSolver::PcgProjective`]; 3-6x fewer CG iterations than Jacobi on the
-    /// benchmark beams) and by Jacobi on a GPU.
+    /// benchmark beams) and by Jacobi elsewhere and on a GPU.
     pub fn newton() -> Solver {
         Solver::with_kind(SolverKind::Newton)
     }

@@ -27,6 +27,8 @@ pub(crate) struct GlobalSolve {
     values: Vec<f64>,
     /// Column-major right-hand sides.
     columns: Vec<f64>,
+    /// Stored values of the factor per stored value of the matrix (lower triangles).
+    pub fill: f64,
 }
 
 impl GlobalSolve {
@@ -48,6 +50,17 @@ impl GlobalSolve {
         }
         let pattern = SymbolicSparseColMat::new_checked(n, n, col_ptr, None, row_idx);
         let symbolic = SymbolicLlt::try_new(pattern.as_ref(), Side::Lower).ok()?;
+        // The factor's size against the matrix's (faer's high-level symbolic does not say).
+        let fill = faer::sparse::linalg::cholesky::factorize_symbolic_cholesky(
+            pattern.as_ref(),
+            Side::Lower,
+            Default::default(),
+            Default::default(),
+        )
+        .ok()?
+        .len_val() as f64
+            / sources.len() as f64;
+
         Some(GlobalSolve {
             pattern,
             symbolic,
@@ -55,6 +68,7 @@ impl GlobalSolve {
             sources,
             laplacian: projective::laplacian(model, topology),
             factors: Vec::new(),
+            fill,
             entries: Vec::new(),
             columns: vec![0.0; 3 * n],
         })

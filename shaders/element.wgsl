@@ -155,14 +155,6 @@ fn spring(s: u32) -> f32 {
     return energy;
 }
 
-// Sums `value` over the workgroup into its energy partial.
-fn reduce(lid: u32, slot: u32, value: f32) {
-    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
-    if (lid == 0u && slot * WORKGROUP < params.count) {
-        energy_partials[params.partial_base + slot] = total.x;
-    }
-}
-
 @compute @workgroup_size(WORKGROUP)
 fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);

@@ -136,8 +136,5 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     if (index < params.count) {
         energy = tet(params.first + index);
     }
-    let total = workgroup_sum(lid, vec4<f32>(energy, 0.0, 0.0, 0.0));
-    if (lid == 0u && slot * WORKGROUP < params.count) {
-        energy_partials[params.partial_base + slot] = total.x;
-    }
+    reduce(lid, slot, energy);
 }

@@ -1,8 +1,9 @@
 // What every per-tet stage (element, local) reads: its parameters — a run of elements, where
 // its energy partials go, the quadrature nodes — the tets' corners, rest data and materials,
-// and the positions; and how it writes a corner gradient (into the stage's
-// `corner_gradients`, in the slots of shared/slots.wgsl).
+// and the positions; and how it writes a corner gradient and its energy partials (into the
+// stage's `corner_gradients` and `energy_partials`, in the slots of shared/slots.wgsl).
 
+#import shared/reduce
 #import shared/slots
 
 struct Params {
@@ -78,4 +79,12 @@ fn store_corner(e: u32, a: u32, g: vec3<f32>) {
     corner_gradients[tet_corner_entry(e, a, 0u, params.tet_count)] = g.x;
     corner_gradients[tet_corner_entry(e, a, 1u, params.tet_count)] = g.y;
     corner_gradients[tet_corner_entry(e, a, 2u, params.tet_count)] = g.z;
+}
+
+// Sums `value` over the workgroup into its energy partial.
+fn reduce(lid: u32, slot: u32, value: f32) {
+    let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
+    if (lid == 0u && slot * WORKGROUP < params.count) {
+        energy_partials[params.partial_base + slot] = total.x;
+    }
 }

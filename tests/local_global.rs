@@ -7,7 +7,8 @@ mod common;
 
 use common::{gpu, on_backend, worst_difference};
 use lively::{
-    Backend, Collider, ContactModel, Damping, Error, Integrator, Material, Simulation, Solver, TetMesh,
+    Backend, Collider, ContactModel, Damping, Error, Integrator, Material, Simulation, Solver, SpringMesh,
+    TetMesh,
 };
 
 /// A free ARAP (or corotated) bar, 0.6 m of 6x2x2 cells, stretched 1.3x along x and released
@@ -44,6 +45,19 @@ fn hanging_bar(integrator: Integrator, solver: Solver, backend: Backend) -> Simu
     sim
 }
 
+/// A hanging cloth of Hooke springs (stretch, shear, bend), pinned along its top edge and
+/// falling from flat: the sphere projections of projective dynamics.
+fn hanging_cloth(solver: Solver, backend: Backend) -> Simulation {
+    let builder = Simulation::builder()
+        .spring_body(SpringMesh::cloth(8, 8, [1.0, 1.0]))
+        .dt(1.0 / 30.0)
+        .integrator(Integrator::BackwardEuler)
+        .solver(solver)
+        .gravity([0.0, 0.0, -9.81])
+        .pin(|p| p[1] > 0.999);
+    on_backend(builder, backend).build().expect("valid scene")
+}
+
 fn backends() -> Vec<Backend> {
     if gpu().is_some() { vec![Backend::Cpu, Backend::Gpu] } else { vec![Backend::Cpu] }
 }
@@ -64,6 +78,7 @@ fn no_local_global_iteration_increases_the_objective() {
             ));
         }
         sims.push(("hanging", hanging_bar(Integrator::BackwardEuler, solver(), backend)));
+        sims.push(("cloth", hanging_cloth(solver(), backend)));
         for (name, mut sim) in sims {
             for step in 0..4 {
                 let stats = sim.step().unwrap();
@@ -87,11 +102,25 @@ fn no_local_global_iteration_increases_the_objective() {
     }
 }
 
-/// Run long enough, local/global reaches the converged Newton step of the same energy: on the
-/// stretched ARAP bar (backward Euler) and the stretched corotated bar (implicit midpoint),
-/// to 1e-3 of the step's displacement after 2000 iterations.
+/// Run long enough, local/global reaches the converged Newton step of the same energy: the
+/// stretched ARAP bar (backward Euler) and the stretched corotated bar (implicit midpoint) to
+/// 1e-6 of the step's displacement after 2000 iterations (the issue asks 1e-3), and the
+/// falling cloth of springs to 1e-3 after 20000.
 #[test]
 fn many_iterations_reach_the_newton_step() {
+    // Springs: the falling cloth's first step. Its springs lie flat and at rest length, where
+    // they have no stiffness across themselves, while the local/global matrix gives them the
+    // full stiffness in every direction: the iteration converges, but slowly (measured:
+    // 1.5e-3 m off after 2000 iterations, 1.8e-6 m after 20000).
+    let mut reference = hanging_cloth(Solver::newton().tolerance(1e-9), Backend::Cpu);
+    let start = reference.positions().to_vec();
+    assert!(reference.step().unwrap().converged);
+    let mut solved = hanging_cloth(Solver::local_global(20_000), Backend::Cpu);
+    solved.step().unwrap();
+    let (displacement, _) = worst_difference(reference.positions(), &start);
+    let (difference, vertex) = worst_difference(solved.positions(), reference.positions());
+    println!("cloth: local/global differs from Newton by {difference:.2e} m of {displacement:.3} m");
+    assert!(difference <= 1e-3 * displacement, "cloth: {difference:e} m from Newton at vertex {vertex}");
     for (material, integrator) in [
         (Material::arap(1e5, 0.3), Integrator::BackwardEuler),
         (Material::corotated(1e5, 0.3), Integrator::ImplicitMidpoint),

@@ -386,3 +386,49 @@ fn moving_a_handle_books_the_energy_the_user_put_in() {
     assert!(sim.add_handle(10_000, 1.0).is_err());
     assert!(sim.move_handle(handle, [f64::NAN, 0.0, 0.0]).is_err());
 }
+
+/// Stabilized where the blend cannot reach the target. A target far below what even backward
+/// Euler reaches takes backward Euler whole (alpha 1: the plain backward-Euler step, outside the
+/// band). A target beyond what forward Euler reaches keeps midpoint (alpha 0: the plain
+/// midpoint step), rather than an explicit step at a game step size. Over later steps the
+/// energy stays below the target's band either way. A target forward Euler can reach is
+/// blended into the band.
+#[test]
+fn stabilized_fallbacks_take_a_whole_implicit_step() {
+    let epsilon = 0.01;
+    let stabilized = Integrator::Stabilized { epsilon };
+    let bar = |integrator: Integrator| common::stretched_bar(integrator, 1e5, 1.2);
+    let h0 = bar(stabilized.clone()).energy().total;
+    for (target, alpha, plain) in
+        [(0.05 * h0, 1.0, Integrator::BackwardEuler), (1e6 * h0, 0.0, Integrator::ImplicitMidpoint)]
+    {
+        let mut sim = bar(stabilized.clone());
+        sim.set_energy_target(target).unwrap();
+        let stats = sim.step().unwrap();
+        assert_eq!(stats.alpha, Some(alpha), "target {target}: {stats:?}");
+        let mut reference = bar(plain);
+        reference.step().unwrap();
+        let (difference, _) = common::worst_difference(sim.positions(), reference.positions());
+        assert!(difference < 1e-9, "target {target}: {difference:e} m from the plain step");
+        let h = sim.energy().total;
+        assert!((h - target).abs() > epsilon * h0, "target {target}: H {h} reached the band");
+        let mut highest = f64::NEG_INFINITY;
+        for step in 0..60 {
+            sim.step().unwrap_or_else(|e| panic!("target {target}, step {step}: {e}"));
+            highest = highest.max(sim.energy().total);
+        }
+        println!(
+            "target {target:.3e} J (H0 {h0:.1}): alpha {alpha}, highest H over 60 more steps {highest:.1} J"
+        );
+        // Whatever the later steps blend, the energy never rises past the target's band, nor,
+        // under a low target, above where the fallback left it.
+        assert!(highest <= (target + epsilon * h0).max(h), "target {target}: H rose to {highest}");
+    }
+    // A target forward Euler can reach: blended on the forward side, inside the band.
+    let mut sim = bar(stabilized);
+    sim.set_energy_target(20.0 * h0).unwrap();
+    let stats = sim.step().unwrap();
+    let alpha = stats.alpha.unwrap();
+    assert!(-1.0 < alpha && alpha < 0.0, "alpha {alpha}");
+    assert!((sim.energy().total - 20.0 * h0).abs() <= epsilon * h0);
+}

@@ -2,7 +2,9 @@
 //! midpoint; if the total energy overshoots the target, solve backward Euler warm-started from
 //! the midpoint result and bisect the blend of positions and velocities until the energy is
 //! within `epsilon H(x_n, v_n)` of the target; if it undershoots, blend forward Euler and
-//! midpoint the same way. If backward Euler also gains energy, take it whole (alpha = 1).
+//! midpoint the same way. If backward Euler also gains energy, take it whole (alpha = 1). If
+//! forward Euler also falls short, keep midpoint (alpha = 0): the paper leaves this case open,
+//! and forward Euler whole would be an explicit step at game step sizes.
 //! The reported alpha is the backward-Euler fraction, or minus the forward-Euler fraction.
 
 use super::backward_euler::BackwardEuler;
@@ -48,8 +50,15 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
     } else {
         let (x_fe, v_fe) = forward_euler::step(&stepper.input);
         if error(stepper, &x_fe, &v_fe) < 0.0 {
-            let dissipated = stepper.dissipated(&x_fe);
-            return Ok(Outcome { alpha: Some(-1.0), dissipated, x: x_fe, v: v_fe });
+            // Not even forward Euler reaches the target. Its step taken whole would be an
+            // explicit step at the game's step size, repeated every step until the energy
+            // climbs to the target: keep midpoint's, which loses energy only as damping does.
+            return Ok(Outcome {
+                alpha: Some(0.0),
+                dissipated: midpoint.dissipated,
+                x: midpoint.x,
+                v: midpoint.v,
+            });
         }
         ((x_fe, v_fe), (midpoint.x, midpoint.v), -1.0)
     };

@@ -14,6 +14,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/collider", include_str!("../../../shaders/shared/collider.wgsl")),
     ("shared/slots", include_str!("../../../shaders/shared/slots.wgsl")),
     ("shared/tets", include_str!("../../../shaders/shared/tets.wgsl")),
+    ("shared/rotation", include_str!("../../../shaders/shared/rotation.wgsl")),
     ("shared/matrix", include_str!("../../../shaders/shared/matrix.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
     ("local", include_str!("../../../shaders/local.wgsl")),

@@ -50,7 +50,8 @@ pub use material::{Material, MaterialModel};
 pub use mesh::{Spring, SpringKind, SpringMesh, TetMesh, TriMesh, VtuSeries};
 pub use model::Model;
 pub use sim::{
-    Backend, EnergyReport, HandleId, Simulation, SimulationBuilder, SolveOutcome, StepStats, StepTimings,
+    Backend, EnergyReport, FixedStep, FrameStats, HandleId, Simulation, SimulationBuilder, SolveOutcome,
+    StepStats, StepTimings,
 };
 pub use solver::{HessianPolicy, Solver};
 pub use state::State;

@@ -698,3 +698,65 @@ impl Simulation {
             EnergyReport { kinetic, potential, total: kinetic + potential, target: self.energy.target };
     }
 }
+
+/// A fixed-step driver for a variable frame clock: the application hands it each frame's
+/// elapsed time, and it steps the simulation by its fixed `dt` as often as the accumulated
+/// time allows — at most `max_substeps` times per frame. Time beyond that is dropped, so a
+/// slow frame slows the simulation down instead of queueing ever more steps; what is left
+/// below one step is carried to the next frame.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FixedStep {
+    max_substeps: usize,
+    accumulated: f64,
+}
+
+/// What one frame of a [`FixedStep`] driver did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FrameStats {
+    /// The steps taken, in order.
+    pub steps: Vec<StepStats>,
+    /// Simulated time the substep limit dropped this frame (s).
+    pub dropped: f64,
+    /// The carried remainder as a fraction of a step, in [0, 1): where between the last two
+    /// states the frame's clock lies (for interpolating what is drawn).
+    pub remainder: f64,
+}
+
+impl FixedStep {
+    /// A driver taking at most `max_substeps` steps per frame (at least 1).
+    pub fn new(max_substeps: usize) -> Result<FixedStep> {
+        if max_substeps == 0 {
+            return Err(Error::Parameter("a fixed-step driver needs at least one substep per frame".into()));
+        }
+        Ok(FixedStep { max_substeps, accumulated: 0.0 })
+    }
+
+    /// Advances `sim` by a frame of `elapsed` seconds. A bad `elapsed` (negative or not finite)
+    /// is an error that changes nothing; a step's error stops the frame, with the steps before
+    /// it kept and the failed step's time still owed.
+    pub fn advance(&mut self, sim: &mut Simulation, elapsed: f64) -> Result<FrameStats> {
+        if !(elapsed.is_finite() && elapsed >= 0.0) {
+            return Err(Error::Parameter(format!(
+                "a frame's elapsed time must be finite and not negative, got {elapsed}"
+            )));
+        }
+        let dt = sim.dt();
+        self.accumulated += elapsed;
+        // A hair of slack, so that frames summing to a whole step in floating point count as one.
+        let due = (self.accumulated / dt + 1e-9).floor() as usize;
+        let steps = due.min(self.max_substeps);
+        let mut frame = FrameStats::default();
+        if due > steps {
+            frame.dropped = (due - steps) as f64 * dt;
+            self.accumulated -= frame.dropped;
+        }
+        for _ in 0..steps {
+            frame.steps.push(sim.step()?);
+            self.accumulated -= dt;
+        }
+        // Round-off can leave a hair below zero.
+        self.accumulated = self.accumulated.max(0.0);
+        frame.remainder = self.accumulated / dt;
+        Ok(frame)
+    }
+}

@@ -221,7 +221,7 @@ impl Elastic {
         let h_inv = h.inverse();
         let lambda = self.corotated_lambda();
         let rotation_scale = lambda * (trace - 3.0) - 2.0 * self.mu;
-        let rows = crate::math::to_rows(&r);
+        let rows = crate::math::to_rows(r);
         let mut k = [[0.0; 9]; 9];
         for kk in 0..3 {
             for l in 0..3 {

@@ -286,3 +286,124 @@ fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
         scalars_out = s;
     }
 }
+
+// The whole solve in one workgroup, for bodies small enough that dispatches, not arithmetic,
+// would bound the multi-workgroup loop: the same algorithm and stopping rules (setup, the
+// start's checks, then product and update per iteration), each invocation taking every
+// WORKGROUP-th vertex, reductions through workgroup memory, and the status written to
+// `scalars_out` as `finish` writes it. Dispatch it with one workgroup.
+var<workgroup> carry_on: u32;
+
+@compute @workgroup_size(WORKGROUP)
+fn solve_small(@builtin(local_invocation_index) lid: u32) {
+    var partial = vec2<f32>(0.0);
+    for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+        let bv = load3(v, 0u);
+        var zv = vec3<f32>(0.0);
+        for (var c = 0u; c < 3u; c++) {
+            let a = blocks[matrix_entry(matrix_slot(v, diagonal[v] - row_offsets[v]), 4u * c)];
+            let inv = select(1.0, 1.0 / abs(a), a != 0.0);
+            inverse_diagonal[3u * v + c] = inv;
+            direction[3u * v + c] = 0.0;
+            r[3u * v + c] = bv[c];
+            z[3u * v + c] = inv * bv[c];
+            p_out[3u * v + c] = inv * bv[c];
+            zv[c] = inv * bv[c];
+        }
+        partial += vec2<f32>(dot(bv, bv), dot(bv, zv));
+    }
+    var gather = vec4<f32>(0.0);
+    let gathered = params.forcing != 0u || params.gradient_tolerance > 0.0;
+    if (gathered) {
+        for (var i = lid; i < params.partial_count; i += WORKGROUP) {
+            gather += gather_partials[i];
+        }
+    }
+    gather = workgroup_sum(lid, gather);
+    let start = workgroup_sum(lid, vec4<f32>(partial, 0.0, 0.0));
+    storageBarrier();
+    var tolerance = params.tolerance;
+    let gradient_norm = sqrt(gather.y);
+    if (params.forcing != 0u) {
+        tolerance = forcing_term(gradient_norm, gather.z);
+    }
+    var state = RUNNING;
+    if (start.x == 0.0 || (gathered && gradient_norm <= params.gradient_tolerance)) {
+        state = CONVERGED;
+    }
+    let threshold_squared = tolerance * tolerance * start.x;
+    var rz = start.y;
+    var rr = start.x;
+    var iterations = 0u;
+    if (lid == 0u) {
+        carry_on = u32(state == RUNNING && params.max_iterations > 0u);
+    }
+    loop {
+        if (workgroupUniformLoad(&carry_on) == 0u) {
+            break;
+        }
+        // Ap and p.Ap.
+        var curvature = 0.0;
+        for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+            var acc = vec3<f32>(0.0);
+            for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+                let slot = matrix_slot(v, j);
+                acc += block_times(slot, load3(slot_columns[slot], 4u));
+            }
+            for (var c = 0u; c < 3u; c++) {
+                ap[3u * v + c] = acc[c];
+            }
+            curvature += dot(load3(v, 4u), acc);
+        }
+        curvature = workgroup_sum(lid, vec4<f32>(curvature, 0.0, 0.0, 0.0)).x;
+        storageBarrier();
+        iterations += 1u;
+        if (!(curvature > 0.0)) {
+            state = select(NEGATIVE_LATER, NEGATIVE_FIRST, iterations == 1u);
+        } else {
+            // direction += alpha p, r -= alpha Ap, z = P r.
+            let alpha = rz / curvature;
+            var sums = vec2<f32>(0.0);
+            for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+                for (var c = 0u; c < 3u; c++) {
+                    let i = 3u * v + c;
+                    direction[i] += alpha * p_out[i];
+                    r[i] -= alpha * ap[i];
+                    z[i] = inverse_diagonal[i] * r[i];
+                }
+                let rv = load3(v, 1u);
+                sums += vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
+            }
+            let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
+            rr = total.x;
+            if (rr <= threshold_squared) {
+                state = CONVERGED;
+            } else if (iterations >= params.max_iterations) {
+                state = LIMIT;
+            } else {
+                // p = z + beta p.
+                let beta = total.y / rz;
+                rz = total.y;
+                for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+                    for (var c = 0u; c < 3u; c++) {
+                        p_out[3u * v + c] = z[3u * v + c] + beta * p_out[3u * v + c];
+                    }
+                }
+            }
+        }
+        storageBarrier();
+        if (lid == 0u) {
+            carry_on = u32(state == RUNNING);
+        }
+    }
+    if (state == NEGATIVE_FIRST) {
+        for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+            for (var c = 0u; c < 3u; c++) {
+                direction[3u * v + c] = rhs[3u * v + c];
+            }
+        }
+    }
+    if (lid == 0u) {
+        scalars_out = Scalars(rz, rr, threshold_squared, tolerance, iterations, state, 1u, 0u);
+    }
+}

@@ -11,7 +11,7 @@ use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
-use super::pcg::{PcgGroups, PcgParams, PcgStatus, Solve};
+use super::pcg::{PcgGroups, PcgParams, PcgStatus, SMALL_SOLVE_VERTICES, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -470,15 +470,14 @@ impl GpuBackend {
             }
             self.vector("negate_gradient", 0.0)?;
             let (c, rec) = (&self.context, &mut self.recording);
-            let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
-            tally.statuses.push(self.stages.pcg.iterate(
-                c,
-                rec,
-                &self.groups.pcg,
-                &self.buffers,
-                &mut solve,
-                chunk,
-            )?);
+            let status = if self.buffers.vertex_count <= SMALL_SOLVE_VERTICES {
+                let whole = PcgParams { max_iterations: request.max_linear_iterations as u32, ..params };
+                self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, whole)?
+            } else {
+                let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
+                self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?
+            };
+            tally.statuses.push(status);
             self.vector("save", 0.0)?;
             self.vector("offset", 1.0)?;
         }

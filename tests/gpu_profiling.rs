@@ -35,22 +35,29 @@ fn timestamp_queries_time_every_pass_of_a_step() {
         println!("{:>18}: {:>5} passes {:>10.3} ms", t.pass, t.count, t.seconds * 1e3);
     }
     let count = |pass: &str| times.iter().find(|t| t.pass == pass).map_or(0, |t| t.count);
-    // Every stage ran and was timed; the PCG loop runs its product at least once per CG
-    // iteration (it may run a few past convergence before the status is read).
-    for pass in [
-        "element hessian",
-        "element energy",
-        "gather",
-        "assemble",
-        "setup",
-        "start",
-        "product",
-        "update",
-        "finish",
-    ] {
+    // Every stage ran and was timed. This small body solves each Newton system in one
+    // workgroup (a `solve_small` pass per direction); the two-dispatch loop runs its
+    // product at least once per CG iteration (it may run a few past convergence before the
+    // status is read).
+    for pass in ["element hessian", "element energy", "gather", "assemble"] {
         assert!(count(pass) > 0, "no {pass} pass was timed");
     }
-    assert!(count("product") as usize >= stats.linear_iterations, "{} products", count("product"));
+    if count("solve_small") > 0 {
+        // One whole solve per Newton direction: a projected retry solves again, and the last
+        // linearization, where Newton stops at round-off, has solved ahead (measured: 8 solves
+        // for 7 iterations, none projected).
+        let solves = count("solve_small") as usize;
+        assert!(
+            solves >= stats.iterations && solves <= stats.iterations + stats.projected_iterations + 1,
+            "{solves} solves"
+        );
+        assert_eq!(count("product"), 0);
+    } else {
+        for pass in ["setup", "start", "product", "update", "finish"] {
+            assert!(count(pass) > 0, "no {pass} pass was timed");
+        }
+        assert!(count("product") as usize >= stats.linear_iterations, "{} products", count("product"));
+    }
     assert!(times.iter().all(|t| t.seconds.is_finite() && t.seconds >= 0.0));
     assert!(times.iter().map(|t| t.seconds).sum::<f64>() > 0.0);
     assert!(sim.gpu_context().unwrap().pass_times().is_empty(), "pass_times resets");

@@ -87,6 +87,8 @@ pub struct GpuBackend {
     /// The most CG iterations a global step of the last local/global solve took: how many
     /// each global step records.
     last_global_cg: u32,
+    /// Bodies up to this many vertices solve PCG in one workgroup.
+    small_solve_vertices: usize,
 }
 
 /// Staged results of one batch of line-search candidates: element and gather partials.
@@ -118,6 +120,7 @@ impl GpuBackend {
             anchors: Anchors::default(),
             projective_diagonal: Vec::new(),
             last_global_cg: FIRST_CHUNK,
+            small_solve_vertices: SMALL_SOLVE_VERTICES,
         })
     }
 
@@ -290,14 +293,28 @@ impl GpuBackend {
         Ok(status)
     }
 
-    /// Records a PCG solve and reads its status once the first chunk is done.
-    fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
-        let chunk = self.first_chunk(params.max_iterations);
+    /// Records a PCG solve: for a body of at most `SMALL_SOLVE_VERTICES` the whole solve in
+    /// one workgroup and one dispatch, else the loop's start and its first `chunk` iterations
+    /// (returned, to go on with). Returns where the status will be.
+    fn record_solve(&mut self, params: PcgParams, chunk: u32) -> Result<(Staged, Option<Solve>)> {
         let (c, rec) = (&self.context, &mut self.recording);
+        if self.buffers.vertex_count <= self.small_solve_vertices {
+            return Ok((self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, params)?, None));
+        }
         let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
         let staged = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
-        let status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
-        self.run_on(&mut solve, status)
+        Ok((staged, Some(solve)))
+    }
+
+    /// Records a PCG solve and reads its status once the first chunk (or the whole) is done.
+    fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
+        let chunk = self.first_chunk(params.max_iterations);
+        let (staged, solve) = self.record_solve(params, chunk)?;
+        let status = bytemuck::pod_read_unaligned(&self.recording.read(&self.context, &[staged])?[0]);
+        match solve {
+            Some(mut solve) => self.run_on(&mut solve, status),
+            None => Ok(status),
+        }
     }
 
     /// The direction's report from the staged dots `(g.d, d.d, g.g)`.
@@ -348,9 +365,7 @@ impl GpuBackend {
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let chunk = self.first_chunk(params.max_iterations);
-        let (c, rec) = (&self.context, &mut self.recording);
-        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
-        let status = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
+        let (status, solve) = self.record_solve(params, chunk)?;
         let dots = self.dots()?;
         let candidates = self.record_candidates(alphas)?;
         let (results, mut values) = self.read_candidates(&[lin, status, dots], candidates)?;
@@ -360,7 +375,10 @@ impl GpuBackend {
             return Ok(NewtonDirection { linearization, ..Default::default() });
         }
         let mut dots = results[2].clone();
-        let status = self.run_on(&mut solve, first)?;
+        let status = match solve {
+            Some(mut solve) => self.run_on(&mut solve, first)?,
+            None => first,
+        };
         if first.running() {
             // The solve outran the iterations recorded: the dots and candidates were of an
             // unfinished direction; evaluate them again.
@@ -453,7 +471,7 @@ impl GpuBackend {
             (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 4 + 8);
         let params = PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
-            ..self.pcg_params(Some(request.linear_tolerance), 0.0, chunk as usize)
+            ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
         };
         let mut last = None;
         for k in 0..=request.iterations {
@@ -469,15 +487,9 @@ impl GpuBackend {
                 break;
             }
             self.vector("negate_gradient", 0.0)?;
-            let (c, rec) = (&self.context, &mut self.recording);
-            let status = if self.buffers.vertex_count <= SMALL_SOLVE_VERTICES {
-                let whole = PcgParams { max_iterations: request.max_linear_iterations as u32, ..params };
-                self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, whole)?
-            } else {
-                let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
-                self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?
-            };
-            tally.statuses.push(status);
+            // A large body's solve records `chunk` iterations and is not read on: an unfinished
+            // CG solve still lowers the frozen quadratic.
+            tally.statuses.push(self.record_solve(params, chunk)?.0);
             self.vector("save", 0.0)?;
             self.vector("offset", 1.0)?;
         }
@@ -505,6 +517,11 @@ impl GpuBackend {
         let gradient = rec.read_buffer(c, b.scratch.named("gradient"), 3 * b.vertex_count).unwrap();
         let slots: Vec<f32> = rec.read_buffer(c, b.scratch.named("blocks"), 9 * b.slot_count).unwrap();
         (gradient, b.blocks_from_slots(&slots))
+    }
+
+    /// Solves PCG in one workgroup only for bodies of at most `vertices` (0: never).
+    pub(crate) fn set_small_solve_limit(&mut self, vertices: usize) {
+        self.small_solve_vertices = vertices;
     }
 
     /// Forgets the last solve's length, so that the next records only a few iterations ahead.

@@ -210,6 +210,10 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     );
     start(&mut fused);
     start(&mut separate);
+    // The two-dispatch loop, recorded in chunks (the one-workgroup solve of small bodies is
+    // one readback whatever its length; checked after).
+    fused.set_small_solve_limit(0);
+    separate.set_small_solve_limit(0);
     let alphas = [1.0, 0.5, 0.25, 0.125];
     let mut continued = 0;
     // Newton iterations in lockstep: the forcing term tightens, so the solves lengthen.
@@ -264,6 +268,31 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     }
     assert!(continued > 0, "no solve outran the iterations recorded ahead");
     assert!(fused.take_error().is_none() && separate.take_error().is_none());
+    // A small body's solve in one workgroup: one round trip per Newton iteration, always.
+    fused.set_small_solve_limit(usize::MAX);
+    for projection in [Projection::None, Projection::Psd, Projection::None] {
+        fused.forget_solve_length();
+        let before = fused.device_counts().unwrap();
+        let request = DirectionRequest {
+            projection,
+            solve: true,
+            solver: LinearSolver::Pcg,
+            gradient_tolerance: 1e-9,
+            relative_tolerance: None,
+            max_iterations: 1000,
+            candidates: &alphas,
+        };
+        let one = fused.newton_direction(&request);
+        let counts = fused.device_counts().unwrap().since(&before);
+        let direction = one.direction.expect("a direction");
+        println!("one workgroup, {projection:?}: {counts:?}; {} CG iterations", direction.iterations);
+        assert_eq!((counts.readbacks, counts.submissions), (1, 1), "{projection:?}: {counts:?}");
+        assert!(direction.slope < 0.0);
+        let value = fused.objective();
+        let alpha = alphas.iter().zip(&one.candidates).find(|(_, v)| **v < value).map_or(0.0, |(a, _)| *a);
+        fused.advance(alpha);
+    }
+    assert!(fused.take_error().is_none());
 }
 
 /// A neo-Hookean bar of 1800 tets and 539 vertices under gravity, pinned at x = 0.

@@ -79,8 +79,9 @@ fn median_step(sim: &mut Simulation, runs: usize) -> (Duration, StepStats) {
 }
 
 /// GPU times of one profiled step from the simulation's state (restored after): one CG
-/// iteration (product + update), its product, one element pass with Hessian blocks, one
-/// energy-only pass, and all passes together (s).
+/// iteration (product + update, or a one-workgroup solve's share), its product (0 in one
+/// workgroup), one element pass with Hessian blocks, one energy-only pass, and all passes
+/// together (s).
 struct Profile {
     cg_iteration: f64,
     product: f64,
@@ -94,7 +95,7 @@ fn profile(sim: &mut Simulation) -> Option<Profile> {
     let context = sim.gpu_context()?;
     context.start_profiling().ok()?;
     let _ = context.pass_times();
-    sim.step().expect("profiled step");
+    let stats = sim.step().expect("profiled step");
     let context = sim.gpu_context()?;
     context.stop_profiling();
     let times = context.pass_times();
@@ -106,8 +107,16 @@ fn profile(sim: &mut Simulation) -> Option<Profile> {
     };
     let hessian = of("element hessian");
     let projected = of("element projected");
+    // A body solved in one workgroup has no product passes: its CG iteration is the
+    // one-workgroup solves' time over the step's CG iterations.
+    let (small, _) = of("solve_small");
+    let cg_iteration = if small > 0.0 {
+        small / stats.linear_iterations.max(1) as f64
+    } else {
+        per("product") + per("update")
+    };
     Some(Profile {
-        cg_iteration: per("product") + per("update"),
+        cg_iteration,
         product: per("product"),
         hessian_pass: (hessian.0 + projected.0) / (hessian.1 + projected.1).max(1) as f64,
         energy_pass: per("element energy"),

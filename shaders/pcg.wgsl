@@ -155,19 +155,7 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
     let v = slot * WORKGROUP + lid;
     var sums = vec2<f32>(0.0);
     if (v < params.vertex_count) {
-        let bv = load3(v, 0u);
-        var zv = vec3<f32>(0.0);
-        for (var c = 0u; c < 3u; c++) {
-            // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
-            let a = blocks[matrix_entry(matrix_slot(v, diagonal[v] - row_offsets[v]), 4u * c)];
-            let inv = select(1.0, 1.0 / abs(a), a != 0.0);
-            inverse_diagonal[3u * v + c] = inv;
-            direction[3u * v + c] = 0.0;
-            r[3u * v + c] = bv[c];
-            z[3u * v + c] = inv * bv[c];
-            zv[c] = inv * bv[c];
-        }
-        sums = vec2<f32>(dot(bv, bv), dot(bv, zv));
+        sums = setup_row(v);
     }
     let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
     if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
@@ -175,11 +163,28 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
     }
 }
 
-// One workgroup: the starting scalars (tolerance, nothing to do when b = 0 or the gradient
-// is already within Newton's tolerance).
-@compute @workgroup_size(WORKGROUP)
-fn start(@builtin(local_invocation_index) lid: u32) {
-    let sums = all_residual_partials(lid);
+// Row v of the setup: direction = 0, r = b, z = P b; returns (b.b, b.z).
+fn setup_row(v: u32) -> vec2<f32> {
+    let bv = load3(v, 0u);
+    var zv = vec3<f32>(0.0);
+    for (var c = 0u; c < 3u; c++) {
+        // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
+        let a = blocks[matrix_entry(matrix_slot(v, diagonal[v] - row_offsets[v]), 4u * c)];
+        let inv = select(1.0, 1.0 / abs(a), a != 0.0);
+        inverse_diagonal[3u * v + c] = inv;
+        direction[3u * v + c] = 0.0;
+        r[3u * v + c] = bv[c];
+        z[3u * v + c] = inv * bv[c];
+        zv[c] = inv * bv[c];
+    }
+    return vec2<f32>(dot(bv, bv), dot(bv, zv));
+}
+
+// The starting scalars from (b.b, b.z): the tolerance (Newton's forcing term of the last
+// gather, when asked), and nothing to do when b = 0 or the gradient is already within the
+// solver's tolerance. Every invocation of the workgroup must call it (it sums the gather's
+// partials).
+fn starting_scalars(lid: u32, sums: vec2<f32>) -> Scalars {
     var gather = vec4<f32>(0.0);
     let gathered = params.forcing != 0u || params.gradient_tolerance > 0.0;
     if (gathered) {
@@ -188,17 +193,24 @@ fn start(@builtin(local_invocation_index) lid: u32) {
         }
     }
     gather = workgroup_sum(lid, gather);
+    var tolerance = params.tolerance;
+    var done = sums.x == 0.0;
+    let gradient_norm = sqrt(gather.y);
+    if (params.forcing != 0u) {
+        tolerance = forcing_term(gradient_norm, gather.z);
+    }
+    if (gathered) {
+        done = done || gradient_norm <= params.gradient_tolerance;
+    }
+    return Scalars(sums.y, sums.x, tolerance * tolerance * sums.x, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u);
+}
+
+// One workgroup: the starting scalars.
+@compute @workgroup_size(WORKGROUP)
+fn start(@builtin(local_invocation_index) lid: u32) {
+    let scalars = starting_scalars(lid, all_residual_partials(lid));
     if (lid == 0u) {
-        var tolerance = params.tolerance;
-        var done = sums.x == 0.0;
-        let gradient_norm = sqrt(gather.y);
-        if (params.forcing != 0u) {
-            tolerance = forcing_term(gradient_norm, gather.z);
-        }
-        if (gathered) {
-            done = done || gradient_norm <= params.gradient_tolerance;
-        }
-        scalars_in = Scalars(sums.y, sums.x, tolerance * tolerance * sums.x, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u);
+        scalars_in = scalars;
     }
 }
 
@@ -298,42 +310,17 @@ var<workgroup> carry_on: u32;
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
-        let bv = load3(v, 0u);
-        var zv = vec3<f32>(0.0);
+        partial += setup_row(v);
         for (var c = 0u; c < 3u; c++) {
-            let a = blocks[matrix_entry(matrix_slot(v, diagonal[v] - row_offsets[v]), 4u * c)];
-            let inv = select(1.0, 1.0 / abs(a), a != 0.0);
-            inverse_diagonal[3u * v + c] = inv;
-            direction[3u * v + c] = 0.0;
-            r[3u * v + c] = bv[c];
-            z[3u * v + c] = inv * bv[c];
-            p_out[3u * v + c] = inv * bv[c];
-            zv[c] = inv * bv[c];
-        }
-        partial += vec2<f32>(dot(bv, bv), dot(bv, zv));
-    }
-    var gather = vec4<f32>(0.0);
-    let gathered = params.forcing != 0u || params.gradient_tolerance > 0.0;
-    if (gathered) {
-        for (var i = lid; i < params.partial_count; i += WORKGROUP) {
-            gather += gather_partials[i];
+            p_out[3u * v + c] = z[3u * v + c];
         }
     }
-    gather = workgroup_sum(lid, gather);
-    let start = workgroup_sum(lid, vec4<f32>(partial, 0.0, 0.0));
+    let start = starting_scalars(lid, workgroup_sum(lid, vec4<f32>(partial, 0.0, 0.0)).xy);
     storageBarrier();
-    var tolerance = params.tolerance;
-    let gradient_norm = sqrt(gather.y);
-    if (params.forcing != 0u) {
-        tolerance = forcing_term(gradient_norm, gather.z);
-    }
-    var state = RUNNING;
-    if (start.x == 0.0 || (gathered && gradient_norm <= params.gradient_tolerance)) {
-        state = CONVERGED;
-    }
-    let threshold_squared = tolerance * tolerance * start.x;
-    var rz = start.y;
-    var rr = start.x;
+    var state = start.state;
+    let threshold_squared = start.threshold_squared;
+    var rz = start.rz;
+    var rr = start.rr;
     var iterations = 0u;
     if (lid == 0u) {
         carry_on = u32(state == RUNNING && params.max_iterations > 0u);
@@ -404,6 +391,6 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         }
     }
     if (lid == 0u) {
-        scalars_out = Scalars(rz, rr, threshold_squared, tolerance, iterations, state, 1u, 0u);
+        scalars_out = Scalars(rz, rr, threshold_squared, start.relative_tolerance, iterations, state, 1u, 0u);
     }
 }

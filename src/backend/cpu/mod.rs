@@ -160,14 +160,20 @@ impl CpuBackend {
         out
     }
 
-    /// Factors the local/global matrix of this step into `global`; false if it could not be.
-    fn prepare_global(&mut self) -> bool {
+    /// Factors the local/global matrix of this step into `global` (its symbolic factorization
+    /// made on first use), unless the factor would be more than `max_fill` times the matrix;
+    /// false if it was not factored.
+    fn prepare_global(&mut self, max_fill: f64) -> bool {
         let a = super::projective::stiffness_weight(&self.nodes);
         if self.global.is_none() {
             self.global = global::GlobalSolve::new(&self.model, &self.topology);
         }
-        let Some(global) = self.global.as_mut() else { return false };
-        global.prepare(&self.model, &self.topology, a, &self.projective_diagonal)
+        match self.global.as_mut() {
+            Some(global) if global.fill <= max_fill => {
+                global.prepare(&self.model, &self.topology, a, &self.projective_diagonal)
+            }
+            _ => false,
+        }
     }
 
     /// `grad G` at the iterate from the corner gradients in hand, the vertex terms and the
@@ -302,7 +308,7 @@ impl Stages for CpuBackend {
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
         let mut report = LocalGlobalReport::default();
         let started = std::time::Instant::now();
-        let prepared = self.prepare_global();
+        let prepared = self.prepare_global(f64::INFINITY);
         report.linear_solve += started.elapsed();
         if !prepared {
             report.failed = true;
@@ -362,13 +368,9 @@ impl Stages for CpuBackend {
         }
         match solver {
             LinearSolver::Pcg | LinearSolver::PcgProjective => {
-                if solver == LinearSolver::PcgProjective && self.global.is_none() {
-                    self.global = global::GlobalSolve::new(&self.model, &self.topology);
-                }
                 // Only a small factor is worth its solves (and its numeric factorization).
-                let factored = solver == LinearSolver::PcgProjective
-                    && self.global.as_ref().is_some_and(|g| g.fill <= MAX_PRECONDITIONER_FILL)
-                    && self.prepare_global();
+                let factored =
+                    solver == LinearSolver::PcgProjective && self.prepare_global(MAX_PRECONDITIONER_FILL);
                 let preconditioner = match self.global.as_mut() {
                     Some(global) if factored => pcg::Preconditioner::Factored(global),
                     _ => pcg::Preconditioner::Jacobi,

@@ -99,3 +99,50 @@ impl WgAssemble {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Target;
+    use crate::backend::cpu::tests::mixed_model;
+    use crate::backend::gpu::test_support::{Rig, context, to_f32, worst};
+    use crate::backend::projective;
+    use crate::backend::topology::Topology;
+    use crate::material::Material;
+
+    /// The local/global matrix assembled on the device is `backend::projective::matrix` times
+    /// the identity in every block, pinned rows and columns included, for a random diagonal.
+    #[test]
+    fn projective_assembly_matches_its_cpu_twin() {
+        use rand::{RngExt, SeedableRng};
+        let Some(context) = context() else { return };
+        let model = Arc::new(mixed_model(Material::corotated(2e4, 0.3)));
+        let topology = Topology::new(&model);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
+        let diagonal: Vec<f64> = (0..model.vertex_count()).map(|_| rng.random_range(1.0..1e3)).collect();
+        let a = 0.37;
+        let mut cpu = Vec::new();
+        projective::matrix(
+            &model,
+            &topology,
+            &projective::laplacian(&model, &topology),
+            a,
+            &diagonal,
+            &mut cpu,
+        );
+        let expected: Vec<f64> = cpu.iter().flat_map(|&s| [s, 0.0, 0.0, 0.0, s, 0.0, 0.0, 0.0, s]).collect();
+        let mut rig = Rig::new(&context, &model);
+        rig.upload(3, "projective_diagonal", &to_f32(&diagonal));
+        let groups = rig.stages.assemble.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        rig.stages
+            .assemble
+            .queue(&rig.context, &mut rig.rec, &groups, &rig.buffers, Target::Projective { a })
+            .unwrap();
+        let slots = rig.read(3, "blocks", 9 * rig.buffers.slot_count);
+        let (error, at) = worst(&rig.buffers.blocks_from_slots(&slots), &expected);
+        println!("projective assembly parity: {error:.1e}");
+        // f32 entries against f64: a few ulps of the largest entry.
+        assert!(error < 1e-6, "block entry {at} off by {error:e}");
+    }
+}

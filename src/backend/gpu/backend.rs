@@ -89,6 +89,8 @@ pub struct GpuBackend {
     last_global_cg: u32,
     /// Bodies up to this many vertices solve PCG in one workgroup.
     small_solve_vertices: usize,
+    /// The model has a projective form (the local/global solver takes it).
+    projective: bool,
 }
 
 /// Staged results of one batch of line-search candidates: element and gather partials.
@@ -97,6 +99,7 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
+        let projective = projective::check(&model).is_ok();
         let (stages, buffers, recording, groups) = context.guarded(|| {
             let stages = context.stages()?;
             let buffers = GpuBuffers::new(&context, &model, super::element::partial_count(&model));
@@ -121,6 +124,7 @@ impl GpuBackend {
             projective_diagonal: Vec::new(),
             last_global_cg: FIRST_CHUNK,
             small_solve_vertices: SMALL_SOLVE_VERTICES,
+            projective,
         })
     }
 
@@ -561,7 +565,10 @@ impl Stages for GpuBackend {
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
-        self.projective_diagonal = projective::vertex_diagonal(&self.model, &self.anchors, &problem);
+        // The local/global matrix's diagonal, for the models that solver takes.
+        if self.projective {
+            self.projective_diagonal = projective::vertex_diagonal(&self.model, &self.anchors, &problem);
+        }
         let matrix = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = matrix.is_some();
         let Some(matrix) = matrix else { return };

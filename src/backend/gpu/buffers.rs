@@ -111,12 +111,10 @@ impl GpuBuffers {
         m.set("block_sources", c.storage("block_sources", &topology.block_sources));
         m.set("slice_bases", c.storage("slice_bases", &slots.slice_bases));
         m.set("slot_columns", c.storage("slot_columns", &slots.slot_columns));
-        // The local/global solver's weighted Laplacian, for models it can solve.
-        let laplacian = match crate::backend::projective::check(model) {
-            Ok(()) => to_f32(&crate::backend::projective::laplacian(model, &topology)),
-            Err(_) => vec![0.0],
-        };
-        m.set("laplacian", c.storage("laplacian", &laplacian));
+        // The local/global solver's weighted Laplacian.
+        let laplacian = crate::backend::projective::laplacian(model, &topology);
+        m.set("laplacian", c.storage("laplacian", &to_f32(&laplacian)));
+        let projective = crate::backend::projective::check(model).is_ok();
         let tets: Vec<u32> = model.tets.iter().flatten().copied().collect();
         m.set("tets", c.storage("tets", &tets));
         let mut tet_rest = Vec::with_capacity(4 * nt);
@@ -167,7 +165,7 @@ impl GpuBuffers {
         s.set("anchors", c.scratch::<[f32; 4]>("anchors", 1));
         // The local/global solver's rotations, per node and tet (identity to start), for
         // models it can solve.
-        let rotations = if laplacian.len() > 1 { 2 * nt } else { 1 };
+        let rotations = if projective { 2 * nt } else { 1 };
         s.set("rotations", c.storage("rotations", &vec![[0.0f32, 0.0, 0.0, 1.0]; rotations]));
 
         let mut w = GpuScratch::default();

@@ -200,17 +200,22 @@ mod tests {
     use crate::backend::gpu::test_support::{H, Rig, context, linear_model, random_state, reference, to_f32};
     use crate::material::{Material, Projection};
 
-    /// Runs the stage on the uploaded matrix and right-hand side, reading its status every
-    /// 64 iterations.
-    fn solve(rig: &mut Rig, tolerance: f64, max_iterations: u32) -> PcgStatus {
-        let params = PcgParams {
+    /// A solve to a fixed relative residual.
+    fn fixed_tolerance(rig: &Rig, tolerance: f64, max_iterations: u32) -> PcgParams {
+        PcgParams {
             vertex_count: rig.buffers.vertex_count as u32,
             partial_count: rig.buffers.vertex_workgroups(),
             max_iterations,
             tolerance: tolerance as f32,
             forcing: 0,
             gradient_tolerance: 0.0,
-        };
+        }
+    }
+
+    /// Runs the stage on the uploaded matrix and right-hand side, reading its status every
+    /// 64 iterations.
+    fn solve(rig: &mut Rig, tolerance: f64, max_iterations: u32) -> PcgStatus {
+        let params = fixed_tolerance(rig, tolerance, max_iterations);
         let groups = rig.stages.pcg.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
         let mut solve = rig.stages.pcg.start(&rig.context, &mut rig.rec, &groups, params).unwrap();
         loop {
@@ -229,14 +234,7 @@ mod tests {
 
     /// Runs the whole solve in one workgroup.
     fn solve_small(rig: &mut Rig, tolerance: f64, max_iterations: u32) -> PcgStatus {
-        let params = PcgParams {
-            vertex_count: rig.buffers.vertex_count as u32,
-            partial_count: rig.buffers.vertex_workgroups(),
-            max_iterations,
-            tolerance: tolerance as f32,
-            forcing: 0,
-            gradient_tolerance: 0.0,
-        };
+        let params = fixed_tolerance(rig, tolerance, max_iterations);
         let groups = rig.stages.pcg.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
         let staged =
             rig.stages.pcg.solve_small(&rig.context, &mut rig.rec, &groups, &rig.buffers, params).unwrap();

@@ -215,6 +215,15 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     fused.set_small_solve_limit(0);
     separate.set_small_solve_limit(0);
     let alphas = [1.0, 0.5, 0.25, 0.125];
+    let request = |projection| DirectionRequest {
+        projection,
+        solve: true,
+        solver: LinearSolver::Pcg,
+        gradient_tolerance: 1e-9,
+        relative_tolerance: None,
+        max_iterations: 1000,
+        candidates: &alphas,
+    };
     let mut continued = 0;
     // Newton iterations in lockstep: the forcing term tightens, so the solves lengthen.
     for projection in
@@ -223,16 +232,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         // Eight iterations are recorded ahead, so the longer solves need more chunks.
         fused.forget_solve_length();
         let before = fused.device_counts().unwrap();
-        let request = DirectionRequest {
-            projection,
-            solve: true,
-            solver: LinearSolver::Pcg,
-            gradient_tolerance: 1e-9,
-            relative_tolerance: None,
-            max_iterations: 1000,
-            candidates: &alphas,
-        };
-        let one = fused.newton_direction(&request);
+        let one = fused.newton_direction(&request(projection));
         let counts = fused.device_counts().unwrap().since(&before);
         let linearization = separate.linearize(projection);
         let tolerance = forcing_term(linearization.gradient_norm, 1e-9, linearization.force_scale);
@@ -273,16 +273,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     for projection in [Projection::None, Projection::Psd, Projection::None] {
         fused.forget_solve_length();
         let before = fused.device_counts().unwrap();
-        let request = DirectionRequest {
-            projection,
-            solve: true,
-            solver: LinearSolver::Pcg,
-            gradient_tolerance: 1e-9,
-            relative_tolerance: None,
-            max_iterations: 1000,
-            candidates: &alphas,
-        };
-        let one = fused.newton_direction(&request);
+        let one = fused.newton_direction(&request(projection));
         let counts = fused.device_counts().unwrap().since(&before);
         let direction = one.direction.expect("a direction");
         println!("one workgroup, {projection:?}: {counts:?}; {} CG iterations", direction.iterations);

@@ -1,13 +1,22 @@
 //! The local/global solver's global step on the CPU: the scalar matrix `S` of
 //! [`projective`](crate::backend::projective) factored by faer's sparse Cholesky — the symbolic
-//! factorization once per model, the numeric one only when the step weight, the time step or
-//! the per-vertex diagonal (handles, contacts, damping) changes — and solved for the three
-//! coordinates at once.
+//! factorization (fill-reducing order and the factor's pattern) once per model, the numeric
+//! one only when the step weight, the time step or the per-vertex diagonal (handles, contacts,
+//! damping) changes — and solved for the three coordinates at once.
+//!
+//! The factor is simplicial (one sparse column per vertex) and the substitutions are ours: the
+//! right-hand sides a core solves sit together, so each entry of `L` is read once for them
+//! all, and no division is left in the loop.
 
-use faer::linalg::solvers::Solve;
-use faer::sparse::linalg::solvers::{Llt, SymbolicLlt};
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::sparse::linalg::SupernodalThreshold;
+use faer::sparse::linalg::cholesky::{
+    CholeskySymbolicParams, SymbolicCholesky, SymbolicCholeskyRaw, SymmetricOrdering,
+    factorize_symbolic_cholesky,
+};
+use faer::linalg::cholesky::llt::factor::LltRegularization;
 use faer::sparse::{SparseColMatRef, SymbolicSparseColMat};
-use faer::{MatMut, Side};
+use faer::{Par, Side};
 
 use crate::backend::projective;
 use crate::backend::topology::Topology;
@@ -15,20 +24,39 @@ use crate::model::Model;
 
 pub(crate) struct GlobalSolve {
     pattern: SymbolicSparseColMat<u32>,
-    symbolic: SymbolicLlt<u32>,
+    symbolic: SymbolicCholesky<u32>,
     /// For each stored (lower-triangle) value, the pattern entry it comes from.
     sources: Vec<u32>,
     /// The weighted Laplacian on the pattern.
     laplacian: Vec<f64>,
-    /// The last two factors with their `(a, diagonal)`, the latest first: a stabilized step
-    /// alternates the midpoint and backward-Euler weights.
-    factors: Vec<(f64, Vec<f64>, Llt<u32, f64>)>,
+    /// The last two factors, the latest first: a stabilized step alternates the midpoint and
+    /// backward-Euler weights.
+    factors: Vec<Factor>,
     entries: Vec<f64>,
     values: Vec<f64>,
-    /// Column-major right-hand sides.
-    columns: Vec<f64>,
+    /// The right-hand sides in the factor's order: two coordinates, and the third.
+    pair: Vec<[f64; 2]>,
+    single: Vec<[f64; 1]>,
     /// Stored values of the factor per stored value of the matrix (lower triangles).
     pub fill: f64,
+}
+
+/// The numeric factor `L` of one `(a, diagonal)`.
+struct Factor {
+    a: f64,
+    diagonal: Vec<f64>,
+    /// `L`'s values on the symbolic pattern (each column's diagonal first).
+    values: Vec<f64>,
+    /// `1 / L_jj`.
+    inverse_diagonal: Vec<f64>,
+}
+
+/// The factor's pattern: column pointers and row indices.
+fn factor_pattern(symbolic: &SymbolicCholesky<u32>) -> (&[u32], &[u32]) {
+    match symbolic.raw() {
+        SymbolicCholeskyRaw::Simplicial(s) => (s.col_ptr(), s.row_idx()),
+        SymbolicCholeskyRaw::Supernodal(_) => unreachable!("the factorization is forced simplicial"),
+    }
 }
 
 impl GlobalSolve {
@@ -49,18 +77,17 @@ impl GlobalSolve {
             col_ptr.push(row_idx.len() as u32);
         }
         let pattern = SymbolicSparseColMat::new_checked(n, n, col_ptr, None, row_idx);
-        let symbolic = SymbolicLlt::try_new(pattern.as_ref(), Side::Lower).ok()?;
-        // The factor's size against the matrix's (faer's high-level symbolic does not say).
-        let fill = faer::sparse::linalg::cholesky::factorize_symbolic_cholesky(
+        let symbolic = factorize_symbolic_cholesky(
             pattern.as_ref(),
             Side::Lower,
-            Default::default(),
-            Default::default(),
+            SymmetricOrdering::Amd,
+            CholeskySymbolicParams {
+                supernodal_flop_ratio_threshold: SupernodalThreshold::FORCE_SIMPLICIAL,
+                ..Default::default()
+            },
         )
-        .ok()?
-        .len_val() as f64
-            / sources.len() as f64;
-
+        .ok()?;
+        let fill = symbolic.len_val() as f64 / sources.len() as f64;
         Some(GlobalSolve {
             pattern,
             symbolic,
@@ -70,7 +97,8 @@ impl GlobalSolve {
             factors: Vec::new(),
             fill,
             entries: Vec::new(),
-            columns: vec![0.0; 3 * n],
+            pair: vec![[0.0; 2]; n],
+            single: vec![[0.0; 1]; n],
         })
     }
 
@@ -78,7 +106,7 @@ impl GlobalSolve {
     /// factors in hand is already that. False if `S` is not positive definite (it always is
     /// for valid models).
     pub fn prepare(&mut self, model: &Model, topology: &Topology, a: f64, diagonal: &[f64]) -> bool {
-        if let Some(k) = self.factors.iter().position(|(fa, fd, _)| *fa == a && fd.as_slice() == diagonal) {
+        if let Some(k) = self.factors.iter().position(|f| f.a == a && f.diagonal.as_slice() == diagonal) {
             self.factors.swap(0, k);
             return true;
         }
@@ -87,33 +115,133 @@ impl GlobalSolve {
             *value = self.entries[source as usize];
         }
         let matrix = SparseColMatRef::new(self.pattern.as_ref(), &self.values);
-        let Ok(factor) = Llt::try_new_with_symbolic(self.symbolic.clone(), matrix, Side::Lower) else {
+        let mut values = vec![0.0; self.symbolic.len_val()];
+        let scratch = self.symbolic.factorize_numeric_llt_scratch::<f64>(Par::Seq, Default::default());
+        let mut buffer = MemBuffer::new(scratch);
+        let factored = self.symbolic.factorize_numeric_llt(
+            &mut values,
+            matrix,
+            Side::Lower,
+            LltRegularization::default(),
+            Par::Seq,
+            MemStack::new(&mut buffer),
+            Default::default(),
+        );
+        if factored.is_err() {
             return false;
-        };
+        }
+        let (col_ptr, row_idx) = factor_pattern(&self.symbolic);
+        let mut inverse_diagonal = Vec::with_capacity(diagonal.len());
+        for j in 0..diagonal.len() {
+            let first = col_ptr[j] as usize;
+            debug_assert_eq!(row_idx[first] as usize, j, "a simplicial column starts at its diagonal");
+            inverse_diagonal.push(1.0 / values[first]);
+        }
         self.factors.truncate(1);
-        self.factors.insert(0, (a, diagonal.to_vec(), factor));
+        self.factors.insert(0, Factor { a, diagonal: diagonal.to_vec(), values, inverse_diagonal });
         true
     }
 
-    /// Overwrites `rhs` with `S^-1 rhs`, coordinate by coordinate.
+    /// Overwrites `rhs` with `S^-1 rhs`: two coordinates on one core, the third on the other.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
-        let factor = &self.factors.first().expect("prepare before solve").2;
-        let n = rhs.len();
-        for (v, r) in rhs.iter().enumerate() {
-            for (c, value) in r.iter().enumerate() {
-                self.columns[c * n + v] = *value;
+        let factor = self.factors.first().expect("prepare before solve");
+        let (col_ptr, row_idx) = factor_pattern(&self.symbolic);
+        let permutation = self.symbolic.perm().map(|p| p.arrays());
+        let (pair, single) = (&mut self.pair, &mut self.single);
+        for i in 0..rhs.len() {
+            let r = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
+            pair[i] = [r[0], r[1]];
+            single[i] = [r[2]];
+        }
+        let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
+        rayon::join(
+            || substitute(col_ptr, row_idx, l, inverse, pair),
+            || substitute(col_ptr, row_idx, l, inverse, single),
+        );
+        for (i, r) in rhs.iter_mut().enumerate() {
+            let k = permutation.map_or(i, |(_, inverse)| inverse[i] as usize);
+            *r = [pair[k][0], pair[k][1], single[k][0]];
+        }
+    }
+}
+
+/// Solves `L L^T x = y` in place for `N` right-hand sides stored together, `L` simplicial
+/// (column pointers, row indices with each column's diagonal first, values, `1 / L_jj`).
+fn substitute<const N: usize>(
+    col_ptr: &[u32],
+    row_idx: &[u32],
+    l: &[f64],
+    inverse_diagonal: &[f64],
+    y: &mut [[f64; N]],
+) {
+    // L z = y, column by column: z_j = y_j / L_jj, then y_i -= L_ij z_j below it.
+    for j in 0..y.len() {
+        let (start, end) = (col_ptr[j] as usize + 1, col_ptr[j + 1] as usize);
+        let zj = y[j].map(|c| c * inverse_diagonal[j]);
+        y[j] = zj;
+        for (&i, &lij) in row_idx[start..end].iter().zip(&l[start..end]) {
+            let yi = &mut y[i as usize];
+            for c in 0..N {
+                yi[c] -= lij * zj[c];
             }
         }
-        // Two coordinates on one core, the third on the other.
-        let (two, one) = self.columns.split_at_mut(2 * n);
-        rayon::join(
-            || factor.solve_in_place(MatMut::from_column_major_slice_mut(two, n, 2)),
-            || factor.solve_in_place(MatMut::from_column_major_slice_mut(one, n, 1)),
-        );
-        for (v, r) in rhs.iter_mut().enumerate() {
-            for (c, value) in r.iter_mut().enumerate() {
-                *value = self.columns[c * n + v];
+    }
+    // L^T x = z, from the last column: x_j = (z_j - sum_i L_ij x_i) / L_jj.
+    for j in (0..y.len()).rev() {
+        let (start, end) = (col_ptr[j] as usize + 1, col_ptr[j + 1] as usize);
+        let mut s = y[j];
+        for (&i, &lij) in row_idx[start..end].iter().zip(&l[start..end]) {
+            let xi = y[i as usize];
+            for c in 0..N {
+                s[c] -= lij * xi[c];
             }
+        }
+        y[j] = s.map(|c| c * inverse_diagonal[j]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::material::Material;
+    use crate::mesh::TetMesh;
+
+    /// The solve inverts the matrix it factored: `S (S^-1 b) = b` on random right-hand sides,
+    /// with and without a vertex diagonal, and after switching between two cached factors.
+    #[test]
+    fn solve_inverts_the_projective_matrix() {
+        let mut model = Model::empty([0.0, -9.81, 0.0]);
+        model.add_tet_body(&TetMesh::bar([5, 3, 2], [0.5, 0.3, 0.2]), &Material::corotated(1e6, 0.3), 1000.0).unwrap();
+        let topology = Topology::new(&model);
+        let mut global = GlobalSolve::new(&model, &topology).unwrap();
+        let n = model.vertex_count();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let masses: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
+        let heavier: Vec<f64> = masses.iter().map(|m| m * rng.random_range(1.0..3.0)).collect();
+        for (a, diagonal) in [(1.0, &masses), (0.25, &heavier), (1.0, &masses)] {
+            assert!(global.prepare(&model, &topology, a, diagonal));
+            let b: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+            let mut x = b.clone();
+            global.solve(&mut x);
+            let mut entries = Vec::new();
+            projective::matrix(&model, &topology, &global.laplacian, a, diagonal, &mut entries);
+            let mut worst = 0.0_f64;
+            for (row, bi) in b.iter().enumerate() {
+                let mut sx = [0.0; 3];
+                for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
+                    let column = topology.columns[index] as usize;
+                    for c in 0..3 {
+                        sx[c] += entries[index] * x[column][c];
+                    }
+                }
+                for c in 0..3 {
+                    worst = worst.max((sx[c] - bi[c]).abs());
+                }
+            }
+            assert!(worst < 1e-9, "a = {a}: |S x - b| reaches {worst:e}");
         }
     }
 }

@@ -141,11 +141,13 @@ fn settle(s: Scalars, rr: f32) -> Scalars {
     return out;
 }
 
-// Newton's forcing term (twin of `forcing_term` in src/solver/newton.rs): solve loosely far
-// from the solution and tightly near it, min(1/2, sqrt(max(|g|, tol) / force scale)).
+// Newton's forcing term (twin of `forcing_term` in src/backend/mod.rs): solve loosely far
+// from the solution and tightly near it, min(1/2, sqrt(max(|g|, tol) / force scale)), but
+// never tighter than the tolerance asks (a residual of tol / 2 is the next gradient).
 fn forcing_term(gradient_norm: f32, force_scale: f32) -> f32 {
     let imbalance = max(gradient_norm, params.gradient_tolerance) / max(force_scale, 1e-30);
-    return min(0.5, sqrt(imbalance));
+    let sufficient = 0.5 * params.gradient_tolerance / max(gradient_norm, 1e-30);
+    return min(0.5, max(sqrt(imbalance), sufficient));
 }
 
 // direction = 0, r = rhs, z = P rhs; partials (r.r, r.z).

@@ -279,21 +279,25 @@ impl Stepper<'_> {
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, &inertial];
         guesses.extend(warm_start);
-        if !self.solver.compares_guesses() {
+        let start = if !self.solver.compares_guesses() {
             // Projective dynamics starts from the warm start, or from inertia (the paper's
             // choice): its energies are finite everywhere, and evaluating the guesses would
             // cost as much as a few of its iterations.
             self.stages.set_iterate(warm_start.unwrap_or(&inertial));
-        } else if pick_initial_guess(self.stages, &guesses).is_none()
-            && pick_initial_guess(self.stages, &[input.positions]).is_none()
-        {
-            return Err(Error::Solver(
-                "every initial guess puts an element outside its material's domain (an inverted \
-                 neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
-                    .into(),
-            ));
-        }
-        let report = self.solver.minimize(self.stages, role);
+            None
+        } else {
+            let picked = pick_initial_guess(self.stages, &guesses)
+                .or_else(|| pick_initial_guess(self.stages, &[input.positions]));
+            let Some((_, value)) = picked else {
+                return Err(Error::Solver(
+                    "every initial guess puts an element outside its material's domain (an inverted \
+                     neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
+                        .into(),
+                ));
+            };
+            Some(value)
+        };
+        let report = self.solver.minimize(self.stages, role, start);
         self.report.accumulate(report);
         let mut x = vec![[0.0; 3]; input.positions.len()];
         self.stages.read_iterate(&mut x);

@@ -143,10 +143,13 @@ impl Elastic {
     /// The energy density and, when asked, the stress and the tangent at one `F`, sharing one
     /// signed SVD where the model needs it (the rotation-based models, and projected tangents);
     /// the same values as [`energy`](Self::energy), [`stress`](Self::stress) and
-    /// [`stress_derivative`](Self::stress_derivative).
+    /// [`stress_derivative`](Self::stress_derivative). `rotation` is the warm start of
+    /// corotated's and ARAP's closest rotation (the element's rotation at its last
+    /// evaluation; the identity will do) and receives the new one; other models leave it.
     pub fn evaluate(
         &self,
         f: &DMat3,
+        rotation: &mut glam::DQuat,
         stress: bool,
         tangent: Option<Projection>,
     ) -> (f64, Option<DMat3>, Option<Mat9>) {
@@ -163,7 +166,8 @@ impl Elastic {
         if matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap)
             && tangent != Some(Projection::Psd)
         {
-            let (_, r) = super::closest_rotation(f, glam::DQuat::IDENTITY);
+            let (q, r) = super::closest_rotation(f, *rotation);
+            *rotation = q;
             let exact = match tangent {
                 Some(_) => self.corotated_tangent(f, &r),
                 None => Some([[0.0; 9]; 9]),

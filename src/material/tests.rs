@@ -141,7 +141,18 @@ fn corotated_closed_form_agrees_with_the_eigensystem() {
         for f in random_deformations(model, 60, 4) {
             let (u, s, v) = crate::math::signed_svd(&f);
             let k_eig = m.eigensystem_tangent(&u, s, &v, Projection::None);
-            let (energy, stress, k) = m.evaluate(&f, true, Some(Projection::None));
+            let mut rotation = glam::DQuat::IDENTITY;
+            let (energy, stress, k) = m.evaluate(&f, &mut rotation, true, Some(Projection::None));
+            // Warm-started from the rotation it returned (and from a nearby one), the same values.
+            for warm in [rotation, rotation * glam::DQuat::from_rotation_y(0.2)] {
+                let mut warm = warm;
+                let (e, p, kw) = m.evaluate(&f, &mut warm, true, Some(Projection::None));
+                assert!((e - energy).abs() <= 1e-12 * (1.0 + energy.abs()), "{model:?}: warm energy {e} vs {energy}");
+                let (err, _) = worst_relative(&p.unwrap().to_cols_array(), &stress.unwrap().to_cols_array());
+                assert!(err < 1e-10, "{model:?}: warm stress off by {err:e}");
+                let (err, _) = worst_relative(&kw.unwrap().concat(), &k.unwrap().concat());
+                assert!(err < 1e-9, "{model:?}: warm tangent off by {err:e}");
+            }
             let (err, at) = worst_relative(&k.unwrap().concat(), &k_eig.concat());
             assert!(err < 1e-9, "{model:?}: tangent forms differ by {err:e} at {at}");
             assert!((energy - m.stretch_energy(s)).abs() < 1e-12 * (1.0 + energy.abs()));

@@ -13,7 +13,7 @@ pub(crate) struct LocalGlobal<'a> {
 }
 
 impl NonlinearSolver for LocalGlobal<'_> {
-    fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport {
+    fn minimize(&self, stages: &mut dyn Stages, role: Role, _start: Option<f64>) -> SolveReport {
         let s = self.settings;
         let request = LocalGlobalRequest {
             iterations: if role == Role::Blend { s.blend_iterations } else { self.iterations },

@@ -83,24 +83,26 @@ pub(crate) enum Role {
     Blend,
 }
 
-/// A nonlinear solver of the step objective, from the backend's current iterate. The
-/// integrators ask for a minimization and do not know which solver answers.
+/// A nonlinear solver of the step objective, from the backend's current iterate (whose
+/// objective `start` is, when the caller has evaluated it). The integrators ask for a
+/// minimization and do not know which solver answers.
 pub(crate) trait NonlinearSolver {
-    fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport;
+    fn minimize(&self, stages: &mut dyn Stages, role: Role, start: Option<f64>) -> SolveReport;
 }
 
-/// Sets the iterate to whichever guess has the lowest objective; `None` if all are infinite
-/// (every guess puts some element outside its model's domain).
-pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<usize> {
+/// Sets the iterate to whichever guess has the lowest objective and returns its index and
+/// objective; `None` if all are infinite (every guess puts some element outside its model's
+/// domain).
+pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<(usize, f64)> {
     let mut best: Option<(usize, f64)> = None;
     for (k, value) in stages.objectives_at(guesses).into_iter().enumerate() {
         if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
             best = Some((k, value));
         }
     }
-    let (k, _) = best?;
+    let (k, value) = best?;
     stages.set_iterate(guesses[k]);
-    Some(k)
+    Some((k, value))
 }
 
 /// Which element Hessians Newton uses.
@@ -306,12 +308,13 @@ impl Solver {
         !matches!(self.kind, SolverKind::LocalGlobal { .. })
     }
 
-    /// Minimizes the step objective from the backend's iterate with this solver.
-    pub(crate) fn minimize(&self, stages: &mut dyn Stages, role: Role) -> SolveReport {
+    /// Minimizes the step objective from the backend's iterate (of objective `start`, when
+    /// known) with this solver.
+    pub(crate) fn minimize(&self, stages: &mut dyn Stages, role: Role, start: Option<f64>) -> SolveReport {
         match self.kind {
-            SolverKind::Newton => newton::Newton(self).minimize(stages, role),
+            SolverKind::Newton => newton::Newton(self).minimize(stages, role, start),
             SolverKind::LocalGlobal { iterations } => {
-                local_global::LocalGlobal { settings: self, iterations }.minimize(stages, role)
+                local_global::LocalGlobal { settings: self, iterations }.minimize(stages, role, start)
             }
             SolverKind::MixedFem => unreachable!("validate refuses the mixed-FEM solver"),
         }

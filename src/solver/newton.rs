@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
 use super::{HessianPolicy, NonlinearSolver, Role, SolveReport, Solver};
-use crate::backend::{DirectionRequest, NewtonDirection, Stages};
+use crate::backend::{DirectionRequest, NewtonDirection, Stages, forcing_term};
 use crate::material::Projection;
 
 /// Downhill test: `d . grad < -KAPPA |d| |grad|` (the paper's kappa).
@@ -25,13 +25,14 @@ const BUDGET_TOLERANCE: f64 = 1e-6;
 pub(crate) struct Newton<'a>(pub &'a Solver);
 
 impl NonlinearSolver for Newton<'_> {
-    fn minimize(&self, stages: &mut dyn Stages, _role: Role) -> SolveReport {
-        minimize(stages, self.0)
+    fn minimize(&self, stages: &mut dyn Stages, _role: Role, start: Option<f64>) -> SolveReport {
+        minimize(stages, self.0, start)
     }
 }
 
-/// Minimizes the step objective from the backend's current iterate.
-pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveReport {
+/// Minimizes the step objective from the backend's current iterate, whose objective is
+/// `start` when the caller knows it.
+pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option<f64>) -> SolveReport {
     let mut report = SolveReport::default();
     let timed = |slot: &mut Duration, start: Instant| *slot += start.elapsed();
     let base_projection = match settings.hessian {
@@ -39,7 +40,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveRepor
         HessianPolicy::ProjectOnNegativeCurvature => Projection::None,
     };
     let t = Instant::now();
-    let mut value = stages.objective();
+    let mut value = start.unwrap_or_else(|| stages.objective());
     let initial_value = value;
     timed(&mut report.times.evaluate, t);
     // LIVELY_TRACE=1 prints every iteration to stderr (README: diagnosing convergence).
@@ -51,6 +52,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveRepor
     let first_batch = line_search::first_batch(stages.preferred_batch());
     let projected_batch: Vec<f64> = first_batch.iter().copied().chain([2.0]).collect();
     let batch_for = |projection| if projection == Projection::Psd { &projected_batch } else { &first_batch };
+    let mut likely_converged = false;
     loop {
         let mut projection = base_projection;
         let request = DirectionRequest {
@@ -61,6 +63,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveRepor
             relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),
             max_iterations: settings.max_linear_iterations,
             candidates: batch_for(projection),
+            likely_converged,
         };
         let t = Instant::now();
         let NewtonDirection { linearization: status, direction, candidates, linearize_time } =
@@ -100,6 +103,14 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveRepor
         // A finite gradient above the tolerance always gets a direction.
         let Some(mut direction) = direction else { break };
         report.linear_iterations += direction.iterations;
+        // A full step along a solve that reached its relative residual leaves a gradient near
+        // that residual: at or below half the tolerance, the next check will likely pass.
+        let relative = request
+            .relative_tolerance
+            .unwrap_or_else(|| forcing_term(gradient_norm, settings.tolerance, status.force_scale));
+        let mut aimed_below = !direction.negative_curvature
+            && direction.iterations < settings.max_linear_iterations
+            && relative * gradient_norm <= 0.5 * settings.tolerance * (1.0 + 1e-9);
         let mut known: Vec<(f64, f64)> = batch_for(projection).iter().copied().zip(candidates).collect();
         if direction.negative_curvature && projection == Projection::None {
             projection = Projection::Psd;
@@ -121,12 +132,14 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveRepor
             // CG directions are never uphill, so -d is never the better choice here.
             direction = stages.use_negative_gradient();
             known.clear();
+            aimed_below = false;
         }
         if direction.norm > MAX_STEP {
             let factor = MAX_STEP / direction.norm;
             stages.scale_direction(factor);
             direction.slope *= factor;
             known.clear();
+            aimed_below = false;
         }
 
         let t = Instant::now();
@@ -155,11 +168,13 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver) -> SolveRepor
                 stages.advance(alpha);
                 value = next;
                 after_round_off = false;
+                likely_converged = aimed_below && alpha == 1.0;
             }
             Step::RoundOff { value: next } => {
                 stages.advance(1.0);
                 value = next;
                 after_round_off = true;
+                likely_converged = aimed_below;
             }
             // No descent along a downhill direction: the iterate is the best safe state.
             Step::Failed => {

@@ -47,6 +47,9 @@ impl Stages for Recording {
     fn linearize(&mut self, projection: Projection) -> Linearization {
         self.inner.linearize(projection)
     }
+    fn linearize_gradient(&mut self, projection: Projection) -> Linearization {
+        self.inner.linearize_gradient(projection)
+    }
     fn solve_direction(
         &mut self,
         solver: LinearSolver,
@@ -128,9 +131,9 @@ fn solve(
         rayleigh: 0.0,
         damping_weight: 1.0,
     });
-    pick_initial_guess(&mut stages, &[start, target]).unwrap();
-    stages.accepted.clear();
-    let report = minimize(&mut stages, settings);
+    let (_, value) = pick_initial_guess(&mut stages, &[start, target]).unwrap();
+    stages.accepted = vec![value];
+    let report = minimize(&mut stages, settings, Some(value));
     let mut x = vec![[0.0; 3]; start.len()];
     stages.read_iterate(&mut x);
     (x, stages.accepted, report)

@@ -2,7 +2,9 @@
 //! step objective's quadrature nodes. One invocation per element; no element writes outside
 //! its own slots, so the pass is embarrassingly parallel and its sums deterministic.
 
-use glam::{DMat3, DVec3};
+use std::ops::Range;
+
+use glam::{DMat3, DQuat, DVec3};
 use rayon::prelude::*;
 
 use crate::backend::topology::upper;
@@ -13,18 +15,66 @@ use crate::objective::Node;
 /// Elements per work item; fixed so the energy sum is reduced in the same order every run.
 pub(crate) const CHUNK: usize = 256;
 
+/// Every tet's last closest rotation at each quadrature node, tet by tet: the warm start of
+/// the next evaluation of corotated and ARAP, which then converges in a Newton step or two on
+/// SO(3) instead of four to eight from the identity. Other materials leave theirs alone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Rotations {
+    nodes: usize,
+    values: Vec<DQuat>,
+}
+
+impl Rotations {
+    /// The rotations of `tets` tets at `nodes` nodes (tet-major), reset to the identity when
+    /// the node count changes.
+    pub(crate) fn at_nodes(&mut self, tets: usize, nodes: usize) -> &mut [DQuat] {
+        if self.nodes != nodes || self.values.len() != tets * nodes {
+            self.nodes = nodes;
+            self.values.clear();
+            self.values.resize(tets * nodes, DQuat::IDENTITY);
+        }
+        &mut self.values
+    }
+
+    /// The rotations node by node (the GPU's layout).
+    #[cfg(test)]
+    pub(crate) fn node_major(&self) -> Vec<DQuat> {
+        let tets = self.values.len() / self.nodes.max(1);
+        (0..self.nodes).flat_map(|q| (0..tets).map(move |e| self.values[e * self.nodes + q])).collect()
+    }
+}
+
+fn add9(block: &mut [f64; 9], add: &[f64; 9]) {
+    for (b, a) in block.iter_mut().zip(add) {
+        *b += a;
+    }
+}
+
+/// `F = sum_a z_a beta_a^T` of a tet with corners `z` and shape gradients `beta`.
+pub(crate) fn deformation_gradient(z: &[DVec3; 4], beta: &[DVec3; 4]) -> DMat3 {
+    // Column j is sum_a z_a beta_a[j].
+    DMat3::from_cols(
+        z[0] * beta[0].x + z[1] * beta[1].x + z[2] * beta[2].x + z[3] * beta[3].x,
+        z[0] * beta[0].y + z[1] * beta[1].y + z[2] * beta[2].y + z[3] * beta[3].y,
+        z[0] * beta[0].z + z[1] * beta[1].z + z[2] * beta[2].z + z[3] * beta[3].z,
+    )
+}
+
 fn point(x: &[[f64; 3]], start: &[[f64; 3]], v: u32, theta: f64) -> DVec3 {
     DVec3::from(x[v as usize]) * theta + DVec3::from(start[v as usize]) * (1.0 - theta)
 }
 
 /// Energy of tet `e`, accumulating `c theta grad` into `gradient` and
-/// `c theta^2 hessian` into `blocks` when asked.
+/// `c theta^2 hessian` into `blocks` when asked; `rotations` holds its warm starts, one per
+/// node, and receives the new rotations.
+#[allow(clippy::too_many_arguments)]
 fn tet(
     model: &Model,
     e: usize,
     x: &[[f64; 3]],
     start: &[[f64; 3]],
     nodes: &[Node],
+    rotations: &mut [DQuat],
     mut gradient: Option<&mut [[f64; 3]]>,
     mut blocks: Option<(&mut [[f64; 9]], Projection)>,
 ) -> f64 {
@@ -33,17 +83,12 @@ fn tet(
     let material = &model.tet_material[e];
     let beta = rest.shape_gradients.map(DVec3::from);
     let mut energy = 0.0;
-    for node in nodes {
+    for (node, rotation) in nodes.iter().zip(rotations) {
         let z = tet.map(|v| point(x, start, v, node.theta));
-        // F = sum_a z_a beta_a^T: column j is sum_a z_a beta_a[j].
-        let f = DMat3::from_cols(
-            z[0] * beta[0].x + z[1] * beta[1].x + z[2] * beta[2].x + z[3] * beta[3].x,
-            z[0] * beta[0].y + z[1] * beta[1].y + z[2] * beta[2].y + z[3] * beta[3].y,
-            z[0] * beta[0].z + z[1] * beta[1].z + z[2] * beta[2].z + z[3] * beta[3].z,
-        );
+        let f = deformation_gradient(&z, &beta);
         // One evaluation per node: the rotation-based models share one SVD among the three.
         let projection = blocks.as_ref().map(|(_, projection)| *projection);
-        let (psi, stress, tangent) = material.evaluate(&f, gradient.is_some(), projection);
+        let (psi, stress, tangent) = material.evaluate(&f, rotation, gradient.is_some(), projection);
         energy += node.weight * rest.volume * psi;
         if let (Some(g), Some(stress)) = (gradient.as_deref_mut(), stress) {
             let p = stress * (node.weight * node.theta * rest.volume);
@@ -54,10 +99,12 @@ fn tet(
         }
         if let (Some((h, _)), Some(k)) = (blocks.as_mut(), tangent) {
             let w = node.weight * node.theta * node.theta * rest.volume;
-            // t[r][b][kk] = sum_l K[r][3 kk + l] beta_b[l]
-            let mut t = [[[0.0; 3]; 4]; 9];
+            // The shape gradients sum to zero (beta_3 = -beta_0 - beta_1 - beta_2), so the
+            // blocks of corners 0-2 determine the rest: H_a3 = -sum_b H_ab, H_33 = -sum_a H_a3.
+            // t[r][b][kk] = sum_l K[r][3 kk + l] beta_b[l], b < 3.
+            let mut t = [[[0.0; 3]; 3]; 9];
             for r in 0..9 {
-                for b in 0..4 {
+                for b in 0..3 {
                     for kk in 0..3 {
                         t[r][b][kk] = k[r][3 * kk] * beta[b].x
                             + k[r][3 * kk + 1] * beta[b].y
@@ -65,20 +112,38 @@ fn tet(
                     }
                 }
             }
-            // H_ab[i][kk] = sum_j beta_a[j] t[3 i + j][b][kk], upper blocks only (symmetric).
-            for a in 0..4 {
-                for b in a..4 {
-                    let block = &mut h[upper(a, b, 4)];
+            // H_ab[i][kk] = w sum_j beta_a[j] t[3 i + j][b][kk] for a <= b < 3; H_ba = H_ab^T.
+            let mut inner = [[[0.0; 9]; 3]; 3];
+            for a in 0..3 {
+                for b in a..3 {
                     for i in 0..3 {
                         for kk in 0..3 {
                             let s = beta[a].x * t[3 * i][b][kk]
                                 + beta[a].y * t[3 * i + 1][b][kk]
                                 + beta[a].z * t[3 * i + 2][b][kk];
-                            block[3 * i + kk] += w * s;
+                            inner[a][b][3 * i + kk] = w * s;
+                            inner[b][a][3 * kk + i] = w * s;
                         }
                     }
                 }
             }
+            let mut last = [0.0; 9];
+            for a in 0..3 {
+                let mut column = [0.0; 9];
+                for b in 0..3 {
+                    for c in 0..9 {
+                        column[c] -= inner[a][b][c];
+                    }
+                }
+                for b in a..3 {
+                    add9(&mut h[upper(a, b, 4)], &inner[a][b]);
+                }
+                add9(&mut h[upper(a, 3, 4)], &column);
+                for c in 0..9 {
+                    last[c] -= column[c];
+                }
+            }
+            add9(&mut h[upper(3, 3, 4)], &last);
         }
     }
     energy
@@ -121,43 +186,72 @@ fn spring(
     energy
 }
 
-/// Runs `kernel` over `count` elements in fixed chunks and sums the energies in chunk order.
-fn energy_pass(count: usize, kernel: impl Fn(usize) -> f64 + Sync) -> f64 {
+/// Runs `kernel` over `count` elements in fixed chunks (a range each) and sums the energies
+/// in chunk order.
+fn energy_pass(count: usize, kernel: impl Fn(Range<usize>) -> f64 + Sync) -> f64 {
     let partial: Vec<f64> = (0..count.div_ceil(CHUNK))
         .into_par_iter()
-        .map(|c| (c * CHUNK..((c + 1) * CHUNK).min(count)).map(&kernel).sum())
+        .map(|c| kernel(c * CHUNK..((c + 1) * CHUNK).min(count)))
         .collect();
     partial.iter().sum()
 }
 
+/// The warm rotations of the tets in `range` at `nodes` nodes: a copy of `warm`'s, or the
+/// identity without.
+fn chunk_rotations(warm: Option<&[DQuat]>, range: Range<usize>, nodes: usize) -> Vec<DQuat> {
+    match warm {
+        Some(warm) => warm[range.start * nodes..range.end * nodes].to_vec(),
+        None => vec![DQuat::IDENTITY; range.len() * nodes],
+    }
+}
+
 /// Runs `kernel` over `count` elements of `arity` corners, handing each its own gradient and
 /// upper Hessian-block slots (zeroed first; an empty slice when `blocks` is empty, for passes
-/// without Hessians); sums the energies in chunk order.
+/// without Hessians) and its `per_element` rotations (from `rotations`, updated, or the
+/// identity); sums the energies in chunk order.
+#[allow(clippy::too_many_arguments)]
 fn derivative_pass(
     count: usize,
     arity: usize,
     gradients: &mut [[f64; 3]],
     blocks: &mut [[f64; 9]],
-    kernel: impl Fn(usize, &mut [[f64; 3]], &mut [[f64; 9]]) -> f64 + Sync,
+    per_element: usize,
+    rotations: Option<&mut [DQuat]>,
+    kernel: impl Fn(usize, &mut [[f64; 3]], &mut [[f64; 9]], &mut [DQuat]) -> f64 + Sync,
 ) -> f64 {
-    let per_element = if blocks.is_empty() { 0 } else { upper(arity - 1, arity - 1, arity) + 1 };
-    let mut block_chunks: Vec<&mut [[f64; 9]]> = if per_element == 0 {
-        (0..count.div_ceil(CHUNK)).map(|_| &mut [][..]).collect()
+    let chunks = count.div_ceil(CHUNK);
+    let blocks_per = if blocks.is_empty() { 0 } else { upper(arity - 1, arity - 1, arity) + 1 };
+    let mut block_chunks: Vec<&mut [[f64; 9]]> = if blocks_per == 0 {
+        (0..chunks).map(|_| &mut [][..]).collect()
     } else {
-        blocks[..per_element * count].chunks_mut(per_element * CHUNK).collect()
+        blocks[..blocks_per * count].chunks_mut(blocks_per * CHUNK).collect()
+    };
+    let mut rotation_chunks: Vec<Option<&mut [DQuat]>> = match rotations {
+        Some(r) if per_element > 0 => r.chunks_mut(per_element * CHUNK).map(Some).collect(),
+        _ => (0..chunks).map(|_| None).collect(),
     };
     let partial: Vec<f64> = gradients[..arity * count]
         .par_chunks_mut(arity * CHUNK)
         .zip(block_chunks.par_iter_mut())
+        .zip(rotation_chunks.par_iter_mut())
         .enumerate()
-        .map(|(c, (g, h))| {
+        .map(|(c, ((g, h), r))| {
             g.fill([0.0; 3]);
             h.fill([0.0; 9]);
+            let range = c * CHUNK..((c + 1) * CHUNK).min(count);
+            let mut cold: Vec<DQuat>;
+            let r = match r {
+                Some(r) => &mut **r,
+                None => {
+                    cold = chunk_rotations(None, range.clone(), per_element);
+                    &mut cold[..]
+                }
+            };
             let mut sum = 0.0;
-            for (local, e) in (c * CHUNK..((c + 1) * CHUNK).min(count)).enumerate() {
+            for (local, e) in range.enumerate() {
                 let g = &mut g[arity * local..arity * (local + 1)];
-                let h = &mut h[per_element * local..per_element * (local + 1)];
-                sum += kernel(e, g, h);
+                let h = &mut h[blocks_per * local..blocks_per * (local + 1)];
+                sum += kernel(e, g, h, &mut r[per_element * local..per_element * (local + 1)]);
             }
             sum
         })
@@ -165,31 +259,51 @@ fn derivative_pass(
     partial.iter().sum()
 }
 
-/// Sum of all element energies at the nodes (no derivatives): the line-search pass.
-pub(crate) fn energy(model: &Model, x: &[[f64; 3]], start: &[[f64; 3]], nodes: &[Node]) -> f64 {
-    energy_pass(model.tets.len(), |e| tet(model, e, x, start, nodes, None, None))
-        + energy_pass(model.springs.len(), |s| spring(model, s, x, start, nodes, None, None))
+/// Sum of all element energies at the nodes (no derivatives): the line-search pass. The
+/// rotation-based models start from `warm` (the iterate's rotations), which stays as it is.
+pub(crate) fn energy(
+    model: &Model,
+    x: &[[f64; 3]],
+    start: &[[f64; 3]],
+    nodes: &[Node],
+    warm: Option<&Rotations>,
+) -> f64 {
+    let k = nodes.len();
+    let warm = warm.filter(|w| w.nodes == k && w.values.len() == k * model.tets.len());
+    energy_pass(model.tets.len(), |range| {
+        let mut rotations = chunk_rotations(warm.map(|w| &w.values[..]), range.clone(), k);
+        let local = rotations.chunks_mut(k.max(1));
+        range.zip(local).map(|(e, r)| tet(model, e, x, start, nodes, r, None, None)).sum()
+    }) + energy_pass(model.springs.len(), |range| {
+        range.map(|s| spring(model, s, x, start, nodes, None, None)).sum()
+    })
 }
 
 /// Element energies plus corner gradients (slots as in `Topology`) and, when `projection` is
-/// given, Hessian blocks (left as they were otherwise). Output slots are overwritten.
+/// given, Hessian blocks (left as they were otherwise). Output slots are overwritten. The
+/// rotation-based models start from `rotations` and leave theirs there (or start from the
+/// identity without).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn derivatives(
     model: &Model,
     x: &[[f64; 3]],
     start: &[[f64; 3]],
     nodes: &[Node],
     projection: Option<Projection>,
+    rotations: Option<&mut Rotations>,
     corner_gradients: &mut [[f64; 3]],
     element_blocks: &mut [[f64; 9]],
 ) -> f64 {
     let nt = model.tets.len();
+    let k = nodes.len();
     let (tet_gradients, spring_gradients) = corner_gradients.split_at_mut(4 * nt);
     let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(10 * nt);
     let (tet_blocks, spring_blocks) =
         if projection.is_some() { (tet_blocks, spring_blocks) } else { (&mut [][..], &mut [][..]) };
-    derivative_pass(nt, 4, tet_gradients, tet_blocks, |e, g, h| {
-        tet(model, e, x, start, nodes, Some(g), projection.map(|p| (h, p)))
-    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, |s, g, h| {
+    let rotations = rotations.map(|r| r.at_nodes(nt, k));
+    derivative_pass(nt, 4, tet_gradients, tet_blocks, k, rotations, |e, g, h, r| {
+        tet(model, e, x, start, nodes, r, Some(g), projection.map(|p| (h, p)))
+    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, 0, None, |s, g, h, _| {
         spring(model, s, x, start, nodes, Some(g), projection.map(|p| (h, p)))
     })
 }
@@ -202,7 +316,7 @@ pub(crate) fn spring_gradients(
     nodes: &[Node],
     spring_gradients: &mut [[f64; 3]],
 ) -> f64 {
-    derivative_pass(model.springs.len(), 2, spring_gradients, &mut [], |s, g, _| {
+    derivative_pass(model.springs.len(), 2, spring_gradients, &mut [], 0, None, |s, g, _, _| {
         spring(model, s, x, start, nodes, Some(g), None)
     })
 }

@@ -54,11 +54,13 @@ pub struct CpuBackend {
     /// matrix and its rotations.
     projective_diagonal: Vec<f64>,
     global: Option<global::GlobalSolve>,
-    rotations: local::Rotations,
-    /// For models with a projective form, the rotations of the states whose potential was
-    /// last asked for: energies and forces of states (every step's start and end) then cost
-    /// a warm-started rotation per tet instead of an SVD.
-    state_rotations: Option<local::Rotations>,
+    rotations: element::Rotations,
+    /// The rotations of the states whose potential was last asked for (every step's start
+    /// and end), warm starts for the next.
+    state_rotations: element::Rotations,
+    /// The state whose element energy and corner gradients `state_corners` holds.
+    state: Option<(Vec<[f64; 3]>, f64)>,
+    state_corners: Vec<[f64; 3]>,
 }
 
 impl CpuBackend {
@@ -88,8 +90,10 @@ impl CpuBackend {
             cholesky: None,
             projective_diagonal: Vec::new(),
             global: None,
-            rotations: local::Rotations::default(),
-            state_rotations: super::projective::check(&model).is_ok().then(local::Rotations::default),
+            rotations: element::Rotations::default(),
+            state_rotations: element::Rotations::default(),
+            state: None,
+            state_corners: vec![[0.0; 3]; corners],
             topology,
             model,
         }
@@ -127,8 +131,31 @@ impl CpuBackend {
         0.5 * vector::dot(&dx, out)
     }
 
+    /// The element energy at the state `x` (the elements' part of the potential), with its
+    /// corner gradients in `state_corners`. A step ends by booking the new state's energy and
+    /// the next one starts from that state's forces: the second asks the first's pass.
+    fn state_elements(&mut self, x: &[[f64; 3]]) -> f64 {
+        if let Some((at, energy)) = &self.state
+            && at.as_slice() == x
+        {
+            return *energy;
+        }
+        let energy = element::derivatives(
+            &self.model,
+            x,
+            x,
+            &Node::POTENTIAL,
+            None,
+            Some(&mut self.state_rotations),
+            &mut self.state_corners,
+            &mut self.element_blocks,
+        );
+        self.state = Some((x.to_vec(), energy));
+        energy
+    }
+
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
-        element::energy(&self.model, x, &self.start, &self.nodes) + self.vertex_objective(x)
+        element::energy(&self.model, x, &self.start, &self.nodes, Some(&self.rotations)) + self.vertex_objective(x)
     }
 
     /// The part of `G` that is not element energy: the vertex terms and the lagged damping.
@@ -239,6 +266,7 @@ impl Stages for CpuBackend {
                 problem.start,
                 &Node::POTENTIAL,
                 Some(Projection::Psd),
+                None,
                 &mut self.corner_gradients,
                 &mut self.element_blocks,
             );
@@ -289,6 +317,7 @@ impl Stages for CpuBackend {
             &self.start,
             &self.nodes,
             Some(projection),
+            Some(&mut self.rotations),
             &mut self.corner_gradients,
             &mut self.element_blocks,
         );
@@ -303,6 +332,20 @@ impl Stages for CpuBackend {
             &mut self.blocks,
         );
         linearization
+    }
+
+    fn linearize_gradient(&mut self, projection: Projection) -> Linearization {
+        element::derivatives(
+            &self.model,
+            &self.x,
+            &self.start,
+            &self.nodes,
+            None,
+            Some(&mut self.rotations),
+            &mut self.corner_gradients,
+            &mut self.element_blocks,
+        );
+        self.gather(projection)
     }
 
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
@@ -440,37 +483,16 @@ impl Stages for CpuBackend {
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
-        let elements = match self.state_rotations.as_mut() {
-            Some(rotations) => {
-                local::forces(&self.model, x, x, &Node::POTENTIAL, rotations, &mut self.corner_gradients)
-            }
-            None => element::energy(&self.model, x, x, &Node::POTENTIAL),
-        };
-        elements + gather::vertex_energy(&self.potential_terms(x), x)
+        self.state_elements(x) + gather::vertex_energy(&self.potential_terms(x), x)
     }
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
-        match self.state_rotations.as_mut() {
-            Some(rotations) => {
-                local::forces(&self.model, x, x, &Node::POTENTIAL, rotations, &mut self.corner_gradients);
-            }
-            None => {
-                element::derivatives(
-                    &self.model,
-                    x,
-                    x,
-                    &Node::POTENTIAL,
-                    None,
-                    &mut self.corner_gradients,
-                    &mut self.element_blocks,
-                );
-            }
-        }
+        self.state_elements(x);
         let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
         gather::gradient(
             &self.potential_terms(x),
             &self.topology,
-            &self.corner_gradients,
+            &self.state_corners,
             x,
             Projection::None,
             out,

@@ -306,6 +306,7 @@ mod tests {
                 &start,
                 &NODES,
                 Some(projection),
+                None,
                 &mut cpu_gradients,
                 &mut cpu_blocks,
             );

@@ -81,7 +81,7 @@ mod tests {
             let mut rig = Rig::new(&context, &model);
             let elements = rig.stages.element.bind(&rig.context, &rig.rec, &model, &rig.buffers).unwrap();
             let groups = rig.stages.local.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-            let mut rotations = local::Rotations::default();
+            let mut rotations = crate::backend::cpu::element::Rotations::default();
             for (round, nodes) in [&NODES[..1], &NODES[..1], &NODES[..], &NODES[..]].into_iter().enumerate() {
                 let (x, start) = random_state(&model, 60 + (2 * k + round) as u64);
                 let mut cpu_corners = vec![[0.0; 3]; 4 * model.tets.len()];
@@ -102,7 +102,7 @@ mod tests {
                 );
                 let device: Vec<f32> = rig.read(2, "rotations", 4 * nodes.len() * model.tets.len());
                 let host: Vec<f64> = rotations
-                    .all(nodes.len())
+                    .node_major()
                     .iter()
                     .flat_map(|q| {
                         // q and -q are one rotation: compare with the sign the device chose.

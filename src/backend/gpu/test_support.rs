@@ -93,7 +93,7 @@ pub(crate) fn reference(
     let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0] + 0.01, p[1] - 0.02, p[2]]).collect();
     let mut corners = vec![[0.0; 3]; 4 * model.tets.len() + 2 * model.springs.len()];
     let mut element_blocks = vec![[0.0; 9]; 10 * model.tets.len() + 3 * model.springs.len()];
-    element::derivatives(model, x, start, &NODES, Some(projection), &mut corners, &mut element_blocks);
+    element::derivatives(model, x, start, &NODES, Some(projection), None, &mut corners, &mut element_blocks);
     let anchors = crate::backend::topology::Anchors::default();
     let terms = gather::VertexTerms {
         model,

@@ -223,6 +223,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         relative_tolerance: None,
         max_iterations: 1000,
         candidates: &alphas,
+        likely_converged: false,
     };
     let mut continued = 0;
     // Newton iterations in lockstep: the forcing term tightens, so the solves lengthen.

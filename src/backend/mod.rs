@@ -239,6 +239,10 @@ pub trait Stages: Send {
     fn scale_direction(&mut self, factor: f64);
     /// `G(x + alpha d)` for each candidate step, in one batch.
     fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64>;
+    /// What Newton will ask at the iterate it moves to: a linearization with element Hessians
+    /// projected so (`Some`), or the gradient alone (`None`). A backend may evaluate it
+    /// with the full step's objective, in the same element pass.
+    fn expect_linearization(&mut self, _next: Option<Projection>) {}
     /// How many line-search candidates are worth evaluating together.
     fn preferred_batch(&self) -> usize;
     /// `x += alpha d`.

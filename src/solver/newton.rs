@@ -142,6 +142,8 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             aimed_below = false;
         }
 
+        // The next iteration linearizes where the line search ends (usually the full step).
+        stages.expect_linearization((!aimed_below).then_some(base_projection));
         let t = Instant::now();
         let step = line_search::search(
             stages,

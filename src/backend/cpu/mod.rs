@@ -58,6 +58,13 @@ pub struct CpuBackend {
     /// The rotations of the states whose potential was last asked for (every step's start
     /// and end), warm starts for the next.
     state_rotations: element::Rotations,
+    /// What `corner_gradients` and `element_blocks` hold for the iterate: the gradients, and
+    /// Hessian blocks projected so when `Some(Some(_))`.
+    evaluated: Option<Option<Projection>>,
+    /// What Newton will ask at its next iterate (`expect_linearization`), and the candidate
+    /// step whose element pass, done for that, the buffers hold.
+    expected: Option<Option<Projection>>,
+    ahead: Option<(f64, Option<Projection>)>,
     /// The state whose element energy and corner gradients `state_corners` holds.
     state: Option<(Vec<[f64; 3]>, f64)>,
     state_corners: Vec<[f64; 3]>,
@@ -92,6 +99,9 @@ impl CpuBackend {
             global: None,
             rotations: element::Rotations::default(),
             state_rotations: element::Rotations::default(),
+            evaluated: None,
+            expected: None,
+            ahead: None,
             state: None,
             state_corners: vec![[0.0; 3]; corners],
             topology,
@@ -152,6 +162,21 @@ impl CpuBackend {
         );
         self.state = Some((x.to_vec(), energy));
         energy
+    }
+
+    /// The element pass at `x` (the iterate, or a candidate in `scratch`): energies, corner
+    /// gradients and, with a projection, Hessian blocks. Returns the elements' energy.
+    fn element_pass(&mut self, x: &[[f64; 3]], hessian: Option<Projection>) -> f64 {
+        element::derivatives(
+            &self.model,
+            x,
+            &self.start,
+            &self.nodes,
+            hessian,
+            Some(&mut self.rotations),
+            &mut self.corner_gradients,
+            &mut self.element_blocks,
+        )
     }
 
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
@@ -249,6 +274,7 @@ impl CpuBackend {
 
 impl Stages for CpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
+        (self.evaluated, self.expected, self.ahead) = (None, None, None);
         self.start.copy_from_slice(problem.start);
         self.target.copy_from_slice(problem.target);
         self.nodes = problem.nodes.to_vec();
@@ -300,6 +326,7 @@ impl Stages for CpuBackend {
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
         self.x.copy_from_slice(x);
+        self.evaluated = None;
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
@@ -311,16 +338,12 @@ impl Stages for CpuBackend {
     }
 
     fn linearize(&mut self, projection: Projection) -> Linearization {
-        element::derivatives(
-            &self.model,
-            &self.x,
-            &self.start,
-            &self.nodes,
-            Some(projection),
-            Some(&mut self.rotations),
-            &mut self.corner_gradients,
-            &mut self.element_blocks,
-        );
+        if self.evaluated != Some(Some(projection)) {
+            let x = std::mem::take(&mut self.x);
+            self.element_pass(&x, Some(projection));
+            self.x = x;
+            self.evaluated = Some(Some(projection));
+        }
         let linearization = self.gather(projection);
         let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
         assemble::matrix(
@@ -335,20 +358,17 @@ impl Stages for CpuBackend {
     }
 
     fn linearize_gradient(&mut self, projection: Projection) -> Linearization {
-        element::derivatives(
-            &self.model,
-            &self.x,
-            &self.start,
-            &self.nodes,
-            None,
-            Some(&mut self.rotations),
-            &mut self.corner_gradients,
-            &mut self.element_blocks,
-        );
+        if self.evaluated.is_none() {
+            let x = std::mem::take(&mut self.x);
+            self.element_pass(&x, None);
+            self.x = x;
+            self.evaluated = Some(None);
+        }
         self.gather(projection)
     }
 
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
+        self.evaluated = None;
         let mut report = LocalGlobalReport::default();
         let started = std::time::Instant::now();
         let prepared = self.prepare_global(f64::INFINITY);
@@ -466,11 +486,24 @@ impl Stages for CpuBackend {
             .iter()
             .map(|&alpha| {
                 vector::offset(&self.x, alpha, &self.direction, &mut candidate);
-                self.objective_at(&candidate)
+                // The first candidate (the full step, which Newton usually takes) gets the
+                // element pass the next linearization needs, energies included.
+                match self.expected.take() {
+                    Some(hessian) => {
+                        self.evaluated = None;
+                        self.ahead = Some((alpha, hessian));
+                        self.element_pass(&candidate, hessian) + self.vertex_objective(&candidate)
+                    }
+                    None => self.objective_at(&candidate),
+                }
             })
             .collect();
         self.scratch = candidate;
         values
+    }
+
+    fn expect_linearization(&mut self, next: Option<Projection>) {
+        self.expected = Some(next);
     }
 
     fn preferred_batch(&self) -> usize {
@@ -480,6 +513,10 @@ impl Stages for CpuBackend {
 
     fn advance(&mut self, alpha: f64) {
         vector::axpy(alpha, &self.direction, &mut self.x);
+        self.evaluated = match self.ahead.take() {
+            Some((evaluated, hessian)) if evaluated == alpha => Some(hessian),
+            _ => None,
+        };
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {

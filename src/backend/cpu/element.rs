@@ -280,7 +280,8 @@ pub(crate) fn energy(
 }
 
 /// Element energies plus corner gradients (slots as in `Topology`) and, when `projection` is
-/// given, Hessian blocks (left as they were otherwise). Output slots are overwritten. The
+/// given, Hessian blocks (not touched otherwise, and may be empty). Output slots are
+/// overwritten. The
 /// rotation-based models start from `rotations` and leave theirs there (or start from the
 /// identity without).
 #[allow(clippy::too_many_arguments)]
@@ -297,26 +298,12 @@ pub(crate) fn derivatives(
     let nt = model.tets.len();
     let k = nodes.len();
     let (tet_gradients, spring_gradients) = corner_gradients.split_at_mut(4 * nt);
-    let (tet_blocks, spring_blocks) = element_blocks.split_at_mut(10 * nt);
     let (tet_blocks, spring_blocks) =
-        if projection.is_some() { (tet_blocks, spring_blocks) } else { (&mut [][..], &mut [][..]) };
+        if projection.is_some() { element_blocks.split_at_mut(10 * nt) } else { (&mut [][..], &mut [][..]) };
     let rotations = rotations.map(|r| r.at_nodes(nt, k));
     derivative_pass(nt, 4, tet_gradients, tet_blocks, k, rotations, |e, g, h, r| {
         tet(model, e, x, start, nodes, r, Some(g), projection.map(|p| (h, p)))
     }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, 0, None, |s, g, h, _| {
         spring(model, s, x, start, nodes, Some(g), projection.map(|p| (h, p)))
-    })
-}
-
-/// Spring energies at the nodes and their corner gradients (the spring slots only).
-pub(crate) fn spring_gradients(
-    model: &Model,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    nodes: &[Node],
-    spring_gradients: &mut [[f64; 3]],
-) -> f64 {
-    derivative_pass(model.springs.len(), 2, spring_gradients, &mut [], 0, None, |s, g, _, _| {
-        spring(model, s, x, start, nodes, Some(g), None)
     })
 }

@@ -186,16 +186,29 @@ fn substitute<const N: usize>(
             }
         }
     }
-    // L^T x = z, from the last column: x_j = (z_j - sum_i L_ij x_i) / L_jj.
+    // L^T x = z, from the last column: x_j = (z_j - sum_i L_ij x_i) / L_jj. The sum runs in
+    // four independent partial sums, so that it is not one chain of dependent additions.
     for j in (0..y.len()).rev() {
         let (start, end) = (col_ptr[j] as usize + 1, col_ptr[j + 1] as usize);
-        let mut s = y[j];
-        for (&i, &lij) in row_idx[start..end].iter().zip(&l[start..end]) {
-            let xi = y[i as usize];
-            for c in 0..N {
-                s[c] -= lij * xi[c];
+        let (rows, values) = (&row_idx[start..end], &l[start..end]);
+        let mut partial = [[0.0; N]; 4];
+        let whole = rows.len() / 4 * 4;
+        for (four, lij) in rows[..whole].chunks_exact(4).zip(values[..whole].chunks_exact(4)) {
+            for k in 0..4 {
+                let xi = y[four[k] as usize];
+                for c in 0..N {
+                    partial[k][c] += lij[k] * xi[c];
+                }
             }
         }
+        for (&i, &lij) in rows[whole..].iter().zip(&values[whole..]) {
+            let xi = y[i as usize];
+            for c in 0..N {
+                partial[0][c] += lij * xi[c];
+            }
+        }
+        let s: [f64; N] =
+            std::array::from_fn(|c| y[j][c] - ((partial[0][c] + partial[1][c]) + (partial[2][c] + partial[3][c])));
         y[j] = s.map(|c| c * inverse_diagonal[j]);
     }
 }

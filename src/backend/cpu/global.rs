@@ -4,19 +4,19 @@
 //! one only when the step weight, the time step or the per-vertex diagonal (handles, contacts,
 //! damping) changes — and solved for the three coordinates at once.
 //!
-//! The factor is simplicial (one sparse column per vertex) and the substitutions are ours: the
-//! right-hand sides a core solves sit together, so each entry of `L` is read once for them
-//! all, and no division is left in the loop.
+//! faer picks the factor's form. A simplicial factor (one sparse column per vertex: small or
+//! thin bodies, and every factor that preconditions Newton's CG) is solved by our own
+//! substitutions: the right-hand sides a core solves sit together, so each entry of `L` is
+//! read once for them all, and no division is left in the loop. A supernodal one (large
+//! compact bodies, where its dense blocks factor many times faster) is solved by faer.
 
 use faer::dyn_stack::{MemBuffer, MemStack};
-use faer::sparse::linalg::SupernodalThreshold;
-use faer::sparse::linalg::cholesky::{
-    CholeskySymbolicParams, SymbolicCholesky, SymbolicCholeskyRaw, SymmetricOrdering,
-    factorize_symbolic_cholesky,
-};
 use faer::linalg::cholesky::llt::factor::LltRegularization;
+use faer::sparse::linalg::cholesky::{
+    LltRef, SymbolicCholesky, SymbolicCholeskyRaw, SymmetricOrdering, factorize_symbolic_cholesky,
+};
 use faer::sparse::{SparseColMatRef, SymbolicSparseColMat};
-use faer::{Par, Side};
+use faer::{Conj, MatMut, Par, Side};
 
 use crate::backend::projective;
 use crate::backend::topology::Topology;
@@ -37,6 +37,8 @@ pub(crate) struct GlobalSolve {
     /// The right-hand sides in the factor's order: two coordinates, and the third.
     pair: Vec<[f64; 2]>,
     single: Vec<[f64; 1]>,
+    /// Column-major right-hand sides, for a supernodal factor.
+    columns: Vec<f64>,
     /// Stored values of the factor per stored value of the matrix (lower triangles).
     pub fill: f64,
 }
@@ -45,17 +47,17 @@ pub(crate) struct GlobalSolve {
 struct Factor {
     a: f64,
     diagonal: Vec<f64>,
-    /// `L`'s values on the symbolic pattern (each column's diagonal first).
+    /// `L`'s values on the symbolic pattern (a simplicial column's diagonal first).
     values: Vec<f64>,
-    /// `1 / L_jj`.
+    /// `1 / L_jj`, for a simplicial factor.
     inverse_diagonal: Vec<f64>,
 }
 
-/// The factor's pattern: column pointers and row indices.
-fn factor_pattern(symbolic: &SymbolicCholesky<u32>) -> (&[u32], &[u32]) {
+/// A simplicial factor's pattern: column pointers and row indices.
+fn simplicial_pattern(symbolic: &SymbolicCholesky<u32>) -> Option<(&[u32], &[u32])> {
     match symbolic.raw() {
-        SymbolicCholeskyRaw::Simplicial(s) => (s.col_ptr(), s.row_idx()),
-        SymbolicCholeskyRaw::Supernodal(_) => unreachable!("the factorization is forced simplicial"),
+        SymbolicCholeskyRaw::Simplicial(s) => Some((s.col_ptr(), s.row_idx())),
+        SymbolicCholeskyRaw::Supernodal(_) => None,
     }
 }
 
@@ -77,16 +79,9 @@ impl GlobalSolve {
             col_ptr.push(row_idx.len() as u32);
         }
         let pattern = SymbolicSparseColMat::new_checked(n, n, col_ptr, None, row_idx);
-        let symbolic = factorize_symbolic_cholesky(
-            pattern.as_ref(),
-            Side::Lower,
-            SymmetricOrdering::Amd,
-            CholeskySymbolicParams {
-                supernodal_flop_ratio_threshold: SupernodalThreshold::FORCE_SIMPLICIAL,
-                ..Default::default()
-            },
-        )
-        .ok()?;
+        let symbolic =
+            factorize_symbolic_cholesky(pattern.as_ref(), Side::Lower, SymmetricOrdering::Amd, Default::default())
+                .ok()?;
         let fill = symbolic.len_val() as f64 / sources.len() as f64;
         Some(GlobalSolve {
             pattern,
@@ -99,6 +94,7 @@ impl GlobalSolve {
             entries: Vec::new(),
             pair: vec![[0.0; 2]; n],
             single: vec![[0.0; 1]; n],
+            columns: Vec::new(),
         })
     }
 
@@ -130,12 +126,13 @@ impl GlobalSolve {
         if factored.is_err() {
             return false;
         }
-        let (col_ptr, row_idx) = factor_pattern(&self.symbolic);
-        let mut inverse_diagonal = Vec::with_capacity(diagonal.len());
-        for j in 0..diagonal.len() {
-            let first = col_ptr[j] as usize;
-            debug_assert_eq!(row_idx[first] as usize, j, "a simplicial column starts at its diagonal");
-            inverse_diagonal.push(1.0 / values[first]);
+        let mut inverse_diagonal = Vec::new();
+        if let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) {
+            for j in 0..diagonal.len() {
+                let first = col_ptr[j] as usize;
+                debug_assert_eq!(row_idx[first] as usize, j, "a simplicial column starts at its diagonal");
+                inverse_diagonal.push(1.0 / values[first]);
+            }
         }
         self.factors.truncate(1);
         self.factors.insert(0, Factor { a, diagonal: diagonal.to_vec(), values, inverse_diagonal });
@@ -145,7 +142,9 @@ impl GlobalSolve {
     /// Overwrites `rhs` with `S^-1 rhs`: two coordinates on one core, the third on the other.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
         let factor = self.factors.first().expect("prepare before solve");
-        let (col_ptr, row_idx) = factor_pattern(&self.symbolic);
+        let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) else {
+            return self.solve_supernodal(rhs);
+        };
         let permutation = self.symbolic.perm().map(|p| p.arrays());
         let (pair, single) = (&mut self.pair, &mut self.single);
         for i in 0..rhs.len() {
@@ -161,6 +160,32 @@ impl GlobalSolve {
         for (i, r) in rhs.iter_mut().enumerate() {
             let k = permutation.map_or(i, |(_, inverse)| inverse[i] as usize);
             *r = [pair[k][0], pair[k][1], single[k][0]];
+        }
+    }
+
+    /// `solve` through faer, for a supernodal factor.
+    fn solve_supernodal(&mut self, rhs: &mut [[f64; 3]]) {
+        let factor = LltRef::new(&self.symbolic, &self.factors[0].values);
+        let n = rhs.len();
+        let columns = &mut self.columns;
+        columns.resize(3 * n, 0.0);
+        for (v, r) in rhs.iter().enumerate() {
+            for (c, value) in r.iter().enumerate() {
+                columns[c * n + v] = *value;
+            }
+        }
+        let solve = |block: &mut [f64], k: usize| {
+            let scratch = self.symbolic.solve_in_place_scratch::<f64>(k, Par::Seq);
+            let mut buffer = MemBuffer::new(scratch);
+            let rhs = MatMut::from_column_major_slice_mut(block, n, k);
+            factor.solve_in_place_with_conj(Conj::No, rhs, Par::Seq, MemStack::new(&mut buffer));
+        };
+        let (two, one) = columns.split_at_mut(2 * n);
+        rayon::join(|| solve(two, 2), || solve(one, 1));
+        for (v, r) in rhs.iter_mut().enumerate() {
+            for (c, value) in r.iter_mut().enumerate() {
+                *value = columns[c * n + v];
+            }
         }
     }
 }
@@ -223,13 +248,21 @@ mod tests {
     use crate::mesh::TetMesh;
 
     /// The solve inverts the matrix it factored: `S (S^-1 b) = b` on random right-hand sides,
-    /// with and without a vertex diagonal, and after switching between two cached factors.
+    /// for a small bar (a simplicial factor, our substitutions) and a cube (a supernodal one,
+    /// faer's solve), with two vertex diagonals and after switching between cached factors.
     #[test]
     fn solve_inverts_the_projective_matrix() {
+        for (cells, supernodal) in [([5, 3, 2], false), ([12, 12, 12], true)] {
+            solve_inverts(cells, supernodal);
+        }
+    }
+
+    fn solve_inverts(cells: [usize; 3], supernodal: bool) {
         let mut model = Model::empty([0.0, -9.81, 0.0]);
-        model.add_tet_body(&TetMesh::bar([5, 3, 2], [0.5, 0.3, 0.2]), &Material::corotated(1e6, 0.3), 1000.0).unwrap();
+        model.add_tet_body(&TetMesh::bar(cells, [0.5, 0.3, 0.2]), &Material::corotated(1e6, 0.3), 1000.0).unwrap();
         let topology = Topology::new(&model);
         let mut global = GlobalSolve::new(&model, &topology).unwrap();
+        assert_eq!(simplicial_pattern(&global.symbolic).is_none(), supernodal, "{cells:?}: faer chose otherwise");
         let n = model.vertex_count();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let masses: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
@@ -254,7 +287,7 @@ mod tests {
                     worst = worst.max((sx[c] - bi[c]).abs());
                 }
             }
-            assert!(worst < 1e-9, "a = {a}: |S x - b| reaches {worst:e}");
+            assert!(worst < 1e-9, "{cells:?}, a = {a}: |S x - b| reaches {worst:e}");
         }
     }
 }

@@ -22,6 +22,9 @@ use crate::backend::projective;
 use crate::backend::topology::Topology;
 use crate::model::Model;
 
+/// Entries of `L` from which a simplicial solve is split between two cores.
+const PARALLEL_SOLVE_ENTRIES: usize = 20_000;
+
 pub(crate) struct GlobalSolve {
     pattern: SymbolicSparseColMat<u32>,
     symbolic: SymbolicCholesky<u32>,
@@ -34,7 +37,8 @@ pub(crate) struct GlobalSolve {
     factors: Vec<Factor>,
     entries: Vec<f64>,
     values: Vec<f64>,
-    /// The right-hand sides in the factor's order: two coordinates, and the third.
+    /// The right-hand sides in the factor's order: all three, or two and the third.
+    all: Vec<[f64; 3]>,
     pair: Vec<[f64; 2]>,
     single: Vec<[f64; 1]>,
     /// Column-major right-hand sides, for a supernodal factor.
@@ -92,6 +96,7 @@ impl GlobalSolve {
             factors: Vec::new(),
             fill,
             entries: Vec::new(),
+            all: vec![[0.0; 3]; n],
             pair: vec![[0.0; 2]; n],
             single: vec![[0.0; 1]; n],
             columns: Vec::new(),
@@ -139,20 +144,33 @@ impl GlobalSolve {
         true
     }
 
-    /// Overwrites `rhs` with `S^-1 rhs`: two coordinates on one core, the third on the other.
+    /// Overwrites `rhs` with `S^-1 rhs`: two coordinates on one core, the third on the other,
+    /// or all three on one for a small factor.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
         let factor = self.factors.first().expect("prepare before solve");
         let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) else {
             return self.solve_supernodal(rhs);
         };
         let permutation = self.symbolic.perm().map(|p| p.arrays());
+        let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
+        if row_idx.len() < PARALLEL_SOLVE_ENTRIES {
+            // Small: waking the second core would cost more than its share of the work.
+            let all = &mut self.all;
+            for i in 0..rhs.len() {
+                all[i] = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
+            }
+            substitute(col_ptr, row_idx, l, inverse, all);
+            for (i, r) in rhs.iter_mut().enumerate() {
+                *r = all[permutation.map_or(i, |(_, inverse)| inverse[i] as usize)];
+            }
+            return;
+        }
         let (pair, single) = (&mut self.pair, &mut self.single);
         for i in 0..rhs.len() {
             let r = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
             pair[i] = [r[0], r[1]];
             single[i] = [r[2]];
         }
-        let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
         rayon::join(
             || substitute(col_ptr, row_idx, l, inverse, pair),
             || substitute(col_ptr, row_idx, l, inverse, single),

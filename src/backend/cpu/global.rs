@@ -266,11 +266,12 @@ mod tests {
     use crate::mesh::TetMesh;
 
     /// The solve inverts the matrix it factored: `S (S^-1 b) = b` on random right-hand sides,
-    /// for a small bar (a simplicial factor, our substitutions) and a cube (a supernodal one,
-    /// faer's solve), with two vertex diagonals and after switching between cached factors.
+    /// for a small bar and a long beam (simplicial factors: our substitutions on one core and
+    /// on two) and a cube (a supernodal one, faer's solve), with two vertex diagonals and
+    /// after switching between cached factors.
     #[test]
     fn solve_inverts_the_projective_matrix() {
-        for (cells, supernodal) in [([5, 3, 2], false), ([12, 12, 12], true)] {
+        for (cells, supernodal) in [([5, 3, 2], false), ([24, 8, 8], false), ([12, 12, 12], true)] {
             solve_inverts(cells, supernodal);
         }
     }
@@ -281,6 +282,10 @@ mod tests {
         let topology = Topology::new(&model);
         let mut global = GlobalSolve::new(&model, &topology).unwrap();
         assert_eq!(simplicial_pattern(&global.symbolic).is_none(), supernodal, "{cells:?}: faer chose otherwise");
+        if cells == [24, 8, 8] {
+            let entries = simplicial_pattern(&global.symbolic).unwrap().1.len();
+            assert!(entries >= PARALLEL_SOLVE_ENTRIES, "the beam's factor ({entries} entries) is solved on one core");
+        }
         let n = model.vertex_count();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let masses: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();

@@ -145,36 +145,41 @@ impl Elastic {
     /// the same values as [`energy`](Self::energy), [`stress`](Self::stress) and
     /// [`stress_derivative`](Self::stress_derivative). `rotation` is the warm start of
     /// corotated's and ARAP's closest rotation (the element's rotation at its last
-    /// evaluation; the identity will do) and receives the new one; other models leave it.
+    /// evaluation; the identity will do) and receives the new one; other models leave it. The
+    /// tangent, when asked, is written into the given matrix (by reference: it is 648 bytes,
+    /// and moving it out of here cost an element pass a twentieth of its time).
     pub fn evaluate(
         &self,
         f: &DMat3,
         rotation: &mut glam::DQuat,
         stress: bool,
-        tangent: Option<Projection>,
-    ) -> (f64, Option<DMat3>, Option<Mat9>) {
+        tangent: Option<(Projection, &mut Mat9)>,
+    ) -> (f64, Option<DMat3>) {
         let rotation_based = !matches!(
             self.model,
             MaterialModel::StVK | MaterialModel::NeoHookean | MaterialModel::StableNeoHookean
         );
         if !rotation_based {
-            let tangent = tangent.map(|projection| self.stress_derivative(f, projection));
-            return (self.energy(f), stress.then(|| self.stress(f)), tangent);
+            if let Some((projection, k)) = tangent {
+                self.stress_derivative_into(f, projection, k);
+            }
+            return (self.energy(f), stress.then(|| self.stress(f)));
         }
         // Corotated and ARAP need no SVD unless the tangent is projected: the closest rotation
         // gives energy and stress, and its derivative the true tangent.
-        if matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap)
-            && tangent != Some(Projection::Psd)
+        let projection = tangent.as_ref().map(|(projection, _)| *projection);
+        let mut tangent = tangent.map(|(_, k)| k);
+        if matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap) && projection != Some(Projection::Psd)
         {
             let (q, r) = super::closest_rotation(f, *rotation);
             *rotation = q;
-            let exact = match tangent {
-                Some(_) => self.corotated_tangent(f, &r),
-                None => Some([[0.0; 9]; 9]),
+            let exact = match tangent.as_deref_mut() {
+                Some(k) => self.corotated_tangent(f, &r, k),
+                None => true,
             };
-            if let Some(k) = exact {
+            if exact {
                 let (energy, p) = self.projective(f, &r);
-                return (energy, stress.then_some(p), tangent.map(|_| k));
+                return (energy, stress.then_some(p));
             }
         }
         let (u, s, v) = signed_svd(f);
@@ -183,50 +188,58 @@ impl Elastic {
             let d = self.stretch_derivatives(s);
             u * DMat3::from_diagonal(DVec3::from(d.grad)) * v.transpose()
         });
-        let tangent = tangent.map(|projection| self.eigensystem_tangent(&u, s, &v, projection));
-        (energy, stress, tangent)
+        if let (Some(projection), Some(k)) = (projection, tangent) {
+            self.eigensystem_tangent(&u, s, &v, projection, k);
+        }
+        (energy, stress)
     }
 
     /// `dP/dF` as a 9x9 matrix on `vec(F)` (row-major), exact or PSD-projected.
     pub fn stress_derivative(&self, f: &DMat3, projection: Projection) -> Mat9 {
+        let mut k = [[0.0; 9]; 9];
+        self.stress_derivative_into(f, projection, &mut k);
+        k
+    }
+
+    /// [`stress_derivative`](Self::stress_derivative) into `k`.
+    fn stress_derivative_into(&self, f: &DMat3, projection: Projection, k: &mut Mat9) {
         if projection == Projection::None {
             match self.model {
                 MaterialModel::StVK | MaterialModel::NeoHookean | MaterialModel::StableNeoHookean => {
-                    return self.polynomial_tangent(f);
+                    return self.polynomial_tangent(f, k);
                 }
                 MaterialModel::Corotated | MaterialModel::Arap => {
                     let (_, r) = super::closest_rotation(f, glam::DQuat::IDENTITY);
-                    if let Some(k) = self.corotated_tangent(f, &r) {
-                        return k;
+                    if self.corotated_tangent(f, &r, k) {
+                        return;
                     }
                 }
                 _ => {}
             }
         }
         let (u, s, v) = signed_svd(f);
-        self.eigensystem_tangent(&u, s, &v, projection)
+        self.eigensystem_tangent(&u, s, &v, projection, k)
     }
 
     /// The true tangent of corotated and ARAP at `F` with its closest rotation `r`, without an SVD:
     /// from `P = 2 mu (F - R) + lambda (tr S - 3) R` with `S = R^T F`,
     /// `dP = 2 mu dF + lambda (R : dF) R + (lambda (tr S - 3) - 2 mu) dR`, and the polar
     /// rotation's derivative `dR = R [w]x` with `(tr S I - S) w = axial(R^T dF - dF^T R)`.
-    /// `None` where `tr S I - S` is near singular (a flat or half-inverted element), which the
-    /// eigensystem handles.
-    pub(super) fn corotated_tangent(&self, f: &DMat3, r: &DMat3) -> Option<Mat9> {
+    /// Written into `k`; false (and `k` left) where `tr S I - S` is near singular (a flat or
+    /// half-inverted element), which the eigensystem handles.
+    pub(super) fn corotated_tangent(&self, f: &DMat3, r: &DMat3, k: &mut Mat9) -> bool {
         let a = r.transpose() * *f;
         let sym = (a + a.transpose()) * 0.5;
         let trace = sym.x_axis.x + sym.y_axis.y + sym.z_axis.z;
         let h = DMat3::from_diagonal(DVec3::splat(trace)) - sym;
         let scale = f.to_cols_array().iter().map(|x| x.abs()).fold(f64::MIN_POSITIVE, f64::max);
         if !(h.determinant() > 1e-6 * scale * scale * scale && h.x_axis.x > 1e-6 * scale) {
-            return None;
+            return false;
         }
         let h_inv = h.inverse();
         let lambda = self.corotated_lambda();
         let rotation_scale = lambda * (trace - 3.0) - 2.0 * self.mu;
         let rows = crate::math::to_rows(r);
-        let mut k = [[0.0; 9]; 9];
         for kk in 0..3 {
             for l in 0..3 {
                 // dF = e_kk e_l^T: B = R^T dF has column l equal to row kk of R.
@@ -250,15 +263,15 @@ impl Elastic {
                 }
             }
         }
-        Some(k)
+        true
     }
 
     /// The true tangent of the models with closed forms in `F`, entry by entry:
     /// `K[(i,j),(k,l)] = dP_ij / dF_kl`.
-    fn polynomial_tangent(&self, f: &DMat3) -> Mat9 {
+    fn polynomial_tangent(&self, f: &DMat3, k: &mut Mat9) {
         let (mu, lambda) = (self.mu, self.lambda);
         let fr = crate::math::to_rows(f);
-        let mut k = [[0.0; 9]; 9];
+        *k = [[0.0; 9]; 9];
         match self.model {
             MaterialModel::StVK => {
                 // dP = dF S + F (mu (dF^T F + F^T dF) + lambda tr(F^T dF) I)
@@ -327,17 +340,23 @@ impl Elastic {
             }
             _ => unreachable!("only polynomial models have a closed-form tangent"),
         }
-        k
     }
 
     /// Reassembles `dP/dF` from its analytic eigensystem, with negative eigenvalues replaced by
     /// their magnitudes when projecting.
-    pub(super) fn eigensystem_tangent(&self, u: &DMat3, s: DVec3, v: &DMat3, projection: Projection) -> Mat9 {
+    pub(super) fn eigensystem_tangent(
+        &self,
+        u: &DMat3,
+        s: DVec3,
+        v: &DMat3,
+        projection: Projection,
+        k: &mut Mat9,
+    ) {
         let d = self.stretch_derivatives(s);
         let clamp = |x: f64| {
             if projection == Projection::Psd { x.abs() } else { x }
         };
-        let mut k = [[0.0; 9]; 9];
+        *k = [[0.0; 9]; 9];
         // Scaling modes: D_a = u_a v_a^T, coupled through d2psi/dsigma2: exactly, sum_ab
         // hess_ab D_a D_b^T; projected, through the eigensystem of hess.
         let scaling: [[f64; 9]; 3] = std::array::from_fn(|a| vec9(&outer(u.col(a), v.col(a))));
@@ -362,7 +381,7 @@ impl Elastic {
                         *entry += q[a] * scaling[a][r];
                     }
                 }
-                add_outer9(&mut k, clamp(*value), &mode);
+                add_outer9(k, clamp(*value), &mode);
             }
         }
         // Flip and twist modes of each pair of stretches.
@@ -370,10 +389,9 @@ impl Elastic {
         for (pair, &(i, j)) in PAIRS.iter().enumerate() {
             let ij = outer(u.col(i), v.col(j));
             let ji = outer(u.col(j), v.col(i));
-            add_outer9(&mut k, clamp(d.flip[pair]), &vec9(&((ij + ji) * half)));
-            add_outer9(&mut k, clamp(d.twist[pair]), &vec9(&((ij - ji) * half)));
+            add_outer9(k, clamp(d.flip[pair]), &vec9(&((ij + ji) * half)));
+            add_outer9(k, clamp(d.twist[pair]), &vec9(&((ij - ji) * half)));
         }
-        k
     }
 
     /// `psi(sigma)` in principal stretches (the signed stretches of [`signed_svd`]).

@@ -122,7 +122,8 @@ fn eigensystem_agrees_with_polynomial_forms() {
             let e_stretch = m.stretch_energy(s);
             assert!((e_stretch - m.energy(&f)).abs() < 1e-10 * (1.0 + m.energy(&f).abs()));
             let k_poly = m.stress_derivative(&f, Projection::None);
-            let k_eig = m.eigensystem_tangent(&u, s, &v, Projection::None);
+            let mut k_eig = [[0.0; 9]; 9];
+            m.eigensystem_tangent(&u, s, &v, Projection::None, &mut k_eig);
             let (err, at) = worst_relative(&k_poly.concat(), &k_eig.concat());
             // Both are analytic; agreement is limited by the SVD's round-off.
             assert!(err < 1e-9, "{model:?}: tangent forms differ by {err:e} at {at}");
@@ -140,26 +141,29 @@ fn corotated_closed_form_agrees_with_the_eigensystem() {
         let mut closed_forms = 0;
         for f in random_deformations(model, 60, 4) {
             let (u, s, v) = crate::math::signed_svd(&f);
-            let k_eig = m.eigensystem_tangent(&u, s, &v, Projection::None);
+            let mut k_eig = [[0.0; 9]; 9];
+            m.eigensystem_tangent(&u, s, &v, Projection::None, &mut k_eig);
             let mut rotation = glam::DQuat::IDENTITY;
-            let (energy, stress, k) = m.evaluate(&f, &mut rotation, true, Some(Projection::None));
+            let mut k = [[0.0; 9]; 9];
+            let (energy, stress) = m.evaluate(&f, &mut rotation, true, Some((Projection::None, &mut k)));
             // Warm-started from the rotation it returned (and from a nearby one), the same values.
             for warm in [rotation, rotation * glam::DQuat::from_rotation_y(0.2)] {
                 let mut warm = warm;
-                let (e, p, kw) = m.evaluate(&f, &mut warm, true, Some(Projection::None));
+                let mut kw = [[0.0; 9]; 9];
+                let (e, p) = m.evaluate(&f, &mut warm, true, Some((Projection::None, &mut kw)));
                 assert!((e - energy).abs() <= 1e-12 * (1.0 + energy.abs()), "{model:?}: warm energy {e} vs {energy}");
                 let (err, _) = worst_relative(&p.unwrap().to_cols_array(), &stress.unwrap().to_cols_array());
                 assert!(err < 1e-10, "{model:?}: warm stress off by {err:e}");
-                let (err, _) = worst_relative(&kw.unwrap().concat(), &k.unwrap().concat());
+                let (err, _) = worst_relative(&kw.concat(), &k.concat());
                 assert!(err < 1e-9, "{model:?}: warm tangent off by {err:e}");
             }
-            let (err, at) = worst_relative(&k.unwrap().concat(), &k_eig.concat());
+            let (err, at) = worst_relative(&k.concat(), &k_eig.concat());
             assert!(err < 1e-9, "{model:?}: tangent forms differ by {err:e} at {at}");
             assert!((energy - m.stretch_energy(s)).abs() < 1e-12 * (1.0 + energy.abs()));
             let (err, at) = worst_relative(&stress.unwrap().to_cols_array(), &m.stress(&f).to_cols_array());
             assert!(err < 1e-10, "{model:?}: stresses differ by {err:e} at {at}");
             let (_, r) = crate::material::closest_rotation(&f, glam::DQuat::IDENTITY);
-            closed_forms += m.corotated_tangent(&f, &r).is_some() as usize;
+            closed_forms += m.corotated_tangent(&f, &r, &mut [[0.0; 9]; 9]) as usize;
         }
         // Only flat or half-inverted samples leave the closed form.
         assert!(closed_forms >= 50, "{model:?}: closed form used for {closed_forms} of 60");

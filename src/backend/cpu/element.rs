@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use crate::backend::topology::upper;
 use crate::material::Projection;
+use crate::math::Mat9;
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -88,7 +89,9 @@ fn tet(
         let f = deformation_gradient(&z, &beta);
         // One evaluation per node: the rotation-based models share one SVD among the three.
         let projection = blocks.as_ref().map(|(_, projection)| *projection);
-        let (psi, stress, tangent) = material.evaluate(&f, rotation, gradient.is_some(), projection);
+        let mut k: Option<Mat9> = projection.map(|_| [[0.0; 9]; 9]);
+        let tangent = projection.zip(k.as_mut());
+        let (psi, stress) = material.evaluate(&f, rotation, gradient.is_some(), tangent);
         energy += node.weight * rest.volume * psi;
         if let (Some(g), Some(stress)) = (gradient.as_deref_mut(), stress) {
             let p = stress * (node.weight * node.theta * rest.volume);
@@ -97,7 +100,7 @@ fn tet(
                 g[a] = (DVec3::from(g[a]) + ga).into();
             }
         }
-        if let (Some((h, _)), Some(k)) = (blocks.as_mut(), tangent) {
+        if let (Some((h, _)), Some(k)) = (blocks.as_mut(), k.as_ref()) {
             let w = node.weight * node.theta * node.theta * rest.volume;
             // The shape gradients sum to zero (beta_3 = -beta_0 - beta_1 - beta_2), so the
             // blocks of corners 0-2 determine the rest: H_a3 = -sum_b H_ab, H_33 = -sum_a H_a3.

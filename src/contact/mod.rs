@@ -176,6 +176,13 @@ impl Collider {
     }
 }
 
+/// The colliders and the penalty stiffness (N/m) a contact evaluation needs: plain data the
+/// model holds, handed over without the model.
+pub(crate) struct Contacts<'a> {
+    pub colliders: &'a [Collider],
+    pub stiffness: f64,
+}
+
 /// Below this tangential speed (m/s) lagged friction acts as a stiff viscous stick.
 const STICK_SPEED: f64 = 1e-3;
 
@@ -185,17 +192,18 @@ const STICK_SPEED: f64 = 1e-3;
 /// `-c v_t` has the Coulomb magnitude `mu lambda` while sliding (DESIGN.md: lagged friction;
 /// the ledger books twice the pseudo-potential).
 pub(crate) fn add_lagged_friction(
-    model: &crate::model::Model,
+    contacts: &Contacts<'_>,
+    pinned: &[bool],
     x: &[[f64; 3]],
     v: &[[f64; 3]],
     dt: f64,
     out: &mut [[f64; 9]],
 ) {
     for (i, block) in out.iter_mut().enumerate() {
-        if model.pinned[i] {
+        if pinned[i] {
             continue;
         }
-        for collider in model.colliders.iter().filter(|c| c.friction > 0.0) {
+        for collider in contacts.colliders.iter().filter(|c| c.friction > 0.0) {
             let d = collider.distance(DVec3::from(x[i]));
             if d.phi >= 0.0 {
                 continue;
@@ -203,7 +211,7 @@ pub(crate) fn add_lagged_friction(
             let n = d.normal;
             let tangent = DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z);
             let v_t = tangent * DVec3::from(v[i]);
-            let c = collider.friction * model.contact_stiffness * d.phi.abs() / v_t.length().max(STICK_SPEED);
+            let c = collider.friction * contacts.stiffness * d.phi.abs() / v_t.length().max(STICK_SPEED);
             let a = (tangent * (c / dt)).transpose().to_cols_array();
             for k in 0..9 {
                 block[k] += a[k];

@@ -1,0 +1,107 @@
+//! Penalty contact and lagged Coulomb friction against a plane, at the game step h = 1/30 s:
+//! how deep a resting cube sinks, and how far a sliding cube slides.
+
+use lively::{Collider, ContactModel, Integrator, Material, Simulation, Solver, TetMesh};
+
+const H: f64 = 1.0 / 30.0;
+const G: f64 = 9.81;
+const SIDE: f64 = 0.2;
+const CELLS: usize = 3;
+const DENSITY: f64 = 1000.0;
+const STIFFNESS: f64 = 1e5;
+
+/// A 0.2 m stable neo-Hookean cube (E 1e5 Pa) whose bottom face lies `height` above the plane
+/// y = 0, with penalty contact of `STIFFNESS` N/m per vertex and friction `mu`.
+fn cube_on_plane(height: f64, mu: f64) -> Simulation {
+    let mesh = TetMesh::bar([CELLS; 3], [SIDE; 3]);
+    let mut sim = Simulation::builder()
+        .tet_body(mesh, Material::stable_neo_hookean(1e5, 0.3), DENSITY)
+        .gravity([0.0, -G, 0.0])
+        .dt(H)
+        .integrator(Integrator::BackwardEuler)
+        .solver(Solver::newton())
+        .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(mu))
+        .contact_model(ContactModel::Penalty { stiffness: STIFFNESS })
+        .build()
+        .expect("valid scene");
+    let raised: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1] + height, p[2]]).collect();
+    let still = vec![[0.0; 3]; raised.len()];
+    sim.set_state(&raised, &still).unwrap();
+    sim
+}
+
+fn lowest(sim: &Simulation) -> f64 {
+    sim.positions().iter().map(|p| p[1]).fold(f64::INFINITY, f64::min)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0), |(s, n), v| (s + v, n + 1));
+    sum / n as f64
+}
+
+/// Dropped from 5 cm, the cube comes to rest on the plane, sunk by about its weight over the
+/// bottom vertices' penalty springs: `m g / (k n)` with `n` the bottom vertices, 4.9e-5 m
+/// here. The stated bound is three times that (the bottom face does not load its vertices
+/// evenly); the deepest point over the last second must stay within it, and the cube must
+/// be at rest.
+#[test]
+fn a_resting_cube_sinks_no_deeper_than_its_weight_over_the_penalty_springs() {
+    let mut sim = cube_on_plane(0.05, 0.0);
+    let mass = DENSITY * SIDE * SIDE * SIDE;
+    let bottom = (CELLS + 1) * (CELLS + 1);
+    let expected = mass * G / (STIFFNESS * bottom as f64);
+    let mut deepest: f64 = 0.0;
+    for step in 0..90 {
+        sim.step().unwrap();
+        if step >= 60 {
+            deepest = deepest.max(-lowest(&sim));
+        }
+    }
+    let speed = sim.velocities().iter().map(|v| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt()).fold(0.0, f64::max);
+    println!("resting depth {deepest:.3e} m (estimate {expected:.3e} m), fastest vertex {speed:.2e} m/s");
+    assert!(deepest > 0.2 * expected, "the cube does not rest on the plane: depth {deepest:e} m");
+    assert!(deepest < 3.0 * expected, "the cube sinks {deepest:e} m, over three times {expected:e} m");
+    assert!(speed < 1e-2, "the cube is not at rest: a vertex moves at {speed} m/s");
+}
+
+/// A cube sliding at 2 m/s on a plane with mu = 0.5 stops within 30 % of the Coulomb distance
+/// `v^2 / (2 mu g)`; without friction it keeps its speed.
+#[test]
+fn a_sliding_cube_stops_at_the_coulomb_distance_and_slides_on_without_friction() {
+    let coulomb = 2.0 * 2.0 / (2.0 * 0.5 * G);
+    for mu in [0.5, 0.0] {
+        let mut sim = cube_on_plane(0.0, mu);
+        // Settle onto the springs first, so that the slide starts at the resting depth.
+        for _ in 0..30 {
+            sim.step().unwrap();
+        }
+        let positions = sim.positions().to_vec();
+        let sliding = vec![[2.0, 0.0, 0.0]; positions.len()];
+        sim.set_state(&positions, &sliding).unwrap();
+        let start = mean(sim.positions().iter().map(|p| p[0]));
+        let mut stopped_at = None;
+        for step in 1..=60 {
+            sim.step().unwrap();
+            let speed = mean(sim.velocities().iter().map(|v| v[0]));
+            if stopped_at.is_none() && speed < 1e-2 {
+                stopped_at = Some((step, mean(sim.positions().iter().map(|p| p[0])) - start));
+            }
+        }
+        let travelled = mean(sim.positions().iter().map(|p| p[0])) - start;
+        if mu > 0.0 {
+            let (step, distance) = stopped_at.expect("the cube never stopped");
+            println!("mu {mu}: stopped after {step} steps at {distance:.3} m (Coulomb {coulomb:.3} m)");
+            assert!(
+                (distance - coulomb).abs() < 0.3 * coulomb,
+                "stopped at {distance} m, Coulomb distance {coulomb} m"
+            );
+            assert!((travelled - distance).abs() < 0.02 * coulomb, "it moved on after stopping: {travelled} m");
+        } else {
+            let speed = mean(sim.velocities().iter().map(|v| v[0]));
+            println!("mu 0: {travelled:.3} m in 2 s, speed {speed:.3} m/s");
+            assert!(stopped_at.is_none(), "the frictionless cube stopped");
+            assert!((speed - 2.0).abs() < 0.05, "the frictionless cube's speed changed to {speed} m/s");
+            assert!((travelled - 4.0).abs() < 0.1, "the frictionless cube slid {travelled} m in 2 s");
+        }
+    }
+}

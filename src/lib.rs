@@ -37,6 +37,7 @@ pub mod mesh;
 mod model;
 pub mod objective;
 pub mod presets;
+pub mod scene;
 mod sim;
 pub mod solver;
 mod state;

@@ -1,0 +1,437 @@
+//! Scene files: a simulation described in TOML, as `lively run SCENE.toml` reads it.
+//!
+//! ```toml
+//! name = "spinning cube"
+//! recreates = "avf-stvk-energy-conserving.md, the spinning cube"
+//! dt = 0.0333            # s (default 1/30)
+//! steps = 90             # default 90
+//! gravity = [0, -9.81, 0]
+//! integrator = "avf"     # fe se be bdf2 im newmark avf stabilized a1 a-search
+//! solver = "newton"      # or "local-global"
+//! tolerance = 1e-8       # N (the solver's default without)
+//!
+//! [body]
+//! kind = "bar"           # "bar" (cells, size) or "file" (path, relative to the scene)
+//! cells = [4, 4, 4]
+//! size = [0.5, 0.5, 0.5]
+//! material = "stvk"      # stvk corotated fixed-corotated neo-hookean stable-neo-hookean arap
+//! youngs = 1e5
+//! poisson = 0.3
+//! density = 1000
+//!
+//! [start]                # about the rest shape's centroid, applied in this order
+//! stretch = [1.3, 1, 1]  # scale per axis
+//! twist = 1.0            # rad, about x, growing linearly along x
+//! velocity = [0, 0, 0]   # m/s
+//! spin = [0, 3, 0]       # rad/s
+//!
+//! [[pin]]                # pins the vertices whose rest coordinate on `axis` is in [min, max]
+//! axis = "x"
+//! max = 0.0
+//!
+//! [[collider]]           # plane (normal, offset), sphere (center, radius),
+//! shape = "plane"        # cuboid (center, half_extents), capsule (a, b, radius)
+//! normal = [0, 1, 0]
+//! offset = 0.0
+//! friction = 0.3
+//! ```
+//!
+//! Colliders take `contact_stiffness` (N/m, default 1e5) for their penalty. An unknown key, a
+//! value of the wrong kind or a missing file is an error that names it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::{Backend, Collider, ContactModel, Integrator, Material, Simulation, Solver, TetMesh};
+
+/// A parsed scene file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scene {
+    /// What the scene shows.
+    #[serde(default)]
+    pub name: String,
+    /// The paper and figure the scene re-creates, if any.
+    #[serde(default)]
+    pub recreates: String,
+    #[serde(default = "default_dt")]
+    pub dt: f64,
+    #[serde(default = "default_steps")]
+    pub steps: usize,
+    #[serde(default)]
+    pub gravity: [f64; 3],
+    #[serde(default = "default_integrator")]
+    pub integrator: String,
+    #[serde(default = "default_solver")]
+    pub solver: String,
+    /// Newton's gradient tolerance (N), or local/global's iterations' global tolerance.
+    pub tolerance: Option<f64>,
+    /// Local/global iterations per step.
+    #[serde(default = "default_iterations")]
+    pub iterations: usize,
+    #[serde(default)]
+    pub backend: Option<String>,
+    pub body: Body,
+    #[serde(default)]
+    pub start: Start,
+    #[serde(default)]
+    pub pin: Vec<Pin>,
+    #[serde(default)]
+    pub collider: Vec<ColliderSpec>,
+    #[serde(default = "default_contact_stiffness")]
+    pub contact_stiffness: f64,
+    /// The folder relative paths are read from (the scene file's).
+    #[serde(skip)]
+    pub folder: PathBuf,
+}
+
+fn default_dt() -> f64 {
+    1.0 / 30.0
+}
+fn default_steps() -> usize {
+    90
+}
+fn default_integrator() -> String {
+    "be".into()
+}
+fn default_solver() -> String {
+    "newton".into()
+}
+fn default_iterations() -> usize {
+    10
+}
+fn default_contact_stiffness() -> f64 {
+    1e5
+}
+
+/// The deformable body.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Body {
+    /// `"bar"` (a box of `cells` over `size`, from the origin) or `"file"` (`path`).
+    pub kind: String,
+    pub cells: Option<[usize; 3]>,
+    pub size: Option<[f64; 3]>,
+    pub path: Option<PathBuf>,
+    pub material: String,
+    pub youngs: f64,
+    pub poisson: f64,
+    #[serde(default = "default_density")]
+    pub density: f64,
+}
+
+fn default_density() -> f64 {
+    1000.0
+}
+
+/// The initial state, from the rest shape.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Start {
+    pub stretch: Option<[f64; 3]>,
+    pub twist: Option<f64>,
+    pub velocity: Option<[f64; 3]>,
+    pub spin: Option<[f64; 3]>,
+}
+
+/// Pins the vertices whose rest coordinate on `axis` lies in `[min, max]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pin {
+    pub axis: String,
+    #[serde(default = "negative_infinity")]
+    pub min: f64,
+    #[serde(default = "positive_infinity")]
+    pub max: f64,
+}
+
+fn negative_infinity() -> f64 {
+    f64::NEG_INFINITY
+}
+fn positive_infinity() -> f64 {
+    f64::INFINITY
+}
+
+/// A static collider.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "shape", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ColliderSpec {
+    Plane {
+        normal: [f64; 3],
+        offset: f64,
+        #[serde(default)]
+        friction: f64,
+    },
+    Sphere {
+        center: [f64; 3],
+        radius: f64,
+        #[serde(default)]
+        friction: f64,
+    },
+    Cuboid {
+        center: [f64; 3],
+        half_extents: [f64; 3],
+        #[serde(default)]
+        friction: f64,
+    },
+    Capsule {
+        a: [f64; 3],
+        b: [f64; 3],
+        radius: f64,
+        #[serde(default)]
+        friction: f64,
+    },
+}
+
+/// The integrator of a command-line or scene name, with the crate's default parameters for
+/// the energy-controlled schemes (stabilized epsilon 0.01, A-search alpha in [0, 1.1]).
+pub fn integrator(name: &str) -> Result<Integrator> {
+    Ok(match name {
+        "fe" => Integrator::ForwardEuler,
+        "se" => Integrator::SymplecticEuler,
+        "be" => Integrator::BackwardEuler,
+        "bdf2" => Integrator::Bdf2,
+        "im" => Integrator::ImplicitMidpoint,
+        "newmark" => Integrator::Newmark,
+        "avf" => Integrator::Avf,
+        "stabilized" => Integrator::Stabilized { epsilon: 0.01 },
+        "a1" => Integrator::A1,
+        "a-search" => Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
+        other => {
+            return Err(Error::Parameter(format!(
+                "unknown integrator {other:?}; use one of fe, se, be, bdf2, im, newmark, avf, stabilized, a1, a-search"
+            )));
+        }
+    })
+}
+
+/// The backend of a command-line or scene name.
+pub fn backend(name: &str) -> Result<Backend> {
+    match name {
+        "cpu" => Ok(Backend::Cpu),
+        "gpu" => Ok(Backend::Gpu),
+        "auto" => Ok(Backend::Auto),
+        other => Err(Error::Parameter(format!("unknown backend {other:?}; use cpu, gpu or auto"))),
+    }
+}
+
+impl Scene {
+    /// Reads and checks a scene file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Scene> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Parameter(format!("cannot read scene {}: {e}", path.display())))?;
+        let mut scene = Scene::parse(&text).map_err(|e| match e {
+            Error::Parameter(m) => Error::Parameter(format!("scene {}: {m}", path.display())),
+            other => other,
+        })?;
+        scene.folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(scene)
+    }
+
+    /// Parses and checks a scene from TOML text (relative paths from the working folder).
+    pub fn parse(text: &str) -> Result<Scene> {
+        let scene: Scene = toml::from_str(text).map_err(|e| {
+            // toml's message names the key or value; say on which line, in one line.
+            let line = e.span().map_or(String::new(), |span| {
+                let number = text[..span.start.min(text.len())].matches('\n').count();
+                format!("line {} (`{}`): ", number + 1, text.lines().nth(number).unwrap_or("").trim())
+            });
+            Error::Parameter(format!("{line}{}", e.message().trim()))
+        })?;
+        integrator(&scene.integrator)?;
+        if let Some(name) = &scene.backend {
+            backend(name)?;
+        }
+        scene.material()?;
+        for pin in &scene.pin {
+            axis(&pin.axis)?;
+        }
+        Ok(scene)
+    }
+
+    fn material(&self) -> Result<Material> {
+        let (e, nu) = (self.body.youngs, self.body.poisson);
+        Ok(match self.body.material.as_str() {
+            "stvk" => Material::stvk(e, nu),
+            "corotated" => Material::corotated(e, nu),
+            "fixed-corotated" => Material::fixed_corotated(e, nu),
+            "neo-hookean" => Material::neo_hookean(e, nu),
+            "stable-neo-hookean" => Material::stable_neo_hookean(e, nu),
+            "arap" => Material::arap(e, nu),
+            other => {
+                return Err(Error::Parameter(format!(
+                    "body.material: unknown material {other:?}; use stvk, corotated, fixed-corotated, neo-hookean, \
+                     stable-neo-hookean or arap"
+                )));
+            }
+        })
+    }
+
+    fn mesh(&self) -> Result<TetMesh> {
+        let body = &self.body;
+        match body.kind.as_str() {
+            "bar" => {
+                let (Some(cells), Some(size)) = (body.cells, body.size) else {
+                    return Err(Error::Parameter("body: kind \"bar\" needs cells and size".into()));
+                };
+                if cells.contains(&0) || size.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+                    return Err(Error::Parameter(format!(
+                        "body: cells {cells:?} and size {size:?} must be positive"
+                    )));
+                }
+                Ok(TetMesh::bar(cells, size))
+            }
+            "file" => {
+                let Some(path) = &body.path else {
+                    return Err(Error::Parameter("body: kind \"file\" needs path".into()));
+                };
+                TetMesh::load(self.folder.join(path))
+            }
+            other => Err(Error::Parameter(format!("body.kind: unknown kind {other:?}; use \"bar\" or \"file\""))),
+        }
+    }
+
+    /// The scene's simulation, in its initial state; `integrator`, `backend` and `solver`
+    /// override the file's when given (the command line's options).
+    pub fn build(&self, integrator_name: Option<&str>, backend_name: Option<&str>) -> Result<Simulation> {
+        let mesh = self.mesh()?;
+        let rest = mesh.positions().to_vec();
+        let solver = match self.solver.as_str() {
+            "newton" => self.tolerance.map_or(Solver::newton(), |t| Solver::newton().tolerance(t)),
+            "local-global" => Solver::local_global(self.iterations),
+            other => {
+                return Err(Error::Parameter(format!("solver: unknown solver {other:?}; use newton or local-global")));
+            }
+        };
+        let mut builder = Simulation::builder()
+            .tet_body(mesh, self.material()?, self.body.density)
+            .dt(self.dt)
+            .gravity(self.gravity)
+            .integrator(integrator(integrator_name.unwrap_or(&self.integrator))?)
+            .solver(solver);
+        if let Some(name) = backend_name.or(self.backend.as_deref()) {
+            builder = builder.backend(backend(name)?);
+        }
+        for pin in &self.pin {
+            let (k, min, max) = (axis(&pin.axis)?, pin.min, pin.max);
+            builder = builder.pin(move |p| p[k] >= min && p[k] <= max);
+        }
+        for spec in &self.collider {
+            builder = builder.collider(match *spec {
+                ColliderSpec::Plane { normal, offset, friction } => Collider::plane(normal, offset).friction(friction),
+                ColliderSpec::Sphere { center, radius, friction } => Collider::sphere(center, radius).friction(friction),
+                ColliderSpec::Cuboid { center, half_extents, friction } => {
+                    Collider::cuboid(center, half_extents).friction(friction)
+                }
+                ColliderSpec::Capsule { a, b, radius, friction } => Collider::capsule(a, b, radius).friction(friction),
+            });
+        }
+        if !self.collider.is_empty() {
+            builder = builder.contact_model(ContactModel::Penalty { stiffness: self.contact_stiffness });
+        }
+        let mut sim = builder.build()?;
+        let (x, v) = self.start.state(&rest, sim.positions().len());
+        if self.start.changes_anything() {
+            sim.set_state(&x, &v)?;
+        }
+        Ok(sim)
+    }
+}
+
+fn axis(name: &str) -> Result<usize> {
+    match name {
+        "x" => Ok(0),
+        "y" => Ok(1),
+        "z" => Ok(2),
+        other => Err(Error::Parameter(format!("pin.axis: unknown axis {other:?}; use x, y or z"))),
+    }
+}
+
+impl Start {
+    fn changes_anything(&self) -> bool {
+        self.stretch.is_some() || self.twist.is_some() || self.velocity.is_some() || self.spin.is_some()
+    }
+
+    /// Positions and velocities from the rest positions: stretched and twisted about the
+    /// centroid, then moving with `velocity` and spinning with `spin` about the centroid.
+    fn state(&self, rest: &[[f64; 3]], n: usize) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
+        use glam::{DMat3, DVec3};
+        let centroid = rest.iter().fold(DVec3::ZERO, |s, p| s + DVec3::from(*p)) / rest.len().max(1) as f64;
+        let (low, high) = rest.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| (l.min(p[0]), h.max(p[0])));
+        let length = (high - low).max(f64::MIN_POSITIVE);
+        let stretch = DVec3::from(self.stretch.unwrap_or([1.0; 3]));
+        let x: Vec<[f64; 3]> = rest
+            .iter()
+            .map(|p| {
+                let d = (DVec3::from(*p) - centroid) * stretch;
+                let angle = self.twist.unwrap_or(0.0) * ((p[0] - low) / length - 0.5);
+                (centroid + DMat3::from_rotation_x(angle) * d).into()
+            })
+            .collect();
+        let spin = DVec3::from(self.spin.unwrap_or([0.0; 3]));
+        let velocity = DVec3::from(self.velocity.unwrap_or([0.0; 3]));
+        let v = x.iter().map(|p| (velocity + spin.cross(DVec3::from(*p) - centroid)).into()).collect();
+        debug_assert_eq!(x.len(), n);
+        (x, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[body]\nkind = \"bar\"\ncells = [2, 1, 1]\nsize = [0.2, 0.1, 0.1]\nmaterial = \"stvk\"\nyoungs = 1e5\npoisson = 0.3\n";
+
+    #[test]
+    fn a_minimal_scene_builds_with_the_defaults() {
+        let scene = Scene::parse(MINIMAL).unwrap();
+        assert_eq!((scene.steps, scene.integrator.as_str(), scene.dt), (90, "be", 1.0 / 30.0));
+        let mut sim = scene.build(None, Some("cpu")).unwrap();
+        sim.step().unwrap();
+    }
+
+    /// Every kind of bad input is one error line that names the culprit.
+    #[test]
+    fn bad_scenes_are_rejected_with_the_key_or_value_named() {
+        let cases = [
+            (format!("{MINIMAL}colour = 3\n"), "colour"),
+            (MINIMAL.replace("youngs = 1e5", "youngs = \"stiff\""), "youngs"),
+            (MINIMAL.replace("stvk", "jelly"), "jelly"),
+            (format!("integrator = \"rk4\"\n{MINIMAL}"), "rk4"),
+            (format!("{MINIMAL}[[pin]]\naxis = \"w\"\n"), "\"w\""),
+            (format!("{MINIMAL}[[collider]]\nshape = \"torus\"\n"), "torus"),
+            (format!("{MINIMAL}[start]\nspin = [1, 2]\n"), "spin"),
+        ];
+        for (text, named) in cases {
+            let message = Scene::parse(&text).unwrap_err().to_string();
+            assert!(message.contains(named), "{named:?} not named in: {message}");
+            assert!(!message.contains('\n'), "not one line: {message}");
+        }
+        let message = Scene::load("no/such/scene.toml").unwrap_err().to_string();
+        assert!(message.contains("no/such/scene.toml"), "{message}");
+        let negative = MINIMAL.replace("youngs = 1e5", "youngs = -1e5");
+        let Err(error) = Scene::parse(&negative).unwrap().build(None, Some("cpu")) else {
+            panic!("a negative Young's modulus was accepted");
+        };
+        let message = error.to_string();
+        assert!(message.to_lowercase().contains("young"), "{message}");
+    }
+
+    /// The initial state: a spin about the centroid gives the rigid velocity field, a stretch
+    /// scales about the centroid.
+    #[test]
+    fn the_start_stretches_and_spins_about_the_centroid() {
+        let text = format!("{MINIMAL}[start]\nstretch = [2, 1, 1]\nspin = [0, 0, 3]\n");
+        let sim = Scene::parse(&text).unwrap().build(None, Some("cpu")).unwrap();
+        let xs: Vec<f64> = sim.positions().iter().map(|p| p[0]).collect();
+        let (low, high) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+        assert!((high - low - 0.4).abs() < 1e-12 && (low + 0.1).abs() < 1e-12, "x spans {low}..{high}");
+        for (p, v) in sim.positions().iter().zip(sim.velocities()) {
+            let r = [p[0] - 0.1, p[1] - 0.05];
+            assert!((v[0] + 3.0 * r[1]).abs() < 1e-12 && (v[1] - 3.0 * r[0]).abs() < 1e-12);
+        }
+    }
+}

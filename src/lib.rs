@@ -36,6 +36,7 @@ pub mod math;
 pub mod mesh;
 mod model;
 pub mod objective;
+pub mod plot;
 pub mod presets;
 pub mod scene;
 mod sim;

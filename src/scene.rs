@@ -50,7 +50,7 @@ use crate::{Backend, Collider, ContactModel, Integrator, Material, Simulation, S
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scene {
-    /// What the scene shows.
+    /// What the scene shows (the file's path when the file does not say).
     #[serde(default)]
     pub name: String,
     /// The paper and figure the scene re-creates, if any.
@@ -228,6 +228,9 @@ impl Scene {
             other => other,
         })?;
         scene.folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if scene.name.is_empty() {
+            scene.name = path.display().to_string();
+        }
         Ok(scene)
     }
 
@@ -270,7 +273,8 @@ impl Scene {
         })
     }
 
-    fn mesh(&self) -> Result<TetMesh> {
+    /// The body's mesh at rest.
+    pub fn mesh(&self) -> Result<TetMesh> {
         let body = &self.body;
         match body.kind.as_str() {
             "bar" => {

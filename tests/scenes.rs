@@ -64,3 +64,28 @@ fn lively_run_writes_the_energy_table() {
     assert!(message.contains("steps") && message.trim().lines().count() == 1, "{message}");
     std::fs::remove_file(&bad).ok();
 }
+
+#[test]
+fn lively_compare_draws_one_curve_per_integrator() {
+    let out = std::env::temp_dir().join(format!("lively-compare-test-{}", std::process::id()));
+    let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/stretched_bar.toml");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively"))
+        .args(["compare", scene.to_str().unwrap(), "--integrators", "be,avf", "--steps", "3", "--backend", "cpu", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let table = std::fs::read_to_string(out.join("compare.csv")).unwrap();
+    let rows: Vec<Vec<f64>> = table
+        .lines()
+        .skip(1)
+        .map(|row| row.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(table.lines().next(), Some("time,be,avf"));
+    assert_eq!(rows.len(), 3);
+    // Backward Euler loses energy; AVF keeps it to the solver tolerance.
+    assert!(rows[2][1] < 0.999 && (rows[2][2] - 1.0).abs() < 1e-6, "{table}");
+    let svg = std::fs::read_to_string(out.join("compare.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("avf") && svg.contains("polyline"), "not a plot of the runs");
+    std::fs::remove_dir_all(&out).ok();
+}

@@ -38,14 +38,39 @@ enum Command {
         /// The folder the outputs go to.
         #[arg(long, default_value = "lively-out")]
         out: PathBuf,
+        /// Also writes every step's shape: `vtk` (a ParaView series, frames.pvd) or `obj`
+        /// (the surface, frame_NNNNN.obj).
+        #[arg(long)]
+        frames: Option<String>,
+    },
+    /// Runs a scene under several integrators and draws their energies in one plot:
+    /// OUT/compare.svg, with OUT/compare.csv (time, then H / H0 per integrator).
+    Compare {
+        /// The scene (TOML).
+        scene: PathBuf,
+        /// Comma-separated integrator names.
+        #[arg(long, value_delimiter = ',', default_value = "be,bdf2,im,avf,stabilized,a-search")]
+        integrators: Vec<String>,
+        /// Overrides the scene's backend: cpu, gpu or auto.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Overrides the scene's step count.
+        #[arg(long)]
+        steps: Option<usize>,
+        /// The folder the outputs go to.
+        #[arg(long, default_value = "lively-out")]
+        out: PathBuf,
     },
 }
 
 fn main() -> ExitCode {
     let (name, result) = match Cli::parse().command {
         Command::Demo => ("demo", demo()),
-        Command::Run { scene, integrator, backend, steps, out } => {
-            ("run", run(&scene, integrator.as_deref(), backend.as_deref(), steps, &out))
+        Command::Run { scene, integrator, backend, steps, out, frames } => {
+            ("run", run(&scene, integrator.as_deref(), backend.as_deref(), steps, &out, frames.as_deref()))
+        }
+        Command::Compare { scene, integrators, backend, steps, out } => {
+            ("compare", compare(&scene, &integrators, backend.as_deref(), steps, &out))
         }
     };
     match result {
@@ -57,16 +82,35 @@ fn main() -> ExitCode {
     }
 }
 
-/// `lively run`: steps the scene, writes the energy table, prints a summary.
+/// `lively run`: steps the scene, writes the energy table, its plot and any frames, prints a
+/// summary.
 fn run(
     path: &Path,
     integrator: Option<&str>,
     backend: Option<&str>,
     steps: Option<usize>,
     out: &Path,
+    frames: Option<&str>,
 ) -> Result<(), lively::Error> {
     let scene = Scene::load(path)?;
     let mut sim = scene.build(integrator, backend)?;
+    if let Some(format) = frames.filter(|f| !matches!(*f, "vtk" | "obj")) {
+        return Err(lively::Error::Parameter(format!("--frames {format:?}: use vtk or obj")));
+    }
+    let mesh = scene.mesh()?;
+    let mut series = match frames {
+        Some("vtk") => Some(lively::VtuSeries::new(out, "frames")?),
+        _ => None,
+    };
+    let mut write_frame = |sim: &lively::Simulation, index: usize| -> Result<(), lively::Error> {
+        match (frames, series.as_mut()) {
+            (Some("vtk"), Some(series)) => series.write_frame(&mesh, sim.time(), Some(sim.positions())),
+            (Some("obj"), _) => mesh
+                .surface_mesh(Some(sim.positions()))?
+                .save(out.join(format!("frame_{index:05}.obj"))),
+            _ => Ok(()),
+        }
+    };
     let steps = steps.unwrap_or(scene.steps);
     let io = |e: std::io::Error| lively::Error::Parameter(format!("cannot write to {}: {e}", out.display()));
     std::fs::create_dir_all(out).map_err(io)?;
@@ -79,7 +123,10 @@ fn run(
         writeln!(csv, "{},{},{},{},{},{alpha},{iterations},{ms:.3}", sim.time(), e.kinetic, e.potential, e.total, e.target)
     };
     row(&mut csv, &sim, None, 0, 0.0).map_err(io)?;
+    write_frame(&sim, 0)?;
     let h0 = sim.energy().total;
+    let name = sim.integrator().name().to_string();
+    let mut curve = lively::plot::Curve { name, ..Default::default() };
     let (mut lowest, mut highest, mut total_ms, mut unconverged) = (h0, h0, 0.0, 0);
     for _ in 0..steps {
         let stats = sim.step()?;
@@ -87,12 +134,14 @@ fn run(
         total_ms += ms;
         unconverged += usize::from(!stats.converged);
         row(&mut csv, &sim, stats.alpha, stats.iterations, ms).map_err(io)?;
+        write_frame(&sim, curve.energy.len() + 1)?;
         let h = sim.energy().total;
         (lowest, highest) = (lowest.min(h), highest.max(h));
+        curve.energy.push((sim.time(), h / h0));
+        curve.alpha.extend(stats.alpha.map(|a| (sim.time(), a)));
     }
     csv.flush().map_err(io)?;
-    let title = if scene.name.is_empty() { path.display().to_string() } else { scene.name.clone() };
-    println!("lively run: {title}");
+    println!("lively run: {}", scene.name);
     if !scene.recreates.is_empty() {
         println!("  re-creates {}", scene.recreates);
     }
@@ -111,7 +160,70 @@ fn run(
         total_ms / steps.max(1) as f64,
         if unconverged > 0 { format!("; {unconverged} steps stopped unconverged") } else { String::new() }
     );
-    println!("  wrote {}", csv_path.display());
+    lively::plot::energy(&out.join("energy.svg"), &scene.name, &[curve], sim.time())?;
+    let frames = frames.map_or(String::new(), |f| format!(" and {f} frames"));
+    println!("  wrote {}, energy.svg{frames}", csv_path.display());
+    Ok(())
+}
+
+/// `lively compare`: one run per integrator (a run that fails stops its curve there), the
+/// energy table and plot, and a line per integrator.
+fn compare(
+    path: &Path,
+    integrators: &[String],
+    backend: Option<&str>,
+    steps: Option<usize>,
+    out: &Path,
+) -> Result<(), lively::Error> {
+    let scene = Scene::load(path)?;
+    let steps = steps.unwrap_or(scene.steps);
+    let mut sims = Vec::new();
+    for name in integrators {
+        sims.push(scene.build(Some(name), backend)?);
+    }
+    println!("lively compare: {}, {steps} steps of {:.4} s", scene.name, scene.dt);
+    let mut curves = Vec::new();
+    for (name, mut sim) in integrators.iter().zip(sims) {
+        let h0 = sim.energy().total;
+        let mut curve = lively::plot::Curve { name: name.clone(), ..Default::default() };
+        let mut failure = None;
+        for _ in 0..steps {
+            match sim.step() {
+                Ok(stats) => {
+                    curve.energy.push((sim.time(), sim.energy().total / h0));
+                    curve.alpha.extend(stats.alpha.map(|a| (sim.time(), a)));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let last = curve.energy.last().map_or(1.0, |&(_, h)| h);
+        let (low, high) = curve.energy.iter().fold((1.0_f64, 1.0_f64), |(l, h), &(_, e)| (l.min(e), h.max(e)));
+        let ending = failure.map_or(String::new(), |e| format!(" (stopped at t = {:.2} s: {e})", sim.time()));
+        println!("  {name:>10}: H/H0 ends at {last:.4}, range {low:.4} .. {high:.4}{ending}");
+        curves.push(curve);
+    }
+    let io = |e: std::io::Error| lively::Error::Parameter(format!("cannot write to {}: {e}", out.display()));
+    std::fs::create_dir_all(out).map_err(io)?;
+    let mut csv = String::from("time");
+    for curve in &curves {
+        csv.push(',');
+        csv.push_str(&curve.name);
+    }
+    csv.push('\n');
+    for step in 0..steps {
+        csv.push_str(&format!("{}", (step + 1) as f64 * scene.dt));
+        for curve in &curves {
+            csv.push_str(&curve.energy.get(step).map_or(",".into(), |&(_, h)| format!(",{h}")));
+        }
+        csv.push('\n');
+    }
+    std::fs::write(out.join("compare.csv"), csv).map_err(io)?;
+    let svg = out.join("compare.svg");
+    lively::plot::energy(&svg, &scene.name, &curves, steps as f64 * scene.dt)?;
+    println!("  wrote {} and compare.csv", svg.display());
     Ok(())
 }
 
@@ -139,10 +251,17 @@ fn demo() -> Result<(), lively::Error> {
     println!(" {:>10}", "Newton its");
     let mut history: Vec<Vec<f64>> = vec![Vec::new(); integrators.len()];
     let mut unconverged = vec![0usize; integrators.len()];
+    // The AVF run's shapes, for ParaView.
+    let mesh = lively::TetMesh::bar([10, 3, 3], [1.0, 0.3, 0.3]);
+    let mut frames = lively::VtuSeries::new(DEMO_FOLDER, "avf")?;
+    frames.write_frame(&mesh, 0.0, Some(sims[3].positions()))?;
     for step in 1..=STEPS {
         let mut iterations = Vec::new();
         for (k, sim) in sims.iter_mut().enumerate() {
             let stats = sim.step()?;
+            if k == 3 {
+                frames.write_frame(&mesh, sim.time(), Some(sim.positions()))?;
+            }
             if !stats.converged && !stats.round_off {
                 unconverged[k] += 1;
             }
@@ -176,5 +295,20 @@ fn demo() -> Result<(), lively::Error> {
         };
         println!("{:>10}: {verdict}{tail}", integrator.name());
     }
+    let curves: Vec<lively::plot::Curve> = integrators
+        .iter()
+        .zip(&history)
+        .map(|(integrator, energies)| lively::plot::Curve {
+            name: integrator.name().into(),
+            energy: energies.iter().enumerate().map(|(k, &e)| ((k + 1) as f64 / 30.0, e)).collect(),
+            alpha: Vec::new(),
+        })
+        .collect();
+    let plot = Path::new(DEMO_FOLDER).join("energy.svg");
+    lively::plot::energy(&plot, "Stretched StVK bar, h = 1/30 s", &curves, sims[0].time())?;
+    println!("\nwrote {} (the four energies) and {DEMO_FOLDER}/avf.pvd (the AVF run's shapes, for ParaView)", plot.display());
     Ok(())
 }
+
+/// Where `lively demo` writes its plot and frames.
+const DEMO_FOLDER: &str = "lively-demo";

@@ -8,7 +8,8 @@
 //! Groups:
 //! - `target`: the beam, 12x4x4 cells of 0.1 m (960 tets) and 24x8x8 cells of 0.05 m
 //!   (7680 tets); stable neo-Hookean E 2.5e5, nu 0.25, rho 1000, one end pinned, gravity,
-//!   h = 1/30, backward Euler.
+//!   h = 1/30, backward Euler; and the 7680-tet step under a 5 ms wall-clock budget
+//!   (`Solver::wall_time`).
 //! - `bars`: about 1K, 10K and 50K tets, stiff (E 1e7) and soft (E 1e5) StVK, backward Euler
 //!   and AVF.
 
@@ -23,6 +24,7 @@ struct Case {
     size: [f64; 3],
     material: Material,
     integrator: Integrator,
+    solver: Solver,
 }
 
 /// Builds the case, lets the beam fall for `warmup` steps, and returns the simulation with the
@@ -35,7 +37,7 @@ fn prepare(case: &Case, warmup: usize) -> (Simulation, Vec<[f64; 3]>, Vec<[f64; 
         .dt(1.0 / 30.0)
         .gravity([0.0, -9.81, 0.0])
         .integrator(case.integrator.clone())
-        .solver(Solver::newton())
+        .solver(case.solver.clone())
         .pin(|p| p[0] < 1e-9)
         .build()
         .expect("valid benchmark scene");
@@ -81,13 +83,25 @@ fn target(c: &mut Criterion) {
             size: [1.2, 0.4, 0.4],
             material: material.clone(),
             integrator: Integrator::BackwardEuler,
+            solver: Solver::newton(),
         },
         Case {
             name: "be_7680".into(),
             cells: [24, 8, 8],
             size: [1.2, 0.4, 0.4],
+            material: material.clone(),
+            integrator: Integrator::BackwardEuler,
+            solver: Solver::newton(),
+        },
+        // A 5 ms wall-clock budget on the same step: it should return within the budget plus
+        // about one Newton iteration.
+        Case {
+            name: "be_7680_wall_time_5ms".into(),
+            cells: [24, 8, 8],
+            size: [1.2, 0.4, 0.4],
             material,
             integrator: Integrator::BackwardEuler,
+            solver: Solver::newton().wall_time(std::time::Duration::from_millis(5)),
         },
     ];
     run(c, "target", &cases, 20);
@@ -108,6 +122,7 @@ fn bars(c: &mut Criterion) {
                     size,
                     material: Material::stvk(youngs, 0.3),
                     integrator,
+                    solver: Solver::newton(),
                 });
             }
         }

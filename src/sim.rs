@@ -414,10 +414,11 @@ impl Simulation {
         );
         let device_before = self.stages.device_counts();
         let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));
+        let solver = self.solver.for_step(started);
         let mut stepper = Stepper {
             stages: self.stages.as_mut(),
             model: &self.model,
-            solver: &self.solver,
+            solver: &solver,
             input: StepInput {
                 dt: h,
                 positions: &self.state.positions,

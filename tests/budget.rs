@@ -86,3 +86,39 @@ fn the_factored_preconditioner_buys_more_per_cg_iteration() {
     assert!(factored.linear_iterations <= jacobi.linear_iterations / 2);
     assert!(factored.objective_decrease >= jacobi.objective_decrease);
 }
+
+/// A wall-clock budget: one that is spent at once still runs the first Newton iteration and
+/// returns a valid state no worse than the step's start, reported as `BudgetSpent`; one that
+/// is never reached changes nothing. (The deadline is checked between iterations, so both
+/// cases are deterministic; how closely a real budget is kept is a benchmark's business.)
+#[test]
+fn a_wall_time_budget_stops_between_newton_iterations() {
+    use std::time::Duration;
+    let scene = |solver: Solver| {
+        let mut sim = Simulation::builder()
+            .tet_body(TetMesh::bar([12, 4, 4], [1.2, 0.4, 0.4]), Material::stable_neo_hookean(2.5e5, 0.25), 1000.0)
+            .gravity([0.0, -9.81, 0.0])
+            .integrator(Integrator::BackwardEuler)
+            .solver(solver)
+            .backend(Backend::Cpu)
+            .pin(|p| p[0] < 1e-9)
+            .build()
+            .unwrap();
+        for _ in 0..5 {
+            sim.step().unwrap();
+        }
+        sim
+    };
+    let mut spent = scene(Solver::newton().wall_time(Duration::ZERO));
+    let mut free = scene(Solver::newton().wall_time(Duration::from_secs(3600)));
+    let mut unlimited = scene(Solver::newton());
+    for _ in 0..5 {
+        let (s, f, u) = (spent.step().unwrap(), free.step().unwrap(), unlimited.step().unwrap());
+        assert_eq!(s.iterations, 1, "a spent budget still takes exactly the first iteration");
+        assert_eq!(s.outcome, lively::SolveOutcome::BudgetSpent);
+        assert!(s.objective_decrease >= 0.0, "the step made things worse: {}", s.objective_decrease);
+        assert!(spent.positions().iter().flatten().all(|c| c.is_finite()));
+        assert!(f.converged && f.iterations == u.iterations, "an unreached budget changed the solve");
+        assert_eq!(free.positions(), unlimited.positions());
+    }
+}

@@ -148,6 +148,9 @@ pub struct Solver {
     pub(crate) global_tolerance: f64,
     /// Record `G` after every iteration into `StepStats::objectives`.
     pub(crate) record_objectives: bool,
+    /// A step's time budget, and the instant the current step's runs out.
+    pub(crate) wall_time: Option<std::time::Duration>,
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 impl Solver {
@@ -163,6 +166,8 @@ impl Solver {
             blend_iterations: 1,
             global_tolerance: 1e-2,
             record_objectives: false,
+            wall_time: None,
+            deadline: None,
         }
     }
 
@@ -253,6 +258,22 @@ impl Solver {
         self.hessian = HessianPolicy::AlwaysProject;
         self.spend_budget = true;
         self
+    }
+
+    /// A wall-clock budget per step, for a frame loop: Newton starts no new iteration once
+    /// `time` has passed since the step began (the first always runs), so a step returns
+    /// within the budget plus about one iteration, with the best state found — the objective
+    /// never rises, so it is no worse than the step's initial guess — and
+    /// `SolveOutcome::BudgetSpent` when it stopped short. Local/global's cost is set by its
+    /// iteration count instead, and ignores this.
+    pub fn wall_time(mut self, time: std::time::Duration) -> Solver {
+        self.wall_time = Some(time);
+        self
+    }
+
+    /// These settings for a step that began at `started`: the wall-time budget's deadline set.
+    pub(crate) fn for_step(&self, started: std::time::Instant) -> Solver {
+        Solver { deadline: self.wall_time.map(|time| started + time), ..self.clone() }
     }
 
     /// Which element Hessians Newton uses.

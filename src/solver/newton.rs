@@ -54,6 +54,10 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
     let batch_for = |projection| if projection == Projection::Psd { &projected_batch } else { &first_batch };
     let mut likely_converged = false;
     loop {
+        if report.iterations > 0 && settings.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            // The step's time is spent: the iterate is the best state so far.
+            break;
+        }
         let mut projection = base_projection;
         let request = DirectionRequest {
             projection,

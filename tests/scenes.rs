@@ -89,3 +89,11 @@ fn lively_compare_draws_one_curve_per_integrator() {
     assert!(svg.contains("<svg") && svg.contains("avf") && svg.contains("polyline"), "not a plot of the runs");
     std::fs::remove_dir_all(&out).ok();
 }
+
+#[test]
+fn lively_info_reports_both_backends() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively")).arg("info").output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.contains("CPU backend:") && text.contains("GPU backend:"), "{text}");
+}

@@ -43,6 +43,9 @@ enum Command {
         #[arg(long)]
         frames: Option<String>,
     },
+    /// Prints the GPU adapter lively would use, its features and the limits that bound a
+    /// body's size, and the CPU threads.
+    Info,
     /// Runs a scene under several integrators and draws their energies in one plot:
     /// OUT/compare.svg, with OUT/compare.csv (time, then H / H0 per integrator).
     Compare {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Run { scene, integrator, backend, steps, out, frames } => {
             ("run", run(&scene, integrator.as_deref(), backend.as_deref(), steps, &out, frames.as_deref()))
         }
+        Command::Info => ("info", info()),
         Command::Compare { scene, integrators, backend, steps, out } => {
             ("compare", compare(&scene, &integrators, backend.as_deref(), steps, &out))
         }
@@ -163,6 +167,33 @@ fn run(
     lively::plot::energy(&out.join("energy.svg"), &scene.name, &[curve], sim.time())?;
     let frames = frames.map_or(String::new(), |f| format!(" and {f} frames"));
     println!("  wrote {}, energy.svg{frames}", csv_path.display());
+    Ok(())
+}
+
+/// `lively info`: what the GPU backend would run on.
+fn info() -> Result<(), lively::Error> {
+    println!("lively {}", env!("CARGO_PKG_VERSION"));
+    println!("CPU backend: {} worker threads (f64)", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let context = match lively::backend::gpu::GpuContext::new() {
+        Ok(context) => context,
+        Err(e) => {
+            println!("GPU backend: none ({e})");
+            return Ok(());
+        }
+    };
+    let kind = if context.software { " - a software rasterizer: Backend::Auto keeps to the CPU" } else { "" };
+    println!("GPU backend: {}{kind}", context.adapter);
+    println!("  device features in use: {:?}", context.device.features());
+    let limits = context.device.limits();
+    println!("  max buffer size: {} MiB", limits.max_buffer_size >> 20);
+    println!("  max storage binding: {} MiB", limits.max_storage_buffer_binding_size >> 20);
+    println!("  storage buffers per stage: {}", limits.max_storage_buffers_per_shader_stage);
+    println!(
+        "  workgroup: {} invocations, {} bytes of shared memory; {} workgroups per dimension",
+        limits.max_compute_invocations_per_workgroup,
+        limits.max_compute_workgroup_storage_size,
+        limits.max_compute_workgroups_per_dimension
+    );
     Ok(())
 }
 

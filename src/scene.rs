@@ -10,8 +10,11 @@
 //! solver = "newton"      # or "local-global"
 //! tolerance = 1e-8       # N (the solver's default without)
 //!
+//! damping = 0.08        # momentum-preserving damping coefficient (none without)
+//!
 //! [body]
-//! kind = "bar"           # "bar" (cells, size) or "file" (path, relative to the scene)
+//! kind = "bar"           # "bar" (cells, size), "file" (path, relative to the scene) or
+//!                        # "cloth" (cells and size in x and y; springs, no material)
 //! cells = [4, 4, 4]
 //! size = [0.5, 0.5, 0.5]
 //! material = "stvk"      # stvk corotated fixed-corotated neo-hookean stable-neo-hookean arap
@@ -24,6 +27,8 @@
 //! twist = 1.0            # rad, about x, growing linearly along x
 //! velocity = [0, 0, 0]   # m/s
 //! spin = [0, 3, 0]       # rad/s
+//! random = 0.1           # m: every coordinate moved by a uniform amount in [-0.1, 0.1]
+//! seed = 7               # of the random start (default 0)
 //!
 //! [[pin]]                # pins the vertices whose rest coordinate on `axis` is in [min, max]
 //! axis = "x"
@@ -82,6 +87,8 @@ pub struct Scene {
     pub collider: Vec<ColliderSpec>,
     #[serde(default = "default_contact_stiffness")]
     pub contact_stiffness: f64,
+    /// Momentum-preserving damping coefficient.
+    pub damping: Option<f64>,
     /// The folder relative paths are read from (the scene file's).
     #[serde(skip)]
     pub folder: PathBuf,
@@ -110,14 +117,15 @@ fn default_contact_stiffness() -> f64 {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Body {
-    /// `"bar"` (a box of `cells` over `size`, from the origin) or `"file"` (`path`).
+    /// `"bar"` (a box of `cells` over `size`, from the origin), `"file"` (`path`) or
+    /// `"cloth"` (`SpringMesh::cloth` of `cells[0] x cells[1]` over `size[0] x size[1]`).
     pub kind: String,
     pub cells: Option<[usize; 3]>,
     pub size: Option<[f64; 3]>,
     pub path: Option<PathBuf>,
-    pub material: String,
-    pub youngs: f64,
-    pub poisson: f64,
+    pub material: Option<String>,
+    pub youngs: Option<f64>,
+    pub poisson: Option<f64>,
     #[serde(default = "default_density")]
     pub density: f64,
 }
@@ -134,6 +142,9 @@ pub struct Start {
     pub twist: Option<f64>,
     pub velocity: Option<[f64; 3]>,
     pub spin: Option<[f64; 3]>,
+    pub random: Option<f64>,
+    #[serde(default)]
+    pub seed: u64,
 }
 
 /// Pins the vertices whose rest coordinate on `axis` lies in `[min, max]`.
@@ -248,7 +259,9 @@ impl Scene {
         if let Some(name) = &scene.backend {
             backend(name)?;
         }
-        scene.material()?;
+        if scene.body.kind != "cloth" {
+            scene.material()?;
+        }
         for pin in &scene.pin {
             axis(&pin.axis)?;
         }
@@ -256,8 +269,10 @@ impl Scene {
     }
 
     fn material(&self) -> Result<Material> {
-        let (e, nu) = (self.body.youngs, self.body.poisson);
-        Ok(match self.body.material.as_str() {
+        let (Some(name), Some(e), Some(nu)) = (&self.body.material, self.body.youngs, self.body.poisson) else {
+            return Err(Error::Parameter("body: a tet body needs material, youngs and poisson".into()));
+        };
+        Ok(match name.as_str() {
             "stvk" => Material::stvk(e, nu),
             "corotated" => Material::corotated(e, nu),
             "fixed-corotated" => Material::fixed_corotated(e, nu),
@@ -294,15 +309,33 @@ impl Scene {
                 };
                 TetMesh::load(self.folder.join(path))
             }
-            other => Err(Error::Parameter(format!("body.kind: unknown kind {other:?}; use \"bar\" or \"file\""))),
+            other => Err(Error::Parameter(format!(
+                "body.kind: {other:?} is not a tet body; use \"bar\" or \"file\" (or \"cloth\")"
+            ))),
         }
     }
 
     /// The scene's simulation, in its initial state; `integrator`, `backend` and `solver`
     /// override the file's when given (the command line's options).
     pub fn build(&self, integrator_name: Option<&str>, backend_name: Option<&str>) -> Result<Simulation> {
-        let mesh = self.mesh()?;
-        let rest = mesh.positions().to_vec();
+        let builder = Simulation::builder();
+        let (builder, rest) = if self.body.kind == "cloth" {
+            if self.body.material.is_some() || self.body.youngs.is_some() || self.body.poisson.is_some() {
+                return Err(Error::Parameter(
+                    "body: a cloth takes no material (its springs are 2000, 200 and 20 N/m)".into(),
+                ));
+            }
+            let (Some(cells), Some(size)) = (self.body.cells, self.body.size) else {
+                return Err(Error::Parameter("body: kind \"cloth\" needs cells and size".into()));
+            };
+            let cloth = crate::SpringMesh::cloth(cells[0], cells[1], [size[0], size[1]]);
+            let rest = cloth.positions().to_vec();
+            (builder.spring_body(cloth), rest)
+        } else {
+            let mesh = self.mesh()?;
+            let rest = mesh.positions().to_vec();
+            (builder.tet_body(mesh, self.material()?, self.body.density), rest)
+        };
         let solver = match self.solver.as_str() {
             "newton" => self.tolerance.map_or(Solver::newton(), |t| Solver::newton().tolerance(t)),
             "local-global" => Solver::local_global(self.iterations),
@@ -310,8 +343,7 @@ impl Scene {
                 return Err(Error::Parameter(format!("solver: unknown solver {other:?}; use newton or local-global")));
             }
         };
-        let mut builder = Simulation::builder()
-            .tet_body(mesh, self.material()?, self.body.density)
+        let mut builder = builder
             .dt(self.dt)
             .gravity(self.gravity)
             .integrator(integrator(integrator_name.unwrap_or(&self.integrator))?)
@@ -336,6 +368,9 @@ impl Scene {
         if !self.collider.is_empty() {
             builder = builder.contact_model(ContactModel::Penalty { stiffness: self.contact_stiffness });
         }
+        if let Some(coefficient) = self.damping {
+            builder = builder.damping(crate::Damping::MomentumPreserving { coefficient });
+        }
         let mut sim = builder.build()?;
         let (x, v) = self.start.state(&rest, sim.positions().len());
         if self.start.changes_anything() {
@@ -356,23 +391,33 @@ fn axis(name: &str) -> Result<usize> {
 
 impl Start {
     fn changes_anything(&self) -> bool {
-        self.stretch.is_some() || self.twist.is_some() || self.velocity.is_some() || self.spin.is_some()
+        self.stretch.is_some()
+            || self.twist.is_some()
+            || self.velocity.is_some()
+            || self.spin.is_some()
+            || self.random.is_some()
     }
 
     /// Positions and velocities from the rest positions: stretched and twisted about the
-    /// centroid, then moving with `velocity` and spinning with `spin` about the centroid.
+    /// centroid, displaced at random, then moving with `velocity` and spinning with `spin`
+    /// about the centroid.
     fn state(&self, rest: &[[f64; 3]], n: usize) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
         use glam::{DMat3, DVec3};
         let centroid = rest.iter().fold(DVec3::ZERO, |s, p| s + DVec3::from(*p)) / rest.len().max(1) as f64;
         let (low, high) = rest.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| (l.min(p[0]), h.max(p[0])));
         let length = (high - low).max(f64::MIN_POSITIVE);
         let stretch = DVec3::from(self.stretch.unwrap_or([1.0; 3]));
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(self.seed);
+        let amplitude = self.random.unwrap_or(0.0);
         let x: Vec<[f64; 3]> = rest
             .iter()
             .map(|p| {
                 let d = (DVec3::from(*p) - centroid) * stretch;
                 let angle = self.twist.unwrap_or(0.0) * ((p[0] - low) / length - 0.5);
-                (centroid + DMat3::from_rotation_x(angle) * d).into()
+                let jitter = DVec3::from_array(std::array::from_fn(|_| {
+                    if amplitude > 0.0 { rand::RngExt::random_range(&mut rng, -amplitude..amplitude) } else { 0.0 }
+                }));
+                (centroid + DMat3::from_rotation_x(angle) * d + jitter).into()
             })
             .collect();
         let spin = DVec3::from(self.spin.unwrap_or([0.0; 3]));
@@ -422,6 +467,36 @@ mod tests {
         };
         let message = error.to_string();
         assert!(message.to_lowercase().contains("young"), "{message}");
+    }
+
+    /// A random start is the seed's: the same seed, the same state; another, another. Every
+    /// coordinate moves by at most the amplitude.
+    #[test]
+    fn a_random_start_is_reproducible_from_its_seed() {
+        let state = |seed: u64| {
+            let text = format!("{MINIMAL}[start]\nrandom = 0.01\nseed = {seed}\n");
+            Scene::parse(&text).unwrap().build(None, Some("cpu")).unwrap().positions().to_vec()
+        };
+        let rest = Scene::parse(MINIMAL).unwrap().build(None, Some("cpu")).unwrap().positions().to_vec();
+        let (a, b, c) = (state(1), state(1), state(2));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let moved = a.iter().flatten().zip(rest.iter().flatten()).map(|(x, r)| (x - r).abs());
+        assert!(moved.clone().all(|d| d <= 0.01) && moved.fold(0.0, f64::max) > 0.005);
+    }
+
+    /// A cloth is a spring body: it steps, and a material given to it is refused.
+    #[test]
+    fn a_cloth_scene_takes_no_material() {
+        let cloth = "[body]\nkind = \"cloth\"\ncells = [4, 4, 0]\nsize = [1.0, 1.0, 0.0]\n";
+        let mut sim = Scene::parse(cloth).unwrap().build(None, Some("cpu")).unwrap();
+        assert_eq!(sim.positions().len(), 25);
+        sim.step().unwrap();
+        let with_material = format!("{cloth}material = \"stvk\"\nyoungs = 1e5\npoisson = 0.3\n");
+        let Err(error) = Scene::parse(&with_material).unwrap().build(None, Some("cpu")) else {
+            panic!("a cloth with a material was accepted");
+        };
+        assert!(error.to_string().contains("cloth takes no material"), "{error}");
     }
 
     /// The initial state: a spin about the centroid gives the rigid velocity field, a stretch

@@ -101,18 +101,19 @@ fn run(
     if let Some(format) = frames.filter(|f| !matches!(*f, "vtk" | "obj")) {
         return Err(lively::Error::Parameter(format!("--frames {format:?}: use vtk or obj")));
     }
-    let mesh = scene.mesh()?;
+    // Frames are the tet body's shapes.
+    let mesh = frames.map(|_| scene.mesh()).transpose()?;
     let mut series = match frames {
         Some("vtk") => Some(lively::VtuSeries::new(out, "frames")?),
         _ => None,
     };
     let mut write_frame = |sim: &lively::Simulation, index: usize| -> Result<(), lively::Error> {
-        match (frames, series.as_mut()) {
-            (Some("vtk"), Some(series)) => series.write_frame(&mesh, sim.time(), Some(sim.positions())),
-            (Some("obj"), _) => mesh
+        match (&mesh, series.as_mut()) {
+            (Some(mesh), Some(series)) => series.write_frame(mesh, sim.time(), Some(sim.positions())),
+            (Some(mesh), None) => mesh
                 .surface_mesh(Some(sim.positions()))?
                 .save(out.join(format!("frame_{index:05}.obj"))),
-            _ => Ok(()),
+            (None, _) => Ok(()),
         }
     };
     let steps = steps.unwrap_or(scene.steps);

@@ -148,6 +148,7 @@ impl Elastic {
     /// evaluation; the identity will do) and receives the new one; other models leave it. The
     /// tangent, when asked, is written into the given matrix (by reference: it is 648 bytes,
     /// and moving it out of here cost an element pass a twentieth of its time).
+    #[inline]
     pub fn evaluate(
         &self,
         f: &DMat3,

@@ -94,6 +94,7 @@ impl Elastic {
     /// Energy density and stress at `F` with the projections taken through the rotation `r`:
     /// `mu |F - R|^2 + lambda/2 (tr(R^T F) - 3)^2` and `2 mu (F - R) + lambda (tr(R^T F) - 3) R`.
     /// With `r` the closest rotation these are the model's energy and stress.
+    #[inline]
     pub fn projective(&self, f: &DMat3, r: &DMat3) -> (f64, DMat3) {
         let lambda = self.corotated_lambda();
         let shear = *f - *r;

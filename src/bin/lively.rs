@@ -24,20 +24,11 @@ enum Command {
     /// Runs a scene file (see `scenes/`) and writes OUT/energy.csv: time, kinetic, potential,
     /// total, target, alpha, iterations and milliseconds per step.
     Run {
-        /// The scene (TOML).
-        scene: PathBuf,
+        #[command(flatten)]
+        scene: SceneRun,
         /// Overrides the scene's integrator: fe, se, be, bdf2, im, newmark, avf, stabilized, a1, a-search.
         #[arg(long)]
         integrator: Option<String>,
-        /// Overrides the scene's backend: cpu, gpu or auto.
-        #[arg(long)]
-        backend: Option<String>,
-        /// Overrides the scene's step count.
-        #[arg(long)]
-        steps: Option<usize>,
-        /// The folder the outputs go to.
-        #[arg(long, default_value = "lively-out")]
-        out: PathBuf,
         /// Also writes every step's shape: `vtk` (a ParaView series, frames.pvd) or `obj`
         /// (the surface, frame_NNNNN.obj).
         #[arg(long)]
@@ -49,33 +40,36 @@ enum Command {
     /// Runs a scene under several integrators and draws their energies in one plot:
     /// OUT/compare.svg, with OUT/compare.csv (time, then H / H0 per integrator).
     Compare {
-        /// The scene (TOML).
-        scene: PathBuf,
+        #[command(flatten)]
+        scene: SceneRun,
         /// Comma-separated integrator names.
         #[arg(long, value_delimiter = ',', default_value = "be,bdf2,im,avf,stabilized,a-search")]
         integrators: Vec<String>,
-        /// Overrides the scene's backend: cpu, gpu or auto.
-        #[arg(long)]
-        backend: Option<String>,
-        /// Overrides the scene's step count.
-        #[arg(long)]
-        steps: Option<usize>,
-        /// The folder the outputs go to.
-        #[arg(long, default_value = "lively-out")]
-        out: PathBuf,
     },
+}
+
+/// What `run` and `compare` share: the scene and how to run it.
+#[derive(clap::Args)]
+struct SceneRun {
+    /// The scene (TOML).
+    scene: PathBuf,
+    /// Overrides the scene's backend: cpu, gpu or auto.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Overrides the scene's step count.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// The folder the outputs go to.
+    #[arg(long, default_value = "lively-out")]
+    out: PathBuf,
 }
 
 fn main() -> ExitCode {
     let (name, result) = match Cli::parse().command {
         Command::Demo => ("demo", demo()),
-        Command::Run { scene, integrator, backend, steps, out, frames } => {
-            ("run", run(&scene, integrator.as_deref(), backend.as_deref(), steps, &out, frames.as_deref()))
-        }
+        Command::Run { scene, integrator, frames } => ("run", run(&scene, integrator.as_deref(), frames.as_deref())),
         Command::Info => ("info", info()),
-        Command::Compare { scene, integrators, backend, steps, out } => {
-            ("compare", compare(&scene, &integrators, backend.as_deref(), steps, &out))
-        }
+        Command::Compare { scene, integrators } => ("compare", compare(&scene, &integrators)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -88,16 +82,10 @@ fn main() -> ExitCode {
 
 /// `lively run`: steps the scene, writes the energy table, its plot and any frames, prints a
 /// summary.
-fn run(
-    path: &Path,
-    integrator: Option<&str>,
-    backend: Option<&str>,
-    steps: Option<usize>,
-    out: &Path,
-    frames: Option<&str>,
-) -> Result<(), lively::Error> {
+fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Result<(), lively::Error> {
+    let SceneRun { scene: path, backend, steps, out } = options;
     let scene = Scene::load(path)?;
-    let mut sim = scene.build(integrator, backend)?;
+    let mut sim = scene.build(integrator, backend.as_deref())?;
     if let Some(format) = frames.filter(|f| !matches!(*f, "vtk" | "obj")) {
         return Err(lively::Error::Parameter(format!("--frames {format:?}: use vtk or obj")));
     }
@@ -200,18 +188,13 @@ fn info() -> Result<(), lively::Error> {
 
 /// `lively compare`: one run per integrator (a run that fails stops its curve there), the
 /// energy table and plot, and a line per integrator.
-fn compare(
-    path: &Path,
-    integrators: &[String],
-    backend: Option<&str>,
-    steps: Option<usize>,
-    out: &Path,
-) -> Result<(), lively::Error> {
+fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Error> {
+    let SceneRun { scene: path, backend, steps, out } = options;
     let scene = Scene::load(path)?;
     let steps = steps.unwrap_or(scene.steps);
     let mut sims = Vec::new();
     for name in integrators {
-        sims.push(scene.build(Some(name), backend)?);
+        sims.push(scene.build(Some(name), backend.as_deref())?);
     }
     println!("lively compare: {}, {steps} steps of {:.4} s", scene.name, scene.dt);
     let mut curves = Vec::new();

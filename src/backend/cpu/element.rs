@@ -133,9 +133,9 @@ fn tet(
             let mut last = [0.0; 9];
             for a in 0..3 {
                 let mut column = [0.0; 9];
-                for b in 0..3 {
-                    for c in 0..9 {
-                        column[c] -= inner[a][b][c];
+                for block in &inner[a] {
+                    for (c, value) in column.iter_mut().zip(block) {
+                        *c -= value;
                     }
                 }
                 for b in a..3 {

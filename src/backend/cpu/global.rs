@@ -133,10 +133,9 @@ impl GlobalSolve {
         }
         let mut inverse_diagonal = Vec::new();
         if let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) {
-            for j in 0..diagonal.len() {
-                let first = col_ptr[j] as usize;
-                debug_assert_eq!(row_idx[first] as usize, j, "a simplicial column starts at its diagonal");
-                inverse_diagonal.push(1.0 / values[first]);
+            for (j, &first) in col_ptr[..diagonal.len()].iter().enumerate() {
+                debug_assert_eq!(row_idx[first as usize] as usize, j, "a simplicial column starts at its diagonal");
+                inverse_diagonal.push(1.0 / values[first as usize]);
             }
         }
         self.factors.truncate(1);
@@ -300,10 +299,10 @@ mod tests {
             let mut worst = 0.0_f64;
             for (row, bi) in b.iter().enumerate() {
                 let mut sx = [0.0; 3];
-                for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
-                    let column = topology.columns[index] as usize;
-                    for c in 0..3 {
-                        sx[c] += entries[index] * x[column][c];
+                let range = topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize;
+                for (&column, &entry) in topology.columns[range.clone()].iter().zip(&entries[range]) {
+                    for (s, xc) in sx.iter_mut().zip(x[column as usize]) {
+                        *s += entry * xc;
                     }
                 }
                 for c in 0..3 {

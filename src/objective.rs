@@ -110,7 +110,8 @@ impl LaggedDamping {
         if ether > 0.0 || model.colliders.iter().any(|c| c.friction > 0.0) {
             vertex = vec![[0.0; 9]; model.vertex_count()];
             add_ether(ether, dt, &mut vertex);
-            let contact = crate::contact::Contacts { colliders: &model.colliders, stiffness: model.contact_stiffness };
+            let contact =
+                crate::contact::Contacts { colliders: &model.colliders, stiffness: model.contact_stiffness };
             crate::contact::add_lagged_friction(&contact, &model.pinned, x, v, dt, &mut vertex);
         }
         LaggedDamping { vertex, rayleigh }

@@ -32,10 +32,16 @@ const COLORS: [RGBColor; 8] = [
 /// Draws `curves` over `duration` seconds into an SVG file: `H / H0` on top (clipped at 2, where
 /// an exploding run leaves the chart), alpha below.
 pub fn energy(path: &Path, title: &str, curves: &[Curve], duration: f64) -> Result<()> {
-    draw(path, title, curves, duration).map_err(|e| Error::Parameter(format!("cannot draw {}: {e}", path.display())))
+    draw(path, title, curves, duration)
+        .map_err(|e| Error::Parameter(format!("cannot draw {}: {e}", path.display())))
 }
 
-fn draw(path: &Path, title: &str, curves: &[Curve], duration: f64) -> std::result::Result<(), Box<dyn std::error::Error>> {
+fn draw(
+    path: &Path,
+    title: &str,
+    curves: &[Curve],
+    duration: f64,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let root = SVGBackend::new(path, (900, 620)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(400);

@@ -269,7 +269,8 @@ impl Scene {
     }
 
     fn material(&self) -> Result<Material> {
-        let (Some(name), Some(e), Some(nu)) = (&self.body.material, self.body.youngs, self.body.poisson) else {
+        let (Some(name), Some(e), Some(nu)) = (&self.body.material, self.body.youngs, self.body.poisson)
+        else {
             return Err(Error::Parameter("body: a tet body needs material, youngs and poisson".into()));
         };
         Ok(match name.as_str() {
@@ -340,7 +341,9 @@ impl Scene {
             "newton" => self.tolerance.map_or(Solver::newton(), |t| Solver::newton().tolerance(t)),
             "local-global" => Solver::local_global(self.iterations),
             other => {
-                return Err(Error::Parameter(format!("solver: unknown solver {other:?}; use newton or local-global")));
+                return Err(Error::Parameter(format!(
+                    "solver: unknown solver {other:?}; use newton or local-global"
+                )));
             }
         };
         let mut builder = builder
@@ -357,12 +360,18 @@ impl Scene {
         }
         for spec in &self.collider {
             builder = builder.collider(match *spec {
-                ColliderSpec::Plane { normal, offset, friction } => Collider::plane(normal, offset).friction(friction),
-                ColliderSpec::Sphere { center, radius, friction } => Collider::sphere(center, radius).friction(friction),
+                ColliderSpec::Plane { normal, offset, friction } => {
+                    Collider::plane(normal, offset).friction(friction)
+                }
+                ColliderSpec::Sphere { center, radius, friction } => {
+                    Collider::sphere(center, radius).friction(friction)
+                }
                 ColliderSpec::Cuboid { center, half_extents, friction } => {
                     Collider::cuboid(center, half_extents).friction(friction)
                 }
-                ColliderSpec::Capsule { a, b, radius, friction } => Collider::capsule(a, b, radius).friction(friction),
+                ColliderSpec::Capsule { a, b, radius, friction } => {
+                    Collider::capsule(a, b, radius).friction(friction)
+                }
             });
         }
         if !self.collider.is_empty() {
@@ -404,7 +413,8 @@ impl Start {
     fn state(&self, rest: &[[f64; 3]], n: usize) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
         use glam::{DMat3, DVec3};
         let centroid = rest.iter().fold(DVec3::ZERO, |s, p| s + DVec3::from(*p)) / rest.len().max(1) as f64;
-        let (low, high) = rest.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| (l.min(p[0]), h.max(p[0])));
+        let (low, high) =
+            rest.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| (l.min(p[0]), h.max(p[0])));
         let length = (high - low).max(f64::MIN_POSITIVE);
         let stretch = DVec3::from(self.stretch.unwrap_or([1.0; 3]));
         let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(self.seed);
@@ -415,7 +425,11 @@ impl Start {
                 let d = (DVec3::from(*p) - centroid) * stretch;
                 let angle = self.twist.unwrap_or(0.0) * ((p[0] - low) / length - 0.5);
                 let jitter = DVec3::from_array(std::array::from_fn(|_| {
-                    if amplitude > 0.0 { rand::RngExt::random_range(&mut rng, -amplitude..amplitude) } else { 0.0 }
+                    if amplitude > 0.0 {
+                        rand::RngExt::random_range(&mut rng, -amplitude..amplitude)
+                    } else {
+                        0.0
+                    }
                 }));
                 (centroid + DMat3::from_rotation_x(angle) * d + jitter).into()
             })
@@ -506,7 +520,8 @@ mod tests {
         let text = format!("{MINIMAL}[start]\nstretch = [2, 1, 1]\nspin = [0, 0, 3]\n");
         let sim = Scene::parse(&text).unwrap().build(None, Some("cpu")).unwrap();
         let xs: Vec<f64> = sim.positions().iter().map(|p| p[0]).collect();
-        let (low, high) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+        let (low, high) =
+            xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
         assert!((high - low - 0.4).abs() < 1e-12 && (low + 0.1).abs() < 1e-12, "x spans {low}..{high}");
         for (p, v) in sim.positions().iter().zip(sim.velocities()) {
             let r = [p[0] - 0.1, p[1] - 0.05];

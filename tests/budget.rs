@@ -96,7 +96,11 @@ fn a_wall_time_budget_stops_between_newton_iterations() {
     use std::time::Duration;
     let scene = |solver: Solver| {
         let mut sim = Simulation::builder()
-            .tet_body(TetMesh::bar([12, 4, 4], [1.2, 0.4, 0.4]), Material::stable_neo_hookean(2.5e5, 0.25), 1000.0)
+            .tet_body(
+                TetMesh::bar([12, 4, 4], [1.2, 0.4, 0.4]),
+                Material::stable_neo_hookean(2.5e5, 0.25),
+                1000.0,
+            )
             .gravity([0.0, -9.81, 0.0])
             .integrator(Integrator::BackwardEuler)
             .solver(solver)

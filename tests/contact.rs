@@ -57,7 +57,8 @@ fn a_resting_cube_sinks_no_deeper_than_its_weight_over_the_penalty_springs() {
             deepest = deepest.max(-lowest(&sim));
         }
     }
-    let speed = sim.velocities().iter().map(|v| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt()).fold(0.0, f64::max);
+    let speed =
+        sim.velocities().iter().map(|v| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt()).fold(0.0, f64::max);
     println!("resting depth {deepest:.3e} m (estimate {expected:.3e} m), fastest vertex {speed:.2e} m/s");
     assert!(deepest > 0.2 * expected, "the cube does not rest on the plane: depth {deepest:e} m");
     assert!(deepest < 3.0 * expected, "the cube sinks {deepest:e} m, over three times {expected:e} m");
@@ -95,7 +96,10 @@ fn a_sliding_cube_stops_at_the_coulomb_distance_and_slides_on_without_friction()
                 (distance - coulomb).abs() < 0.3 * coulomb,
                 "stopped at {distance} m, Coulomb distance {coulomb} m"
             );
-            assert!((travelled - distance).abs() < 0.02 * coulomb, "it moved on after stopping: {travelled} m");
+            assert!(
+                (travelled - distance).abs() < 0.02 * coulomb,
+                "it moved on after stopping: {travelled} m"
+            );
         } else {
             let speed = mean(sim.velocities().iter().map(|v| v[0]));
             println!("mu 0: {travelled:.3} m in 2 s, speed {speed:.3} m/s");

@@ -22,7 +22,11 @@ fn every_preset_names_its_source_and_runs() {
     assert!(files.len() >= 6, "only {} presets", files.len());
     for path in files {
         let scene = Scene::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(!scene.name.is_empty() && !scene.recreates.is_empty(), "{}: name or recreates missing", path.display());
+        assert!(
+            !scene.name.is_empty() && !scene.recreates.is_empty(),
+            "{}: name or recreates missing",
+            path.display()
+        );
         let mut sim = scene.build(None, Some("cpu")).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let start = sim.energy().total;
         for _ in 0..3 {
@@ -30,7 +34,11 @@ fn every_preset_names_its_source_and_runs() {
         }
         let end = sim.energy().total;
         assert!(sim.positions().iter().flatten().all(|c| c.is_finite()), "{}", path.display());
-        assert!(end.is_finite() && end < 2.0 * start.abs() + 1.0, "{}: energy {start} -> {end}", path.display());
+        assert!(
+            end.is_finite() && end < 2.0 * start.abs() + 1.0,
+            "{}: energy {start} -> {end}",
+            path.display()
+        );
     }
 }
 
@@ -39,7 +47,17 @@ fn lively_run_writes_the_energy_table() {
     let out = std::env::temp_dir().join(format!("lively-run-test-{}", std::process::id()));
     let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/stretched_bar.toml");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively"))
-        .args(["run", scene.to_str().unwrap(), "--steps", "4", "--backend", "cpu", "--integrator", "be", "--out"])
+        .args([
+            "run",
+            scene.to_str().unwrap(),
+            "--steps",
+            "4",
+            "--backend",
+            "cpu",
+            "--integrator",
+            "be",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -58,7 +76,8 @@ fn lively_run_writes_the_energy_table() {
     // A malformed scene is a one-line error naming the key, and a failing exit.
     let bad = std::env::temp_dir().join(format!("lively-bad-scene-{}.toml", std::process::id()));
     std::fs::write(&bad, "steps = \"many\"\n").unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively")).args(["run"]).arg(&bad).output().unwrap();
+    let output =
+        std::process::Command::new(env!("CARGO_BIN_EXE_lively")).args(["run"]).arg(&bad).output().unwrap();
     let message = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(message.contains("steps") && message.trim().lines().count() == 1, "{message}");
@@ -70,23 +89,33 @@ fn lively_compare_draws_one_curve_per_integrator() {
     let out = std::env::temp_dir().join(format!("lively-compare-test-{}", std::process::id()));
     let scene = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/stretched_bar.toml");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively"))
-        .args(["compare", scene.to_str().unwrap(), "--integrators", "be,avf", "--steps", "3", "--backend", "cpu", "--out"])
+        .args([
+            "compare",
+            scene.to_str().unwrap(),
+            "--integrators",
+            "be,avf",
+            "--steps",
+            "3",
+            "--backend",
+            "cpu",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = std::fs::read_to_string(out.join("compare.csv")).unwrap();
-    let rows: Vec<Vec<f64>> = table
-        .lines()
-        .skip(1)
-        .map(|row| row.split(',').map(|v| v.parse().unwrap()).collect())
-        .collect();
+    let rows: Vec<Vec<f64>> =
+        table.lines().skip(1).map(|row| row.split(',').map(|v| v.parse().unwrap()).collect()).collect();
     assert_eq!(table.lines().next(), Some("time,be,avf"));
     assert_eq!(rows.len(), 3);
     // Backward Euler loses energy; AVF keeps it to the solver tolerance.
     assert!(rows[2][1] < 0.999 && (rows[2][2] - 1.0).abs() < 1e-6, "{table}");
     let svg = std::fs::read_to_string(out.join("compare.svg")).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("avf") && svg.contains("polyline"), "not a plot of the runs");
+    assert!(
+        svg.contains("<svg") && svg.contains("avf") && svg.contains("polyline"),
+        "not a plot of the runs"
+    );
     std::fs::remove_dir_all(&out).ok();
 }
 

@@ -214,7 +214,10 @@ pub trait Stages: Send {
         } else {
             self.linearize(request.projection)
         };
-        if request.likely_converged && request.solve && linearization.gradient_norm > request.gradient_tolerance {
+        if request.likely_converged
+            && request.solve
+            && linearization.gradient_norm > request.gradient_tolerance
+        {
             linearization = self.linearize(request.projection);
         }
         let linearize_time = started.elapsed();

@@ -67,7 +67,9 @@ struct SceneRun {
 fn main() -> ExitCode {
     let (name, result) = match Cli::parse().command {
         Command::Demo => ("demo", demo()),
-        Command::Run { scene, integrator, frames } => ("run", run(&scene, integrator.as_deref(), frames.as_deref())),
+        Command::Run { scene, integrator, frames } => {
+            ("run", run(&scene, integrator.as_deref(), frames.as_deref()))
+        }
         Command::Info => ("info", info()),
         Command::Compare { scene, integrators } => ("compare", compare(&scene, &integrators)),
     };
@@ -98,9 +100,9 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
     let mut write_frame = |sim: &lively::Simulation, index: usize| -> Result<(), lively::Error> {
         match (&mesh, series.as_mut()) {
             (Some(mesh), Some(series)) => series.write_frame(mesh, sim.time(), Some(sim.positions())),
-            (Some(mesh), None) => mesh
-                .surface_mesh(Some(sim.positions()))?
-                .save(out.join(format!("frame_{index:05}.obj"))),
+            (Some(mesh), None) => {
+                mesh.surface_mesh(Some(sim.positions()))?.save(out.join(format!("frame_{index:05}.obj")))
+            }
             (None, _) => Ok(()),
         }
     };
@@ -110,10 +112,22 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
     let csv_path = out.join("energy.csv");
     let mut csv = std::io::BufWriter::new(std::fs::File::create(&csv_path).map_err(io)?);
     writeln!(csv, "time,kinetic,potential,total,target,alpha,iterations,ms").map_err(io)?;
-    let row = |csv: &mut std::io::BufWriter<std::fs::File>, sim: &lively::Simulation, alpha: Option<f64>, iterations: usize, ms: f64| {
+    let row = |csv: &mut std::io::BufWriter<std::fs::File>,
+               sim: &lively::Simulation,
+               alpha: Option<f64>,
+               iterations: usize,
+               ms: f64| {
         let e = sim.energy();
         let alpha = alpha.map_or(String::new(), |a| a.to_string());
-        writeln!(csv, "{},{},{},{},{},{alpha},{iterations},{ms:.3}", sim.time(), e.kinetic, e.potential, e.total, e.target)
+        writeln!(
+            csv,
+            "{},{},{},{},{},{alpha},{iterations},{ms:.3}",
+            sim.time(),
+            e.kinetic,
+            e.potential,
+            e.total,
+            e.target
+        )
     };
     row(&mut csv, &sim, None, 0, 0.0).map_err(io)?;
     write_frame(&sim, 0)?;
@@ -162,7 +176,10 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
 /// `lively info`: what the GPU backend would run on.
 fn info() -> Result<(), lively::Error> {
     println!("lively {}", env!("CARGO_PKG_VERSION"));
-    println!("CPU backend: {} worker threads (f64)", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "CPU backend: {} worker threads (f64)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     let context = match lively::backend::gpu::GpuContext::new() {
         Ok(context) => context,
         Err(e) => {
@@ -215,7 +232,8 @@ fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Err
             }
         }
         let last = curve.energy.last().map_or(1.0, |&(_, h)| h);
-        let (low, high) = curve.energy.iter().fold((1.0_f64, 1.0_f64), |(l, h), &(_, e)| (l.min(e), h.max(e)));
+        let (low, high) =
+            curve.energy.iter().fold((1.0_f64, 1.0_f64), |(l, h), &(_, e)| (l.min(e), h.max(e)));
         let ending = failure.map_or(String::new(), |e| format!(" (stopped at t = {:.2} s: {e})", sim.time()));
         println!("  {name:>10}: H/H0 ends at {last:.4}, range {low:.4} .. {high:.4}{ending}");
         curves.push(curve);
@@ -321,7 +339,10 @@ fn demo() -> Result<(), lively::Error> {
         .collect();
     let plot = Path::new(DEMO_FOLDER).join("energy.svg");
     lively::plot::energy(&plot, "Stretched StVK bar, h = 1/30 s", &curves, sims[0].time())?;
-    println!("\nwrote {} (the four energies) and {DEMO_FOLDER}/avf.pvd (the AVF run's shapes, for ParaView)", plot.display());
+    println!(
+        "\nwrote {} (the four energies) and {DEMO_FOLDER}/avf.pvd (the AVF run's shapes, for ParaView)",
+        plot.display()
+    );
     Ok(())
 }
 

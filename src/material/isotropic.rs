@@ -170,7 +170,8 @@ impl Elastic {
         // gives energy and stress, and its derivative the true tangent.
         let projection = tangent.as_ref().map(|(projection, _)| *projection);
         let mut tangent = tangent.map(|(_, k)| k);
-        if matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap) && projection != Some(Projection::Psd)
+        if matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap)
+            && projection != Some(Projection::Psd)
         {
             let (q, r) = super::closest_rotation(f, *rotation);
             *rotation = q;

@@ -151,7 +151,10 @@ fn corotated_closed_form_agrees_with_the_eigensystem() {
                 let mut warm = warm;
                 let mut kw = [[0.0; 9]; 9];
                 let (e, p) = m.evaluate(&f, &mut warm, true, Some((Projection::None, &mut kw)));
-                assert!((e - energy).abs() <= 1e-12 * (1.0 + energy.abs()), "{model:?}: warm energy {e} vs {energy}");
+                assert!(
+                    (e - energy).abs() <= 1e-12 * (1.0 + energy.abs()),
+                    "{model:?}: warm energy {e} vs {energy}"
+                );
                 let (err, _) = worst_relative(&p.unwrap().to_cols_array(), &stress.unwrap().to_cols_array());
                 assert!(err < 1e-10, "{model:?}: warm stress off by {err:e}");
                 let (err, _) = worst_relative(&kw.concat(), &k.concat());

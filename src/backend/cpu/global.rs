@@ -83,9 +83,13 @@ impl GlobalSolve {
             col_ptr.push(row_idx.len() as u32);
         }
         let pattern = SymbolicSparseColMat::new_checked(n, n, col_ptr, None, row_idx);
-        let symbolic =
-            factorize_symbolic_cholesky(pattern.as_ref(), Side::Lower, SymmetricOrdering::Amd, Default::default())
-                .ok()?;
+        let symbolic = factorize_symbolic_cholesky(
+            pattern.as_ref(),
+            Side::Lower,
+            SymmetricOrdering::Amd,
+            Default::default(),
+        )
+        .ok()?;
         let fill = symbolic.len_val() as f64 / sources.len() as f64;
         Some(GlobalSolve {
             pattern,
@@ -134,7 +138,10 @@ impl GlobalSolve {
         let mut inverse_diagonal = Vec::new();
         if let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) {
             for (j, &first) in col_ptr[..diagonal.len()].iter().enumerate() {
-                debug_assert_eq!(row_idx[first as usize] as usize, j, "a simplicial column starts at its diagonal");
+                debug_assert_eq!(
+                    row_idx[first as usize] as usize, j,
+                    "a simplicial column starts at its diagonal"
+                );
                 inverse_diagonal.push(1.0 / values[first as usize]);
             }
         }
@@ -249,8 +256,9 @@ fn substitute<const N: usize>(
                 partial[0][c] += lij * xi[c];
             }
         }
-        let s: [f64; N] =
-            std::array::from_fn(|c| y[j][c] - ((partial[0][c] + partial[1][c]) + (partial[2][c] + partial[3][c])));
+        let s: [f64; N] = std::array::from_fn(|c| {
+            y[j][c] - ((partial[0][c] + partial[1][c]) + (partial[2][c] + partial[3][c]))
+        });
         y[j] = s.map(|c| c * inverse_diagonal[j]);
     }
 }
@@ -277,13 +285,22 @@ mod tests {
 
     fn solve_inverts(cells: [usize; 3], supernodal: bool) {
         let mut model = Model::empty([0.0, -9.81, 0.0]);
-        model.add_tet_body(&TetMesh::bar(cells, [0.5, 0.3, 0.2]), &Material::corotated(1e6, 0.3), 1000.0).unwrap();
+        model
+            .add_tet_body(&TetMesh::bar(cells, [0.5, 0.3, 0.2]), &Material::corotated(1e6, 0.3), 1000.0)
+            .unwrap();
         let topology = Topology::new(&model);
         let mut global = GlobalSolve::new(&model, &topology).unwrap();
-        assert_eq!(simplicial_pattern(&global.symbolic).is_none(), supernodal, "{cells:?}: faer chose otherwise");
+        assert_eq!(
+            simplicial_pattern(&global.symbolic).is_none(),
+            supernodal,
+            "{cells:?}: faer chose otherwise"
+        );
         if cells == [24, 8, 8] {
             let entries = simplicial_pattern(&global.symbolic).unwrap().1.len();
-            assert!(entries >= PARALLEL_SOLVE_ENTRIES, "the beam's factor ({entries} entries) is solved on one core");
+            assert!(
+                entries >= PARALLEL_SOLVE_ENTRIES,
+                "the beam's factor ({entries} entries) is solved on one core"
+            );
         }
         let n = model.vertex_count();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
@@ -291,7 +308,8 @@ mod tests {
         let heavier: Vec<f64> = masses.iter().map(|m| m * rng.random_range(1.0..3.0)).collect();
         for (a, diagonal) in [(1.0, &masses), (0.25, &heavier), (1.0, &masses)] {
             assert!(global.prepare(&model, &topology, a, diagonal));
-            let b: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+            let b: Vec<[f64; 3]> =
+                (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
             let mut x = b.clone();
             global.solve(&mut x);
             let mut entries = Vec::new();

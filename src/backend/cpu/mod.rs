@@ -180,7 +180,8 @@ impl CpuBackend {
     }
 
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
-        element::energy(&self.model, x, &self.start, &self.nodes, Some(&self.rotations)) + self.vertex_objective(x)
+        element::energy(&self.model, x, &self.start, &self.nodes, Some(&self.rotations))
+            + self.vertex_objective(x)
     }
 
     /// The part of `G` that is not element energy: the vertex terms and the lagged damping.

@@ -126,3 +126,19 @@ fn lively_info_reports_both_backends() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(text.contains("CPU backend:") && text.contains("GPU backend:"), "{text}");
 }
+
+#[test]
+fn lively_bench_prints_a_row_per_beam_and_backend() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively"))
+        .args(["bench", "--steps", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("beam ")).collect();
+    assert!(rows.len() >= 2 && rows.iter().filter(|r| r.contains(" Cpu ")).count() == 2, "{text}");
+    for row in rows {
+        let ms: f64 = row.split_whitespace().rev().nth(2).unwrap().parse().unwrap();
+        assert!(ms > 0.0 && ms.is_finite(), "{row}");
+    }
+}

@@ -34,6 +34,14 @@ enum Command {
         #[arg(long)]
         frames: Option<String>,
     },
+    /// Times converged backward-Euler steps of the benchmark beam (960 and 7680 tets, stable
+    /// neo-Hookean, one end pinned, gravity) on the CPU and, where there is one, the GPU
+    /// (a software adapter runs only the small beam).
+    Bench {
+        /// Steps timed per case, after 10 untimed ones.
+        #[arg(long, default_value_t = 20)]
+        steps: usize,
+    },
     /// Prints the GPU adapter lively would use, its features and the limits that bound a
     /// body's size, and the CPU threads.
     Info,
@@ -71,6 +79,7 @@ fn main() -> ExitCode {
             ("run", run(&scene, integrator.as_deref(), frames.as_deref()))
         }
         Command::Info => ("info", info()),
+        Command::Bench { steps } => ("bench", bench(steps)),
         Command::Compare { scene, integrators } => ("compare", compare(&scene, &integrators)),
     };
     match result {
@@ -170,6 +179,60 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
     lively::plot::energy(&out.join("energy.svg"), &scene.name, &[curve], sim.time())?;
     let frames = frames.map_or(String::new(), |f| format!(" and {f} frames"));
     println!("  wrote {}, energy.svg{frames}", csv_path.display());
+    Ok(())
+}
+
+/// `lively bench`: a timing table, one row per beam and backend.
+fn bench(steps: usize) -> Result<(), lively::Error> {
+    use lively::{Backend, Material, Simulation, Solver, TetMesh};
+    let gpu = lively::backend::gpu::GpuContext::new().ok().map(std::sync::Arc::new);
+    match &gpu {
+        Some(context) => println!("GPU: {}", context.adapter),
+        None => println!("GPU: none"),
+    }
+    println!("{:<26} {:>8} {:>10} {:>8} {:>8}", "case", "backend", "ms/step", "Newton", "CG");
+    for (label, cells) in [("beam 12x4x4 (960 tets)", [12, 4, 4]), ("beam 24x8x8 (7680 tets)", [24, 8, 8])] {
+        let mut backends = vec![(Backend::Cpu, None)];
+        if let Some(context) = &gpu
+            && (!context.software || cells[0] <= 12)
+        {
+            backends.push((Backend::Gpu, Some(context.clone())));
+        }
+        for (backend, context) in backends {
+            let mut builder = Simulation::builder()
+                .tet_body(
+                    TetMesh::bar(cells, [1.2, 0.4, 0.4]),
+                    Material::stable_neo_hookean(2.5e5, 0.25),
+                    1000.0,
+                )
+                .gravity([0.0, -9.81, 0.0])
+                .solver(Solver::newton())
+                .backend(backend)
+                .pin(|p| p[0] < 1e-9);
+            if let Some(context) = context {
+                builder = builder.gpu_context(context);
+            }
+            let mut sim = builder.build()?;
+            for _ in 0..10 {
+                sim.step()?;
+            }
+            let (mut seconds, mut newton, mut cg) = (0.0, 0, 0);
+            for _ in 0..steps {
+                let started = std::time::Instant::now();
+                let stats = sim.step()?;
+                seconds += started.elapsed().as_secs_f64();
+                (newton, cg) = (newton + stats.iterations, cg + stats.linear_iterations);
+            }
+            let per = |n: usize| n as f64 / steps.max(1) as f64;
+            println!(
+                "{label:<26} {:>8} {:>10.2} {:>8.1} {:>8.1}",
+                format!("{backend:?}"),
+                1e3 * seconds / steps.max(1) as f64,
+                per(newton),
+                per(cg)
+            );
+        }
+    }
     Ok(())
 }
 

@@ -1,5 +1,7 @@
-//! Energy plots (SVG, plotters): total energy over time, one line per run, and the
-//! energy-controlled schemes' alpha beneath — the figure the papers compare integrators by.
+//! Energy plots (plotters, SVG or PNG by the file's extension): total energy over time, one
+//! line per run, and the energy-controlled schemes' alpha beneath — the figure the papers
+//! compare integrators by. PNGs draw their text with the bundled DejaVu Sans, so they render
+//! the same on any machine.
 
 use std::path::Path;
 
@@ -29,20 +31,40 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(90, 60, 30),
 ];
 
-/// Draws `curves` over `duration` seconds into an SVG file: `H / H0` on top (clipped at 2, where
-/// an exploding run leaves the chart), alpha below.
+/// Draws `curves` over `duration` seconds into an SVG or PNG file (by `path`'s extension):
+/// `H / H0` on top (clipped at 2, where an exploding run leaves the chart), alpha below.
 pub fn energy(path: &Path, title: &str, curves: &[Curve], duration: f64) -> Result<()> {
-    draw(path, title, curves, duration)
-        .map_err(|e| Error::Parameter(format!("cannot draw {}: {e}", path.display())))
+    let size = (900, 620);
+    let drawn = match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => draw(SVGBackend::new(path, size).into_drawing_area(), title, curves, duration),
+        Some("png") => {
+            register_font();
+            draw(BitMapBackend::new(path, size).into_drawing_area(), title, curves, duration)
+        }
+        _ => return Err(Error::Parameter(format!("{}: plots are .svg or .png", path.display()))),
+    };
+    drawn.map_err(|e| Error::Parameter(format!("cannot draw {}: {e}", path.display())))
 }
 
-fn draw(
-    path: &Path,
+/// Makes the bundled DejaVu Sans plotters' "sans-serif" (once).
+fn register_font() {
+    static FONT: std::sync::Once = std::sync::Once::new();
+    FONT.call_once(|| {
+        let bytes: &'static [u8] = include_bytes!("../assets/DejaVuSans.ttf");
+        // The bundled file is a valid TrueType font; were it not, the text would be left out.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, bytes);
+    });
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
     curves: &[Curve],
     duration: f64,
-) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (900, 620)).into_drawing_area();
+) -> std::result::Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(400);
     let mut chart = ChartBuilder::on(&top)

@@ -116,6 +116,12 @@ fn lively_compare_draws_one_curve_per_integrator() {
         svg.contains("<svg") && svg.contains("avf") && svg.contains("polyline"),
         "not a plot of the runs"
     );
+    // The PNG: a real image of the plot's size, not blank.
+    let png = std::fs::read(out.join("compare.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let dimension = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    assert_eq!((dimension(16), dimension(20)), (900, 620));
+    assert!(png.len() > 20_000, "a {}-byte PNG is too small to hold the curves and text", png.len());
     std::fs::remove_dir_all(&out).ok();
 }
 

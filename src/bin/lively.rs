@@ -21,8 +21,9 @@ enum Command {
     /// Releases a stretched StVK bar at h = 1/30 s under backward Euler, BDF2, implicit
     /// midpoint and AVF, and prints the energy of each per step.
     Demo,
-    /// Runs a scene file (see `scenes/`) and writes OUT/energy.csv: time, kinetic, potential,
-    /// total, target, alpha, iterations and milliseconds per step.
+    /// Runs a scene file (see `scenes/`) and writes OUT/energy.csv (time, kinetic, potential,
+    /// total, target, alpha, iterations and milliseconds per step) and its plot, energy.png
+    /// and energy.svg.
     Run {
         #[command(flatten)]
         scene: SceneRun,
@@ -46,7 +47,7 @@ enum Command {
     /// body's size, and the CPU threads.
     Info,
     /// Runs a scene under several integrators and draws their energies in one plot:
-    /// OUT/compare.svg, with OUT/compare.csv (time, then H / H0 per integrator).
+    /// OUT/compare.png and .svg, with OUT/compare.csv (time, then H / H0 per integrator).
     Compare {
         #[command(flatten)]
         scene: SceneRun,
@@ -176,9 +177,11 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
         total_ms / steps.max(1) as f64,
         if unconverged > 0 { format!("; {unconverged} steps stopped unconverged") } else { String::new() }
     );
-    lively::plot::energy(&out.join("energy.svg"), &scene.name, &[curve], sim.time())?;
+    for plot in ["energy.png", "energy.svg"] {
+        lively::plot::energy(&out.join(plot), &scene.name, std::slice::from_ref(&curve), sim.time())?;
+    }
     let frames = frames.map_or(String::new(), |f| format!(" and {f} frames"));
-    println!("  wrote {}, energy.svg{frames}", csv_path.display());
+    println!("  wrote {}, energy.png, energy.svg{frames}", csv_path.display());
     Ok(())
 }
 
@@ -317,9 +320,10 @@ fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Err
         csv.push('\n');
     }
     std::fs::write(out.join("compare.csv"), csv).map_err(io)?;
-    let svg = out.join("compare.svg");
-    lively::plot::energy(&svg, &scene.name, &curves, steps as f64 * scene.dt)?;
-    println!("  wrote {} and compare.csv", svg.display());
+    for plot in ["compare.png", "compare.svg"] {
+        lively::plot::energy(&out.join(plot), &scene.name, &curves, steps as f64 * scene.dt)?;
+    }
+    println!("  wrote {}: compare.png, compare.svg and compare.csv", out.display());
     Ok(())
 }
 
@@ -400,11 +404,12 @@ fn demo() -> Result<(), lively::Error> {
             alpha: Vec::new(),
         })
         .collect();
-    let plot = Path::new(DEMO_FOLDER).join("energy.svg");
-    lively::plot::energy(&plot, "Stretched StVK bar, h = 1/30 s", &curves, sims[0].time())?;
+    for plot in ["energy.png", "energy.svg"] {
+        let path = Path::new(DEMO_FOLDER).join(plot);
+        lively::plot::energy(&path, "Stretched StVK bar, h = 1/30 s", &curves, sims[0].time())?;
+    }
     println!(
-        "\nwrote {} (the four energies) and {DEMO_FOLDER}/avf.pvd (the AVF run's shapes, for ParaView)",
-        plot.display()
+        "\nwrote {DEMO_FOLDER}/energy.png and energy.svg (the four energies) and {DEMO_FOLDER}/avf.pvd (the AVF run's shapes, for ParaView)"
     );
     Ok(())
 }

@@ -145,7 +145,9 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
     let name = sim.integrator().name().to_string();
     let mut curve = lively::plot::Curve { name, ..Default::default() };
     let (mut lowest, mut highest, mut total_ms, mut unconverged) = (h0, h0, 0.0, 0);
+    let progress = progress_bar(steps);
     for _ in 0..steps {
+        progress.inc(1);
         let stats = sim.step()?;
         let ms = stats.timings.total.as_secs_f64() * 1e3;
         total_ms += ms;
@@ -157,6 +159,7 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
         curve.energy.push((sim.time(), h / h0));
         curve.alpha.extend(stats.alpha.map(|a| (sim.time(), a)));
     }
+    progress.finish_and_clear();
     csv.flush().map_err(io)?;
     println!("lively run: {}", scene.name);
     if !scene.recreates.is_empty() {
@@ -269,6 +272,17 @@ fn info() -> Result<(), lively::Error> {
     Ok(())
 }
 
+/// A progress bar over `steps` on a terminal's stderr (drawn nowhere otherwise).
+fn progress_bar(steps: usize) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(steps as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} steps, {elapsed} ({eta} left) {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
 /// `lively compare`: one run per integrator (a run that fails stops its curve there), the
 /// energy table and plot, and a line per integrator.
 fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Error> {
@@ -285,7 +299,10 @@ fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Err
         let h0 = sim.energy().total;
         let mut curve = lively::plot::Curve { name: name.clone(), ..Default::default() };
         let mut failure = None;
+        let progress = progress_bar(steps);
+        progress.set_message(name.clone());
         for _ in 0..steps {
+            progress.inc(1);
             match sim.step() {
                 Ok(stats) => {
                     curve.energy.push((sim.time(), sim.energy().total / h0));
@@ -297,6 +314,7 @@ fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Err
                 }
             }
         }
+        progress.finish_and_clear();
         let last = curve.energy.last().map_or(1.0, |&(_, h)| h);
         let (low, high) =
             curve.energy.iter().fold((1.0_f64, 1.0_f64), |(l, h), &(_, e)| (l.min(e), h.max(e)));

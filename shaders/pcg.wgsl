@@ -182,6 +182,18 @@ fn setup_row(v: u32) -> vec2<f32> {
     return vec2<f32>(dot(bv, bv), dot(bv, zv));
 }
 
+// Row v of the update: direction += alpha p, r -= alpha Ap, z = P r; returns (r.r, r.z).
+fn update_row(v: u32, alpha: f32) -> vec2<f32> {
+    for (var c = 0u; c < 3u; c++) {
+        let i = 3u * v + c;
+        direction[i] += alpha * p_out[i];
+        r[i] -= alpha * ap[i];
+        z[i] = inverse_diagonal[i] * r[i];
+    }
+    let rv = load3(v, 1u);
+    return vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
+}
+
 // The starting scalars from (b.b, b.z): the tolerance (Newton's forcing term of the last
 // gather, when asked), and nothing to do when b = 0 or the gradient is already within the
 // solver's tolerance. Every invocation of the workgroup must call it (it sums the gather's
@@ -263,14 +275,7 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     let alpha = select(0.0, scalars_out.rz / curvature, descending);
     var sums = vec2<f32>(0.0);
     if (descending && v < params.vertex_count) {
-        for (var c = 0u; c < 3u; c++) {
-            let i = 3u * v + c;
-            direction[i] += alpha * p_out[i];
-            r[i] -= alpha * ap[i];
-            z[i] = inverse_diagonal[i] * r[i];
-        }
-        let rv = load3(v, 1u);
-        sums = vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
+        sums = update_row(v, alpha);
     }
     let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
     if (lid == 0u) {
@@ -354,14 +359,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             let alpha = rz / curvature;
             var sums = vec2<f32>(0.0);
             for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
-                for (var c = 0u; c < 3u; c++) {
-                    let i = 3u * v + c;
-                    direction[i] += alpha * p_out[i];
-                    r[i] -= alpha * ap[i];
-                    z[i] = inverse_diagonal[i] * r[i];
-                }
-                let rv = load3(v, 1u);
-                sums += vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
+                sums += update_row(v, alpha);
             }
             let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
             rr = total.x;

@@ -37,7 +37,7 @@ pub(crate) struct GlobalSolve {
     factors: Vec<Factor>,
     entries: Vec<f64>,
     values: Vec<f64>,
-    /// The right-hand sides in the factor's order: all three, or two and the third.
+    /// The right-hand sides in the factor's order, and split two and one for two cores.
     all: Vec<[f64; 3]>,
     pair: Vec<[f64; 2]>,
     single: Vec<[f64; 1]>,
@@ -159,31 +159,28 @@ impl GlobalSolve {
         };
         let permutation = self.symbolic.perm().map(|p| p.arrays());
         let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
+        let all = &mut self.all;
+        for (i, yi) in all.iter_mut().enumerate() {
+            *yi = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
+        }
         if row_idx.len() < PARALLEL_SOLVE_ENTRIES {
             // Small: waking the second core would cost more than its share of the work.
-            let all = &mut self.all;
-            for i in 0..rhs.len() {
-                all[i] = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
-            }
             substitute(col_ptr, row_idx, l, inverse, all);
-            for (i, r) in rhs.iter_mut().enumerate() {
-                *r = all[permutation.map_or(i, |(_, inverse)| inverse[i] as usize)];
+        } else {
+            let (pair, single) = (&mut self.pair, &mut self.single);
+            for ((p, s), y) in pair.iter_mut().zip(single.iter_mut()).zip(all.iter()) {
+                (*p, *s) = ([y[0], y[1]], [y[2]]);
             }
-            return;
+            rayon::join(
+                || substitute(col_ptr, row_idx, l, inverse, pair),
+                || substitute(col_ptr, row_idx, l, inverse, single),
+            );
+            for ((y, p), s) in all.iter_mut().zip(pair.iter()).zip(single.iter()) {
+                *y = [p[0], p[1], s[0]];
+            }
         }
-        let (pair, single) = (&mut self.pair, &mut self.single);
-        for i in 0..rhs.len() {
-            let r = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
-            pair[i] = [r[0], r[1]];
-            single[i] = [r[2]];
-        }
-        rayon::join(
-            || substitute(col_ptr, row_idx, l, inverse, pair),
-            || substitute(col_ptr, row_idx, l, inverse, single),
-        );
         for (i, r) in rhs.iter_mut().enumerate() {
-            let k = permutation.map_or(i, |(_, inverse)| inverse[i] as usize);
-            *r = [pair[k][0], pair[k][1], single[k][0]];
+            *r = all[permutation.map_or(i, |(_, backward)| backward[i] as usize)];
         }
     }
 

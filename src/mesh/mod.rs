@@ -1,14 +1,17 @@
 //! Meshes: tetrahedral bodies and mass-spring bodies, their generators and validation, and
 //! their readers and writers.
 
+mod distance;
 mod io;
 mod spring_mesh;
+mod stuffing;
 mod tet_mesh;
 mod tri_mesh;
 mod write;
 
+pub use distance::SignedDistanceGrid;
 pub use spring_mesh::{Spring, SpringKind, SpringMesh};
-pub use tet_mesh::TetMesh;
+pub use tet_mesh::{LoadReport, TetMesh};
 pub use tri_mesh::TriMesh;
 pub use write::VtuSeries;
 

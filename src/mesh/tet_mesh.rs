@@ -13,6 +13,15 @@ pub struct TetMesh {
     surface: Vec<[u32; 3]>,
 }
 
+/// What [`TetMesh::load_with_report`] repaired while loading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Tets stored with negative orientation, flipped on load.
+    pub flipped: usize,
+    /// Vertices no tet uses, dropped.
+    pub unused_vertices: usize,
+}
+
 /// The four faces of a positively oriented tet, each wound so its normal points outward.
 const OUTWARD_FACES: [[usize; 3]; 4] = [[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]];
 
@@ -79,78 +88,64 @@ impl TetMesh {
     /// Reads a tet mesh, choosing the reader by extension: Gmsh `.msh` (2.2 or 4.1 ASCII),
     /// TetGen `.node` with its `.ele`, legacy VTK `.vtk` (ASCII), Medit `.mesh`. Tets are
     /// oriented positively (file conventions differ) and vertices no tet uses are dropped;
-    /// degenerate tets are an error naming the element.
+    /// [`TetMesh::load_with_report`] says how many. Degenerate tets are an error naming the
+    /// element.
     pub fn load(path: impl AsRef<std::path::Path>) -> Result<TetMesh> {
+        TetMesh::load_with_report(path).map(|(mesh, _)| mesh)
+    }
+
+    /// [`TetMesh::load`], also reporting what loading repaired.
+    pub fn load_with_report(path: impl AsRef<std::path::Path>) -> Result<(TetMesh, LoadReport)> {
         let (positions, tets) = super::io::read_tets(path.as_ref())?;
+        let read_vertices = positions.len();
         let (positions, tets) = compact(positions, tets);
+        let mut report = LoadReport { flipped: 0, unused_vertices: read_vertices - positions.len() };
         let tets = tets
             .into_iter()
             .map(|mut t| {
                 let p = t.map(|v| positions[v as usize]);
                 if signed_volume(p[0], p[1], p[2], p[3]) < 0.0 {
                     t.swap(2, 3);
+                    report.flipped += 1;
                 }
                 t
             })
             .collect();
-        TetMesh::new(positions, tets).map_err(|e| Error::Mesh(format!("{}: {e}", path.as_ref().display())))
+        let mesh = TetMesh::new(positions, tets)
+            .map_err(|e| Error::Mesh(format!("{}: {e}", path.as_ref().display())))?;
+        Ok((mesh, report))
     }
 
-    /// Tetrahedralizes the inside of a closed surface: cubic cells of edge `target_edge`,
-    /// split into five tets each like [`TetMesh::bar`], kept where the cell centre is inside
-    /// by the generalized winding number. The result is a voxel approximation of the shape
-    /// (its boundary is made of cube faces, within one cell of the surface), not a
-    /// surface-conforming mesh.
+    /// Tetrahedralizes the inside of a closed surface by isosurface stuffing (Labelle and
+    /// Shewchuk 2007): a body-centred cubic lattice of spacing `target_edge` (its long edges;
+    /// the short ones are 0.87 of that), clipped by the surface's generalized winding number, with
+    /// the boundary vertices on the surface. Every tet is positively oriented; the dihedral
+    /// angles are bounded away from 0 and 180 degrees where the lattice resolves the surface
+    /// ([`TetMesh::dihedral_angle_range`] reports them). Deterministic. A surface that is not
+    /// closed and manifold, or a `target_edge` too small to fit in memory, is an error.
     pub fn from_surface(surface: &super::TriMesh, target_edge: f64) -> Result<TetMesh> {
         crate::error::require_positive("target_edge", target_edge)?;
         super::tri_mesh::check_closed(surface)?;
-        let (lo, hi) = super::tri_mesh::bounds(surface.positions());
-        // In f64 first: a tiny target_edge must not overflow the cell counts.
-        let per_axis: [f64; 3] = std::array::from_fn(|c| ((hi[c] - lo[c]) / target_edge).ceil().max(1.0));
-        let cells_f64 = per_axis[0] * per_axis[1] * per_axis[2];
-        if !(cells_f64 <= 50_000_000.0) {
-            return Err(Error::Parameter(format!(
-                "target_edge {target_edge} gives {cells_f64:.3e} cells; use a larger target_edge"
-            )));
-        }
-        let cells: [usize; 3] = per_axis.map(|n| n as usize);
-        let total = cells[0] * cells[1] * cells[2];
-        if total > 50_000_000 {
-            return Err(Error::Parameter(format!(
-                "target_edge {target_edge} gives {total} cells; use a larger target_edge"
-            )));
-        }
-        let [nx, ny, _] = cells;
-        let inside: Vec<bool> = {
-            use rayon::prelude::*;
-            (0..total)
-                .into_par_iter()
-                .map(|c| {
-                    let (i, j, k) = (c % nx, (c / nx) % ny, c / (nx * ny));
-                    let center = [
-                        lo[0] + (i as f64 + 0.5) * target_edge,
-                        lo[1] + (j as f64 + 0.5) * target_edge,
-                        lo[2] + (k as f64 + 0.5) * target_edge,
-                    ];
-                    super::tri_mesh::winding_number(surface, center).abs() > 0.5
-                })
-                .collect()
-        };
-        let id = |i: usize, j: usize, k: usize| (i + (nx + 1) * (j + (ny + 1) * k)) as u32;
-        let positions = grid(cells, lo, [target_edge; 3]);
-        let mut tets = Vec::new();
-        for (c, _) in inside.iter().enumerate().filter(|(_, inside)| **inside) {
-            let (i, j, k) = (c % nx, (c / nx) % ny, c / (nx * ny));
-            let corner = |b: usize| id(i + (b & 1), j + ((b >> 1) & 1), k + ((b >> 2) & 1));
-            tets.extend(split_cube([i, j, k], corner, &positions));
-        }
-        if tets.is_empty() {
-            return Err(Error::Parameter(format!(
-                "the surface encloses no cell of edge {target_edge}; use a smaller target_edge"
-            )));
-        }
-        let (positions, tets) = compact(positions, tets);
+        let (positions, tets) = super::stuffing::stuff(surface, target_edge)?;
         TetMesh::new(positions, tets)
+    }
+
+    /// The smallest and largest dihedral angle over all tets, in degrees: the usual measure of
+    /// a tet mesh's quality (slivers have angles near 0 and 180).
+    pub fn dihedral_angle_range(&self) -> (f64, f64) {
+        let mut range = (180.0f64, 0.0f64);
+        for tet in &self.tets {
+            let p = tet.map(|v| glam::DVec3::from(self.positions[v as usize]));
+            let normal = |f: [usize; 3]| (p[f[1]] - p[f[0]]).cross(p[f[2]] - p[f[0]]).normalize();
+            let normals = OUTWARD_FACES.map(normal);
+            for a in 0..4 {
+                for b in a + 1..4 {
+                    let angle = 180.0 - normals[a].dot(normals[b]).clamp(-1.0, 1.0).acos().to_degrees();
+                    range = (range.0.min(angle), range.1.max(angle));
+                }
+            }
+        }
+        range
     }
 
     /// Rest positions.

@@ -1,0 +1,426 @@
+//! Distance queries on a closed triangle surface: a bounding-volume hierarchy for the closest
+//! point and for segment crossings, the inside/outside sign of many points at once (the
+//! generalized winding number, evaluated once per region no surface separates), and the
+//! sampled signed-distance grid built from them.
+
+use glam::DVec3;
+use rayon::prelude::*;
+
+use super::TriMesh;
+use crate::error::{Error, Result};
+
+/// Triangles per leaf: small enough that a query visits few triangles, large enough that the
+/// tree stays shallow.
+const LEAF_SIZE: usize = 4;
+
+/// An axis-aligned bounding-box tree over a surface's triangles.
+pub(crate) struct SurfaceTree<'a> {
+    surface: &'a TriMesh,
+    /// Depth-first: an inner node's left child follows it, `right` names the other.
+    nodes: Vec<Node>,
+    /// Triangle indices, each leaf a contiguous run.
+    order: Vec<u32>,
+}
+
+struct Node {
+    lo: DVec3,
+    hi: DVec3,
+    /// Leaf: its triangles are `order[first..first + count]`. Inner: `count == 0`, and
+    /// `first` is the right child.
+    first: u32,
+    count: u32,
+}
+
+impl<'a> SurfaceTree<'a> {
+    pub(crate) fn new(surface: &'a TriMesh) -> SurfaceTree<'a> {
+        let centroids: Vec<DVec3> =
+            (0..surface.triangles().len()).map(|t| corners(surface, t).iter().sum::<DVec3>() / 3.0).collect();
+        let mut order: Vec<u32> = (0..surface.triangles().len() as u32).collect();
+        let mut tree = SurfaceTree {
+            surface,
+            nodes: Vec::with_capacity(2 * order.len() / LEAF_SIZE + 1),
+            order: vec![],
+        };
+        tree.build(&mut order, 0, &centroids);
+        tree.order = order;
+        tree
+    }
+
+    fn build(&mut self, order: &mut [u32], offset: usize, centroids: &[DVec3]) -> usize {
+        let (mut lo, mut hi) = (DVec3::INFINITY, DVec3::NEG_INFINITY);
+        for &t in order.iter() {
+            for p in corners(self.surface, t as usize) {
+                lo = lo.min(p);
+                hi = hi.max(p);
+            }
+        }
+        let index = self.nodes.len();
+        self.nodes.push(Node { lo, hi, first: offset as u32, count: order.len() as u32 });
+        if order.len() <= LEAF_SIZE {
+            return index;
+        }
+        // Split at the median centroid along the widest axis of the centroids.
+        let (clo, chi) = order.iter().fold((DVec3::INFINITY, DVec3::NEG_INFINITY), |(l, h), &t| {
+            (l.min(centroids[t as usize]), h.max(centroids[t as usize]))
+        });
+        let axis = (chi - clo).max_position();
+        let half = order.len() / 2;
+        order.select_nth_unstable_by(half, |&a, &b| {
+            centroids[a as usize][axis].total_cmp(&centroids[b as usize][axis])
+        });
+        let (left, right) = order.split_at_mut(half);
+        self.build(left, offset, centroids);
+        let right_index = self.build(right, offset + half, centroids);
+        self.nodes[index].count = 0;
+        self.nodes[index].first = right_index as u32;
+        index
+    }
+
+    /// Distance from `point` to the surface.
+    pub(crate) fn distance(&self, point: [f64; 3]) -> f64 {
+        let p = DVec3::from(point);
+        let mut best = f64::INFINITY;
+        let mut stack = vec![0usize];
+        while let Some(n) = stack.pop() {
+            let node = &self.nodes[n];
+            if box_distance_squared(node, p) >= best {
+                continue;
+            }
+            if node.count > 0 {
+                for &t in &self.order[node.first as usize..(node.first + node.count) as usize] {
+                    let [a, b, c] = corners(self.surface, t as usize);
+                    best = best.min((closest_on_triangle(p, a, b, c) - p).length_squared());
+                }
+            } else {
+                // Nearer child last, so it is searched first.
+                let (left, right) = (n + 1, node.first as usize);
+                let (dl, dr) =
+                    (box_distance_squared(&self.nodes[left], p), box_distance_squared(&self.nodes[right], p));
+                if dl < dr {
+                    stack.extend([right, left]);
+                } else {
+                    stack.extend([left, right]);
+                }
+            }
+        }
+        best.sqrt()
+    }
+
+    /// Where the segment from `a` to `b` first crosses the surface, as the fraction of the way
+    /// from `a`; `None` when it crosses nowhere (or only through a triangle's edge, which
+    /// round-off can hide).
+    pub(crate) fn first_crossing(&self, a: [f64; 3], b: [f64; 3]) -> Option<f64> {
+        let (a, b) = (DVec3::from(a), DVec3::from(b));
+        let (lo, hi) = (a.min(b), a.max(b));
+        let mut first: Option<f64> = None;
+        let mut stack = vec![0usize];
+        while let Some(n) = stack.pop() {
+            let node = &self.nodes[n];
+            if node.lo.cmpgt(hi).any() || node.hi.cmplt(lo).any() {
+                continue;
+            }
+            if node.count > 0 {
+                for &t in &self.order[node.first as usize..(node.first + node.count) as usize] {
+                    let [p, q, r] = corners(self.surface, t as usize);
+                    if let Some(s) = segment_triangle(a, b, p, q, r) {
+                        first = Some(first.map_or(s, |f| f.min(s)));
+                    }
+                }
+            } else {
+                stack.extend([n + 1, node.first as usize]);
+            }
+        }
+        first
+    }
+}
+
+fn corners(surface: &TriMesh, t: usize) -> [DVec3; 3] {
+    surface.triangles()[t].map(|v| DVec3::from(surface.positions()[v as usize]))
+}
+
+fn box_distance_squared(node: &Node, p: DVec3) -> f64 {
+    (node.lo - p).max(p - node.hi).max(DVec3::ZERO).length_squared()
+}
+
+/// The point of triangle `abc` closest to `p`, by the Voronoi region `p` falls in (Ericson,
+/// Real-Time Collision Detection, 5.1.5).
+fn closest_on_triangle(p: DVec3, a: DVec3, b: DVec3, c: DVec3) -> DVec3 {
+    let (ab, ac, ap) = (b - a, c - a, p - a);
+    let (d1, d2) = (ab.dot(ap), ac.dot(ap));
+    if d1 <= 0.0 && d2 <= 0.0 {
+        return a;
+    }
+    let bp = p - b;
+    let (d3, d4) = (ab.dot(bp), ac.dot(bp));
+    if d3 >= 0.0 && d4 <= d3 {
+        return b;
+    }
+    let vc = d1 * d4 - d3 * d2;
+    if vc <= 0.0 && d1 >= 0.0 && d3 <= 0.0 {
+        return a + ab * (d1 / (d1 - d3));
+    }
+    let cp = p - c;
+    let (d5, d6) = (ab.dot(cp), ac.dot(cp));
+    if d6 >= 0.0 && d5 <= d6 {
+        return c;
+    }
+    let vb = d5 * d2 - d1 * d6;
+    if vb <= 0.0 && d2 >= 0.0 && d6 <= 0.0 {
+        return a + ac * (d2 / (d2 - d6));
+    }
+    let va = d3 * d6 - d5 * d4;
+    if va <= 0.0 && d4 - d3 >= 0.0 && d5 - d6 >= 0.0 {
+        return b + (c - b) * ((d4 - d3) / ((d4 - d3) + (d5 - d6)));
+    }
+    let denominator = 1.0 / (va + vb + vc);
+    a + ab * (vb * denominator) + ac * (vc * denominator)
+}
+
+/// The fraction of the way from `a` to `b` at which the segment meets triangle `pqr`
+/// (Möller-Trumbore, both sides).
+fn segment_triangle(a: DVec3, b: DVec3, p: DVec3, q: DVec3, r: DVec3) -> Option<f64> {
+    let direction = b - a;
+    let (e1, e2) = (q - p, r - p);
+    let h = direction.cross(e2);
+    let det = e1.dot(h);
+    if det.abs() <= 1e-300 {
+        return None;
+    }
+    let s = a - p;
+    let u = s.dot(h) / det;
+    if !(0.0..=1.0).contains(&u) {
+        return None;
+    }
+    let k = s.cross(e1);
+    let v = direction.dot(k) / det;
+    if v < 0.0 || u + v > 1.0 {
+        return None;
+    }
+    let t = e2.dot(k) / det;
+    (0.0..=1.0).contains(&t).then_some(t)
+}
+
+/// Whether each of `points` lies inside the closed `surface`. `distance[i]` is point i's
+/// distance to the surface, and `neighbours(i)` lists points near it. Two neighbours with
+/// `distance[i] + distance[j] > |p_i - p_j|` cannot have the surface between them (a
+/// surface point on the segment would be nearer to one of them), so they share their side:
+/// the winding number is evaluated once per group so connected, in parallel. The test keeps a
+/// relative margin: where the surface crosses the segment at right angles, the two sides are
+/// equal but for round-off, and one wrong link would join the inside to the outside.
+pub(crate) fn inside<N: IntoIterator<Item = usize>>(
+    surface: &TriMesh,
+    points: &[[f64; 3]],
+    distance: &[f64],
+    neighbours: impl Fn(usize) -> N,
+) -> Vec<bool> {
+    let mut group = vec![u32::MAX; points.len()];
+    let mut seeds = Vec::new();
+    let mut queue = Vec::new();
+    for start in 0..points.len() {
+        if group[start] != u32::MAX {
+            continue;
+        }
+        let id = seeds.len() as u32;
+        seeds.push(start);
+        group[start] = id;
+        queue.push(start);
+        while let Some(i) = queue.pop() {
+            for j in neighbours(i) {
+                if group[j] == u32::MAX
+                    && distance[i] + distance[j]
+                        > (1.0 + 1e-6) * DVec3::from(points[i]).distance(DVec3::from(points[j]))
+                {
+                    group[j] = id;
+                    queue.push(j);
+                }
+            }
+        }
+    }
+    let seed_inside: Vec<bool> =
+        seeds.par_iter().map(|&s| super::tri_mesh::winding_number(surface, points[s]).abs() > 0.5).collect();
+    group.iter().map(|&g| seed_inside[g as usize]).collect()
+}
+
+/// A surface's signed distance sampled on a regular grid (negative inside), read back by
+/// trilinear interpolation: the collider form of an arbitrary closed shape.
+#[derive(Clone, Debug)]
+pub struct SignedDistanceGrid {
+    origin: [f64; 3],
+    spacing: f64,
+    /// Samples per axis.
+    counts: [usize; 3],
+    /// x fastest.
+    values: Vec<f64>,
+}
+
+impl SignedDistanceGrid {
+    /// Samples the signed distance of a closed surface every `spacing` over its bounding box
+    /// grown by `margin` on every side. Distances are exact at the samples (closest point on the
+    /// surface), signs come from the generalized winding number.
+    pub fn from_surface(surface: &TriMesh, spacing: f64, margin: f64) -> Result<SignedDistanceGrid> {
+        crate::error::require_positive("spacing", spacing)?;
+        if !(margin.is_finite() && margin >= 0.0) {
+            return Err(Error::Parameter(format!("margin must be finite and not negative, got {margin}")));
+        }
+        super::tri_mesh::check_closed(surface)?;
+        let (lo, hi) = super::tri_mesh::bounds(surface.positions());
+        let origin: [f64; 3] = std::array::from_fn(|c| lo[c] - margin);
+        let counts = lattice_counts(std::array::from_fn(|c| hi[c] + margin - origin[c]), spacing, "spacing")?;
+        let counts = counts.map(|n| n + 1);
+        let index = |i: usize| [i % counts[0], (i / counts[0]) % counts[1], i / (counts[0] * counts[1])];
+        let points: Vec<[f64; 3]> = (0..counts.iter().product())
+            .map(|i| {
+                let ijk = index(i);
+                std::array::from_fn(|c| origin[c] + ijk[c] as f64 * spacing)
+            })
+            .collect();
+        let tree = SurfaceTree::new(surface);
+        let distance: Vec<f64> = points.par_iter().map(|&p| tree.distance(p)).collect();
+        let strides = [1, counts[0], counts[0] * counts[1]];
+        let inside = inside(surface, &points, &distance, |i| {
+            let ijk = index(i);
+            (0..3).flat_map(move |c| {
+                let down = (ijk[c] > 0).then(|| i - strides[c]);
+                let up = (ijk[c] + 1 < counts[c]).then(|| i + strides[c]);
+                down.into_iter().chain(up)
+            })
+        });
+        let values = distance.iter().zip(&inside).map(|(&d, &inside)| if inside { -d } else { d }).collect();
+        Ok(SignedDistanceGrid { origin, spacing, counts, values })
+    }
+
+    /// The interpolated signed distance at `point` (negative inside), and its gradient. Outside
+    /// the grid the nearest grid point's cell is extrapolated linearly.
+    pub fn distance(&self, point: [f64; 3]) -> (f64, [f64; 3]) {
+        let mut cell = [0usize; 3];
+        let mut f = [0.0; 3];
+        for c in 0..3 {
+            let x = (point[c] - self.origin[c]) / self.spacing;
+            let i = (x.floor().max(0.0) as usize).min(self.counts[c] - 2);
+            cell[c] = i;
+            f[c] = x - i as f64;
+        }
+        let value = |di: usize, dj: usize, dk: usize| {
+            self.values[cell[0] + di + self.counts[0] * (cell[1] + dj + self.counts[1] * (cell[2] + dk))]
+        };
+        let mut d = 0.0;
+        let mut gradient = [0.0; 3];
+        for corner in 0..8 {
+            let b = [corner & 1, (corner >> 1) & 1, (corner >> 2) & 1];
+            let w: [f64; 3] = std::array::from_fn(|c| if b[c] == 1 { f[c] } else { 1.0 - f[c] });
+            let v = value(b[0], b[1], b[2]);
+            d += w[0] * w[1] * w[2] * v;
+            for c in 0..3 {
+                let dw = if b[c] == 1 { 1.0 } else { -1.0 };
+                let others: f64 = (0..3).filter(|&o| o != c).map(|o| w[o]).product();
+                gradient[c] += dw * others * v / self.spacing;
+            }
+        }
+        (d, gradient)
+    }
+
+    /// Grid spacing.
+    pub fn spacing(&self) -> f64 {
+        self.spacing
+    }
+
+    /// Samples per axis.
+    pub fn counts(&self) -> [usize; 3] {
+        self.counts
+    }
+}
+
+/// Cells per axis to cover `extent` with cells of `spacing`, at least 1, refusing counts that
+/// would not fit in memory (checked in f64 first, so a tiny spacing cannot overflow).
+pub(crate) fn lattice_counts(extent: [f64; 3], spacing: f64, name: &str) -> Result<[usize; 3]> {
+    const MAX_CELLS: f64 = 50_000_000.0;
+    let per_axis: [f64; 3] = extent.map(|e| (e / spacing).ceil().max(1.0));
+    let cells = per_axis[0] * per_axis[1] * per_axis[2];
+    if !(cells <= MAX_CELLS) {
+        return Err(Error::Parameter(format!(
+            "{name} {spacing} gives {cells:.3e} cells; use a larger {name}"
+        )));
+    }
+    Ok(per_axis.map(|n| n as usize))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn brute_force_distance(surface: &TriMesh, p: [f64; 3]) -> f64 {
+        (0..surface.triangles().len())
+            .map(|t| {
+                let [a, b, c] = corners(surface, t);
+                closest_on_triangle(DVec3::from(p), a, b, c).distance(DVec3::from(p))
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// An icosphere-like closed surface: an octahedron subdivided and pushed to the sphere.
+    pub(crate) fn sphere(radius: f64, levels: usize) -> TriMesh {
+        let mut p: Vec<DVec3> = vec![DVec3::X, -DVec3::X, DVec3::Y, -DVec3::Y, DVec3::Z, -DVec3::Z];
+        let mut t: Vec<[u32; 3]> =
+            vec![[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4], [2, 0, 5], [1, 2, 5], [3, 1, 5], [0, 3, 5]];
+        for _ in 0..levels {
+            let mut midpoint = std::collections::HashMap::new();
+            let mut next = Vec::new();
+            for tri in &t {
+                let m: [u32; 3] = std::array::from_fn(|k| {
+                    let (a, b) = (tri[k].min(tri[(k + 1) % 3]), tri[k].max(tri[(k + 1) % 3]));
+                    *midpoint.entry((a, b)).or_insert_with(|| {
+                        p.push(((p[a as usize] + p[b as usize]) / 2.0).normalize());
+                        p.len() as u32 - 1
+                    })
+                });
+                next.extend([[tri[0], m[0], m[2]], [m[0], tri[1], m[1]], [m[2], m[1], tri[2]], m]);
+            }
+            t = next;
+        }
+        TriMesh::new(p.iter().map(|v| (*v * radius).to_array()).collect(), t).unwrap()
+    }
+
+    #[test]
+    fn tree_distance_and_crossings_match_brute_force() {
+        let surface = sphere(1.0, 3);
+        let tree = SurfaceTree::new(&surface);
+        let mut seed = 7u64;
+        let mut random = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+        };
+        for _ in 0..200 {
+            let p = [random(), random(), random()];
+            let (fast, slow) = (tree.distance(p), brute_force_distance(&surface, p));
+            assert!((fast - slow).abs() < 1e-14, "{fast} vs {slow}");
+        }
+        // From the centre outward the segment crosses once, at the (faceted) sphere.
+        let t = tree.first_crossing([0.0; 3], [2.0, 0.3, 0.1]).unwrap();
+        let hit = DVec3::new(2.0, 0.3, 0.1) * t;
+        assert!((hit.length() - 1.0).abs() < 0.02 && tree.distance(hit.to_array()) < 1e-12, "{hit}");
+        assert_eq!(tree.first_crossing([0.0; 3], [0.5, 0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn signed_distance_grid_of_a_sphere() {
+        let surface = sphere(1.0, 4);
+        let grid = SignedDistanceGrid::from_surface(&surface, 0.05, 0.2).unwrap();
+        // The faceted sphere's inscribed radius is within 0.3% of 1 at this subdivision.
+        for p in [[0.0, 0.0, 0.0], [0.3, -0.2, 0.1], [1.1, 0.0, 0.0], [-0.4, 0.8, 0.5], [0.0, 0.0, -1.15]] {
+            let expected = DVec3::from(p).length() - 1.0;
+            let (d, g) = grid.distance(p);
+            assert!((d - expected).abs() < 0.01, "{p:?}: {d} vs {expected}");
+            if DVec3::from(p).length() > 0.05 {
+                let radial = DVec3::from(p).normalize();
+                assert!(DVec3::from(g).dot(radial) > 0.95, "{p:?}: gradient {g:?}");
+            }
+        }
+        assert!(SignedDistanceGrid::from_surface(&surface, 0.0, 0.1).is_err());
+        assert!(
+            SignedDistanceGrid::from_surface(&surface, 1e-9, 0.1)
+                .unwrap_err()
+                .to_string()
+                .contains("spacing")
+        );
+    }
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use lively::{Integrator, Material, Simulation, Solver, TetMesh};
+use lively::{Integrator, Material, Simulation, SolveOutcome, Solver, TetMesh};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -27,7 +27,9 @@ fn recover(sim: &mut Simulation, start: Vec<[f64; 3]>, label: &str) -> usize {
     for step in 1..=240 {
         let stats = sim.step().unwrap_or_else(|e| panic!("{label} step {step}: {e}"));
         assert!(sim.positions().iter().flatten().all(|c| c.is_finite()), "{label}: NaN at step {step}");
-        assert!(stats.iterations <= 100);
+        // Every step converges, the first ones from the tangled start included (measured: the
+        // worst took 68 Newton iterations of the 100 allowed).
+        assert_eq!(stats.outcome, SolveOutcome::Converged, "{label} step {step}: {stats:?}");
         let e = sim.energy();
         // Back in its rest shape up to a rigid motion: elastic energy below a millionth of the
         // start. The body may keep spinning: backward Euler does not conserve angular

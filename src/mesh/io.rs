@@ -97,17 +97,29 @@ fn resolve(file: &Path, labels: &[i64], tets: Vec<[i64; 4]>) -> Result<Vec<[u32;
 
 /// Reads tets from any supported file: `(positions, tets)` as stored.
 pub(crate) fn read_tets(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
-    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    match extension.as_str() {
-        "msh" => gmsh(path, &read(path)?),
-        "node" | "ele" => tetgen(path),
-        "vtk" => vtk(path, &read(path)?),
-        "mesh" => medit(path, &read(path)?),
+    if matches!(extension(path).as_str(), "node" | "ele") {
+        let (node, ele) = (path.with_extension("node"), path.with_extension("ele"));
+        return tetgen(&node, &read(&node)?, &ele, &read(&ele)?);
+    }
+    parse_tets(path, &read(path)?)
+}
+
+/// Parses a single-file tet mesh, the format chosen by `path`'s extension (TetGen's two files
+/// go to [`tetgen`]).
+pub(crate) fn parse_tets(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    match extension(path).as_str() {
+        "msh" => gmsh(path, text),
+        "vtk" => vtk(path, text),
+        "mesh" => medit(path, text),
         other => Err(Error::Mesh(format!(
             "{}: unknown tet-mesh extension {other:?}; use .msh, .node/.ele, .vtk or .mesh",
             path.display()
         ))),
     }
+}
+
+fn extension(path: &Path) -> String {
+    path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase()
 }
 
 fn gmsh(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
@@ -195,10 +207,14 @@ fn gmsh_nodes(kind: u32) -> Option<usize> {
     }
 }
 
-fn tetgen(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
-    let (node, ele) = (path.with_extension("node"), path.with_extension("ele"));
-    let text = read(&node)?;
-    let mut t = Tokens::new(&node, &text);
+/// Parses TetGen's `.node` and `.ele` texts.
+pub(crate) fn tetgen(
+    node: &Path,
+    node_text: &str,
+    ele: &Path,
+    ele_text: &str,
+) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+    let (text, mut t) = (node_text, Tokens::new(node, node_text));
     let count: usize = t.parse("the number of vertices")?;
     let dimension: usize = t.parse("the dimension")?;
     let attributes: usize = t.parse("the number of attributes")?;
@@ -215,8 +231,7 @@ fn tetgen(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
             t.next()?;
         }
     }
-    let text = read(&ele)?;
-    let mut t = Tokens::new(&ele, &text);
+    let (text, mut t) = (ele_text, Tokens::new(ele, ele_text));
     let count: usize = t.parse("the number of tets")?;
     let corners: usize = t.parse("the nodes per tet")?;
     let attributes: usize = t.parse("the number of attributes")?;
@@ -236,7 +251,7 @@ fn tetgen(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
             t.next()?;
         }
     }
-    let tets = resolve(&ele, &labels, tets)?;
+    let tets = resolve(ele, &labels, tets)?;
     Ok((positions, tets))
 }
 
@@ -306,11 +321,14 @@ fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
 
 /// Reads a triangle surface: `(positions, triangles)`; polygons are split into fans.
 pub(crate) fn read_triangles(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]>)> {
-    let text = read(path)?;
-    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let (positions, polygons) = match extension.as_str() {
-        "obj" => obj(path, &text)?,
-        "ply" => ply(path, &text)?,
+    parse_triangles(path, &read(path)?)
+}
+
+/// Parses a triangle surface, the format chosen by `path`'s extension.
+pub(crate) fn parse_triangles(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]>)> {
+    let (positions, polygons) = match extension(path).as_str() {
+        "obj" => obj(path, text)?,
+        "ply" => ply(path, text)?,
         other => {
             return Err(Error::Mesh(format!(
                 "{}: unknown surface extension {other:?}; use .obj or .ply",

@@ -96,14 +96,37 @@ impl TetMesh {
 
     /// [`TetMesh::load`], also reporting what loading repaired.
     pub fn load_with_report(path: impl AsRef<std::path::Path>) -> Result<(TetMesh, LoadReport)> {
-        let (positions, tets) = super::io::read_tets(path.as_ref())?;
+        let path = path.as_ref();
+        TetMesh::repaired(path, super::io::read_tets(path)?)
+    }
+
+    /// A tet mesh from a file's text held in memory: `name`'s extension picks the format as in
+    /// [`TetMesh::load`] (`.msh`, `.vtk`, `.mesh`), and errors name it. TetGen's two files go
+    /// to [`TetMesh::parse_tetgen`].
+    pub fn parse(name: &str, text: &str) -> Result<(TetMesh, LoadReport)> {
+        let path = std::path::Path::new(name);
+        TetMesh::repaired(path, super::io::parse_tets(path, text)?)
+    }
+
+    /// A tet mesh from the texts of a TetGen `.node` file and its `.ele` file.
+    pub fn parse_tetgen(node: &str, ele: &str) -> Result<(TetMesh, LoadReport)> {
+        let (node_name, ele_name) = (std::path::Path::new("(node)"), std::path::Path::new("(ele)"));
+        TetMesh::repaired(node_name, super::io::tetgen(node_name, node, ele_name, ele)?)
+    }
+
+    /// Drops unused vertices, flips negative tets and validates, counting the repairs.
+    fn repaired(
+        source: &std::path::Path,
+        (positions, tets): (Vec<[f64; 3]>, Vec<[u32; 4]>),
+    ) -> Result<(TetMesh, LoadReport)> {
         let read_vertices = positions.len();
         let (positions, tets) = compact(positions, tets);
         let mut report = LoadReport { flipped: 0, unused_vertices: read_vertices - positions.len() };
         let tets = tets
             .into_iter()
             .map(|mut t| {
-                let p = t.map(|v| positions[v as usize]);
+                // Out-of-range indices are left for TetMesh::new to report.
+                let p = t.map(|v| positions.get(v as usize).copied().unwrap_or_default());
                 if signed_volume(p[0], p[1], p[2], p[3]) < 0.0 {
                     t.swap(2, 3);
                     report.flipped += 1;
@@ -111,8 +134,8 @@ impl TetMesh {
                 t
             })
             .collect();
-        let mesh = TetMesh::new(positions, tets)
-            .map_err(|e| Error::Mesh(format!("{}: {e}", path.as_ref().display())))?;
+        let mesh =
+            TetMesh::new(positions, tets).map_err(|e| Error::Mesh(format!("{}: {e}", source.display())))?;
         Ok((mesh, report))
     }
 

@@ -37,6 +37,13 @@ impl TriMesh {
             .map_err(|e| Error::Mesh(format!("{}: {e}", path.as_ref().display())))
     }
 
+    /// A surface from a file's text held in memory: `name`'s extension (`.obj` or `.ply`)
+    /// picks the format, and errors name it.
+    pub fn parse(name: &str, text: &str) -> Result<TriMesh> {
+        let (positions, triangles) = super::io::parse_triangles(std::path::Path::new(name), text)?;
+        TriMesh::new(positions, triangles).map_err(|e| Error::Mesh(format!("{name}: {e}")))
+    }
+
     /// Vertex positions.
     pub fn positions(&self) -> &[[f64; 3]] {
         &self.positions

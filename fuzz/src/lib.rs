@@ -1,0 +1,48 @@
+//! What every fuzz target checks: a reader given any bytes returns a mesh or an error, never
+//! panics or aborts, and a mesh it returns is valid.
+
+use lively::{TetMesh, TriMesh};
+
+/// Bytes that are not UTF-8 never reach the parsers (`load` refuses them as an I/O error).
+fn text(data: &[u8]) -> Option<&str> {
+    std::str::from_utf8(data).ok()
+}
+
+/// A single-file tet-mesh reader, chosen by `name`'s extension.
+pub fn tets(name: &str, data: &[u8]) {
+    if let Some(text) = text(data) {
+        if let Ok((mesh, _)) = TetMesh::parse(name, text) {
+            check_tets(&mesh);
+        }
+    }
+}
+
+/// TetGen: the bytes before the first NUL are the `.node` file, the rest the `.ele` file.
+pub fn tetgen(data: &[u8]) {
+    let split = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    let (node, ele) = (&data[..split], data.get(split + 1..).unwrap_or(&[]));
+    if let (Some(node), Some(ele)) = (text(node), text(ele)) {
+        if let Ok((mesh, _)) = TetMesh::parse_tetgen(node, ele) {
+            check_tets(&mesh);
+        }
+    }
+}
+
+/// A surface reader, chosen by `name`'s extension.
+pub fn surface(name: &str, data: &[u8]) {
+    if let Some(text) = text(data) {
+        if let Ok(mesh) = TriMesh::parse(name, text) {
+            let n = mesh.positions().len();
+            assert!(mesh.triangles().iter().flatten().all(|&v| (v as usize) < n));
+            assert!(mesh.positions().iter().flatten().all(|c| c.is_finite()));
+        }
+    }
+}
+
+fn check_tets(mesh: &TetMesh) {
+    let n = mesh.vertex_count();
+    assert!(mesh.tets().iter().flatten().all(|&v| (v as usize) < n));
+    assert!(mesh.positions().iter().flatten().all(|c| c.is_finite()));
+    let (smallest, _) = mesh.dihedral_angle_range();
+    assert!(smallest > 0.0, "a loaded mesh has a degenerate tet");
+}

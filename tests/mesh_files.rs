@@ -294,6 +294,12 @@ fn spot_is_stuffed_with_positive_tets_its_volume_and_good_angles() {
     );
     assert!(error.abs() < 0.02, "volume {:.3} % off", 100.0 * error);
     assert!(smallest >= 9.0, "smallest dihedral angle {smallest}");
+    // Spot's own surface, embedded for rendering: every vertex within reach of a tet (the
+    // chords between cut points leave it at most a fraction of a lattice cell outside).
+    let embedding = lively::Embedding::new(&mesh, spot.positions()).unwrap();
+    assert!(embedding.largest_gap() < 0.08, "gap {}", embedding.largest_gap());
+    let placed = embedding.deform(mesh.positions()).unwrap();
+    assert!(placed.iter().zip(spot.positions()).all(|(a, b)| (0..3).all(|c| (a[c] - b[c]).abs() < 1e-9)));
 }
 
 #[test]
@@ -341,4 +347,33 @@ fn writers_round_trip_through_the_readers() {
     assert!(mesh.save(dir.join("frame.stl"), None).unwrap_err().to_string().contains(".vtk or .vtu"));
     assert!(surface.save(dir.join("surface.stl")).unwrap_err().to_string().contains(".obj or .ply"));
     std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn an_embedded_surface_follows_the_mesh_exactly_for_affine_motion() {
+    let mesh = TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]);
+    // Points inside, on the boundary, and up to 0.05 outside the bar.
+    let points: Vec<[f64; 3]> = (0..300)
+        .map(|i| {
+            let f = |k: u32| ((i as f64 * (0.618 + k as f64 * 0.1)) % 1.0) * 1.3 - 0.15;
+            [0.4 * f(0), 0.2 * f(1), 0.2 * f(2)]
+        })
+        .collect();
+    let embedding = lively::Embedding::new(&mesh, &points).unwrap();
+    assert_eq!(embedding.len(), points.len());
+    let gap = embedding.largest_gap();
+    // No point is farther out than a corner of the grown box.
+    let farthest = (0.06f64.powi(2) + 2.0 * 0.03f64.powi(2)).sqrt();
+    assert!(gap > 0.0 && gap <= farthest + 1e-12, "largest gap {gap}");
+    // Barycentric (and extrapolated) coordinates reproduce any affine map exactly.
+    let affine = |p: [f64; 3]| {
+        [1.1 * p[0] - 0.3 * p[1] + 0.2, 0.4 * p[0] + 0.9 * p[1] + 0.1 * p[2], -0.2 * p[1] + 1.3 * p[2] - 1.0]
+    };
+    let moved: Vec<[f64; 3]> = mesh.positions().iter().map(|&p| affine(p)).collect();
+    let placed = embedding.deform(&moved).unwrap();
+    for (p, q) in points.iter().zip(&placed) {
+        let expected = affine(*p);
+        assert!((0..3).all(|c| (q[c] - expected[c]).abs() < 1e-12), "{p:?}: {q:?} vs {expected:?}");
+    }
+    assert!(embedding.deform(&moved[1..]).unwrap_err().to_string().contains("positions given"));
 }

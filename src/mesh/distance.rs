@@ -144,7 +144,7 @@ fn box_distance_squared(node: &Node, p: DVec3) -> f64 {
 
 /// The point of triangle `abc` closest to `p`, by the Voronoi region `p` falls in (Ericson,
 /// Real-Time Collision Detection, 5.1.5).
-fn closest_on_triangle(p: DVec3, a: DVec3, b: DVec3, c: DVec3) -> DVec3 {
+pub(crate) fn closest_on_triangle(p: DVec3, a: DVec3, b: DVec3, c: DVec3) -> DVec3 {
     let (ab, ac, ap) = (b - a, c - a, p - a);
     let (d1, d2) = (ab.dot(ap), ac.dot(ap));
     if d1 <= 0.0 && d2 <= 0.0 {

@@ -97,11 +97,14 @@ fn resolve(file: &Path, labels: &[i64], tets: Vec<[i64; 4]>) -> Result<Vec<[u32;
 
 /// Reads tets from any supported file: `(positions, tets)` as stored.
 pub(crate) fn read_tets(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
-    if matches!(extension(path).as_str(), "node" | "ele") {
-        let (node, ele) = (path.with_extension("node"), path.with_extension("ele"));
-        return tetgen(&node, &read(&node)?, &ele, &read(&ele)?);
+    match extension(path).as_str() {
+        "node" | "ele" => {
+            let (node, ele) = (path.with_extension("node"), path.with_extension("ele"));
+            tetgen(&node, &read(&node)?, &ele, &read(&ele)?)
+        }
+        "msh" | "vtk" | "mesh" => parse_tets(path, &read(path)?),
+        _ => Err(unknown_tet_extension(path)),
     }
-    parse_tets(path, &read(path)?)
 }
 
 /// Parses a single-file tet mesh, the format chosen by `path`'s extension (TetGen's two files
@@ -111,11 +114,16 @@ pub(crate) fn parse_tets(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<
         "msh" => gmsh(path, text),
         "vtk" => vtk(path, text),
         "mesh" => medit(path, text),
-        other => Err(Error::Mesh(format!(
-            "{}: unknown tet-mesh extension {other:?}; use .msh, .node/.ele, .vtk or .mesh",
-            path.display()
-        ))),
+        _ => Err(unknown_tet_extension(path)),
     }
+}
+
+fn unknown_tet_extension(path: &Path) -> Error {
+    Error::Mesh(format!(
+        "{}: unknown tet-mesh extension {:?}; use .msh, .node/.ele, .vtk or .mesh",
+        path.display(),
+        extension(path)
+    ))
 }
 
 fn extension(path: &Path) -> String {
@@ -321,7 +329,18 @@ fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
 
 /// Reads a triangle surface: `(positions, triangles)`; polygons are split into fans.
 pub(crate) fn read_triangles(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]>)> {
-    parse_triangles(path, &read(path)?)
+    match extension(path).as_str() {
+        "obj" | "ply" => parse_triangles(path, &read(path)?),
+        _ => Err(unknown_surface_extension(path)),
+    }
+}
+
+fn unknown_surface_extension(path: &Path) -> Error {
+    Error::Mesh(format!(
+        "{}: unknown surface extension {:?}; use .obj or .ply",
+        path.display(),
+        extension(path)
+    ))
 }
 
 /// Parses a triangle surface, the format chosen by `path`'s extension.
@@ -329,12 +348,7 @@ pub(crate) fn parse_triangles(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>,
     let (positions, polygons) = match extension(path).as_str() {
         "obj" => obj(path, text)?,
         "ply" => ply(path, text)?,
-        other => {
-            return Err(Error::Mesh(format!(
-                "{}: unknown surface extension {other:?}; use .obj or .ply",
-                path.display()
-            )));
-        }
+        _ => return Err(unknown_surface_extension(path)),
     };
     let mut triangles = Vec::new();
     for (p, polygon) in polygons.iter().enumerate() {

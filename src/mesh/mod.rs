@@ -2,6 +2,7 @@
 //! their readers and writers.
 
 mod distance;
+mod embedding;
 mod io;
 mod spring_mesh;
 mod stuffing;
@@ -10,6 +11,7 @@ mod tri_mesh;
 mod write;
 
 pub use distance::SignedDistanceGrid;
+pub use embedding::Embedding;
 pub use spring_mesh::{Spring, SpringKind, SpringMesh};
 pub use tet_mesh::{LoadReport, TetMesh};
 pub use tri_mesh::TriMesh;

@@ -221,5 +221,11 @@ fn write_table(device: &str, table: &str) {
     }
 }
 
-criterion_group!(benches, bench);
+// No HTML plots: plotters is built with the crate's ab_glyph text, which criterion's plots
+// cannot draw with (they panic on a rerun, when they compare against the last one).
+criterion_group! {
+    name = benches;
+    config = Criterion::default().without_plots();
+    targets = bench
+}
 criterion_main!(benches);

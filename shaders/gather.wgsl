@@ -51,6 +51,8 @@ struct Params {
 @group(1) @binding(6) var<storage, read> rest: array<f32>;
 @group(1) @binding(7) var<storage, read> slice_bases: array<u32>;
 @group(1) @binding(8) var<storage, read> slot_columns: array<u32>;
+// The samples of every signed-distance-grid collider (shared/collider).
+@group(1) @binding(9) var<storage, read> sdf_values: array<f32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;

@@ -49,7 +49,9 @@ pub use damping::Damping;
 pub use error::{Error, Result};
 pub use integrator::{Decay, EnergyLedger, Integrator};
 pub use material::{Material, MaterialModel};
-pub use mesh::{Embedding, LoadReport, SignedDistanceGrid, Spring, SpringKind, SpringMesh, TetMesh, TriMesh, VtuSeries};
+pub use mesh::{
+    Embedding, LoadReport, SignedDistanceGrid, Spring, SpringKind, SpringMesh, TetMesh, TriMesh, VtuSeries,
+};
 pub use model::Model;
 pub use sim::{
     Backend, EnergyReport, FixedStep, FrameStats, HandleId, Simulation, SimulationBuilder, SolveOutcome,

@@ -35,7 +35,9 @@
 //! max = 0.0
 //!
 //! [[collider]]           # plane (normal, offset), sphere (center, radius),
-//! shape = "plane"        # cuboid (center, half_extents), capsule (a, b, radius)
+//! shape = "plane"        # cuboid (center, half_extents), capsule (a, b, radius), or
+//!                        # surface (path of a closed .obj/.ply, relative to the scene, and
+//!                        # spacing of its signed-distance grid)
 //! normal = [0, 1, 0]
 //! offset = 0.0
 //! friction = 0.3
@@ -191,6 +193,13 @@ pub enum ColliderSpec {
         a: [f64; 3],
         b: [f64; 3],
         radius: f64,
+        #[serde(default)]
+        friction: f64,
+    },
+    /// A closed surface file, sampled into a signed-distance grid every `spacing`.
+    Surface {
+        path: PathBuf,
+        spacing: f64,
         #[serde(default)]
         friction: f64,
     },
@@ -358,7 +367,7 @@ impl Scene {
             builder = builder.pin(move |p| p[k] >= min && p[k] <= max);
         }
         for spec in &self.collider {
-            builder = builder.collider(match *spec {
+            builder = builder.collider(match spec.clone() {
                 ColliderSpec::Plane { normal, offset, friction } => {
                     Collider::plane(normal, offset).friction(friction)
                 }
@@ -370,6 +379,12 @@ impl Scene {
                 }
                 ColliderSpec::Capsule { a, b, radius, friction } => {
                     Collider::capsule(a, b, radius).friction(friction)
+                }
+                ColliderSpec::Surface { path, spacing, friction } => {
+                    let surface = crate::TriMesh::load(self.folder.join(path))?;
+                    // Two cells of margin: the grid extends past the surface for contact.
+                    let grid = crate::SignedDistanceGrid::from_surface(&surface, spacing, 2.0 * spacing)?;
+                    Collider::sdf(grid).friction(friction)
                 }
             });
         }

@@ -155,3 +155,72 @@ fn a_search_rebounds_far_higher_than_backward_euler_and_bdf2() {
     assert!(a_search > 0.8 * 0.5, "A-search rebounds only {a_search} m of 0.5 m");
     assert!(backward.max(bdf2) < 0.5 * 0.5, "BE {backward} m, BDF2 {bdf2} m: no numerical damping?");
 }
+
+/// The faceted unit sphere (an octahedron subdivided `levels` times), scaled and moved.
+fn sphere_surface(center: [f64; 3], radius: f64, levels: usize) -> lively::TriMesh {
+    let mut p: Vec<glam::DVec3> = vec![
+        glam::DVec3::X,
+        -glam::DVec3::X,
+        glam::DVec3::Y,
+        -glam::DVec3::Y,
+        glam::DVec3::Z,
+        -glam::DVec3::Z,
+    ];
+    let mut t: Vec<[u32; 3]> =
+        vec![[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4], [2, 0, 5], [1, 2, 5], [3, 1, 5], [0, 3, 5]];
+    for _ in 0..levels {
+        let mut midpoint = std::collections::HashMap::new();
+        let mut next = Vec::new();
+        for tri in &t {
+            let m: [u32; 3] = std::array::from_fn(|k| {
+                let (a, b) = (tri[k].min(tri[(k + 1) % 3]), tri[k].max(tri[(k + 1) % 3]));
+                *midpoint.entry((a, b)).or_insert_with(|| {
+                    p.push(((p[a as usize] + p[b as usize]) / 2.0).normalize());
+                    p.len() as u32 - 1
+                })
+            });
+            next.extend([[tri[0], m[0], m[2]], [m[0], tri[1], m[1]], [m[2], m[1], tri[2]], m]);
+        }
+        t = next;
+    }
+    let moved = p.iter().map(|v| (glam::DVec3::from(center) + *v * radius).to_array()).collect();
+    lively::TriMesh::new(moved, t).unwrap()
+}
+
+/// A cube dropped onto a ball given by its sampled signed distance lands and settles like one
+/// dropped onto the analytic ball: the grid collider (any closed surface) is the same contact.
+#[test]
+fn a_cube_lands_on_a_signed_distance_grid_as_on_the_shape_itself() {
+    let (center, radius) = ([0.1, -0.3, 0.1], 0.3);
+    let grid =
+        lively::SignedDistanceGrid::from_surface(&sphere_surface(center, radius, 5), 0.01, 0.05).unwrap();
+    let run = |collider: Collider| {
+        let mut sim = Simulation::builder()
+            .tet_body(TetMesh::bar([CELLS; 3], [SIDE; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)
+            .gravity([0.0, -G, 0.0])
+            .dt(H)
+            .integrator(Integrator::BackwardEuler)
+            .collider(collider)
+            .contact_model(ContactModel::Penalty { stiffness: STIFFNESS })
+            .build()
+            .unwrap();
+        let raised: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1] + 0.05, p[2]]).collect();
+        sim.set_state(&raised, &vec![[0.0; 3]; raised.len()]).unwrap();
+        for _ in 0..45 {
+            sim.step().unwrap();
+        }
+        sim.positions().to_vec()
+    };
+    let analytic = run(Collider::sphere(center, radius));
+    let sampled = run(Collider::sdf(grid));
+    // It landed: the bottom centre rests on the ball's top, not below it.
+    let bottom_centre = analytic.iter().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+    assert!(bottom_centre.abs() < 0.01, "lowest point {bottom_centre} should rest near the ball's top at 0");
+    let difference = analytic
+        .iter()
+        .zip(&sampled)
+        .flat_map(|(a, b)| (0..3).map(move |c| (a[c] - b[c]).abs()))
+        .fold(0.0, f64::max);
+    println!("cube on a sampled ball vs the analytic ball after 1.5 s: {difference:.2e} m apart");
+    assert!(difference < 1e-3, "{difference}");
+}

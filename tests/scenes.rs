@@ -148,3 +148,39 @@ fn lively_bench_prints_a_row_per_beam_and_backend() {
         assert!(ms > 0.0 && ms.is_finite(), "{row}");
     }
 }
+
+#[test]
+fn a_scene_can_collide_with_any_closed_surface_file() {
+    let dir = std::env::temp_dir().join(format!("lively-surface-scene-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A closed box surface below the bar: the bar falls onto it and stays above its top.
+    let mut obj = String::new();
+    for b in 0..8 {
+        let (x, y, z) = ((b & 1) as f64, ((b >> 1) & 1) as f64, ((b >> 2) & 1) as f64);
+        obj.push_str(&format!("v {} {} {}\n", 2.0 * x - 0.5, 0.2 * y - 0.2, 2.0 * z - 0.5));
+    }
+    obj.push_str("f 1 3 4 2\nf 5 6 8 7\nf 1 2 6 5\nf 3 7 8 4\nf 1 5 7 3\nf 2 4 8 6\n");
+    std::fs::write(dir.join("slab.obj"), obj).unwrap();
+    let scene = |path: &str| {
+        format!(
+            "name = \"bar onto a slab\"\nrecreates = \"a test\"\nsteps = 20\nintegrator = \"be\"\n\
+             gravity = [0.0, -9.81, 0.0]\n[body]\nkind = \"bar\"\ncells = [4, 2, 2]\nsize = [0.4, 0.1, 0.1]\n\
+             material = \"stable-neo-hookean\"\nyoungs = 1e5\npoisson = 0.3\ndensity = 1000.0\n\
+             [start]\nvelocity = [0, -1, 0]\n[[collider]]\nshape = \"surface\"\npath = \"{path}\"\nspacing = 0.02\n"
+        )
+    };
+    std::fs::write(dir.join("ok.toml"), scene("slab.obj")).unwrap();
+    let mut sim = Scene::load(dir.join("ok.toml")).unwrap().build(None, None).unwrap();
+    for _ in 0..20 {
+        sim.step().unwrap();
+    }
+    let lowest = sim.positions().iter().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+    assert!(lowest > -0.01 && lowest < 0.01, "the bar rests on the slab's top (y = 0), lowest {lowest}");
+    std::fs::write(dir.join("missing.toml"), scene("nowhere.obj")).unwrap();
+    let Err(error) = Scene::load(dir.join("missing.toml")).unwrap().build(None, None) else {
+        panic!("a missing surface file must be an error");
+    };
+    let error = error.to_string();
+    assert!(error.contains("nowhere.obj"), "{error}");
+    std::fs::remove_dir_all(dir).ok();
+}

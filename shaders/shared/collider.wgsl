@@ -1,24 +1,28 @@
 // Signed distance to a static collider (negative inside the solid), its gradient (the outward
-// normal) and its Hessian. The twin of `Collider::distance` in src/contact/mod.rs.
+// normal) and its Hessian. The twin of `Collider::distance` in src/contact/mod.rs (and, for
+// grids, of `SignedDistanceGrid::sample` in src/mesh/distance.rs). The importing shader
+// declares `sdf_values`, the samples of every grid.
 //
-// Packing (`GpuCollider` in src/backend/gpu/linear.rs):
+// Packing (`GpuCollider` in src/backend/gpu/gather.rs):
 //   plane   a = (unit normal, offset / |normal|)
 //   sphere  a = (center, radius)
 //   cuboid  a = (center, 0), b = (half extents, 0)
 //   capsule a = (end a, radius), b = (end b, 0)
+//   grid    a = (origin, spacing), b.xyz = sample counts (u32 bits), offset = first sample
 
 const PLANE: u32 = 0u;
 const SPHERE: u32 = 1u;
 const CUBOID: u32 = 2u;
 const CAPSULE: u32 = 3u;
+const GRID: u32 = 4u;
 
 struct Collider {
     a: vec4<f32>,
     b: vec4<f32>,
     kind: u32,
+    offset: u32,
     pad_0: u32,
     pad_1: u32,
-    pad_2: u32,
 }
 
 struct Distance {
@@ -43,6 +47,36 @@ fn distance_to_point(x: vec3<f32>, center: vec3<f32>, radius: f32, axis: vec3<f3
     let n = d / rho;
     let curvature = (IDENTITY3 - outer3(n, n) - outer3(axis, axis)) * (1.0 / rho);
     return Distance(rho - radius, n, curvature);
+}
+
+// The trilinear interpolant of a signed-distance grid: value, gradient, and the Hessian of
+// its mixed derivatives (the diagonal is zero). Outside the grid the border cell extrapolates.
+fn grid_distance(c: Collider, x: vec3<f32>) -> Distance {
+    let counts = vec3<u32>(bitcast<u32>(c.b.x), bitcast<u32>(c.b.y), bitcast<u32>(c.b.z));
+    let h = c.a.w;
+    let g = (x - c.a.xyz) / h;
+    let cell = min(vec3<u32>(max(floor(g), vec3<f32>(0.0))), counts - vec3<u32>(2u));
+    let f = g - vec3<f32>(cell);
+    var phi = 0.0;
+    var gradient = vec3<f32>(0.0);
+    var xy = 0.0;
+    var xz = 0.0;
+    var yz = 0.0;
+    for (var corner = 0u; corner < 8u; corner++) {
+        let b = vec3<u32>(corner & 1u, (corner >> 1u) & 1u, (corner >> 2u) & 1u);
+        let at = cell + b;
+        let v = sdf_values[c.offset + at.x + counts.x * (at.y + counts.y * at.z)];
+        let upper = vec3<f32>(b) == vec3<f32>(1.0);
+        let w = select(vec3<f32>(1.0) - f, f, upper);
+        let dw = select(vec3<f32>(-1.0), vec3<f32>(1.0), upper) / h;
+        phi += w.x * w.y * w.z * v;
+        gradient += vec3<f32>(dw.x * w.y * w.z, w.x * dw.y * w.z, w.x * w.y * dw.z) * v;
+        xy += dw.x * dw.y * w.z * v;
+        xz += dw.x * w.y * dw.z * v;
+        yz += w.x * dw.y * dw.z * v;
+    }
+    let hessian = mat3x3<f32>(vec3<f32>(0.0, xy, xz), vec3<f32>(xy, 0.0, yz), vec3<f32>(xz, yz, 0.0));
+    return Distance(phi, gradient, hessian);
 }
 
 fn collider_distance(c: Collider, x: vec3<f32>) -> Distance {
@@ -70,6 +104,9 @@ fn collider_distance(c: Collider, x: vec3<f32>) -> Distance {
             }
             let outside = max(q, vec3<f32>(0.0)) * sign(d);
             return Distance(length(outside), normalize(outside), mat3x3<f32>());
+        }
+        case GRID: {
+            return grid_distance(c, x);
         }
         default: {
             let axis = c.b.xyz - c.a.xyz;

@@ -21,6 +21,8 @@ pub enum Shape {
     Cuboid { center: [f64; 3], half_extents: [f64; 3] },
     /// Segment `a`-`b` swept by a ball.
     Capsule { a: [f64; 3], b: [f64; 3], radius: f64 },
+    /// Any closed shape, by its sampled signed distance (trilinear between the samples).
+    Sdf(std::sync::Arc<crate::mesh::SignedDistanceGrid>),
 }
 
 impl Collider {
@@ -46,6 +48,14 @@ impl Collider {
     /// A capsule.
     pub fn capsule(a: [f64; 3], b: [f64; 3], radius: f64) -> Collider {
         Collider::new(Shape::Capsule { a, b, radius })
+    }
+
+    /// A static shape given by its signed-distance grid, such as
+    /// `SignedDistanceGrid::from_surface(&level_mesh, spacing, margin)`: level geometry,
+    /// a bowl, any closed surface. Its distance is the grid's trilinear interpolant, so
+    /// contact resolves features down to the grid spacing.
+    pub fn sdf(grid: crate::mesh::SignedDistanceGrid) -> Collider {
+        Collider::new(Shape::Sdf(std::sync::Arc::new(grid)))
     }
 
     /// Sets the Coulomb friction coefficient.
@@ -111,6 +121,8 @@ impl Collider {
                 finite(center) && half_extents.iter().all(|h| h.is_finite() && *h > 0.0)
             }
             Shape::Capsule { a, b, radius } => finite(a) && finite(b) && radius.is_finite() && *radius > 0.0,
+            // Built from a validated surface.
+            Shape::Sdf(_) => true,
         };
         if !ok {
             return Err(crate::Error::Parameter(format!(
@@ -128,7 +140,8 @@ impl Collider {
     }
 
     /// Signed distance at `x`. Exact for planes, spheres and capsules; inside a cuboid, the
-    /// distance to the nearest face.
+    /// distance to the nearest face; a grid's trilinear interpolant, whose gradient (the
+    /// `normal`) is unit length only up to the sampling.
     pub(crate) fn distance(&self, x: DVec3) -> Distance {
         match &self.shape {
             Shape::Plane { normal, offset } => {
@@ -172,6 +185,10 @@ impl Collider {
                 let hessian = if rho > 0.0 { curvature(n, along, rho) } else { DMat3::ZERO };
                 Distance { phi: rho - radius, normal: n, hessian }
             }
+            Shape::Sdf(grid) => {
+                let (phi, normal, hessian) = grid.sample(x);
+                Distance { phi, normal, hessian }
+            }
         }
     }
 }
@@ -208,7 +225,7 @@ pub(crate) fn add_lagged_friction(
             if d.phi >= 0.0 {
                 continue;
             }
-            let n = d.normal;
+            let n = d.normal.normalize_or_zero();
             let tangent = DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z);
             let v_t = tangent * DVec3::from(v[i]);
             let c = collider.friction * contacts.stiffness * d.phi.abs() / v_t.length().max(STICK_SPEED);

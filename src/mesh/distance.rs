@@ -242,8 +242,9 @@ pub(crate) fn inside<N: IntoIterator<Item = usize>>(
 }
 
 /// A surface's signed distance sampled on a regular grid (negative inside), read back by
-/// trilinear interpolation: the collider form of an arbitrary closed shape.
-#[derive(Clone, Debug)]
+/// trilinear interpolation: the collider form of an arbitrary closed shape
+/// ([`Collider::sdf`](crate::Collider::sdf)).
+#[derive(Clone, PartialEq)]
 pub struct SignedDistanceGrid {
     origin: [f64; 3],
     spacing: f64,
@@ -290,33 +291,51 @@ impl SignedDistanceGrid {
     }
 
     /// The interpolated signed distance at `point` (negative inside), and its gradient. Outside
-    /// the grid the nearest grid point's cell is extrapolated linearly.
+    /// the grid the nearest grid cell is extrapolated linearly.
     pub fn distance(&self, point: [f64; 3]) -> (f64, [f64; 3]) {
+        let (d, gradient, _) = self.sample(DVec3::from(point));
+        (d, gradient.to_array())
+    }
+
+    /// The trilinear interpolant at `p`: value, gradient and Hessian (its diagonal is zero; the
+    /// mixed derivatives are not).
+    pub(crate) fn sample(&self, p: DVec3) -> (f64, DVec3, glam::DMat3) {
         let mut cell = [0usize; 3];
         let mut f = [0.0; 3];
         for c in 0..3 {
-            let x = (point[c] - self.origin[c]) / self.spacing;
+            let x = (p[c] - self.origin[c]) / self.spacing;
             let i = (x.floor().max(0.0) as usize).min(self.counts[c] - 2);
             cell[c] = i;
             f[c] = x - i as f64;
         }
-        let value = |di: usize, dj: usize, dk: usize| {
-            self.values[cell[0] + di + self.counts[0] * (cell[1] + dj + self.counts[1] * (cell[2] + dk))]
-        };
-        let mut d = 0.0;
-        let mut gradient = [0.0; 3];
+        let (mut d, mut gradient, mut hessian) = (0.0, DVec3::ZERO, glam::DMat3::ZERO);
         for corner in 0..8 {
             let b = [corner & 1, (corner >> 1) & 1, (corner >> 2) & 1];
+            let v = self.values
+                [cell[0] + b[0] + self.counts[0] * (cell[1] + b[1] + self.counts[1] * (cell[2] + b[2]))];
+            // Weight per axis and its derivative.
             let w: [f64; 3] = std::array::from_fn(|c| if b[c] == 1 { f[c] } else { 1.0 - f[c] });
-            let v = value(b[0], b[1], b[2]);
+            let dw: [f64; 3] = std::array::from_fn(|c| if b[c] == 1 { 1.0 } else { -1.0 } / self.spacing);
             d += w[0] * w[1] * w[2] * v;
-            for c in 0..3 {
-                let dw = if b[c] == 1 { 1.0 } else { -1.0 };
-                let others: f64 = (0..3).filter(|&o| o != c).map(|o| w[o]).product();
-                gradient[c] += dw * others * v / self.spacing;
-            }
+            gradient += DVec3::new(dw[0] * w[1] * w[2], w[0] * dw[1] * w[2], w[0] * w[1] * dw[2]) * v;
+            let (xy, xz, yz) = (dw[0] * dw[1] * w[2] * v, dw[0] * w[1] * dw[2] * v, w[0] * dw[1] * dw[2] * v);
+            hessian += glam::DMat3::from_cols(
+                DVec3::new(0.0, xy, xz),
+                DVec3::new(xy, 0.0, yz),
+                DVec3::new(xz, yz, 0.0),
+            );
         }
-        (d, gradient)
+        (d, gradient, hessian)
+    }
+
+    /// The grid's first sample point.
+    pub fn origin(&self) -> [f64; 3] {
+        self.origin
+    }
+
+    /// The samples, x fastest.
+    pub fn values(&self) -> &[f64] {
+        &self.values
     }
 
     /// Grid spacing.
@@ -327,6 +346,17 @@ impl SignedDistanceGrid {
     /// Samples per axis.
     pub fn counts(&self) -> [usize; 3] {
         self.counts
+    }
+}
+
+impl std::fmt::Debug for SignedDistanceGrid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the samples: there are many.
+        f.debug_struct("SignedDistanceGrid")
+            .field("origin", &self.origin)
+            .field("spacing", &self.spacing)
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
     }
 }
 
@@ -414,6 +444,19 @@ pub(crate) mod tests {
                 let radial = DVec3::from(p).normalize();
                 assert!(DVec3::from(g).dot(radial) > 0.95, "{p:?}: gradient {g:?}");
             }
+        }
+        // The Hessian is the interpolant's: central differences of its gradient agree.
+        let p = DVec3::new(0.31, -0.22, 0.47);
+        let (_, _, hessian) = grid.sample(p);
+        for c in 0..3 {
+            let mut e = DVec3::ZERO;
+            e[c] = 1e-6;
+            let difference = (grid.sample(p + e).1 - grid.sample(p - e).1) / 2e-6;
+            assert!(
+                (difference - hessian.col(c)).length() < 1e-6,
+                "column {c}: {difference} vs {}",
+                hessian.col(c)
+            );
         }
         assert!(SignedDistanceGrid::from_surface(&surface, 0.0, 0.1).is_err());
         assert!(

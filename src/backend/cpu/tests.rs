@@ -32,9 +32,18 @@ pub(crate) fn mixed_model(material: Material) -> Model {
         Collider::sphere([0.3, 0.2, 0.1], 0.08),
         Collider::cuboid([0.2, 0.1, 0.2], [0.03, 0.04, 0.05]),
         Collider::capsule([0.55, -0.1, 0.0], [0.65, 0.2, 0.05], 0.04),
+        Collider::sdf(sphere_grid([0.2, 0.1, 0.1], 0.06)),
     ];
     model.contact_stiffness = 3e4;
     model
+}
+
+/// The signed-distance grid of a faceted sphere, sampled every 0.02.
+fn sphere_grid(center: [f64; 3], radius: f64) -> crate::mesh::SignedDistanceGrid {
+    let unit = crate::mesh::distance::tests::sphere(1.0, 2);
+    let moved = unit.positions().iter().map(|p| std::array::from_fn(|c| center[c] + radius * p[c])).collect();
+    let surface = crate::mesh::TriMesh::new(moved, unit.triangles().to_vec()).unwrap();
+    crate::mesh::SignedDistanceGrid::from_surface(&surface, 0.02, 0.04).unwrap()
 }
 
 fn perturbed(x: &[[f64; 3]], scale: f64, rng: &mut ChaCha8Rng) -> Vec<[f64; 3]> {

@@ -100,8 +100,9 @@ impl GpuBuffers {
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         m.set("pinned", c.storage("pinned", &pinned));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
-        let colliders: Vec<GpuCollider> = model.colliders.iter().map(GpuCollider::new).collect();
+        let (colliders, sdf_values) = GpuCollider::pack(&model.colliders);
         m.set("colliders", c.storage("colliders", &colliders));
+        m.set("sdf_values", c.storage("sdf_values", &sdf_values));
         m.set("corner_offsets", c.storage("corner_offsets", &topology.corner_offsets));
         m.set("corners", c.storage("corners", &topology.corners));
         m.set("row_offsets", c.storage("row_offsets", &topology.row_offsets));

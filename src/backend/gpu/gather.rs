@@ -47,23 +47,40 @@ pub struct GpuCollider {
     a: [f32; 4],
     b: [f32; 4],
     kind: u32,
-    pad: [u32; 3],
+    /// A grid's first sample in the `sdf_values` buffer.
+    offset: u32,
+    pad: [u32; 2],
 }
 
 impl GpuCollider {
-    pub fn new(collider: &crate::contact::Collider) -> GpuCollider {
+    /// The colliders, and the samples of their signed-distance grids one after another.
+    pub fn pack(colliders: &[crate::contact::Collider]) -> (Vec<GpuCollider>, Vec<f32>) {
         use crate::contact::Shape;
         let f = |v: [f64; 3], w: f64| [v[0] as f32, v[1] as f32, v[2] as f32, w as f32];
-        let (kind, a, b) = match collider.shape {
-            Shape::Plane { normal, offset } => {
-                let length = glam::DVec3::from(normal).length();
-                (0, f(normal.map(|c| c / length), offset / length), [0.0; 4])
-            }
-            Shape::Sphere { center, radius } => (1, f(center, radius), [0.0; 4]),
-            Shape::Cuboid { center, half_extents } => (2, f(center, 0.0), f(half_extents, 0.0)),
-            Shape::Capsule { a, b, radius } => (3, f(a, radius), f(b, 0.0)),
-        };
-        GpuCollider { a, b, kind, pad: [0; 3] }
+        let mut sdf_values = Vec::new();
+        let packed = colliders
+            .iter()
+            .map(|collider| {
+                let offset = sdf_values.len() as u32;
+                let (kind, a, b) = match &collider.shape {
+                    Shape::Plane { normal, offset } => {
+                        let length = glam::DVec3::from(*normal).length();
+                        (0, f(normal.map(|c| c / length), offset / length), [0.0; 4])
+                    }
+                    Shape::Sphere { center, radius } => (1, f(*center, *radius), [0.0; 4]),
+                    Shape::Cuboid { center, half_extents } => (2, f(*center, 0.0), f(*half_extents, 0.0)),
+                    Shape::Capsule { a, b, radius } => (3, f(*a, *radius), f(*b, 0.0)),
+                    Shape::Sdf(grid) => {
+                        sdf_values.extend(grid.values().iter().map(|&v| v as f32));
+                        // The sample counts travel as the bits of b.xyz.
+                        let counts = grid.counts().map(|n| f32::from_bits(n as u32));
+                        (4, f(grid.origin(), grid.spacing()), [counts[0], counts[1], counts[2], 0.0])
+                    }
+                };
+                GpuCollider { a, b, kind, offset, pad: [0; 2] }
+            })
+            .collect();
+        (packed, sdf_values)
     }
 }
 

@@ -38,10 +38,12 @@ mod model;
 pub mod objective;
 pub mod plot;
 pub mod presets;
+pub mod render;
 pub mod scene;
 mod sim;
 pub mod solver;
 mod state;
+pub mod viewer;
 
 pub use backend::LinearSolver;
 pub use contact::{Collider, ContactModel, Shape};

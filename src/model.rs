@@ -102,6 +102,30 @@ impl Model {
         Ok(())
     }
 
+    /// The triangles to draw: every tet body's boundary (outward wound) and every triangle of
+    /// springs a spring body closes (a cloth's grid cells), in model vertex indices.
+    pub fn surface_triangles(&self) -> Vec<[u32; 3]> {
+        let mut triangles = crate::mesh::boundary_triangles(&self.tets);
+        // Spring triangles a < b < c: b and c among a's higher neighbours, and joined.
+        let mut higher: std::collections::BTreeMap<u32, Vec<u32>> = std::collections::BTreeMap::new();
+        for &[a, b] in &self.springs {
+            higher.entry(a.min(b)).or_default().push(a.max(b));
+        }
+        for list in higher.values_mut() {
+            list.sort_unstable();
+            list.dedup();
+        }
+        for (&a, list) in &higher {
+            for (i, &b) in list.iter().enumerate() {
+                let from_b = higher.get(&b).map(Vec::as_slice).unwrap_or(&[]);
+                triangles.extend(
+                    list[i + 1..].iter().filter(|c| from_b.binary_search(c).is_ok()).map(|&c| [a, b, c]),
+                );
+            }
+        }
+        triangles
+    }
+
     /// Number of vertices over all bodies.
     pub fn vertex_count(&self) -> usize {
         self.rest.len()

@@ -327,7 +327,21 @@ impl Scene {
     /// The scene's simulation, in its initial state; `integrator`, `backend` and `solver`
     /// override the file's when given (the command line's options).
     pub fn build(&self, integrator_name: Option<&str>, backend_name: Option<&str>) -> Result<Simulation> {
-        let builder = Simulation::builder();
+        self.build_on(integrator_name, backend_name, None)
+    }
+
+    /// [`Scene::build`], running a GPU backend on `context` when given (the viewer's device,
+    /// so that it draws the simulation's position buffer in place).
+    pub fn build_on(
+        &self,
+        integrator_name: Option<&str>,
+        backend_name: Option<&str>,
+        context: Option<std::sync::Arc<crate::backend::gpu::GpuContext>>,
+    ) -> Result<Simulation> {
+        let mut builder = Simulation::builder();
+        if let Some(context) = context {
+            builder = builder.gpu_context(context);
+        }
         let (builder, rest) = if self.body.kind == "cloth" {
             if self.body.material.is_some() || self.body.youngs.is_some() || self.body.poisson.is_some() {
                 return Err(Error::Parameter(

@@ -509,13 +509,35 @@ impl Simulation {
             )));
         }
         crate::error::require_positive("handle stiffness", stiffness)?;
-        self.handles.push(Anchor {
-            vertex: vertex as u32,
-            stiffness,
-            position: self.state.positions[vertex],
-        });
+        let handle = Anchor { vertex: vertex as u32, stiffness, position: self.state.positions[vertex] };
+        // A released handle's slot is taken again.
+        let slot = match self.handles.iter().position(|h| h.stiffness == 0.0) {
+            Some(slot) => {
+                self.handles[slot] = handle;
+                slot
+            }
+            None => {
+                self.handles.push(handle);
+                self.handles.len() - 1
+            }
+        };
         self.stages.set_anchors(&self.handles);
-        Ok(HandleId(self.handles.len() - 1))
+        Ok(HandleId(slot))
+    }
+
+    /// Lets go of a handle: its spring stops acting. The energy it held leaves the energy
+    /// ledger's books as user forcing, like a move; its id may be given to a later handle.
+    pub fn release_handle(&mut self, id: HandleId) -> Result<()> {
+        let Some(handle) = self.handles.get_mut(id.0) else {
+            return Err(Error::Parameter(format!("no handle {}", id.0)));
+        };
+        handle.stiffness = 0.0;
+        let before = self.energy.potential;
+        self.stages.set_anchors(&self.handles);
+        self.refresh_energy();
+        self.ledger.add(self.energy.potential - before);
+        self.energy.target = self.ledger.target();
+        Ok(())
     }
 
     /// Moves a handle. The potential energy this injects (or removes) is booked in the energy

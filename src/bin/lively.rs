@@ -55,6 +55,42 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "be,bdf2,im,avf,stabilized,a-search")]
         integrators: Vec<String>,
     },
+    /// Opens a scene in a window: left drag orbits, the wheel zooms, right drag pulls a vertex;
+    /// space pauses, S steps once, R resets, I switches integrator, Escape quits.
+    View {
+        /// The scene (TOML).
+        scene: PathBuf,
+        /// Overrides the scene's integrator.
+        #[arg(long)]
+        integrator: Option<String>,
+        /// Overrides the scene's backend: cpu, gpu or auto.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Saves the window's picture after N frames to PATH, then quits.
+        #[arg(long, num_args = 2, value_names = ["N", "PATH"])]
+        screenshot: Option<Vec<String>>,
+    },
+    /// Steps a scene to a frame and draws its surface into a PNG, headless, through the
+    /// viewer's renderer (the same bytes on every run).
+    Render {
+        /// The scene (TOML).
+        scene: PathBuf,
+        /// The step to draw (0: the start).
+        #[arg(long, default_value_t = 0)]
+        frame: usize,
+        /// The picture.
+        #[arg(long, default_value = "lively-frame.png")]
+        out: PathBuf,
+        /// Width and height in pixels.
+        #[arg(long, num_args = 2, value_names = ["WIDTH", "HEIGHT"], default_values_t = [960, 640])]
+        size: Vec<u32>,
+        /// Overrides the scene's integrator.
+        #[arg(long)]
+        integrator: Option<String>,
+        /// Overrides the scene's backend: cpu, gpu or auto.
+        #[arg(long)]
+        backend: Option<String>,
+    },
 }
 
 /// What `run` and `compare` share: the scene and how to run it.
@@ -82,6 +118,13 @@ fn main() -> ExitCode {
         Command::Info => ("info", info()),
         Command::Bench { steps } => ("bench", bench(steps)),
         Command::Compare { scene, integrators } => ("compare", compare(&scene, &integrators)),
+        Command::View { scene, integrator, backend, screenshot } => {
+            ("view", view(&scene, integrator, backend, screenshot))
+        }
+        Command::Render { scene, frame, out, size, integrator, backend } => (
+            "render",
+            render(&scene, frame, &out, [size[0], size[1]], integrator.as_deref(), backend.as_deref()),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -90,6 +133,40 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `lively view`: the scene in a window.
+fn view(
+    path: &Path,
+    integrator: Option<String>,
+    backend: Option<String>,
+    screenshot: Option<Vec<String>>,
+) -> Result<(), lively::Error> {
+    let screenshot = match screenshot.as_deref() {
+        Some([frames, out]) => {
+            let frames = frames.parse().map_err(|_| {
+                lively::Error::Parameter(format!("--screenshot {frames:?}: expected a frame count"))
+            })?;
+            Some((frames, PathBuf::from(out)))
+        }
+        _ => None,
+    };
+    lively::viewer::view(Scene::load(path)?, lively::viewer::ViewOptions { integrator, backend, screenshot })
+}
+
+/// `lively render`: the scene at step `frame`, drawn into a PNG.
+fn render(
+    path: &Path,
+    frame: usize,
+    out: &Path,
+    size: [u32; 2],
+    integrator: Option<&str>,
+    backend: Option<&str>,
+) -> Result<(), lively::Error> {
+    let mut sim = Scene::load(path)?.build(integrator, backend)?;
+    lively::render::render_frame(&mut sim, frame, size, out)?;
+    println!("lively render: step {frame} of {} drawn to {}", path.display(), out.display());
+    Ok(())
 }
 
 /// `lively run`: steps the scene, writes the energy table, its plot and any frames, prints a

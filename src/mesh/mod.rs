@@ -13,6 +13,7 @@ mod write;
 pub use distance::SignedDistanceGrid;
 pub use embedding::Embedding;
 pub use spring_mesh::{Spring, SpringKind, SpringMesh};
+pub(crate) use tet_mesh::boundary_triangles;
 pub use tet_mesh::{LoadReport, TetMesh};
 pub use tri_mesh::TriMesh;
 pub use write::VtuSeries;

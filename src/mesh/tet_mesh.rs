@@ -257,7 +257,7 @@ fn bounding_extent(positions: &[[f64; 3]]) -> f64 {
 }
 
 /// Faces that belong to exactly one tet, outward wound.
-fn boundary_triangles(tets: &[[u32; 4]]) -> Vec<[u32; 3]> {
+pub(crate) fn boundary_triangles(tets: &[[u32; 4]]) -> Vec<[u32; 3]> {
     let mut count: HashMap<[u32; 3], (u32, [u32; 3])> = HashMap::new();
     for tet in tets {
         for face in OUTWARD_FACES {

@@ -348,7 +348,7 @@ impl GpuContext {
     }
 
     /// Maps the first `size` bytes of a `MAP_READ` buffer, copies them out and unmaps it.
-    fn map(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    pub(crate) fn map(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         let (sender, receiver) = std::sync::mpsc::channel();
         staging.slice(..size).map_async(wgpu::MapMode::Read, move |result| {
             let _ = sender.send(result);

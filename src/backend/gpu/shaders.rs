@@ -22,6 +22,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
     ("vector", include_str!("../../../shaders/vector.wgsl")),
+    ("render", include_str!("../../../shaders/render.wgsl")),
 ];
 
 /// The stages: composed modules with entry points.

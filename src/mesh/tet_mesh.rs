@@ -159,11 +159,14 @@ impl TetMesh {
         let mut range = (180.0f64, 0.0f64);
         for tet in &self.tets {
             let p = tet.map(|v| glam::DVec3::from(self.positions[v as usize]));
-            let normal = |f: [usize; 3]| (p[f[1]] - p[f[0]]).cross(p[f[2]] - p[f[0]]).normalize();
+            let normal = |f: [usize; 3]| (p[f[1]] - p[f[0]]).cross(p[f[2]] - p[f[0]]);
             let normals = OUTWARD_FACES.map(normal);
             for a in 0..4 {
                 for b in a + 1..4 {
-                    let angle = 180.0 - normals[a].dot(normals[b]).clamp(-1.0, 1.0).acos().to_degrees();
+                    // The angle between the outward normals by atan2, which keeps a sliver's
+                    // tiny angle where acos of a dot product near -1 rounds it to 0.
+                    let (n, m) = (normals[a], normals[b]);
+                    let angle = 180.0 - n.cross(m).length().atan2(n.dot(m)).to_degrees();
                     range = (range.0.min(angle), range.1.max(angle));
                 }
             }

@@ -273,12 +273,12 @@ impl Renderer {
     /// `size[0] * size[1]` RGBA pixels, rows top to bottom.
     pub fn image(
         &mut self,
-        context: &crate::backend::gpu::GpuContext,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
         size: [u32; 2],
         camera: &Camera,
         positions: Option<&wgpu::Buffer>,
     ) -> Result<Vec<u8>> {
-        let device = &context.device;
         let extent = wgpu::Extent3d { width: size[0], height: size[1], depth_or_array_layers: 1 };
         let texture = device.create_texture(&wgpu::TextureDescriptor {
             label: Some("image"),
@@ -303,7 +303,7 @@ impl Renderer {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("image") });
         self.draw(
             device,
-            &context.queue,
+            queue,
             &mut encoder,
             &texture.create_view(&Default::default()),
             size,
@@ -327,8 +327,8 @@ impl Renderer {
             },
             extent,
         );
-        context.queue.submit([encoder.finish()]);
-        let bytes = context.map(&staging, (padded * size[1]) as u64)?;
+        queue.submit([encoder.finish()]);
+        let bytes = crate::backend::gpu::context::read_mapped(device, &staging, (padded * size[1]) as u64)?;
         let mut rgba: Vec<u8> =
             bytes.chunks_exact(padded as usize).flat_map(|r| &r[..row as usize]).copied().collect();
         if self.format.remove_srgb_suffix() == wgpu::TextureFormat::Bgra8Unorm {
@@ -354,23 +354,15 @@ pub fn save_png(path: impl AsRef<std::path::Path>, size: [u32; 2], rgba: &[u8]) 
     Ok(())
 }
 
-/// Steps `sim` for `frames` steps and draws it from its framing camera into a PNG at `out`.
-pub fn render_frame(
-    sim: &mut crate::Simulation,
-    frames: usize,
-    size: [u32; 2],
-    out: impl AsRef<std::path::Path>,
-) -> Result<()> {
+/// Draws `sim` as it is now into a PNG at `out`, seen by the camera that frames its rest shape.
+pub fn render_frame(sim: &crate::Simulation, size: [u32; 2], out: impl AsRef<std::path::Path>) -> Result<()> {
     if size[0] == 0 || size[1] == 0 || size[0] > 8192 || size[1] > 8192 {
         return Err(Error::Parameter(format!(
             "image size {}x{} must be 1..=8192 on each side",
             size[0], size[1]
         )));
     }
-    let camera = Camera::framing(sim.positions());
-    for _ in 0..frames {
-        sim.step()?;
-    }
+    let camera = Camera::framing(sim.model().rest_positions());
     let context = crate::backend::gpu::GpuContext::new()?;
     let mut renderer = Renderer::new(
         &context.device,
@@ -379,6 +371,6 @@ pub fn render_frame(
         sim.positions().len(),
     )?;
     renderer.upload(&context.queue, sim.positions());
-    let rgba = renderer.image(&context, size, &camera, None)?;
+    let rgba = renderer.image(&context.device, &context.queue, size, &camera, None)?;
     save_png(out, size, &rgba)
 }

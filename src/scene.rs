@@ -13,8 +13,10 @@
 //! damping = 0.08        # momentum-preserving damping coefficient (none without)
 //!
 //! [body]
-//! kind = "bar"           # "bar" (cells, size), "file" (path, relative to the scene) or
-//!                        # "cloth" (cells and size in x and y; springs, no material)
+//! kind = "bar"           # "bar" (cells, size), "file" (path, relative to the scene),
+//!                        # "ball" (radius, target_edge: a stuffed sphere whose bounding box
+//!                        # starts at the origin) or "cloth" (cells and size in x and y;
+//!                        # springs, no material)
 //! cells = [4, 4, 4]
 //! size = [0.5, 0.5, 0.5]
 //! material = "stvk"      # stvk corotated fixed-corotated neo-hookean stable-neo-hookean arap
@@ -42,6 +44,13 @@
 //! offset = 0.0
 //! friction = 0.3
 //! ```
+//!
+//! [[handle]]             # the vertex nearest `near` (rest), pulled by a spring of
+//! near = [0, 1, 0]       # `stiffness` N/m toward its rest place plus
+//! stiffness = 50.0       # amplitude * sin(2 pi frequency t) until `until` s, then let go
+//! amplitude = [0, 0, 0.2]
+//! frequency = 1.0
+//! until = 2.0
 //!
 //! Colliders take `contact_stiffness` (N/m, default 1e5) for their penalty. An unknown key, a
 //! value of the wrong kind or a missing file is an error that names it.
@@ -87,6 +96,8 @@ pub struct Scene {
     pub pin: Vec<Pin>,
     #[serde(default)]
     pub collider: Vec<ColliderSpec>,
+    #[serde(default)]
+    pub handle: Vec<HandleSpec>,
     #[serde(default = "default_contact_stiffness")]
     pub contact_stiffness: f64,
     /// Momentum-preserving damping coefficient.
@@ -125,6 +136,9 @@ pub struct Body {
     pub cells: Option<[usize; 3]>,
     pub size: Option<[f64; 3]>,
     pub path: Option<PathBuf>,
+    /// A ball's radius and the spacing of its tetrahedralization.
+    pub radius: Option<f64>,
+    pub target_edge: Option<f64>,
     pub material: Option<String>,
     pub youngs: Option<f64>,
     pub poisson: Option<f64>,
@@ -147,6 +161,22 @@ pub struct Start {
     pub random: Option<f64>,
     #[serde(default)]
     pub seed: u64,
+}
+
+/// A vertex moved by the scene: a spring of `stiffness` ties the vertex nearest `near` (at
+/// rest) to a point that swings about its rest place by `amplitude * sin(2 pi frequency t)`,
+/// until `until` seconds, when it lets go (the energy the user put in stays booked).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandleSpec {
+    pub near: [f64; 3],
+    pub stiffness: f64,
+    #[serde(default)]
+    pub amplitude: [f64; 3],
+    #[serde(default)]
+    pub frequency: f64,
+    #[serde(default = "positive_infinity")]
+    pub until: f64,
 }
 
 /// Pins the vertices whose rest coordinate on `axis` lies in `[min, max]`.
@@ -318,8 +348,14 @@ impl Scene {
                 };
                 TetMesh::load(self.folder.join(path))
             }
+            "ball" => {
+                let (Some(radius), Some(edge)) = (body.radius, body.target_edge) else {
+                    return Err(Error::Parameter("body: kind \"ball\" needs radius and target_edge".into()));
+                };
+                TetMesh::from_surface(&crate::TriMesh::sphere([radius; 3], radius, 5)?, edge)
+            }
             other => Err(Error::Parameter(format!(
-                "body.kind: {other:?} is not a tet body; use \"bar\" or \"file\" (or \"cloth\")"
+                "body.kind: {other:?} is not a tet body; use \"bar\", \"file\" or \"ball\" (or \"cloth\")"
             ))),
         }
     }
@@ -413,7 +449,37 @@ impl Scene {
         if self.start.changes_anything() {
             sim.set_state(&x, &v)?;
         }
+        // The scene's handles come first, so `step` finds them as handles 0, 1, ...
+        for (k, handle) in self.handle.iter().enumerate() {
+            let distance = |p: &[f64; 3]| (0..3).map(|c| (p[c] - handle.near[c]).powi(2)).sum::<f64>();
+            let nearest = (0..rest.len()).min_by(|&a, &b| distance(&rest[a]).total_cmp(&distance(&rest[b])));
+            let vertex =
+                nearest.ok_or_else(|| Error::Parameter("handle: the body has no vertices".into()))?;
+            let id = sim
+                .add_handle(vertex, handle.stiffness)
+                .map_err(|e| Error::Parameter(format!("handle {k}: {e}")))?;
+            debug_assert_eq!(id, crate::HandleId(k));
+            sim.move_handle(id, rest[vertex])?;
+        }
         Ok(sim)
+    }
+
+    /// One step of a simulation this scene built: its handles move to where they are at the
+    /// end of the step (or let go), then the simulation steps.
+    pub fn step(&self, sim: &mut Simulation) -> Result<crate::StepStats> {
+        let t = sim.time() + sim.dt();
+        for (k, handle) in self.handle.iter().enumerate() {
+            let id = crate::HandleId(k);
+            if t <= handle.until {
+                let vertex = sim.handle_vertex(id)?;
+                let rest = sim.model().rest_positions()[vertex];
+                let swing = (2.0 * std::f64::consts::PI * handle.frequency * t).sin();
+                sim.move_handle(id, std::array::from_fn(|c| rest[c] + handle.amplitude[c] * swing))?;
+            } else if t - sim.dt() <= handle.until {
+                sim.release_handle(id)?;
+            }
+        }
+        sim.step()
     }
 }
 

@@ -353,7 +353,7 @@ impl SimulationBuilder {
 
 /// Identifies a handle added with [`Simulation::add_handle`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HandleId(usize);
+pub struct HandleId(pub(crate) usize);
 
 /// A running simulation: model, state, integrator, solver and backend.
 pub struct Simulation {
@@ -523,6 +523,14 @@ impl Simulation {
         };
         self.stages.set_anchors(&self.handles);
         Ok(HandleId(slot))
+    }
+
+    /// The vertex a handle pulls.
+    pub fn handle_vertex(&self, id: HandleId) -> Result<usize> {
+        self.handles
+            .get(id.0)
+            .map(|h| h.vertex as usize)
+            .ok_or_else(|| Error::Parameter(format!("no handle {}", id.0)))
     }
 
     /// Lets go of a handle: its spring stops acting. The energy it held leaves the energy

@@ -168,7 +168,7 @@ impl Viewer {
     fn frame(&mut self, event_loop: &ActiveEventLoop) -> Result<()> {
         let Some(running) = self.running.as_mut() else { return Ok(()) };
         if !running.paused {
-            running.sim.step()?;
+            self.scene.step(&mut running.sim)?;
         }
         running.frames += 1;
         let size = [running.config.width, running.config.height];
@@ -203,7 +203,13 @@ impl Viewer {
         if let Some((at, path)) = &self.options.screenshot {
             if running.frames >= *at {
                 // The same frame through the same renderer, off screen, read back.
-                let rgba = running.renderer.image(&running.context, size, &running.camera, positions)?;
+                let rgba = running.renderer.image(
+                    &running.context.device,
+                    &running.context.queue,
+                    size,
+                    &running.camera,
+                    positions,
+                )?;
                 crate::render::save_png(path, size, &rgba)?;
                 println!("lively view: frame {} saved to {}", running.frames, path.display());
                 event_loop.exit();
@@ -217,8 +223,8 @@ impl Viewer {
         match key {
             Key::Named(NamedKey::Escape) => return Ok(false),
             Key::Named(NamedKey::Space) => running.paused = !running.paused,
-            Key::Named(NamedKey::ArrowRight) => step_once(running)?,
-            Key::Character(c) if c.eq_ignore_ascii_case("s") => step_once(running)?,
+            Key::Named(NamedKey::ArrowRight) => step_once(&self.scene, running)?,
+            Key::Character(c) if c.eq_ignore_ascii_case("s") => step_once(&self.scene, running)?,
             Key::Character(c) if c.eq_ignore_ascii_case("r") => {
                 running.sim = self.scene.build_on(
                     self.integrator.as_deref(),
@@ -312,9 +318,9 @@ impl Running {
     }
 }
 
-fn step_once(running: &mut Running) -> Result<()> {
+fn step_once(scene: &Scene, running: &mut Running) -> Result<()> {
     if running.paused {
-        running.sim.step()?;
+        scene.step(&mut running.sim)?;
     }
     Ok(())
 }

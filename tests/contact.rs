@@ -156,44 +156,17 @@ fn a_search_rebounds_far_higher_than_backward_euler_and_bdf2() {
     assert!(backward.max(bdf2) < 0.5 * 0.5, "BE {backward} m, BDF2 {bdf2} m: no numerical damping?");
 }
 
-/// The faceted unit sphere (an octahedron subdivided `levels` times), scaled and moved.
-fn sphere_surface(center: [f64; 3], radius: f64, levels: usize) -> lively::TriMesh {
-    let mut p: Vec<glam::DVec3> = vec![
-        glam::DVec3::X,
-        -glam::DVec3::X,
-        glam::DVec3::Y,
-        -glam::DVec3::Y,
-        glam::DVec3::Z,
-        -glam::DVec3::Z,
-    ];
-    let mut t: Vec<[u32; 3]> =
-        vec![[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4], [2, 0, 5], [1, 2, 5], [3, 1, 5], [0, 3, 5]];
-    for _ in 0..levels {
-        let mut midpoint = std::collections::HashMap::new();
-        let mut next = Vec::new();
-        for tri in &t {
-            let m: [u32; 3] = std::array::from_fn(|k| {
-                let (a, b) = (tri[k].min(tri[(k + 1) % 3]), tri[k].max(tri[(k + 1) % 3]));
-                *midpoint.entry((a, b)).or_insert_with(|| {
-                    p.push(((p[a as usize] + p[b as usize]) / 2.0).normalize());
-                    p.len() as u32 - 1
-                })
-            });
-            next.extend([[tri[0], m[0], m[2]], [m[0], tri[1], m[1]], [m[2], m[1], tri[2]], m]);
-        }
-        t = next;
-    }
-    let moved = p.iter().map(|v| (glam::DVec3::from(center) + *v * radius).to_array()).collect();
-    lively::TriMesh::new(moved, t).unwrap()
-}
-
 /// A cube dropped onto a ball given by its sampled signed distance lands and settles like one
 /// dropped onto the analytic ball: the grid collider (any closed surface) is the same contact.
 #[test]
 fn a_cube_lands_on_a_signed_distance_grid_as_on_the_shape_itself() {
     let (center, radius) = ([0.1, -0.3, 0.1], 0.3);
-    let grid =
-        lively::SignedDistanceGrid::from_surface(&sphere_surface(center, radius, 5), 0.01, 0.05).unwrap();
+    let grid = lively::SignedDistanceGrid::from_surface(
+        &lively::TriMesh::sphere(center, radius, 5).unwrap(),
+        0.01,
+        0.05,
+    )
+    .unwrap();
     let run = |collider: Collider| {
         let mut sim = Simulation::builder()
             .tet_body(TetMesh::bar([CELLS; 3], [SIDE; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)

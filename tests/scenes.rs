@@ -30,7 +30,7 @@ fn every_preset_names_its_source_and_runs() {
         let mut sim = scene.build(None, Some("cpu")).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let start = sim.energy().total;
         for _ in 0..3 {
-            sim.step().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            scene.step(&mut sim).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
         let end = sim.energy().total;
         assert!(sim.positions().iter().flatten().all(|c| c.is_finite()), "{}", path.display());
@@ -183,4 +183,36 @@ fn a_scene_can_collide_with_any_closed_surface_file() {
     let error = error.to_string();
     assert!(error.contains("nowhere.obj"), "{error}");
     std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_scene_handle_shakes_the_cloth_corner_and_lets_go() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/hanging_cloth.toml");
+    let scene = Scene::load(&path).unwrap();
+    let handle = &scene.handle[0];
+    let mut sim = scene.build(Some("be"), Some("cpu")).unwrap();
+    let corner = (0..sim.positions().len())
+        .min_by(|&a, &b| {
+            let d = |v: usize| (0..3).map(|c| (sim.positions()[v][c] - handle.near[c]).powi(2)).sum::<f64>();
+            d(a).total_cmp(&d(b))
+        })
+        .unwrap();
+    let mut farthest: f64 = 0.0;
+    while sim.time() < 0.5 {
+        scene.step(&mut sim).unwrap();
+        farthest = farthest.max(sim.positions()[corner][2].abs());
+    }
+    // The handle swings 0.25 m out of plane at 1.5 Hz; the corner follows it.
+    assert!(farthest > 0.05, "the corner moved only {farthest} m out of plane");
+    let booked = sim.ledger().added();
+    assert!(booked != 0.0, "moving the handle must book the energy it puts in");
+    // After `until` the handle has let go: the energy the user adds stops changing.
+    while sim.time() < handle.until + 0.1 {
+        scene.step(&mut sim).unwrap();
+    }
+    let after = sim.ledger().added();
+    for _ in 0..3 {
+        scene.step(&mut sim).unwrap();
+    }
+    assert_eq!(sim.ledger().added(), after, "a released handle adds no more energy");
 }

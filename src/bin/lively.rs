@@ -163,8 +163,12 @@ fn render(
     integrator: Option<&str>,
     backend: Option<&str>,
 ) -> Result<(), lively::Error> {
-    let mut sim = Scene::load(path)?.build(integrator, backend)?;
-    lively::render::render_frame(&mut sim, frame, size, out)?;
+    let scene = Scene::load(path)?;
+    let mut sim = scene.build(integrator, backend)?;
+    for _ in 0..frame {
+        scene.step(&mut sim)?;
+    }
+    lively::render::render_frame(&sim, size, out)?;
     println!("lively render: step {frame} of {} drawn to {}", path.display(), out.display());
     Ok(())
 }
@@ -225,7 +229,7 @@ fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Re
     let progress = progress_bar(steps);
     for _ in 0..steps {
         progress.inc(1);
-        let stats = sim.step()?;
+        let stats = scene.step(&mut sim)?;
         let ms = stats.timings.total.as_secs_f64() * 1e3;
         total_ms += ms;
         unconverged += usize::from(!stats.converged);
@@ -380,7 +384,7 @@ fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Err
         progress.set_message(name.clone());
         for _ in 0..steps {
             progress.inc(1);
-            match sim.step() {
+            match scene.step(&mut sim) {
                 Ok(stats) => {
                     curve.energy.push((sim.time(), sim.energy().total / h0));
                     curve.alpha.extend(stats.alpha.map(|a| (sim.time(), a)));

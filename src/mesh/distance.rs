@@ -387,27 +387,9 @@ pub(crate) mod tests {
             .fold(f64::INFINITY, f64::min)
     }
 
-    /// An icosphere-like closed surface: an octahedron subdivided and pushed to the sphere.
+    /// The unit-sphere family the tests use.
     pub(crate) fn sphere(radius: f64, levels: usize) -> TriMesh {
-        let mut p: Vec<DVec3> = vec![DVec3::X, -DVec3::X, DVec3::Y, -DVec3::Y, DVec3::Z, -DVec3::Z];
-        let mut t: Vec<[u32; 3]> =
-            vec![[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4], [2, 0, 5], [1, 2, 5], [3, 1, 5], [0, 3, 5]];
-        for _ in 0..levels {
-            let mut midpoint = std::collections::HashMap::new();
-            let mut next = Vec::new();
-            for tri in &t {
-                let m: [u32; 3] = std::array::from_fn(|k| {
-                    let (a, b) = (tri[k].min(tri[(k + 1) % 3]), tri[k].max(tri[(k + 1) % 3]));
-                    *midpoint.entry((a, b)).or_insert_with(|| {
-                        p.push(((p[a as usize] + p[b as usize]) / 2.0).normalize());
-                        p.len() as u32 - 1
-                    })
-                });
-                next.extend([[tri[0], m[0], m[2]], [m[0], tri[1], m[1]], [m[2], m[1], tri[2]], m]);
-            }
-            t = next;
-        }
-        TriMesh::new(p.iter().map(|v| (*v * radius).to_array()).collect(), t).unwrap()
+        TriMesh::sphere([0.0; 3], radius, levels).unwrap()
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Meshes: tetrahedral bodies and mass-spring bodies, their generators and validation, and
 //! their readers and writers.
 
-pub(crate) mod distance;
+mod distance;
 mod embedding;
 mod io;
 mod spring_mesh;

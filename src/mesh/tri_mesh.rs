@@ -37,6 +37,37 @@ impl TriMesh {
             .map_err(|e| Error::Mesh(format!("{}: {e}", path.as_ref().display())))
     }
 
+    /// A sphere of `radius` about `center`: an octahedron whose triangles are split in four
+    /// `subdivisions` times, the vertices pushed onto the sphere (8 * 4^subdivisions
+    /// triangles, outward wound; 4 subdivisions lie within 0.2 % of the radius).
+    pub fn sphere(center: [f64; 3], radius: f64, subdivisions: usize) -> Result<TriMesh> {
+        crate::error::require_positive("radius", radius)?;
+        if subdivisions > 8 {
+            return Err(Error::Parameter(format!(
+                "{subdivisions} subdivisions make over 500K triangles; use 8 or fewer"
+            )));
+        }
+        let mut p: Vec<DVec3> = vec![DVec3::X, -DVec3::X, DVec3::Y, -DVec3::Y, DVec3::Z, -DVec3::Z];
+        let mut t: Vec<[u32; 3]> =
+            vec![[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4], [2, 0, 5], [1, 2, 5], [3, 1, 5], [0, 3, 5]];
+        for _ in 0..subdivisions {
+            let mut midpoint = HashMap::new();
+            let mut next = Vec::with_capacity(4 * t.len());
+            for tri in &t {
+                let m: [u32; 3] = std::array::from_fn(|k| {
+                    let (a, b) = (tri[k].min(tri[(k + 1) % 3]), tri[k].max(tri[(k + 1) % 3]));
+                    *midpoint.entry((a, b)).or_insert_with(|| {
+                        p.push(((p[a as usize] + p[b as usize]) / 2.0).normalize());
+                        p.len() as u32 - 1
+                    })
+                });
+                next.extend([[tri[0], m[0], m[2]], [m[0], tri[1], m[1]], [m[2], m[1], tri[2]], m]);
+            }
+            t = next;
+        }
+        TriMesh::new(p.iter().map(|v| (DVec3::from(center) + *v * radius).to_array()).collect(), t)
+    }
+
     /// A surface from a file's text held in memory: `name`'s extension (`.obj` or `.ply`)
     /// picks the format, and errors name it.
     pub fn parse(name: &str, text: &str) -> Result<TriMesh> {

@@ -40,9 +40,7 @@ pub(crate) fn mixed_model(material: Material) -> Model {
 
 /// The signed-distance grid of a faceted sphere, sampled every 0.02.
 fn sphere_grid(center: [f64; 3], radius: f64) -> crate::mesh::SignedDistanceGrid {
-    let unit = crate::mesh::distance::tests::sphere(1.0, 2);
-    let moved = unit.positions().iter().map(|p| std::array::from_fn(|c| center[c] + radius * p[c])).collect();
-    let surface = crate::mesh::TriMesh::new(moved, unit.triangles().to_vec()).unwrap();
+    let surface = crate::mesh::TriMesh::sphere(center, radius, 2).unwrap();
     crate::mesh::SignedDistanceGrid::from_surface(&surface, 0.02, 0.04).unwrap()
 }
 

@@ -348,24 +348,30 @@ impl GpuContext {
     }
 
     /// Maps the first `size` bytes of a `MAP_READ` buffer, copies them out and unmaps it.
-    pub(crate) fn map(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        staging.slice(..size).map_async(wgpu::MapMode::Read, move |result| {
-            let _ = sender.send(result);
-        });
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::DeviceLost(format!("waiting for a readback: {e}")))?;
-        receiver
-            .recv()
-            .map_err(|_| Error::DeviceLost("the readback was dropped".into()))?
-            .map_err(|e| Error::DeviceLost(format!("mapping a readback buffer: {e}")))?;
-        let view = staging
-            .get_mapped_range(..size)
-            .map_err(|e| Error::DeviceLost(format!("reading a mapped buffer: {e}")))?;
-        let out = view.to_vec();
-        drop(view);
-        staging.unmap();
-        Ok(out)
+    fn map(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+        read_mapped(&self.device, staging, size)
     }
+}
+
+/// Waits for `device`, then copies the first `size` bytes of a `MAP_READ` buffer out and unmaps
+/// it.
+pub(crate) fn read_mapped(device: &wgpu::Device, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    staging.slice(..size).map_async(wgpu::MapMode::Read, move |result| {
+        let _ = sender.send(result);
+    });
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| Error::DeviceLost(format!("waiting for a readback: {e}")))?;
+    receiver
+        .recv()
+        .map_err(|_| Error::DeviceLost("the readback was dropped".into()))?
+        .map_err(|e| Error::DeviceLost(format!("mapping a readback buffer: {e}")))?;
+    let view = staging
+        .get_mapped_range(..size)
+        .map_err(|e| Error::DeviceLost(format!("reading a mapped buffer: {e}")))?;
+    let out = view.to_vec();
+    drop(view);
+    staging.unmap();
+    Ok(out)
 }

@@ -15,7 +15,7 @@
 pub mod assemble;
 mod backend;
 pub mod buffers;
-mod context;
+pub(crate) mod context;
 pub mod element;
 pub mod gather;
 pub mod local;

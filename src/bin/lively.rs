@@ -104,6 +104,9 @@ struct SceneRun {
     /// Overrides the scene's step count.
     #[arg(long)]
     steps: Option<usize>,
+    /// Overrides the scene's solver: newton or local-global.
+    #[arg(long)]
+    solver: Option<String>,
     /// The folder the outputs go to.
     #[arg(long, default_value = "lively-out")]
     out: PathBuf,
@@ -133,6 +136,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The scene file, its solver replaced when the command line names one.
+fn load_with_solver(path: &Path, solver: Option<&str>) -> Result<Scene, lively::Error> {
+    let mut scene = Scene::load(path)?;
+    if let Some(solver) = solver {
+        scene.solver = solver.to_string();
+    }
+    Ok(scene)
 }
 
 /// `lively view`: the scene in a window.
@@ -176,8 +188,8 @@ fn render(
 /// `lively run`: steps the scene, writes the energy table, its plot and any frames, prints a
 /// summary.
 fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Result<(), lively::Error> {
-    let SceneRun { scene: path, backend, steps, out } = options;
-    let scene = Scene::load(path)?;
+    let SceneRun { scene: path, backend, steps, out, solver } = options;
+    let scene = load_with_solver(path, solver.as_deref())?;
     let mut sim = scene.build(integrator, backend.as_deref())?;
     if let Some(format) = frames.filter(|f| !matches!(*f, "vtk" | "obj")) {
         return Err(lively::Error::Parameter(format!("--frames {format:?}: use vtk or obj")));
@@ -367,8 +379,8 @@ fn progress_bar(steps: usize) -> indicatif::ProgressBar {
 /// `lively compare`: one run per integrator (a run that fails stops its curve there), the
 /// energy table and plot, and a line per integrator.
 fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Error> {
-    let SceneRun { scene: path, backend, steps, out } = options;
-    let scene = Scene::load(path)?;
+    let SceneRun { scene: path, backend, steps, out, solver } = options;
+    let scene = load_with_solver(path, solver.as_deref())?;
     let steps = steps.unwrap_or(scene.steps);
     let mut sims = Vec::new();
     for name in integrators {

@@ -8,35 +8,13 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::{TetMesh, TriMesh};
 
-fn enclosed_volume(surface: &TriMesh) -> f64 {
-    surface
-        .triangles()
-        .iter()
-        .map(|t| {
-            let p = t.map(|v| glam::DVec3::from(surface.positions()[v as usize]));
-            p[0].dot(p[1].cross(p[2])) / 6.0
-        })
-        .sum::<f64>()
-        .abs()
-}
-
-fn volume(mesh: &TetMesh) -> f64 {
-    mesh.tets()
-        .iter()
-        .map(|t| {
-            let p = t.map(|v| glam::DVec3::from(mesh.positions()[v as usize]));
-            (p[1] - p[0]).cross(p[2] - p[0]).dot(p[3] - p[0]) / 6.0
-        })
-        .sum()
-}
-
 fn meshing(c: &mut Criterion) {
     let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes");
     let mut group = c.benchmark_group("meshing");
     group.sample_size(10);
     match TriMesh::load(folder.join("spot.obj")) {
         Ok(spot) => {
-            let enclosed = enclosed_volume(&spot);
+            let enclosed = spot.enclosed_volume();
             for edge in [0.08, 0.05] {
                 let mesh = TetMesh::from_surface(&spot, edge).unwrap();
                 let (smallest, largest) = mesh.dihedral_angle_range();
@@ -44,7 +22,7 @@ fn meshing(c: &mut Criterion) {
                     "spot at target_edge {edge}: {} vertices, {} tets, volume {:+.2} %, dihedral {smallest:.1}..{largest:.1} degrees",
                     mesh.vertex_count(),
                     mesh.tets().len(),
-                    100.0 * (volume(&mesh) / enclosed - 1.0)
+                    100.0 * (mesh.volume() / enclosed - 1.0)
                 );
                 group.bench_function(format!("stuff_spot_{}", mesh.tets().len()), |b| {
                     b.iter(|| TetMesh::from_surface(&spot, edge).unwrap())

@@ -540,11 +540,7 @@ impl Simulation {
             return Err(Error::Parameter(format!("no handle {}", id.0)));
         };
         handle.stiffness = 0.0;
-        let before = self.energy.potential;
-        self.stages.set_anchors(&self.handles);
-        self.refresh_energy();
-        self.ledger.add(self.energy.potential - before);
-        self.energy.target = self.ledger.target();
+        self.book_handle_change();
         Ok(())
     }
 
@@ -558,12 +554,18 @@ impl Simulation {
             return Err(Error::Parameter(format!("no handle {}", id.0)));
         };
         handle.position = position;
+        self.book_handle_change();
+        Ok(())
+    }
+
+    /// Hands the changed handles to the backend and books the potential energy the change
+    /// put in (or took out) as user forcing.
+    fn book_handle_change(&mut self) {
         let before = self.energy.potential;
         self.stages.set_anchors(&self.handles);
         self.refresh_energy();
         self.ledger.add(self.energy.potential - before);
         self.energy.target = self.ledger.target();
-        Ok(())
     }
 
     /// Sets the energy target of the controlled integrators (J), e.g. below the initial energy

@@ -200,20 +200,20 @@ impl Viewer {
         running.context.queue.submit([encoder.finish()]);
         running.window.pre_present_notify();
         running.context.queue.present(frame);
-        if let Some((at, path)) = &self.options.screenshot {
-            if running.frames >= *at {
-                // The same frame through the same renderer, off screen, read back.
-                let rgba = running.renderer.image(
-                    &running.context.device,
-                    &running.context.queue,
-                    size,
-                    &running.camera,
-                    positions,
-                )?;
-                crate::render::save_png(path, size, &rgba)?;
-                println!("lively view: frame {} saved to {}", running.frames, path.display());
-                event_loop.exit();
-            }
+        if let Some((at, path)) = &self.options.screenshot
+            && running.frames >= *at
+        {
+            // The same frame through the same renderer, off screen, read back.
+            let rgba = running.renderer.image(
+                &running.context.device,
+                &running.context.queue,
+                size,
+                &running.camera,
+                positions,
+            )?;
+            crate::render::save_png(path, size, &rgba)?;
+            println!("lively view: frame {} saved to {}", running.frames, path.display());
+            event_loop.exit();
         }
         Ok(())
     }

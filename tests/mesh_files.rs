@@ -11,16 +11,6 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn volume(mesh: &TetMesh) -> f64 {
-    mesh.tets()
-        .iter()
-        .map(|t| {
-            let p = t.map(|v| glam::DVec3::from(mesh.positions()[v as usize]));
-            (p[1] - p[0]).cross(p[2] - p[0]).dot(p[3] - p[0]) / 6.0
-        })
-        .sum()
-}
-
 /// The bar written in every format (two of them with tets flipped, as some files store them).
 fn write_all(dir: &Path, mesh: &TetMesh) -> Vec<PathBuf> {
     let (p, t) = (mesh.positions(), mesh.tets());
@@ -111,7 +101,7 @@ fn every_format_reads_back_the_same_positively_oriented_mesh() {
         assert_eq!(loaded.positions().len(), mesh.positions().len(), "{}", path.display());
         assert_eq!(loaded.tets().len(), mesh.tets().len(), "{}", path.display());
         // TetMesh::new accepted it, so every tet is positive; the total volume is the box's.
-        assert!((volume(&loaded) - 0.3 * 0.2 * 0.2).abs() < 1e-12, "{}", path.display());
+        assert!((loaded.volume() - 0.3 * 0.2 * 0.2).abs() < 1e-12, "{}", path.display());
     }
     std::fs::remove_dir_all(dir).ok();
 }
@@ -217,7 +207,7 @@ fn from_surface_fills_a_closed_surface_with_a_valid_mesh() {
     let mesh = TetMesh::from_surface(&cube_surface(), 0.1).unwrap();
     // Boundary vertices lie on the cube's faces, so the volume is the cube's but for the
     // chords cut across its edges and corners.
-    let volume = volume(&mesh);
+    let volume = mesh.volume();
     assert!((volume - 1.0).abs() < 1e-3, "volume {volume}");
     let (smallest, largest) = mesh.dihedral_angle_range();
     assert!(smallest > 9.0 && largest < 171.0, "dihedral angles {smallest}..{largest}");
@@ -272,18 +262,10 @@ fn spot_is_stuffed_with_positive_tets_its_volume_and_good_angles() {
     let Some(path) = shared("spot.obj") else { return };
     let spot = TriMesh::load(&path).unwrap();
     assert_eq!((spot.positions().len(), spot.triangles().len()), (2930, 5856));
-    let enclosed: f64 = spot
-        .triangles()
-        .iter()
-        .map(|t| {
-            let p = t.map(|v| glam::DVec3::from(spot.positions()[v as usize]));
-            p[0].dot(p[1].cross(p[2])) / 6.0
-        })
-        .sum::<f64>()
-        .abs();
+    let enclosed = spot.enclosed_volume();
     // TetMesh::new (inside from_surface) refuses any tet that is not positively oriented.
     let mesh = TetMesh::from_surface(&spot, 0.08).unwrap();
-    let error = volume(&mesh) / enclosed - 1.0;
+    let error = mesh.volume() / enclosed - 1.0;
     let (smallest, largest) = mesh.dihedral_angle_range();
     eprintln!(
         "Spot at target_edge 0.08: {} vertices, {} tets, volume {:+.2} % off the enclosed {enclosed:.4}, \

@@ -366,7 +366,8 @@ pub(crate) fn lattice_counts(extent: [f64; 3], spacing: f64, name: &str) -> Resu
     const MAX_CELLS: f64 = 50_000_000.0;
     let per_axis: [f64; 3] = extent.map(|e| (e / spacing).ceil().max(1.0));
     let cells = per_axis[0] * per_axis[1] * per_axis[2];
-    if !(cells <= MAX_CELLS) {
+    // A NaN count (from a NaN extent) is refused too.
+    if cells.is_nan() || cells > MAX_CELLS {
         return Err(Error::Parameter(format!(
             "{name} {spacing} gives {cells:.3e} cells; use a larger {name}"
         )));

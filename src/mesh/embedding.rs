@@ -143,10 +143,8 @@ impl TetGrid {
         // any tet in a farther ring is at least (r' - 1) cells away, so searching stops once
         // that bound exceeds the best distance found.
         for ring in 0..=self.counts.iter().copied().max().unwrap_or(1) {
-            if let Some((_, d)) = best {
-                if (ring as f64 - 1.0) * self.cell > d {
-                    break;
-                }
+            if best.is_some_and(|(_, d)| (ring as f64 - 1.0) * self.cell > d) {
+                break;
             }
             for cell in ring_cells(home, ring, self.counts) {
                 for &t in &self.bins[self.bin(cell)] {

@@ -322,25 +322,11 @@ mod tests {
     fn a_stuffed_sphere_conforms_to_its_surface_with_good_angles() {
         let surface = super::super::distance::tests::sphere(1.0, 4);
         let tree = SurfaceTree::new(&surface);
-        let enclosed: f64 = surface
-            .triangles()
-            .iter()
-            .map(|t| {
-                let p = t.map(|v| DVec3::from(surface.positions()[v as usize]));
-                p[0].dot(p[1].cross(p[2])) / 6.0
-            })
-            .sum();
+        let enclosed = surface.enclosed_volume();
         for h in [0.3, 0.17, 0.1] {
             // TetMesh::new rejects inverted and zero-volume tets.
             let mesh = TetMesh::from_surface(&surface, h).unwrap();
-            let volume: f64 = mesh
-                .tets()
-                .iter()
-                .map(|t| {
-                    let p = t.map(|v| mesh.positions()[v as usize]);
-                    signed_volume(p[0], p[1], p[2], p[3])
-                })
-                .sum();
+            let volume = mesh.volume();
             // Cut points lie on the surface, so only the chords between them lose volume.
             let error = volume / enclosed - 1.0;
             assert!(error.abs() < 0.3 * h * h, "h {h}: volume {volume} vs {enclosed}");

@@ -153,6 +153,17 @@ impl TetMesh {
         TetMesh::new(positions, tets)
     }
 
+    /// The total rest volume (m^3).
+    pub fn volume(&self) -> f64 {
+        self.tets
+            .iter()
+            .map(|t| {
+                let p = t.map(|v| self.positions[v as usize]);
+                signed_volume(p[0], p[1], p[2], p[3])
+            })
+            .sum()
+    }
+
     /// The smallest and largest dihedral angle over all tets, in degrees: the usual measure of
     /// a tet mesh's quality (slivers have angles near 0 and 180).
     pub fn dihedral_angle_range(&self) -> (f64, f64) {

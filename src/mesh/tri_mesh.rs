@@ -75,6 +75,19 @@ impl TriMesh {
         TriMesh::new(positions, triangles).map_err(|e| Error::Mesh(format!("{name}: {e}")))
     }
 
+    /// The volume a closed surface encloses (m^3, by the divergence theorem; positive whichever
+    /// way the triangles are wound).
+    pub fn enclosed_volume(&self) -> f64 {
+        self.triangles
+            .iter()
+            .map(|t| {
+                let [a, b, c] = t.map(|v| DVec3::from(self.positions[v as usize]));
+                a.dot(b.cross(c)) / 6.0
+            })
+            .sum::<f64>()
+            .abs()
+    }
+
     /// Vertex positions.
     pub fn positions(&self) -> &[[f64; 3]] {
         &self.positions

@@ -15,8 +15,9 @@
 //! [body]
 //! kind = "bar"           # "bar" (cells, size), "file" (path, relative to the scene),
 //!                        # "ball" (radius, target_edge: a stuffed sphere whose bounding box
-//!                        # starts at the origin) or "cloth" (cells and size in x and y;
-//!                        # springs, no material)
+//!                        # starts at the origin), "cloth" (cells and size in x and y;
+//!                        # springs, no material) or "spring" (one StVK spring from the
+//!                        # origin to size, with rest_length, stiffness and mass per end)
 //! cells = [4, 4, 4]
 //! size = [0.5, 0.5, 0.5]
 //! material = "stvk"      # stvk corotated fixed-corotated neo-hookean stable-neo-hookean arap
@@ -138,6 +139,10 @@ pub struct Body {
     pub path: Option<PathBuf>,
     /// A ball's radius and the spacing of its tetrahedralization.
     pub radius: Option<f64>,
+    /// A single spring's rest length (m), stiffness (N/m) and the mass at each end (kg).
+    pub rest_length: Option<f64>,
+    pub stiffness: Option<f64>,
+    pub mass: Option<f64>,
     pub target_edge: Option<f64>,
     pub material: Option<String>,
     pub youngs: Option<f64>,
@@ -297,7 +302,7 @@ impl Scene {
         if let Some(name) = &scene.backend {
             backend(name)?;
         }
-        if scene.body.kind != "cloth" {
+        if !matches!(scene.body.kind.as_str(), "cloth" | "spring") {
             scene.material()?;
         }
         for pin in &scene.pin {
@@ -325,6 +330,45 @@ impl Scene {
                 )));
             }
         })
+    }
+
+    /// A spring body's springs, or `None` for a tet body: a cloth, or one StVK spring from the
+    /// origin to `size` (its start) with `rest_length`, `stiffness` and a `mass` at each end.
+    fn spring_body(&self) -> Result<Option<crate::SpringMesh>> {
+        let body = &self.body;
+        if !matches!(body.kind.as_str(), "cloth" | "spring") {
+            return Ok(None);
+        }
+        if body.material.is_some() || body.youngs.is_some() || body.poisson.is_some() {
+            return Err(Error::Parameter(format!(
+                "body: a {} takes no material (its springs have their own stiffness)",
+                body.kind
+            )));
+        }
+        let Some(size) = body.size else {
+            return Err(Error::Parameter(format!("body: kind {:?} needs size", body.kind)));
+        };
+        if body.kind == "cloth" {
+            let Some(cells) = body.cells else {
+                return Err(Error::Parameter("body: kind \"cloth\" needs cells and size".into()));
+            };
+            return Ok(Some(crate::SpringMesh::cloth(cells[0], cells[1], [size[0], size[1]])));
+        }
+        let (Some(rest_length), Some(stiffness), Some(mass)) = (body.rest_length, body.stiffness, body.mass)
+        else {
+            return Err(Error::Parameter(
+                "body: kind \"spring\" needs size, rest_length, stiffness and mass".into(),
+            ));
+        };
+        let springs = crate::SpringMesh::new(vec![[0.0; 3], size], vec![mass, mass]).spring_with_rest(
+            0,
+            1,
+            rest_length,
+            stiffness,
+            crate::SpringKind::StVK,
+        );
+        springs.validate()?;
+        Ok(Some(springs))
     }
 
     /// The body's mesh at rest.
@@ -378,18 +422,9 @@ impl Scene {
         if let Some(context) = context {
             builder = builder.gpu_context(context);
         }
-        let (builder, rest) = if self.body.kind == "cloth" {
-            if self.body.material.is_some() || self.body.youngs.is_some() || self.body.poisson.is_some() {
-                return Err(Error::Parameter(
-                    "body: a cloth takes no material (its springs are 2000, 200 and 20 N/m)".into(),
-                ));
-            }
-            let (Some(cells), Some(size)) = (self.body.cells, self.body.size) else {
-                return Err(Error::Parameter("body: kind \"cloth\" needs cells and size".into()));
-            };
-            let cloth = crate::SpringMesh::cloth(cells[0], cells[1], [size[0], size[1]]);
-            let rest = cloth.positions().to_vec();
-            (builder.spring_body(cloth), rest)
+        let (builder, rest) = if let Some(springs) = self.spring_body()? {
+            let rest = springs.positions().to_vec();
+            (builder.spring_body(springs), rest)
         } else {
             let mesh = self.mesh()?;
             let rest = mesh.positions().to_vec();

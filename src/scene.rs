@@ -9,6 +9,8 @@
 //! integrator = "avf"     # fe se be bdf2 im newmark avf stabilized a1 a-search
 //! solver = "newton"      # or "local-global"
 //! tolerance = 1e-8       # N (the solver's default without)
+//! max_iterations = 50    # Newton iterations per step at most (the solver's default without)
+//! wall_time = 5.0        # ms: Newton starts no iteration after this (a real-time budget)
 //!
 //! damping = 0.08        # momentum-preserving damping coefficient (none without)
 //!
@@ -88,6 +90,10 @@ pub struct Scene {
     /// Local/global iterations per step.
     #[serde(default = "default_iterations")]
     pub iterations: usize,
+    /// Newton's iteration budget per step.
+    pub max_iterations: Option<usize>,
+    /// Newton's wall-clock budget per step (ms).
+    pub wall_time: Option<f64>,
     #[serde(default)]
     pub backend: Option<String>,
     pub body: Body,
@@ -431,7 +437,19 @@ impl Scene {
             (builder.tet_body(mesh, self.material()?, self.body.density), rest)
         };
         let solver = match self.solver.as_str() {
-            "newton" => self.tolerance.map_or(Solver::newton(), |t| Solver::newton().tolerance(t)),
+            "newton" => {
+                let mut newton = self.tolerance.map_or(Solver::newton(), |t| Solver::newton().tolerance(t));
+                if let Some(n) = self.max_iterations {
+                    newton = newton.max_iterations(n);
+                }
+                if let Some(ms) = self.wall_time {
+                    if !(ms.is_finite() && ms > 0.0) {
+                        return Err(Error::Parameter(format!("wall_time: {ms} ms must be positive")));
+                    }
+                    newton = newton.wall_time(std::time::Duration::from_secs_f64(ms / 1e3));
+                }
+                newton
+            }
             "local-global" => Solver::local_global(self.iterations),
             other => {
                 return Err(Error::Parameter(format!(
@@ -583,6 +601,21 @@ mod tests {
         assert_eq!((scene.steps, scene.integrator.as_str(), scene.dt), (90, "be", 1.0 / 30.0));
         let mut sim = scene.build(None, Some("cpu")).unwrap();
         sim.step().unwrap();
+    }
+
+    /// A Newton budget in the file caps the step: one iteration from a stretched start, then
+    /// the budget's best.
+    #[test]
+    fn a_scene_budget_caps_newton() {
+        let text = format!("max_iterations = 1\n{MINIMAL}[start]\nstretch = [1.3, 1, 1]\n");
+        let mut sim = Scene::parse(&text).unwrap().build(None, Some("cpu")).unwrap();
+        let stats = sim.step().unwrap();
+        assert_eq!((stats.iterations, stats.outcome), (1, crate::SolveOutcome::BudgetSpent));
+        let bad = format!("wall_time = -2.0\n{MINIMAL}");
+        let Err(error) = Scene::parse(&bad).unwrap().build(None, Some("cpu")) else {
+            panic!("a negative wall time was accepted");
+        };
+        assert!(error.to_string().contains("wall_time"), "{error}");
     }
 
     /// Every kind of bad input is one error line that names the culprit.

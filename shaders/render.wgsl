@@ -10,6 +10,8 @@ struct Camera {
 
 @group(0) @binding(0) var<uniform> camera: Camera;
 @group(0) @binding(1) var<storage, read> positions: array<f32>;
+// The surface's colour: the body's, or the colliders' (rgb; a unused).
+@group(0) @binding(2) var<uniform> base_color: vec4<f32>;
 
 struct Varyings {
     @builtin(position) clip: vec4<f32>,
@@ -22,7 +24,6 @@ fn vertex(@builtin(vertex_index) v: u32) -> Varyings {
     return Varyings(camera.view_projection * vec4<f32>(p, 1.0), p);
 }
 
-const BODY = vec3<f32>(0.86, 0.45, 0.22);
 const KEY_LIGHT = vec3<f32>(0.35, 0.85, 0.4);
 
 @fragment
@@ -35,6 +36,6 @@ fn fragment(in: Varyings) -> @location(0) vec4<f32> {
     }
     let diffuse = max(dot(n, normalize(KEY_LIGHT)), 0.0);
     let rim = pow(1.0 - max(dot(n, to_eye), 0.0), 3.0);
-    let color = BODY * (0.28 + 0.72 * diffuse) + vec3<f32>(0.15) * rim;
+    let color = base_color.rgb * (0.28 + 0.72 * diffuse) + vec3<f32>(0.15) * rim;
     return vec4<f32>(color, 1.0);
 }

@@ -88,7 +88,22 @@ pub struct Renderer {
     uploaded: wgpu::Buffer,
     depth: Option<(wgpu::TextureView, [u32; 2])>,
     format: wgpu::TextureFormat,
+    body_color: wgpu::Buffer,
+    /// Fixed surfaces drawn behind the body: the colliders.
+    scenery: Option<Scenery>,
 }
+
+/// A static surface: positions, triangles and its colour, on the device.
+struct Scenery {
+    positions: wgpu::Buffer,
+    indices: wgpu::Buffer,
+    index_count: u32,
+    color: wgpu::Buffer,
+}
+
+/// Linear RGB of the body and of the colliders.
+const BODY_COLOR: [f32; 4] = [0.86, 0.45, 0.22, 1.0];
+const SCENERY_COLOR: [f32; 4] = [0.32, 0.36, 0.42, 1.0];
 
 impl Renderer {
     /// A renderer of `triangles` over `vertex_count` vertices into targets of `format`.
@@ -128,6 +143,7 @@ impl Renderer {
             entries: &[
                 entry(0, wgpu::BufferBindingType::Uniform),
                 entry(1, wgpu::BufferBindingType::Storage { read_only: true }),
+                entry(2, wgpu::BufferBindingType::Uniform),
             ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -181,6 +197,11 @@ impl Renderer {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let body_color = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("body colour"),
+            contents: bytemuck::cast_slice(&BODY_COLOR),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
         Ok(Renderer {
             pipeline,
             layout,
@@ -190,7 +211,42 @@ impl Renderer {
             uploaded,
             depth: None,
             format,
+            body_color,
+            scenery: None,
         })
+    }
+
+    /// Fixed surfaces to draw with every frame, in the colliders' colour (such as
+    /// [`collider_surfaces`]); an empty list draws none.
+    pub fn set_scenery(&mut self, device: &wgpu::Device, surfaces: &[crate::TriMesh]) {
+        use wgpu::util::DeviceExt;
+        let (mut positions, mut indices) = (Vec::<f32>::new(), Vec::<u32>::new());
+        for surface in surfaces {
+            let base = (positions.len() / 3) as u32;
+            positions.extend(surface.positions().as_flattened().iter().map(|&c| c as f32));
+            indices.extend(surface.triangles().as_flattened().iter().map(|&v| base + v));
+        }
+        if indices.is_empty() {
+            self.scenery = None;
+            return;
+        }
+        let buffer = |label, contents: &[u8], usage| {
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage,
+            })
+        };
+        self.scenery = Some(Scenery {
+            positions: buffer("scenery", bytemuck::cast_slice(&positions), wgpu::BufferUsages::STORAGE),
+            indices: buffer("scenery triangles", bytemuck::cast_slice(&indices), wgpu::BufferUsages::INDEX),
+            index_count: indices.len() as u32,
+            color: buffer(
+                "scenery colour",
+                bytemuck::cast_slice(&SCENERY_COLOR),
+                wgpu::BufferUsages::UNIFORM,
+            ),
+        });
     }
 
     /// Copies host positions into the renderer's own buffer (the CPU backend's path).
@@ -231,17 +287,19 @@ impl Renderer {
             });
             self.depth = Some((texture.create_view(&Default::default()), size));
         }
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("render"),
-            layout: &self.layout,
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: self.camera.as_entire_binding() },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: positions.unwrap_or(&self.uploaded).as_entire_binding(),
-                },
-            ],
-        });
+        let bind = |positions: &wgpu::Buffer, color: &wgpu::Buffer| {
+            device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("render"),
+                layout: &self.layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: 0, resource: self.camera.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 1, resource: positions.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 2, resource: color.as_entire_binding() },
+                ],
+            })
+        };
+        let body = bind(positions.unwrap_or(&self.uploaded), &self.body_color);
+        let scenery = self.scenery.as_ref().map(|s| (bind(&s.positions, &s.color), s));
         let depth = &self.depth.as_ref().expect("made above").0;
         let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
             label: Some("surface"),
@@ -264,7 +322,12 @@ impl Renderer {
             multiview_mask: None,
         });
         pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
+        if let Some((group, scenery)) = &scenery {
+            pass.set_bind_group(0, group, &[]);
+            pass.set_index_buffer(scenery.indices.slice(..), wgpu::IndexFormat::Uint32);
+            pass.draw_indexed(0..scenery.index_count, 0, 0..1);
+        }
+        pass.set_bind_group(0, &body, &[]);
         pass.set_index_buffer(self.indices.slice(..), wgpu::IndexFormat::Uint32);
         pass.draw_indexed(0..self.index_count, 0, 0..1);
     }
@@ -338,6 +401,63 @@ impl Renderer {
     }
 }
 
+/// Surfaces that show a simulation's colliders: spheres, boxes and capsules as they are, planes
+/// as a square around `focus` of side `extent` (a grid collider shows nothing: its surface is
+/// not kept).
+pub fn collider_surfaces(colliders: &[crate::Collider], focus: [f64; 3], extent: f64) -> Vec<crate::TriMesh> {
+    use crate::Shape;
+    use glam::DVec3;
+    let box_surface = |center: DVec3, half: DVec3| {
+        let corners = (0..8)
+            .map(|b| {
+                (center
+                    + DVec3::new([-1.0, 1.0][b & 1], [-1.0, 1.0][(b >> 1) & 1], [-1.0, 1.0][(b >> 2) & 1])
+                        * half)
+                    .to_array()
+            })
+            .collect();
+        let quads = [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];
+        let triangles = quads.iter().flat_map(|q| [[q[0], q[1], q[2]], [q[0], q[2], q[3]]]).collect();
+        crate::TriMesh::new(corners, triangles).ok()
+    };
+    colliders
+        .iter()
+        .filter_map(|collider| match &collider.shape {
+            Shape::Sphere { center, radius } => crate::TriMesh::sphere(*center, *radius, 3).ok(),
+            Shape::Cuboid { center, half_extents } => {
+                box_surface(DVec3::from(*center), DVec3::from(*half_extents))
+            }
+            Shape::Capsule { a, b, radius } => {
+                // A sphere split at its equator across the axis, the halves moved to the ends.
+                let (a, b) = (DVec3::from(*a), DVec3::from(*b));
+                let ball = crate::TriMesh::sphere([0.0; 3], *radius, 3).ok()?;
+                let axis = (b - a).normalize_or_zero();
+                let moved = ball
+                    .positions()
+                    .iter()
+                    .map(|p| {
+                        let p = DVec3::from(*p);
+                        (p + if p.dot(axis) >= 0.0 { b } else { a }).to_array()
+                    })
+                    .collect();
+                crate::TriMesh::new(moved, ball.triangles().to_vec()).ok()
+            }
+            Shape::Plane { normal, offset } => {
+                let n = DVec3::from(*normal).normalize();
+                let on_plane = DVec3::from(focus)
+                    - n * (n.dot(DVec3::from(focus)) - offset / DVec3::from(*normal).length());
+                let u = n.any_orthonormal_vector();
+                let v = n.cross(u);
+                let corners = [(-1.0, -1.0), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0)]
+                    .map(|(s, t)| (on_plane + (u * s + v * t) * extent).to_array())
+                    .to_vec();
+                crate::TriMesh::new(corners, vec![[0, 1, 2], [0, 2, 3]]).ok()
+            }
+            Shape::Sdf(_) => None,
+        })
+        .collect()
+}
+
 /// Writes RGBA pixels (rows top to bottom) as a PNG.
 pub fn save_png(path: impl AsRef<std::path::Path>, size: [u32; 2], rgba: &[u8]) -> Result<()> {
     let path = path.as_ref();
@@ -362,7 +482,7 @@ pub fn render_frame(sim: &crate::Simulation, size: [u32; 2], out: impl AsRef<std
             size[0], size[1]
         )));
     }
-    let camera = Camera::framing(sim.model().rest_positions());
+    let camera = scene_camera(sim);
     let context = crate::backend::gpu::GpuContext::new()?;
     let mut renderer = Renderer::new(
         &context.device,
@@ -370,7 +490,31 @@ pub fn render_frame(sim: &crate::Simulation, size: [u32; 2], out: impl AsRef<std
         &sim.model().surface_triangles(),
         sim.positions().len(),
     )?;
+    renderer.set_scenery(&context.device, &scenery(sim));
     renderer.upload(&context.queue, sim.positions());
     let rgba = renderer.image(&context.device, &context.queue, size, &camera, None)?;
     save_png(out, size, &rgba)
+}
+
+/// The colliders' surfaces around a simulation's rest shape.
+pub fn scenery(sim: &crate::Simulation) -> Vec<crate::TriMesh> {
+    let camera = Camera::framing(sim.model().rest_positions());
+    collider_surfaces(
+        sim.model().colliders(),
+        camera.target.as_dvec3().to_array(),
+        2.0 * camera.distance as f64,
+    )
+}
+
+/// A camera that frames a simulation's rest shape and its bounded colliders (planes and grids
+/// left out): the body stays in view wherever it falls onto them.
+pub fn scene_camera(sim: &crate::Simulation) -> Camera {
+    let mut points = sim.model().rest_positions().to_vec();
+    for surface in collider_surfaces(sim.model().colliders(), [0.0; 3], 0.0) {
+        // Zero-extent planes add nothing but their foot point; leave them out.
+        if surface.triangles().len() > 2 {
+            points.extend_from_slice(surface.positions());
+        }
+    }
+    Camera::framing(&points)
 }

@@ -125,13 +125,14 @@ impl Viewer {
         surface.configure(&device, &config);
         let context = Arc::new(GpuContext::from_device(device, queue));
         let sim = self.build(&context)?;
-        let renderer = Renderer::new(
+        let mut renderer = Renderer::new(
             &context.device,
             config.format,
             &sim.model().surface_triangles(),
             sim.positions().len(),
         )?;
-        let camera = Camera::framing(sim.positions());
+        renderer.set_scenery(&context.device, &crate::render::scenery(&sim));
+        let camera = crate::render::scene_camera(&sim);
         Ok(Running {
             window,
             surface,

@@ -30,12 +30,14 @@ fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
     (info.width, info.height, pixels)
 }
 
-/// The share of pixels that are not the background (the first pixel, a corner), and how many
-/// distinct shades they take: a body drawn with lighting covers a part of the picture in many
-/// shades; a blank or flat picture has one.
+/// The share of pixels in the body's colour (orange: red over green over blue; the background
+/// and the colliders are blue-grey), and how many distinct shades they take: a body drawn with
+/// lighting covers a part of the picture in many shades; a blank or flat picture has none or one.
 fn coverage(pixels: &[u8]) -> (f64, usize) {
-    let background = &pixels[..4];
-    let body: Vec<&[u8]> = pixels.chunks_exact(4).filter(|p| *p != background).collect();
+    let body: Vec<&[u8]> = pixels
+        .chunks_exact(4)
+        .filter(|p| p[0] as i32 > p[1] as i32 + 20 && p[1] as i32 > p[2] as i32 + 10)
+        .collect();
     let shades: std::collections::BTreeSet<&[u8]> = body.iter().copied().collect();
     (body.len() as f64 / (pixels.len() / 4) as f64, shades.len())
 }

@@ -359,3 +359,16 @@ fn an_embedded_surface_follows_the_mesh_exactly_for_affine_motion() {
     }
     assert!(embedding.deform(&moved[1..]).unwrap_err().to_string().contains("positions given"));
 }
+
+#[test]
+fn an_embedding_in_a_flat_mesh_stays_small() {
+    // A 1 km x 1 km sheet one millimetre thick: its bounding box holds almost no volume.
+    let mesh = TetMesh::bar([4, 4, 1], [1000.0, 1000.0, 0.001]);
+    let points = [[500.0, 500.0, 0.0005], [10.0, 990.0, 0.0], [2000.0, 0.0, 0.0]];
+    let embedding = lively::Embedding::new(&mesh, &points).unwrap();
+    let placed = embedding.deform(mesh.positions()).unwrap();
+    for (p, q) in points.iter().zip(&placed) {
+        assert!((0..3).all(|c| (p[c] - q[c]).abs() < 1e-6), "{p:?} -> {q:?}");
+    }
+    assert!((embedding.largest_gap() - 1000.0).abs() < 1e-6, "{}", embedding.largest_gap());
+}

@@ -103,8 +103,17 @@ impl TetGrid {
         let (lo, hi) = (DVec3::from(lo), DVec3::from(hi));
         // About two tets' size per cell: few tets per bin, few bins per tet.
         let volume = (hi - lo).max(DVec3::splat(1e-300)).element_product();
-        let cell = 2.0 * (volume / mesh.tets().len() as f64).cbrt();
-        let counts = ((hi - lo) / cell).ceil().max(DVec3::ONE).to_array().map(|n| (n as usize).min(1024));
+        let mut cell = 2.0 * (volume / mesh.tets().len() as f64).cbrt();
+        // A flat or needle-shaped box holds little volume, so the cells come out small: widen
+        // them until there are at most a few bins per tet.
+        let budget = (8 * mesh.tets().len() + 64) as f64;
+        let counts = loop {
+            let counts = ((hi - lo) / cell).ceil().max(DVec3::ONE);
+            if counts.element_product() <= budget {
+                break counts.to_array().map(|n| n as usize);
+            }
+            cell *= 2.0;
+        };
         let cell = (0..3).map(|c| (hi[c] - lo[c]) / counts[c] as f64).fold(cell * 1e-9, f64::max);
         let mut grid = TetGrid { origin: lo, cell, counts, bins: vec![Vec::new(); counts.iter().product()] };
         for (t, tet) in mesh.tets().iter().enumerate() {

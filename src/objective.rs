@@ -93,6 +93,7 @@ impl LaggedDamping {
     /// The damping of a step of `dt` from the state `(x, v)`.
     pub fn at_step_start(
         model: &Model,
+        colliders: &[crate::contact::Collider],
         damping: &[Damping],
         x: &[[f64; 3]],
         v: &[[f64; 3]],
@@ -107,11 +108,10 @@ impl LaggedDamping {
             .map(|d| if let Damping::Rayleigh { stiffness } = d { *stiffness } else { 0.0 })
             .sum();
         let mut vertex = Vec::new();
-        if ether > 0.0 || model.colliders.iter().any(|c| c.friction > 0.0) {
+        if ether > 0.0 || colliders.iter().any(|c| c.friction > 0.0) {
             vertex = vec![[0.0; 9]; model.vertex_count()];
             add_ether(ether, dt, &mut vertex);
-            let contact =
-                crate::contact::Contacts { colliders: &model.colliders, stiffness: model.contact_stiffness };
+            let contact = crate::contact::Contacts { colliders, stiffness: model.contact_stiffness };
             crate::contact::add_lagged_friction(&contact, &model.pinned, x, v, dt, &mut vertex);
         }
         LaggedDamping { vertex, rayleigh }

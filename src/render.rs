@@ -453,7 +453,7 @@ pub fn collider_surfaces(colliders: &[crate::Collider], focus: [f64; 3], extent:
                     .to_vec();
                 crate::TriMesh::new(corners, vec![[0, 1, 2], [0, 2, 3]]).ok()
             }
-            Shape::Sdf(_) => None,
+            Shape::Sdf { .. } => None,
         })
         .collect()
 }
@@ -500,7 +500,7 @@ pub fn render_frame(sim: &crate::Simulation, size: [u32; 2], out: impl AsRef<std
 pub fn scenery(sim: &crate::Simulation) -> Vec<crate::TriMesh> {
     let camera = Camera::framing(sim.model().rest_positions());
     collider_surfaces(
-        sim.model().colliders(),
+        sim.colliders(),
         camera.target.as_dvec3().to_array(),
         2.0 * camera.distance as f64,
     )
@@ -510,7 +510,7 @@ pub fn scenery(sim: &crate::Simulation) -> Vec<crate::TriMesh> {
 /// left out): the body stays in view wherever it falls onto them.
 pub fn scene_camera(sim: &crate::Simulation) -> Camera {
     let mut points = sim.model().rest_positions().to_vec();
-    for surface in collider_surfaces(sim.model().colliders(), [0.0; 3], 0.0) {
+    for surface in collider_surfaces(sim.colliders(), [0.0; 3], 0.0) {
         // Zero-extent planes add nothing but their foot point; leave them out.
         if surface.triangles().len() > 2 {
             points.extend_from_slice(surface.positions());

@@ -329,6 +329,7 @@ impl SimulationBuilder {
             }
         };
         let state = State::at_rest(model.rest.clone());
+        let colliders = model.colliders.clone();
         let mut sim = Simulation {
             model: Arc::new(model),
             state,
@@ -338,6 +339,7 @@ impl SimulationBuilder {
             damping: self.damping,
             stages,
             handles: Vec::new(),
+            colliders,
             backend,
             dt: self.dt,
             strict: self.strict,
@@ -365,6 +367,8 @@ pub struct Simulation {
     damping: Vec<Damping>,
     stages: Box<dyn Stages>,
     handles: Vec<Anchor>,
+    /// The colliders as they are now: the model's, moved by `move_collider`.
+    colliders: Vec<crate::Collider>,
     backend: Backend,
     dt: f64,
     /// Non-converged steps are errors (`SimulationBuilder::strict`).
@@ -397,6 +401,39 @@ impl Simulation {
         worker_pool().install(|| self.advance())
     }
 
+    /// Moves collider `index` (in the order they were added) by `translation` (m) before the
+    /// next step: a kinematic collider, such as a rising platform or a pushing paddle. The
+    /// potential energy the move puts into the bodies (or takes out) is booked in the energy
+    /// ledger as user forcing, as a handle's move is. Friction still acts against a body's own
+    /// velocity, not the motion relative to the collider: a platform sliding sideways does not
+    /// carry what rests on it.
+    pub fn move_collider(&mut self, index: usize, translation: [f64; 3]) -> Result<()> {
+        if translation.iter().any(|c| !c.is_finite()) {
+            return Err(Error::Parameter(format!(
+                "collider translation must be finite, got {translation:?}"
+            )));
+        }
+        let Some(collider) = self.colliders.get(index) else {
+            return Err(Error::Parameter(format!(
+                "no collider {index}; the simulation has {}",
+                self.colliders.len()
+            )));
+        };
+        self.colliders[index] = collider.translated(glam::DVec3::from(translation));
+        let before = self.energy.potential;
+        self.stages.set_colliders(&self.colliders);
+        self.refresh_energy();
+        self.ledger.add(self.energy.potential - before);
+        self.energy.target = self.ledger.target();
+        Ok(())
+    }
+
+    /// The colliders where they are now (kinematic ones moved by
+    /// [`move_collider`](Self::move_collider)).
+    pub fn colliders(&self) -> &[crate::Collider] {
+        &self.colliders
+    }
+
     fn advance(&mut self) -> Result<StepStats> {
         let started = Instant::now();
         let n = self.model.vertex_count();
@@ -407,6 +444,7 @@ impl Simulation {
             gradient.iter().zip(&self.model.masses).map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m]).collect();
         let damping = LaggedDamping::at_step_start(
             &self.model,
+            &self.colliders,
             &self.damping,
             &self.state.positions,
             &self.state.velocities,

@@ -169,6 +169,8 @@ pub trait Stages: Send {
     fn begin_step(&mut self, problem: StepProblem<'_>);
     /// Sets the handle springs (part of the potential until changed).
     fn set_anchors(&mut self, anchors: &[Anchor]);
+    /// Replaces the colliders (same count and kinds; kinematic ones moved).
+    fn set_colliders(&mut self, colliders: &[crate::contact::Collider]);
     /// The step's (unweighted) damping pseudo-potential at the iterate; twice it is the energy
     /// the lagged damping and friction removed over the step.
     fn dissipation(&mut self) -> f64;

@@ -94,7 +94,12 @@ pub(crate) fn stiffness_weight(nodes: &[Node]) -> f64 {
 /// are the identity). A vertex carries its colliders' stiffness when it lies inside one at the
 /// start of the step or at the inertial target, the contacts of this step; one that enters a
 /// collider elsewhere is pushed out by the gradient from the next iteration on.
-pub(crate) fn vertex_diagonal(model: &Model, anchors: &Anchors, problem: &StepProblem<'_>) -> Vec<f64> {
+pub(crate) fn vertex_diagonal(
+    model: &Model,
+    colliders: &[crate::contact::Collider],
+    anchors: &Anchors,
+    problem: &StepProblem<'_>,
+) -> Vec<f64> {
     let inv_h2 = 1.0 / (problem.dt * problem.dt);
     let a = stiffness_weight(problem.nodes);
     let damping = problem.damping_matrix(model.vertex_count());
@@ -104,8 +109,7 @@ pub(crate) fn vertex_diagonal(model: &Model, anchors: &Anchors, problem: &StepPr
                 return 1.0;
             }
             let mut stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
-            let touching =
-                |x: &[[f64; 3]]| model.colliders.iter().any(|c| c.distance(DVec3::from(x[v])).phi < 0.0);
+            let touching = |x: &[[f64; 3]]| colliders.iter().any(|c| c.distance(DVec3::from(x[v])).phi < 0.0);
             if touching(problem.start) || touching(problem.target) {
                 stiffness += model.contact_stiffness;
             }

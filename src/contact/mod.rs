@@ -1,7 +1,8 @@
 //! Colliders and contact models: static shapes with signed distances, the penalty contact
 //! model, and lagged Coulomb friction.
 
-/// A static collision shape.
+/// A collision shape: static, or kinematic when the application moves it between steps
+/// (`Simulation::move_collider`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Collider {
     /// The shape.
@@ -21,8 +22,9 @@ pub enum Shape {
     Cuboid { center: [f64; 3], half_extents: [f64; 3] },
     /// Segment `a`-`b` swept by a ball.
     Capsule { a: [f64; 3], b: [f64; 3], radius: f64 },
-    /// Any closed shape, by its sampled signed distance (trilinear between the samples).
-    Sdf(std::sync::Arc<crate::mesh::SignedDistanceGrid>),
+    /// Any closed shape, by its sampled signed distance (trilinear between the samples),
+    /// shifted by `offset` (m) from where it was sampled.
+    Sdf { grid: std::sync::Arc<crate::mesh::SignedDistanceGrid>, offset: [f64; 3] },
 }
 
 impl Collider {
@@ -55,7 +57,7 @@ impl Collider {
     /// a bowl, any closed surface. Its distance is the grid's trilinear interpolant, so
     /// contact resolves features down to the grid spacing.
     pub fn sdf(grid: crate::mesh::SignedDistanceGrid) -> Collider {
-        Collider::new(Shape::Sdf(std::sync::Arc::new(grid)))
+        Collider::new(Shape::Sdf { grid: std::sync::Arc::new(grid), offset: [0.0; 3] })
     }
 
     /// Sets the Coulomb friction coefficient.
@@ -122,7 +124,7 @@ impl Collider {
             }
             Shape::Capsule { a, b, radius } => finite(a) && finite(b) && radius.is_finite() && *radius > 0.0,
             // Built from a validated surface.
-            Shape::Sdf(_) => true,
+            Shape::Sdf { offset, .. } => finite(offset),
         };
         if !ok {
             return Err(crate::Error::Parameter(format!(
@@ -137,6 +139,23 @@ impl Collider {
             )));
         }
         Ok(())
+    }
+
+    /// The collider moved by `t` (m); a plane moves along its normal only.
+    pub(crate) fn translated(&self, t: DVec3) -> Collider {
+        let add = |p: &[f64; 3]| (DVec3::from(*p) + t).to_array();
+        let shape = match &self.shape {
+            Shape::Plane { normal, offset } => {
+                Shape::Plane { normal: *normal, offset: offset + DVec3::from(*normal).dot(t) }
+            }
+            Shape::Sphere { center, radius } => Shape::Sphere { center: add(center), radius: *radius },
+            Shape::Cuboid { center, half_extents } => {
+                Shape::Cuboid { center: add(center), half_extents: *half_extents }
+            }
+            Shape::Capsule { a, b, radius } => Shape::Capsule { a: add(a), b: add(b), radius: *radius },
+            Shape::Sdf { grid, offset } => Shape::Sdf { grid: grid.clone(), offset: add(offset) },
+        };
+        Collider { shape, ..self.clone() }
     }
 
     /// Signed distance at `x`. Exact for planes, spheres and capsules; inside a cuboid, the
@@ -185,8 +204,8 @@ impl Collider {
                 let hessian = if rho > 0.0 { curvature(n, along, rho) } else { DMat3::ZERO };
                 Distance { phi: rho - radius, normal: n, hessian }
             }
-            Shape::Sdf(grid) => {
-                let (phi, normal, hessian) = grid.sample(x);
+            Shape::Sdf { grid, offset } => {
+                let (phi, normal, hessian) = grid.sample(x - DVec3::from(*offset));
                 Distance { phi, normal, hessian }
             }
         }

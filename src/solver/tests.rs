@@ -30,6 +30,9 @@ impl Stages for Recording {
     fn set_anchors(&mut self, anchors: &[crate::backend::Anchor]) {
         self.inner.set_anchors(anchors)
     }
+    fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
+        self.inner.set_colliders(colliders)
+    }
     fn dissipation(&mut self) -> f64 {
         self.inner.dissipation()
     }

@@ -23,6 +23,8 @@ pub(crate) struct VertexTerms<'a> {
     /// `1/h^2`; zero leaves inertia out (the potential alone).
     pub inv_h2: f64,
     pub anchors: &'a Anchors,
+    /// The colliders where they are this step (kinematic ones move).
+    pub colliders: &'a [crate::contact::Collider],
 }
 
 fn outer(u: DVec3) -> DMat3 {
@@ -34,7 +36,7 @@ impl VertexTerms<'_> {
     fn potential(&self, v: usize, z: DVec3) -> f64 {
         let m = self.model;
         let mut u = -m.masses[v] * DVec3::from(m.gravity).dot(z);
-        for collider in &m.colliders {
+        for collider in self.colliders {
             let phi = collider.distance(z).phi;
             if phi < 0.0 {
                 u += 0.5 * m.contact_stiffness * phi * phi;
@@ -51,7 +53,7 @@ impl VertexTerms<'_> {
         let m = self.model;
         let weight = m.masses[v] * DVec3::from(m.gravity);
         let (mut g, mut h, mut magnitude) = (-weight, DMat3::ZERO, weight.length());
-        for collider in &m.colliders {
+        for collider in self.colliders {
             let d = collider.distance(z);
             if d.phi < 0.0 {
                 let k = m.contact_stiffness;

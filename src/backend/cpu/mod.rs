@@ -36,6 +36,8 @@ pub struct CpuBackend {
     nodes: Vec<Node>,
     inv_h2: f64,
     anchors: super::topology::Anchors,
+    /// The colliders as they are this step (the model's, until a kinematic one moves).
+    colliders: Vec<crate::contact::Collider>,
     damping_weight: f64,
     /// The step's lagged damping matrix on the Hessian's pattern, times the damping weight:
     /// `k/h K(x_n)` (Rayleigh) plus the per-vertex ether and friction blocks; empty for none.
@@ -83,6 +85,7 @@ impl CpuBackend {
             nodes: Vec::new(),
             inv_h2: 0.0,
             anchors: super::topology::Anchors::default(),
+            colliders: model.colliders.clone(),
             damping_weight: 1.0,
             damping: Vec::new(),
             x: vec![[0.0; 3]; n],
@@ -118,6 +121,7 @@ impl CpuBackend {
             nodes: &self.nodes,
             inv_h2: self.inv_h2,
             anchors: &self.anchors,
+            colliders: &self.colliders,
         }
     }
 
@@ -130,6 +134,7 @@ impl CpuBackend {
             nodes: &Node::POTENTIAL,
             inv_h2: 0.0,
             anchors: &self.anchors,
+            colliders: &self.colliders,
         }
     }
 
@@ -281,7 +286,8 @@ impl Stages for CpuBackend {
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
-        self.projective_diagonal = super::projective::vertex_diagonal(&self.model, &self.anchors, &problem);
+        self.projective_diagonal =
+            super::projective::vertex_diagonal(&self.model, &self.colliders, &self.anchors, &problem);
         self.damping.clear();
         let Some(matrix) = problem.damping_matrix(self.x.len()) else { return };
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
@@ -316,6 +322,12 @@ impl Stages for CpuBackend {
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
         self.anchors = super::topology::Anchors::new(self.model.vertex_count(), anchors);
+    }
+
+    fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
+        self.colliders = colliders.to_vec();
+        // A memoized state evaluation saw the old colliders.
+        self.state = None;
     }
 
     fn dissipation(&mut self) -> f64 {

@@ -82,6 +82,9 @@ pub struct GpuBackend {
     last_cg: u32,
     /// The handles, as the host keeps them for the local/global matrix.
     anchors: Anchors,
+    /// The colliders as they are this step, as the host keeps them for the local/global
+    /// matrix (the device has them packed).
+    colliders: Vec<crate::contact::Collider>,
     /// The local/global solver's vertex diagonal for the current step.
     projective_diagonal: Vec<f64>,
     /// The most CG iterations a global step of the last local/global solve took: how many
@@ -107,6 +110,7 @@ impl GpuBackend {
             let groups = Groups::new(&context, &stages, &recording, &model, &buffers)?;
             Ok((stages, buffers, recording, groups))
         })?;
+        let colliders = model.colliders.clone();
         Ok(GpuBackend {
             context,
             stages,
@@ -121,6 +125,7 @@ impl GpuBackend {
             error: None,
             last_cg: FIRST_CHUNK,
             anchors: Anchors::default(),
+            colliders,
             projective_diagonal: Vec::new(),
             last_global_cg: FIRST_CHUNK,
             small_solve_vertices: SMALL_SOLVE_VERTICES,
@@ -567,7 +572,8 @@ impl Stages for GpuBackend {
         self.damping_weight = problem.damping_weight;
         // The local/global matrix's diagonal, for the models that solver takes.
         if self.projective {
-            self.projective_diagonal = projective::vertex_diagonal(&self.model, &self.anchors, &problem);
+            self.projective_diagonal =
+                projective::vertex_diagonal(&self.model, &self.colliders, &self.anchors, &problem);
         }
         let matrix = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = matrix.is_some();
@@ -595,6 +601,16 @@ impl Stages for GpuBackend {
         if super::gather::write_anchors(&self.context, &mut self.recording, &mut self.buffers, anchors) {
             let result = self.rebind();
             self.settle(result, ());
+        }
+    }
+
+    fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
+        self.colliders = colliders.to_vec();
+        // Same count and kinds, so the packed list has the same size: written in place, the
+        // bind groups over it stay valid. Grid samples do not move (their offset is packed).
+        let (packed, _) = super::gather::GpuCollider::pack(colliders);
+        if let Some(buffer) = self.buffers.model.get("colliders") {
+            self.context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&packed));
         }
     }
 

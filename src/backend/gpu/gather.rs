@@ -70,11 +70,12 @@ impl GpuCollider {
                     Shape::Sphere { center, radius } => (1, f(*center, *radius), [0.0; 4]),
                     Shape::Cuboid { center, half_extents } => (2, f(*center, 0.0), f(*half_extents, 0.0)),
                     Shape::Capsule { a, b, radius } => (3, f(*a, *radius), f(*b, 0.0)),
-                    Shape::Sdf(grid) => {
+                    Shape::Sdf { grid, offset } => {
                         sdf_values.extend(grid.values().iter().map(|&v| v as f32));
                         // The sample counts travel as the bits of b.xyz.
                         let counts = grid.counts().map(|n| f32::from_bits(n as u32));
-                        (4, f(grid.origin(), grid.spacing()), [counts[0], counts[1], counts[2], 0.0])
+                        let origin: [f64; 3] = std::array::from_fn(|c| grid.origin()[c] + offset[c]);
+                        (4, f(origin, grid.spacing()), [counts[0], counts[1], counts[2], 0.0])
                     }
                 };
                 GpuCollider { a, b, kind, offset, pad: [0; 2] }

@@ -102,6 +102,7 @@ pub(crate) fn reference(
         nodes: &NODES,
         inv_h2: 1.0 / (H * H),
         anchors: &anchors,
+        colliders: &model.colliders,
     };
     let n = model.vertex_count();
     let (mut gradient, mut vertex_blocks) = (vec![[0.0; 3]; n], vec![[0.0; 9]; n]);

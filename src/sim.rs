@@ -422,9 +422,7 @@ impl Simulation {
         self.colliders[index] = collider.translated(glam::DVec3::from(translation));
         let before = self.energy.potential;
         self.stages.set_colliders(&self.colliders);
-        self.refresh_energy();
-        self.ledger.add(self.energy.potential - before);
-        self.energy.target = self.ledger.target();
+        self.book_user_forcing(before);
         Ok(())
     }
 
@@ -596,11 +594,16 @@ impl Simulation {
         Ok(())
     }
 
-    /// Hands the changed handles to the backend and books the potential energy the change
-    /// put in (or took out) as user forcing.
+    /// Hands the changed handles to the backend and books the energy the change put in.
     fn book_handle_change(&mut self) {
         let before = self.energy.potential;
         self.stages.set_anchors(&self.handles);
+        self.book_user_forcing(before);
+    }
+
+    /// Books the potential energy a change of handles or colliders put in (or took out) since
+    /// the potential was `before`, as user forcing (stabilizing paper, Alg. 1).
+    fn book_user_forcing(&mut self, before: f64) {
         self.refresh_energy();
         self.ledger.add(self.energy.potential - before);
         self.energy.target = self.ledger.target();

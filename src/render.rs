@@ -499,11 +499,7 @@ pub fn render_frame(sim: &crate::Simulation, size: [u32; 2], out: impl AsRef<std
 /// The colliders' surfaces around a simulation's rest shape.
 pub fn scenery(sim: &crate::Simulation) -> Vec<crate::TriMesh> {
     let camera = Camera::framing(sim.model().rest_positions());
-    collider_surfaces(
-        sim.colliders(),
-        camera.target.as_dvec3().to_array(),
-        2.0 * camera.distance as f64,
-    )
+    collider_surfaces(sim.colliders(), camera.target.as_dvec3().to_array(), 2.0 * camera.distance as f64)
 }
 
 /// A camera that frames a simulation's rest shape and its bounded colliders (planes and grids

@@ -13,6 +13,8 @@
 //! wall_time = 5.0        # ms: Newton starts no iteration after this (a real-time budget)
 //!
 //! damping = 0.08        # momentum-preserving damping coefficient (none without)
+//! out = "out/cube"       # where `lively run` and `compare` write (relative to the scene;
+//! frames = "vtk"         # lively-out without) and which frames `run` adds: vtk or obj
 //!
 //! [body]
 //! kind = "bar"           # "bar" (cells, size), "file" (path, relative to the scene),
@@ -109,6 +111,10 @@ pub struct Scene {
     pub contact_stiffness: f64,
     /// Momentum-preserving damping coefficient.
     pub damping: Option<f64>,
+    /// The output folder of `lively run` and `compare`, relative to the scene file.
+    pub out: Option<PathBuf>,
+    /// The frames `lively run` writes: `"vtk"` or `"obj"`.
+    pub frames: Option<String>,
     /// The folder relative paths are read from (the scene file's).
     #[serde(skip)]
     pub folder: PathBuf,

@@ -216,3 +216,24 @@ fn a_scene_handle_shakes_the_cloth_corner_and_lets_go() {
     }
     assert_eq!(sim.ledger().added(), after, "a released handle adds no more energy");
 }
+
+#[test]
+fn a_scene_names_its_outputs() {
+    let dir = std::env::temp_dir().join(format!("lively-scene-outputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = "name = \"n\"\nrecreates = \"r\"\nsteps = 2\nout = \"results\"\nframes = \"obj\"\n\
+                [body]\nkind = \"bar\"\ncells = [2, 1, 1]\nsize = [0.2, 0.1, 0.1]\nmaterial = \"stvk\"\n\
+                youngs = 1e5\npoisson = 0.3\n";
+    std::fs::write(dir.join("scene.toml"), text).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lively"))
+        .args(["run"])
+        .arg(dir.join("scene.toml"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Beside the scene file, with a frame per step and the start.
+    for name in ["energy.csv", "energy.png", "frame_00000.obj", "frame_00002.obj"] {
+        assert!(dir.join("results").join(name).exists(), "{name} missing");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -107,9 +107,9 @@ struct SceneRun {
     /// Overrides the scene's solver: newton or local-global.
     #[arg(long)]
     solver: Option<String>,
-    /// The folder the outputs go to.
-    #[arg(long, default_value = "lively-out")]
-    out: PathBuf,
+    /// The folder the outputs go to (the scene's `out`, or lively-out, without).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -136,6 +136,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Where outputs go: the command line's folder, else the scene's (relative to the scene
+/// file), else `lively-out`.
+fn output_folder(given: Option<&Path>, scene: &Scene) -> PathBuf {
+    given
+        .map(Path::to_path_buf)
+        .or_else(|| scene.out.as_ref().map(|o| scene.folder.join(o)))
+        .unwrap_or_else(|| "lively-out".into())
 }
 
 /// The scene file, its solver replaced when the command line names one.
@@ -190,6 +199,8 @@ fn render(
 fn run(options: &SceneRun, integrator: Option<&str>, frames: Option<&str>) -> Result<(), lively::Error> {
     let SceneRun { scene: path, backend, steps, out, solver } = options;
     let scene = load_with_solver(path, solver.as_deref())?;
+    let out = &output_folder(out.as_deref(), &scene);
+    let frames = frames.or(scene.frames.as_deref());
     let mut sim = scene.build(integrator, backend.as_deref())?;
     if let Some(format) = frames.filter(|f| !matches!(*f, "vtk" | "obj")) {
         return Err(lively::Error::Parameter(format!("--frames {format:?}: use vtk or obj")));
@@ -381,6 +392,7 @@ fn progress_bar(steps: usize) -> indicatif::ProgressBar {
 fn compare(options: &SceneRun, integrators: &[String]) -> Result<(), lively::Error> {
     let SceneRun { scene: path, backend, steps, out, solver } = options;
     let scene = load_with_solver(path, solver.as_deref())?;
+    let out = &output_folder(out.as_deref(), &scene);
     let steps = steps.unwrap_or(scene.steps);
     let mut sims = Vec::new();
     for name in integrators {

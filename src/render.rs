@@ -405,44 +405,11 @@ impl Renderer {
 /// as a square around `focus` of side `extent` (a grid collider shows nothing: its surface is
 /// not kept).
 pub fn collider_surfaces(colliders: &[crate::Collider], focus: [f64; 3], extent: f64) -> Vec<crate::TriMesh> {
-    use crate::Shape;
     use glam::DVec3;
-    let box_surface = |center: DVec3, half: DVec3| {
-        let corners = (0..8)
-            .map(|b| {
-                (center
-                    + DVec3::new([-1.0, 1.0][b & 1], [-1.0, 1.0][(b >> 1) & 1], [-1.0, 1.0][(b >> 2) & 1])
-                        * half)
-                    .to_array()
-            })
-            .collect();
-        let quads = [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];
-        let triangles = quads.iter().flat_map(|q| [[q[0], q[1], q[2]], [q[0], q[2], q[3]]]).collect();
-        crate::TriMesh::new(corners, triangles).ok()
-    };
     colliders
         .iter()
         .filter_map(|collider| match &collider.shape {
-            Shape::Sphere { center, radius } => crate::TriMesh::sphere(*center, *radius, 3).ok(),
-            Shape::Cuboid { center, half_extents } => {
-                box_surface(DVec3::from(*center), DVec3::from(*half_extents))
-            }
-            Shape::Capsule { a, b, radius } => {
-                // A sphere split at its equator across the axis, the halves moved to the ends.
-                let (a, b) = (DVec3::from(*a), DVec3::from(*b));
-                let ball = crate::TriMesh::sphere([0.0; 3], *radius, 3).ok()?;
-                let axis = (b - a).normalize_or_zero();
-                let moved = ball
-                    .positions()
-                    .iter()
-                    .map(|p| {
-                        let p = DVec3::from(*p);
-                        (p + if p.dot(axis) >= 0.0 { b } else { a }).to_array()
-                    })
-                    .collect();
-                crate::TriMesh::new(moved, ball.triangles().to_vec()).ok()
-            }
-            Shape::Plane { normal, offset } => {
+            crate::Shape::Plane { normal, offset } => {
                 let n = DVec3::from(*normal).normalize();
                 let on_plane = DVec3::from(focus)
                     - n * (n.dot(DVec3::from(focus)) - offset / DVec3::from(*normal).length());
@@ -453,9 +420,47 @@ pub fn collider_surfaces(colliders: &[crate::Collider], focus: [f64; 3], extent:
                     .to_vec();
                 crate::TriMesh::new(corners, vec![[0, 1, 2], [0, 2, 3]]).ok()
             }
-            Shape::Sdf { .. } => None,
+            shape => bounded_surface(shape),
         })
         .collect()
+}
+
+/// The surface of a bounded collider shape (sphere, box, capsule); `None` for a plane or a
+/// grid.
+fn bounded_surface(shape: &crate::Shape) -> Option<crate::TriMesh> {
+    use crate::Shape;
+    use glam::DVec3;
+    match shape {
+        Shape::Sphere { center, radius } => crate::TriMesh::sphere(*center, *radius, 3).ok(),
+        Shape::Cuboid { center, half_extents } => {
+            let (center, half) = (DVec3::from(*center), DVec3::from(*half_extents));
+            let sign = |bit: usize| if bit == 1 { 1.0 } else { -1.0 };
+            let corners = (0..8)
+                .map(|b| {
+                    (center + DVec3::new(sign(b & 1), sign((b >> 1) & 1), sign(b >> 2)) * half).to_array()
+                })
+                .collect();
+            let quads = [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];
+            let triangles = quads.iter().flat_map(|q| [[q[0], q[1], q[2]], [q[0], q[2], q[3]]]).collect();
+            crate::TriMesh::new(corners, triangles).ok()
+        }
+        Shape::Capsule { a, b, radius } => {
+            // A sphere split at its equator across the axis, the halves moved to the ends.
+            let (a, b) = (DVec3::from(*a), DVec3::from(*b));
+            let ball = crate::TriMesh::sphere([0.0; 3], *radius, 3).ok()?;
+            let axis = (b - a).normalize_or_zero();
+            let moved = ball
+                .positions()
+                .iter()
+                .map(|p| {
+                    let p = DVec3::from(*p);
+                    (p + if p.dot(axis) >= 0.0 { b } else { a }).to_array()
+                })
+                .collect();
+            crate::TriMesh::new(moved, ball.triangles().to_vec()).ok()
+        }
+        Shape::Plane { .. } | Shape::Sdf { .. } => None,
+    }
 }
 
 /// Writes RGBA pixels (rows top to bottom) as a PNG.
@@ -506,11 +511,8 @@ pub fn scenery(sim: &crate::Simulation) -> Vec<crate::TriMesh> {
 /// left out): the body stays in view wherever it falls onto them.
 pub fn scene_camera(sim: &crate::Simulation) -> Camera {
     let mut points = sim.model().rest_positions().to_vec();
-    for surface in collider_surfaces(sim.colliders(), [0.0; 3], 0.0) {
-        // Zero-extent planes add nothing but their foot point; leave them out.
-        if surface.triangles().len() > 2 {
-            points.extend_from_slice(surface.positions());
-        }
+    for surface in sim.colliders().iter().filter_map(|c| bounded_surface(&c.shape)) {
+        points.extend_from_slice(surface.positions());
     }
     Camera::framing(&points)
 }

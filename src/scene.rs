@@ -255,20 +255,8 @@ pub enum ColliderSpec {
 /// The integrator of a command-line or scene name, with the crate's default parameters for
 /// the energy-controlled schemes (stabilized epsilon 0.01, A-search alpha in [0, 1.1]).
 pub fn integrator(name: &str) -> Result<Integrator> {
-    let all = [
-        Integrator::ForwardEuler,
-        Integrator::SymplecticEuler,
-        Integrator::BackwardEuler,
-        Integrator::Bdf2,
-        Integrator::ImplicitMidpoint,
-        Integrator::Newmark,
-        Integrator::Avf,
-        Integrator::Stabilized { epsilon: 0.01 },
-        Integrator::A1,
-        Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
-    ];
-    all.iter().find(|integrator| integrator.name() == name).cloned().ok_or_else(|| {
-        let names: Vec<&str> = all.iter().map(Integrator::name).collect();
+    Integrator::ALL.iter().find(|integrator| integrator.name() == name).cloned().ok_or_else(|| {
+        let names: Vec<&str> = Integrator::ALL.iter().map(Integrator::name).collect();
         Error::Parameter(format!("unknown integrator {name:?}; use one of {}", names.join(", ")))
     })
 }

@@ -236,10 +236,8 @@ impl Viewer {
             }
             Key::Character(c) if c.eq_ignore_ascii_case("i") => {
                 let current = running.sim.integrator().name();
-                let next = INTEGRATORS
-                    .iter()
-                    .position(|n| crate::scene::integrator(n).is_ok_and(|i| i.name() == current))
-                    .map_or(0, |k| (k + 1) % INTEGRATORS.len());
+                let next =
+                    INTEGRATORS.iter().position(|n| *n == current).map_or(0, |k| (k + 1) % INTEGRATORS.len());
                 self.integrator = Some(INTEGRATORS[next].to_string());
                 let (x, v) = (running.sim.positions().to_vec(), running.sim.velocities().to_vec());
                 let mut sim = self.scene.build_on(

@@ -1,2 +1,4 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lively_fuzz::surface("fuzz.obj", data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    lively_fuzz::surface("fuzz.obj", data);
+});

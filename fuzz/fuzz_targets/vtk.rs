@@ -1,2 +1,4 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| lively_fuzz::tets("fuzz.vtk", data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    lively_fuzz::tets("fuzz.vtk", data);
+});

@@ -67,6 +67,21 @@ pub enum Integrator {
 }
 
 impl Integrator {
+    /// Every integrator, plain and energy-controlled, with the crate's default parameters for
+    /// the controlled ones (stabilized epsilon 0.01, A-search alpha in [0, 1.1]).
+    pub const ALL: [Integrator; 10] = [
+        Integrator::ForwardEuler,
+        Integrator::SymplecticEuler,
+        Integrator::BackwardEuler,
+        Integrator::Bdf2,
+        Integrator::ImplicitMidpoint,
+        Integrator::Newmark,
+        Integrator::Avf,
+        Integrator::Stabilized { epsilon: 0.01 },
+        Integrator::A1,
+        Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
+    ];
+
     /// The implicit scheme behind this integrator, if it is one of the plain implicit ones.
     pub(crate) fn scheme(&self) -> Option<&'static dyn Scheme> {
         match self {

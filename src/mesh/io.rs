@@ -118,12 +118,12 @@ pub(crate) fn parse_tets(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<
     }
 }
 
+fn unknown_extension(path: &Path, kind: &str, known: &str) -> Error {
+    Error::Mesh(format!("{}: unknown {kind} extension {:?}; use {known}", path.display(), extension(path)))
+}
+
 fn unknown_tet_extension(path: &Path) -> Error {
-    Error::Mesh(format!(
-        "{}: unknown tet-mesh extension {:?}; use .msh, .node/.ele, .vtk or .mesh",
-        path.display(),
-        extension(path)
-    ))
+    unknown_extension(path, "tet-mesh", ".msh, .node/.ele, .vtk or .mesh")
 }
 
 fn extension(path: &Path) -> String {
@@ -336,11 +336,7 @@ pub(crate) fn read_triangles(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]
 }
 
 fn unknown_surface_extension(path: &Path) -> Error {
-    Error::Mesh(format!(
-        "{}: unknown surface extension {:?}; use .obj or .ply",
-        path.display(),
-        extension(path)
-    ))
+    unknown_extension(path, "surface", ".obj or .ply")
 }
 
 /// Parses a triangle surface, the format chosen by `path`'s extension.

@@ -4,18 +4,7 @@
 use lively::{Integrator, Simulation};
 
 /// Every integrator, plain and energy-controlled.
-pub const ALL_INTEGRATORS: [Integrator; 10] = [
-    Integrator::ForwardEuler,
-    Integrator::SymplecticEuler,
-    Integrator::BackwardEuler,
-    Integrator::Bdf2,
-    Integrator::ImplicitMidpoint,
-    Integrator::Newmark,
-    Integrator::Avf,
-    Integrator::Stabilized { epsilon: 0.01 },
-    Integrator::A1,
-    Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.1, decay: None },
-];
+pub const ALL_INTEGRATORS: [Integrator; 10] = Integrator::ALL;
 
 /// The plain (not energy-controlled) integrators: the first seven.
 pub fn plain_integrators() -> &'static [Integrator] {

@@ -286,3 +286,85 @@ mod tests {
         println!("worst relative error of a squared singular value: {worst:.1e}");
     }
 }
+
+/// Whether the symmetric `m` is positive definite (a Cholesky factorization succeeds).
+pub fn is_positive_definite<const N: usize>(m: &[[f64; N]; N]) -> bool {
+    let mut l = [[0.0; N]; N];
+    for j in 0..N {
+        let mut diagonal = m[j][j];
+        for k in 0..j {
+            diagonal -= l[j][k] * l[j][k];
+        }
+        if !(diagonal > 0.0) {
+            return false;
+        }
+        l[j][j] = diagonal.sqrt();
+        for i in j + 1..N {
+            let mut s = m[i][j];
+            for k in 0..j {
+                s -= l[i][k] * l[j][k];
+            }
+            l[i][j] = s / l[j][j];
+        }
+    }
+    true
+}
+
+/// Replaces the negative eigenvalues of the symmetric `m` by their magnitudes (the crate's
+/// PSD projection, see `Projection::Psd`), by cyclic Jacobi sweeps; a positive definite `m`
+/// is left as it is after one Cholesky test.
+pub fn make_positive_semidefinite<const N: usize>(m: &mut [[f64; N]; N]) {
+    if is_positive_definite(m) {
+        return;
+    }
+    let mut a = *m;
+    let mut v = [[0.0; N]; N];
+    for (i, row) in v.iter_mut().enumerate() {
+        row[i] = 1.0;
+    }
+    let scale = a.iter().flatten().map(|x| x * x).sum::<f64>();
+    for _sweep in 0..50 {
+        let mut off = 0.0;
+        for p in 0..N {
+            for q in p + 1..N {
+                off += a[p][q] * a[p][q];
+            }
+        }
+        if off <= 1e-30 * scale {
+            break;
+        }
+        for p in 0..N {
+            for q in p + 1..N {
+                if a[p][q] == 0.0 {
+                    continue;
+                }
+                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let t = if theta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for k in 0..N {
+                    let (akp, akq) = (a[k][p], a[k][q]);
+                    a[k][p] = c * akp - s * akq;
+                    a[k][q] = s * akp + c * akq;
+                }
+                for k in 0..N {
+                    let (apk, aqk) = (a[p][k], a[q][k]);
+                    a[p][k] = c * apk - s * aqk;
+                    a[q][k] = s * apk + c * aqk;
+                }
+                for row in v.iter_mut() {
+                    let (vp, vq) = (row[p], row[q]);
+                    row[p] = c * vp - s * vq;
+                    row[q] = s * vp + c * vq;
+                }
+            }
+        }
+    }
+    // m = V |diag(a)| V^T.
+    for i in 0..N {
+        for j in 0..N {
+            m[i][j] = (0..N).map(|k| v[i][k] * a[k][k].abs() * v[j][k]).sum();
+        }
+    }
+}

@@ -5,6 +5,7 @@
 mod isotropic;
 mod projective;
 mod spring;
+pub mod stretch;
 
 pub use isotropic::Elastic;
 pub use projective::closest_rotation;

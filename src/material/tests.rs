@@ -318,3 +318,130 @@ fn energy_is_accurate_at_tiny_strain() {
         }
     }
 }
+
+mod symmetric_stretch {
+    //! The materials in the symmetric stretch of the mixed solver, against their forms in `F`.
+
+    use super::*;
+    use crate::material::stretch::{Sym6, polar_stretch, sym_coordinates, sym_matrix};
+
+    /// Symmetric stretches near and far from rest, inverted ones where the model allows.
+    fn stretches(model: MaterialModel, seed: u64) -> Vec<Sym6> {
+        random_deformations(model, 40, seed)
+            .iter()
+            .map(|f| polar_stretch(f, &mut glam::DQuat::IDENTITY).0)
+            .collect()
+    }
+
+    #[test]
+    fn energy_in_the_stretch_is_the_energy_in_f() {
+        for model in MODELS {
+            let m = evaluator(model);
+            for (n, f) in random_deformations(model, 60, 11).iter().enumerate() {
+                let (s, _) = polar_stretch(f, &mut glam::DQuat::IDENTITY);
+                let (a, b) = (m.symmetric_energy(&s), m.energy(f));
+                assert!((a - b).abs() <= 1e-10 * (1.0 + b.abs()), "{model:?} sample {n}: {a} vs {b}");
+                // S = R^T F is symmetric: its coordinates give back F with the rotation.
+                let (_, r) = closest_rotation(f, glam::DQuat::IDENTITY);
+                let back = r * sym_matrix(&s);
+                let (err, _) = worst_relative(&vec9(f), &vec9(&back));
+                assert!(err < 1e-12, "{model:?} sample {n}: R S differs from F by {err:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn gradient_and_hessian_match_finite_differences() {
+        for model in MODELS {
+            let m = evaluator(model);
+            for (n, s) in stretches(model, 12).iter().enumerate() {
+                let d = m.symmetric_derivatives(s, Projection::None);
+                let shifted = |k: usize, h: f64| {
+                    let mut t = *s;
+                    t[k] += h;
+                    t
+                };
+                let fd: Vec<f64> = (0..6)
+                    .map(|k| {
+                        (m.symmetric_energy(&shifted(k, FD_STEP)) - m.symmetric_energy(&shifted(k, -FD_STEP)))
+                            / (2.0 * FD_STEP)
+                    })
+                    .collect();
+                let (err, at) = worst_relative(&d.gradient, &fd);
+                assert!(err < FD_TOLERANCE, "{model:?} sample {n}: gradient off by {err:e} at {at}");
+                for k in 0..6 {
+                    let (a, b) = (
+                        m.symmetric_derivatives(&shifted(k, FD_STEP), Projection::None).gradient,
+                        m.symmetric_derivatives(&shifted(k, -FD_STEP), Projection::None).gradient,
+                    );
+                    let fd: Vec<f64> = (0..6).map(|l| (a[l] - b[l]) / (2.0 * FD_STEP)).collect();
+                    let column: Vec<f64> = (0..6).map(|l| d.hessian[l][k]).collect();
+                    let (err, at) = worst_relative(&column, &fd);
+                    assert!(err < FD_TOLERANCE, "{model:?} sample {n}: Hessian column {k} off by {err:e} at {at}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn polar_stretch_derivative_matches_finite_differences_and_the_stress() {
+        for model in MODELS {
+            let m = evaluator(model);
+            for (n, f) in random_deformations(model, 40, 13).iter().enumerate() {
+                let mut warm = glam::DQuat::IDENTITY;
+                let (s, jacobian) = polar_stretch(f, &mut warm);
+                let base = vec9(f);
+                for c in 0..9 {
+                    let (mut a, mut b) = (base, base);
+                    a[c] += FD_STEP;
+                    b[c] -= FD_STEP;
+                    let sa = polar_stretch(&unvec9(&a), &mut warm.clone()).0;
+                    let sb = polar_stretch(&unvec9(&b), &mut warm.clone()).0;
+                    let fd: Vec<f64> = (0..6).map(|k| (sa[k] - sb[k]) / (2.0 * FD_STEP)).collect();
+                    let column: Vec<f64> = (0..6).map(|k| jacobian[k][c]).collect();
+                    let (err, at) = worst_relative(&column, &fd);
+                    assert!(err < FD_TOLERANCE, "{model:?} sample {n}: dS/dF column {c} off by {err:e} at {at}");
+                }
+                // The chain rule through the stretch gives the first Piola stress.
+                let g = m.symmetric_derivatives(&s, Projection::None).gradient;
+                let p: Vec<f64> = (0..9).map(|c| (0..6).map(|k| g[k] * jacobian[k][c]).sum()).collect();
+                let (err, at) = worst_relative(&vec9(&m.stress(f)), &p);
+                assert!(err < 1e-9, "{model:?} sample {n}: J^T dpsi/ds differs from P by {err:e} at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn projected_hessian_is_psd_and_exact_when_already_psd() {
+        for model in MODELS {
+            let m = evaluator(model);
+            let mut projected_any = false;
+            for s in stretches(model, 14) {
+                let exact = m.symmetric_derivatives(&s, Projection::None).hessian;
+                let projected = m.symmetric_derivatives(&s, Projection::Psd).hessian;
+                let rows = |k: &[[f64; 6]; 6]| k.iter().map(|r| r.to_vec()).collect::<Vec<_>>();
+                assert!(smallest_eigenvalue(&rows(&projected)) > -1e-9, "{model:?}: projection not PSD");
+                if smallest_eigenvalue(&rows(&exact)) > 1e-8 {
+                    assert_eq!(exact, projected, "{model:?}: projection changed a PD Hessian");
+                } else {
+                    projected_any = true;
+                    // The magnitudes keep the trace of |H|, which is at least the trace of H.
+                    let trace = |k: &[[f64; 6]; 6]| (0..6).map(|i| k[i][i]).sum::<f64>();
+                    assert!(trace(&projected) >= trace(&exact) - 1e-9);
+                }
+            }
+            // Corotated and ARAP are quadratic and convex in S; StVK is not under compression.
+            match model {
+                MaterialModel::Corotated | MaterialModel::Arap => assert!(!projected_any, "{model:?}"),
+                MaterialModel::StVK => assert!(projected_any, "{model:?}: no sample exercised the projection"),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn coordinates_round_trip() {
+        let s = [1.0, 2.0, 3.0, 0.4, 0.5, 0.6];
+        assert_eq!(sym_coordinates(&sym_matrix(&s)), s);
+    }
+}

@@ -1,0 +1,224 @@
+//! Materials in the symmetric stretch `S = R^T F` of the signed polar decomposition
+//! `F = R S` (mixed-fem-sqp.md §3.3): the per-element variable of the mixed solver.
+//!
+//! Every isotropic energy of the crate is a function of `S` alone, written here with the
+//! displacement `D = S - I` so that nothing cancels near rest, exactly as
+//! [`Elastic::energy`] writes it in `F`: `psi_S(S(F)) = psi(F)`. A symmetric `S` is stored as
+//! six numbers ([`Sym6`]) `S00, S11, S22, S12, S02, S01`, each off-diagonal entry once: a
+//! change `ds` is the matrix `sum_k ds_k E_k` with `E_k` the diagonal units and the
+//! symmetric pairs `e_i e_j^T + e_j e_i^T`. Gradients and Hessians are taken in those six
+//! coordinates, so `d psi = g . ds` and `d^2 psi = ds^T H ds` (the paper's `Sym` weighting is
+//! the Frobenius product in them).
+
+use glam::{DMat3, DQuat, DVec3};
+
+use super::isotropic::cofactor;
+use super::{Elastic, MaterialModel, Projection};
+
+/// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
+pub type Sym6 = [f64; 6];
+/// A 6x6 matrix on [`Sym6`] coordinates.
+pub type Mat6 = [[f64; 6]; 6];
+
+/// Row and column of coordinate `k`.
+const INDEX: [(usize, usize); 6] = [(0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1)];
+
+/// The symmetric matrix of `s`.
+pub fn sym_matrix(s: &Sym6) -> DMat3 {
+    DMat3::from_cols(
+        DVec3::new(s[0], s[5], s[4]),
+        DVec3::new(s[5], s[1], s[3]),
+        DVec3::new(s[4], s[3], s[2]),
+    )
+}
+
+/// The coordinates of the symmetric part of `m`.
+pub fn sym_coordinates(m: &DMat3) -> Sym6 {
+    let at = |i: usize, j: usize| 0.5 * (m.col(j)[i] + m.col(i)[j]);
+    INDEX.map(|(i, j)| at(i, j))
+}
+
+/// The unit change of coordinate `k`, as a matrix.
+fn unit(k: usize) -> DMat3 {
+    let mut s = [0.0; 6];
+    s[k] = 1.0;
+    sym_matrix(&s)
+}
+
+/// `<A, B>`, the Frobenius product.
+fn dot(a: &DMat3, b: &DMat3) -> f64 {
+    a.x_axis.dot(b.x_axis) + a.y_axis.dot(b.y_axis) + a.z_axis.dot(b.z_axis)
+}
+
+fn trace(m: &DMat3) -> f64 {
+    m.x_axis.x + m.y_axis.y + m.z_axis.z
+}
+
+/// The signed polar stretch of `F` and its derivative: `S = R^T F` with `R` the closest
+/// rotation (from `warm`, which receives it), and `dS/dF` as six rows over `vec(F)` (row-major,
+/// as [`crate::math::vec9`]).
+///
+/// With `dR = R [w]x`, symmetry of `dS = R^T dF - [w]x S` requires `(tr S I - S) w =
+/// axial(M - M^T)`, `M = R^T dF`. `tr S I - S` has the pair sums of the signed stretches as
+/// eigenvalues; where two cancel (a flat, half-inverted element) the derivative is singular,
+/// and the solve is shifted as the isotropic models' twist modes are.
+pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
+    let (q, r) = super::closest_rotation(f, *warm);
+    *warm = q;
+    let s_matrix = r.transpose() * *f;
+    let s = sym_coordinates(&s_matrix);
+    let s_matrix = sym_matrix(&s);
+    let pair_sums = DMat3::IDENTITY * trace(&s_matrix) - s_matrix;
+    let scale = trace(&s_matrix).abs().max(1.0);
+    let determinant = pair_sums.determinant();
+    let inverse = if determinant.abs() > 1e-12 * scale * scale * scale {
+        pair_sums.inverse()
+    } else {
+        (pair_sums + DMat3::IDENTITY * 1e-6 * scale).inverse()
+    };
+    let mut jacobian = [[0.0; 9]; 6];
+    for i in 0..3 {
+        for j in 0..3 {
+            // dF = e_i e_j^T: M = R^T e_i e_j^T = (row i of R) e_j^T.
+            let m = DMat3::from_cols(
+                if j == 0 { r.row(i) } else { DVec3::ZERO },
+                if j == 1 { r.row(i) } else { DVec3::ZERO },
+                if j == 2 { r.row(i) } else { DVec3::ZERO },
+            );
+            let skew = m - m.transpose();
+            let w = inverse * DVec3::new(skew.col(1)[2], skew.col(2)[0], skew.col(0)[1]);
+            let w_cross = DMat3::from_cols(
+                DVec3::new(0.0, w.z, -w.y),
+                DVec3::new(-w.z, 0.0, w.x),
+                DVec3::new(w.y, -w.x, 0.0),
+            );
+            let ds = sym_coordinates(&(m - w_cross * s_matrix));
+            for k in 0..6 {
+                jacobian[k][3 * i + j] = ds[k];
+            }
+        }
+    }
+    (s, jacobian)
+}
+
+/// `psi_S` with its gradient and Hessian in [`Sym6`] coordinates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SymmetricDerivatives {
+    /// `psi(S)`; `+inf` outside the model's domain.
+    pub energy: f64,
+    /// `d psi / ds`.
+    pub gradient: Sym6,
+    /// `d^2 psi / ds^2`, exact or PSD-projected.
+    pub hessian: Mat6,
+}
+
+impl Elastic {
+    /// The energy density at the symmetric stretch `s`: the same value as
+    /// [`energy`](Self::energy) at any `F` whose signed polar stretch is `s`.
+    pub fn symmetric_energy(&self, s: &Sym6) -> f64 {
+        let (mu, lambda) = self.lame();
+        let d = sym_matrix(s) - DMat3::IDENTITY;
+        let tr = trace(&d);
+        let squared = dot(&d, &d);
+        // J - 1 = det(I + D) - 1 without cancellation.
+        let j_minus_one = || tr + 0.5 * (tr * tr - squared) + d.determinant();
+        match self.model() {
+            MaterialModel::Arap => mu * squared,
+            MaterialModel::Corotated => mu * squared + 0.5 * lambda * tr * tr,
+            MaterialModel::FixedCorotated => {
+                let jm1 = j_minus_one();
+                mu * squared + 0.5 * lambda * jm1 * jm1
+            }
+            MaterialModel::StableNeoHookean => {
+                let jm1 = j_minus_one();
+                0.5 * mu * squared - mu * (jm1 - tr) + 0.5 * (lambda + mu) * jm1 * jm1
+            }
+            MaterialModel::NeoHookean => {
+                let jm1 = j_minus_one();
+                if jm1 <= -1.0 {
+                    return f64::INFINITY;
+                }
+                let lnj = jm1.ln_1p();
+                0.5 * mu * squared + mu * (tr - lnj) + 0.5 * lambda * lnj * lnj
+            }
+            MaterialModel::StVK => {
+                let e = d + d * d * 0.5;
+                let tr_e = trace(&e);
+                mu * dot(&e, &e) + 0.5 * lambda * tr_e * tr_e
+            }
+        }
+    }
+
+    /// Energy density, gradient and Hessian at the symmetric stretch `s`; with
+    /// [`Projection::Psd`] the Hessian's negative eigenvalues are replaced by their
+    /// magnitudes, as the tangents in `F` are.
+    pub fn symmetric_derivatives(&self, s: &Sym6, projection: Projection) -> SymmetricDerivatives {
+        let (mu, lambda) = self.lame();
+        let s_matrix = sym_matrix(s);
+        let d = s_matrix - DMat3::IDENTITY;
+        let tr = trace(&d);
+        let j = s_matrix.determinant();
+        let cof = cofactor(&s_matrix);
+        // d^2 J [A, B] = <dcof(S)[B], A>, the cofactor being quadratic.
+        let second_j = |a: &DMat3, b: &DMat3| dot(&(cofactor(&(s_matrix + *b)) - cof - cofactor(b)), a);
+        // Each model as `dpsi = <P, dS>` and the bilinear form `d^2 psi [A, B]`.
+        let (gradient, mut hessian) = match self.model() {
+            MaterialModel::Arap | MaterialModel::Corotated => {
+                let l = if self.model() == MaterialModel::Arap { 0.0 } else { lambda };
+                in_coordinates(d * (2.0 * mu) + DMat3::IDENTITY * (l * tr), |a, b| {
+                    2.0 * mu * dot(a, b) + l * trace(a) * trace(b)
+                })
+            }
+            MaterialModel::FixedCorotated => {
+                in_coordinates(d * (2.0 * mu) + cof * (lambda * (j - 1.0)), |a, b| {
+                    2.0 * mu * dot(a, b) + lambda * (dot(&cof, a) * dot(&cof, b) + (j - 1.0) * second_j(a, b))
+                })
+            }
+            MaterialModel::StableNeoHookean => {
+                let l = lambda + mu;
+                in_coordinates(s_matrix * mu + cof * (l * (j - 1.0) - mu), |a, b| {
+                    mu * dot(a, b) + l * dot(&cof, a) * dot(&cof, b) + (l * (j - 1.0) - mu) * second_j(a, b)
+                })
+            }
+            MaterialModel::NeoHookean => {
+                let lnj = if j > 0.0 { j.ln() } else { f64::NAN };
+                in_coordinates(s_matrix * mu + cof * ((lambda * lnj - mu) / j), |a, b| {
+                    let (ca, cb) = (dot(&cof, a) / j, dot(&cof, b) / j);
+                    mu * dot(a, b) + (lambda * lnj - mu) * (second_j(a, b) / j - ca * cb) + lambda * ca * cb
+                })
+            }
+            MaterialModel::StVK => {
+                let e = d + d * d * 0.5;
+                let tr_e = trace(&e);
+                let de = |a: &DMat3| (s_matrix * *a + *a * s_matrix) * 0.5;
+                in_coordinates((e * s_matrix + s_matrix * e) * mu + s_matrix * (lambda * tr_e), |a, b| {
+                    let ab = (*a * *b + *b * *a) * 0.5;
+                    let (da, db) = (de(a), de(b));
+                    2.0 * mu * (dot(&da, &db) + dot(&e, &ab)) + lambda * (trace(&da) * trace(&db) + tr_e * trace(&ab))
+                })
+            }
+        };
+        if projection == Projection::Psd {
+            crate::math::make_positive_semidefinite(&mut hessian);
+        }
+        let energy = self.symmetric_energy(s);
+        if !energy.is_finite() {
+            return SymmetricDerivatives { energy, gradient: [f64::NAN; 6], hessian: [[f64::NAN; 6]; 6] };
+        }
+        SymmetricDerivatives { energy, gradient, hessian }
+    }
+}
+
+/// A gradient `<P, dS>` and a bilinear form in [`Sym6`] coordinates.
+fn in_coordinates(stress: DMat3, second: impl Fn(&DMat3, &DMat3) -> f64) -> (Sym6, Mat6) {
+    let units: [DMat3; 6] = std::array::from_fn(unit);
+    let gradient = units.map(|u| dot(&stress, &u));
+    let mut hessian = [[0.0; 6]; 6];
+    for k in 0..6 {
+        for l in k..6 {
+            hessian[k][l] = second(&units[k], &units[l]);
+            hessian[l][k] = hessian[k][l];
+        }
+    }
+    (gradient, hessian)
+}

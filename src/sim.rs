@@ -304,6 +304,21 @@ impl SimulationBuilder {
                 ));
             }
         }
+        let mixed = self.solver.kind() == crate::solver::SolverKind::MixedFem;
+        if mixed && self.integrator == Integrator::Avf {
+            return Err(Error::Unsupported(
+                "the mixed-FEM solver keeps one stretch per tet at one quadrature node; AVF's \
+                 objective has two. Use another implicit integrator or Solver::newton()"
+                    .into(),
+            ));
+        }
+        if mixed && self.backend == Backend::Gpu {
+            return Err(Error::Unsupported(
+                "the mixed-FEM solver runs on the CPU backend (its GPU stages are not written \
+                 yet); use Backend::Cpu or Backend::Auto"
+                    .into(),
+            ));
+        }
         let on_gpu = |model: &Model, context: Arc<GpuContext>| -> Result<Box<dyn Stages>, Error> {
             Ok(Box::new(GpuBackend::new(context, Arc::new(model.clone()))?))
         };
@@ -319,6 +334,7 @@ impl SimulationBuilder {
             }
             // Auto: a hardware GPU when there is one and the model fits on it. A software
             // adapter (lavapipe) is correct but no faster than the CPU backend.
+            Backend::Auto if mixed => (cpu(&model), Backend::Cpu),
             Backend::Auto => {
                 let context =
                     self.gpu.or_else(|| GpuContext::new().ok().filter(|c| !c.software).map(Arc::new));

@@ -123,6 +123,22 @@ pub struct NewtonDirection {
     pub linearize_time: std::time::Duration,
 }
 
+/// What one mixed-FEM linearization gave (`Stages::mixed_direction`).
+#[derive(Clone, Debug, Default)]
+pub struct MixedDirection {
+    /// The displacement formulation's status at the iterate: its gradient norm is the
+    /// convergence test, the same as Newton's.
+    pub linearization: Linearization,
+    /// The position step of the condensed system, with the stretches' step and the
+    /// multipliers made alongside: `slope` is the merit's slope along the whole step. `None`
+    /// where no step was asked for or the gradient is within the tolerance.
+    pub direction: Option<DirectionReport>,
+    /// The merit at the iterate, with the new multipliers.
+    pub merit: f64,
+    /// Time spent linearizing apart from the solve.
+    pub linearize_time: std::time::Duration,
+}
+
 /// What the local/global solver asks of one solve.
 #[derive(Clone, Copy, Debug)]
 pub struct LocalGlobalRequest {
@@ -238,6 +254,27 @@ pub trait Stages: Send {
     /// projections and `grad G`, then takes the global step `x -= A^-1 grad G` with the fixed
     /// matrix of [`projective`]. A GPU records every iteration into one submission.
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport;
+    /// Mixed FEM (mixed-fem-sqp.md): readies the tets' stretches for a solve of this step's
+    /// objective, which has one quadrature node. They are kept where the last solve left
+    /// them at this step's start (the paper's warm start), else set to the start's.
+    fn mixed_begin(&mut self) {
+        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
+    }
+    /// Mixed FEM: linearizes at the iterate and the stretches and, unless `request` says not
+    /// to or the displacement gradient is within its tolerance, solves the condensed system
+    /// for the position step (to Newton's forcing term) and makes the stretches' step and the
+    /// multipliers. Uses `projection` nowhere: the stretch Hessians are always projected.
+    fn mixed_direction(&mut self, _request: &DirectionRequest<'_>) -> MixedDirection {
+        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
+    }
+    /// Mixed FEM: the merit at `alpha` along the step of positions and stretches.
+    fn mixed_merits(&mut self, _alphas: &[f64]) -> Vec<f64> {
+        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
+    }
+    /// Mixed FEM: `x += alpha dx`, `s += alpha ds`.
+    fn mixed_advance(&mut self, _alpha: f64) {
+        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
+    }
     /// Replaces the direction by `-grad G`.
     fn use_negative_gradient(&mut self) -> DirectionReport;
     /// Multiplies the direction by `factor`.

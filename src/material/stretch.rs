@@ -25,11 +25,7 @@ const INDEX: [(usize, usize); 6] = [(0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 
 
 /// The symmetric matrix of `s`.
 pub fn sym_matrix(s: &Sym6) -> DMat3 {
-    DMat3::from_cols(
-        DVec3::new(s[0], s[5], s[4]),
-        DVec3::new(s[5], s[1], s[3]),
-        DVec3::new(s[4], s[3], s[2]),
-    )
+    DMat3::from_cols(DVec3::new(s[0], s[5], s[4]), DVec3::new(s[5], s[1], s[3]), DVec3::new(s[4], s[3], s[2]))
 }
 
 /// The coordinates of the symmetric part of `m`.
@@ -149,10 +145,10 @@ impl Elastic {
         }
     }
 
-    /// Energy density, gradient and Hessian at the symmetric stretch `s`; with
-    /// [`Projection::Psd`] the Hessian's negative eigenvalues are replaced by their
-    /// magnitudes, as the tangents in `F` are.
-    pub fn symmetric_derivatives(&self, s: &Sym6, projection: Projection) -> SymmetricDerivatives {
+    /// Energy density, gradient and, when asked, Hessian (zero otherwise) at the symmetric
+    /// stretch `s`; with [`Projection::Psd`] the Hessian's negative eigenvalues are replaced
+    /// by their magnitudes, as the tangents in `F` are.
+    pub fn symmetric_derivatives(&self, s: &Sym6, hessian: Option<Projection>) -> SymmetricDerivatives {
         let (mu, lambda) = self.lame();
         let s_matrix = sym_matrix(s);
         let d = s_matrix - DMat3::IDENTITY;
@@ -162,27 +158,28 @@ impl Elastic {
         // d^2 J [A, B] = <dcof(S)[B], A>, the cofactor being quadratic.
         let second_j = |a: &DMat3, b: &DMat3| dot(&(cofactor(&(s_matrix + *b)) - cof - cofactor(b)), a);
         // Each model as `dpsi = <P, dS>` and the bilinear form `d^2 psi [A, B]`.
+        let (wanted, projection) = (hessian.is_some(), hessian);
         let (gradient, mut hessian) = match self.model() {
             MaterialModel::Arap | MaterialModel::Corotated => {
                 let l = if self.model() == MaterialModel::Arap { 0.0 } else { lambda };
-                in_coordinates(d * (2.0 * mu) + DMat3::IDENTITY * (l * tr), |a, b| {
+                in_coordinates(d * (2.0 * mu) + DMat3::IDENTITY * (l * tr), wanted, |a, b| {
                     2.0 * mu * dot(a, b) + l * trace(a) * trace(b)
                 })
             }
             MaterialModel::FixedCorotated => {
-                in_coordinates(d * (2.0 * mu) + cof * (lambda * (j - 1.0)), |a, b| {
+                in_coordinates(d * (2.0 * mu) + cof * (lambda * (j - 1.0)), wanted, |a, b| {
                     2.0 * mu * dot(a, b) + lambda * (dot(&cof, a) * dot(&cof, b) + (j - 1.0) * second_j(a, b))
                 })
             }
             MaterialModel::StableNeoHookean => {
                 let l = lambda + mu;
-                in_coordinates(s_matrix * mu + cof * (l * (j - 1.0) - mu), |a, b| {
+                in_coordinates(s_matrix * mu + cof * (l * (j - 1.0) - mu), wanted, |a, b| {
                     mu * dot(a, b) + l * dot(&cof, a) * dot(&cof, b) + (l * (j - 1.0) - mu) * second_j(a, b)
                 })
             }
             MaterialModel::NeoHookean => {
                 let lnj = if j > 0.0 { j.ln() } else { f64::NAN };
-                in_coordinates(s_matrix * mu + cof * ((lambda * lnj - mu) / j), |a, b| {
+                in_coordinates(s_matrix * mu + cof * ((lambda * lnj - mu) / j), wanted, |a, b| {
                     let (ca, cb) = (dot(&cof, a) / j, dot(&cof, b) / j);
                     mu * dot(a, b) + (lambda * lnj - mu) * (second_j(a, b) / j - ca * cb) + lambda * ca * cb
                 })
@@ -191,14 +188,19 @@ impl Elastic {
                 let e = d + d * d * 0.5;
                 let tr_e = trace(&e);
                 let de = |a: &DMat3| (s_matrix * *a + *a * s_matrix) * 0.5;
-                in_coordinates((e * s_matrix + s_matrix * e) * mu + s_matrix * (lambda * tr_e), |a, b| {
-                    let ab = (*a * *b + *b * *a) * 0.5;
-                    let (da, db) = (de(a), de(b));
-                    2.0 * mu * (dot(&da, &db) + dot(&e, &ab)) + lambda * (trace(&da) * trace(&db) + tr_e * trace(&ab))
-                })
+                in_coordinates(
+                    (e * s_matrix + s_matrix * e) * mu + s_matrix * (lambda * tr_e),
+                    wanted,
+                    |a, b| {
+                        let ab = (*a * *b + *b * *a) * 0.5;
+                        let (da, db) = (de(a), de(b));
+                        2.0 * mu * (dot(&da, &db) + dot(&e, &ab))
+                            + lambda * (trace(&da) * trace(&db) + tr_e * trace(&ab))
+                    },
+                )
             }
         };
-        if projection == Projection::Psd {
+        if projection == Some(Projection::Psd) {
             crate::math::make_positive_semidefinite(&mut hessian);
         }
         let energy = self.symmetric_energy(s);
@@ -210,11 +212,11 @@ impl Elastic {
 }
 
 /// A gradient `<P, dS>` and a bilinear form in [`Sym6`] coordinates.
-fn in_coordinates(stress: DMat3, second: impl Fn(&DMat3, &DMat3) -> f64) -> (Sym6, Mat6) {
+fn in_coordinates(stress: DMat3, wanted: bool, second: impl Fn(&DMat3, &DMat3) -> f64) -> (Sym6, Mat6) {
     let units: [DMat3; 6] = std::array::from_fn(unit);
     let gradient = units.map(|u| dot(&stress, &u));
     let mut hessian = [[0.0; 6]; 6];
-    for k in 0..6 {
+    for k in (0..6).filter(|_| wanted) {
         for l in k..6 {
             hessian[k][l] = second(&units[k], &units[l]);
             hessian[l][k] = hessian[k][l];

@@ -329,7 +329,7 @@ mod symmetric_stretch {
     fn stretches(model: MaterialModel, seed: u64) -> Vec<Sym6> {
         random_deformations(model, 40, seed)
             .iter()
-            .map(|f| polar_stretch(f, &mut glam::DQuat::IDENTITY).0)
+            .map(|f| polar_stretch(f, &mut { glam::DQuat::IDENTITY }).0)
             .collect()
     }
 
@@ -338,7 +338,7 @@ mod symmetric_stretch {
         for model in MODELS {
             let m = evaluator(model);
             for (n, f) in random_deformations(model, 60, 11).iter().enumerate() {
-                let (s, _) = polar_stretch(f, &mut glam::DQuat::IDENTITY);
+                let (s, _) = polar_stretch(f, &mut { glam::DQuat::IDENTITY });
                 let (a, b) = (m.symmetric_energy(&s), m.energy(f));
                 assert!((a - b).abs() <= 1e-10 * (1.0 + b.abs()), "{model:?} sample {n}: {a} vs {b}");
                 // S = R^T F is symmetric: its coordinates give back F with the rotation.
@@ -355,7 +355,7 @@ mod symmetric_stretch {
         for model in MODELS {
             let m = evaluator(model);
             for (n, s) in stretches(model, 12).iter().enumerate() {
-                let d = m.symmetric_derivatives(s, Projection::None);
+                let d = m.symmetric_derivatives(s, Some(Projection::None));
                 let shifted = |k: usize, h: f64| {
                     let mut t = *s;
                     t[k] += h;
@@ -371,13 +371,16 @@ mod symmetric_stretch {
                 assert!(err < FD_TOLERANCE, "{model:?} sample {n}: gradient off by {err:e} at {at}");
                 for k in 0..6 {
                     let (a, b) = (
-                        m.symmetric_derivatives(&shifted(k, FD_STEP), Projection::None).gradient,
-                        m.symmetric_derivatives(&shifted(k, -FD_STEP), Projection::None).gradient,
+                        m.symmetric_derivatives(&shifted(k, FD_STEP), Some(Projection::None)).gradient,
+                        m.symmetric_derivatives(&shifted(k, -FD_STEP), Some(Projection::None)).gradient,
                     );
                     let fd: Vec<f64> = (0..6).map(|l| (a[l] - b[l]) / (2.0 * FD_STEP)).collect();
                     let column: Vec<f64> = (0..6).map(|l| d.hessian[l][k]).collect();
                     let (err, at) = worst_relative(&column, &fd);
-                    assert!(err < FD_TOLERANCE, "{model:?} sample {n}: Hessian column {k} off by {err:e} at {at}");
+                    assert!(
+                        err < FD_TOLERANCE,
+                        "{model:?} sample {n}: Hessian column {k} off by {err:e} at {at}"
+                    );
                 }
             }
         }
@@ -400,10 +403,13 @@ mod symmetric_stretch {
                     let fd: Vec<f64> = (0..6).map(|k| (sa[k] - sb[k]) / (2.0 * FD_STEP)).collect();
                     let column: Vec<f64> = (0..6).map(|k| jacobian[k][c]).collect();
                     let (err, at) = worst_relative(&column, &fd);
-                    assert!(err < FD_TOLERANCE, "{model:?} sample {n}: dS/dF column {c} off by {err:e} at {at}");
+                    assert!(
+                        err < FD_TOLERANCE,
+                        "{model:?} sample {n}: dS/dF column {c} off by {err:e} at {at}"
+                    );
                 }
                 // The chain rule through the stretch gives the first Piola stress.
-                let g = m.symmetric_derivatives(&s, Projection::None).gradient;
+                let g = m.symmetric_derivatives(&s, Some(Projection::None)).gradient;
                 let p: Vec<f64> = (0..9).map(|c| (0..6).map(|k| g[k] * jacobian[k][c]).sum()).collect();
                 let (err, at) = worst_relative(&vec9(&m.stress(f)), &p);
                 assert!(err < 1e-9, "{model:?} sample {n}: J^T dpsi/ds differs from P by {err:e} at {at}");
@@ -417,8 +423,8 @@ mod symmetric_stretch {
             let m = evaluator(model);
             let mut projected_any = false;
             for s in stretches(model, 14) {
-                let exact = m.symmetric_derivatives(&s, Projection::None).hessian;
-                let projected = m.symmetric_derivatives(&s, Projection::Psd).hessian;
+                let exact = m.symmetric_derivatives(&s, Some(Projection::None)).hessian;
+                let projected = m.symmetric_derivatives(&s, Some(Projection::Psd)).hessian;
                 let rows = |k: &[[f64; 6]; 6]| k.iter().map(|r| r.to_vec()).collect::<Vec<_>>();
                 assert!(smallest_eigenvalue(&rows(&projected)) > -1e-9, "{model:?}: projection not PSD");
                 if smallest_eigenvalue(&rows(&exact)) > 1e-8 {
@@ -433,7 +439,9 @@ mod symmetric_stretch {
             // Corotated and ARAP are quadratic and convex in S; StVK is not under compression.
             match model {
                 MaterialModel::Corotated | MaterialModel::Arap => assert!(!projected_any, "{model:?}"),
-                MaterialModel::StVK => assert!(projected_any, "{model:?}: no sample exercised the projection"),
+                MaterialModel::StVK => {
+                    assert!(projected_any, "{model:?}: no sample exercised the projection")
+                }
                 _ => {}
             }
         }

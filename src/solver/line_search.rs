@@ -1,8 +1,6 @@
 //! Backtracking line search that never increases the objective (Armijo), evaluating
 //! candidates in batches the backend chooses.
 
-use crate::backend::Stages;
-
 /// Armijo's sufficient-decrease constant.
 const ARMIJO: f64 = 1e-4;
 /// Doublings tried past the full step when extrapolating.
@@ -36,10 +34,13 @@ pub(crate) enum Step {
 /// objective keeps falling: a projected Hessian overestimates curvature along directions the
 /// true Hessian bends down, and the full step then undershoots badly.
 ///
-/// `known` holds `(alpha, G)` pairs the backend already evaluated along this direction; they
-/// are used instead of evaluating again.
+/// `objectives` evaluates `G(x + alpha d)` for a batch of step lengths; `batch` is how many
+/// are worth evaluating together. `known` holds `(alpha, G)` pairs the backend already
+/// evaluated along this direction; they are used instead of evaluating again.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn search(
-    stages: &mut dyn Stages,
+    objectives: &mut dyn FnMut(&[f64]) -> Vec<f64>,
+    batch: usize,
     value: f64,
     slope: f64,
     noise_floor: f64,
@@ -49,19 +50,19 @@ pub(crate) fn search(
     // Rounding x moves G by the noise floor; rounding G's own sum adds an ulp or so of G.
     let noise = NOISE_MARGIN * (noise_floor + f64::EPSILON * value.abs());
     if -slope <= noise {
-        let full = evaluate(stages, known, &[1.0])[0];
+        let full = evaluate(objectives, known, &[1.0])[0];
         return if full <= value + noise { Step::RoundOff { value: full } } else { Step::Failed };
     }
-    let batch = stages.preferred_batch().max(1);
+    let batch = batch.max(1);
     let mut alpha: f64 = 1.0;
     let mut tried = 0;
     while tried < MAX_HALVINGS {
         let alphas: Vec<f64> = first_batch(batch).iter().map(|k| alpha * k).collect();
-        let values = evaluate(stages, known, &alphas);
+        let values = evaluate(objectives, known, &alphas);
         for (&a, &v) in alphas.iter().zip(&values) {
             if v.is_finite() && v <= value + ARMIJO * a * slope {
                 if extrapolate && a == 1.0 {
-                    return extend(stages, known, value, slope, v);
+                    return extend(objectives, batch, known, value, slope, v);
                 }
                 return Step::Accepted { alpha: a, value: v };
             }
@@ -78,24 +79,34 @@ pub(crate) fn first_batch(batch: usize) -> Vec<f64> {
 }
 
 /// `G` at `alphas`: from `known` when it has them all, else from the backend.
-fn evaluate(stages: &mut dyn Stages, known: &[(f64, f64)], alphas: &[f64]) -> Vec<f64> {
+fn evaluate(
+    objectives: &mut dyn FnMut(&[f64]) -> Vec<f64>,
+    known: &[(f64, f64)],
+    alphas: &[f64],
+) -> Vec<f64> {
     let found: Option<Vec<f64>> =
         alphas.iter().map(|a| known.iter().find(|(k, _)| k == a).map(|&(_, v)| v)).collect();
-    found.unwrap_or_else(|| stages.candidate_objectives(alphas))
+    found.unwrap_or_else(|| objectives(alphas))
 }
 
 /// Doubles an accepted full step while the objective keeps decreasing sufficiently, trying
 /// the doublings in batches the backend chooses.
-fn extend(stages: &mut dyn Stages, known: &[(f64, f64)], value: f64, slope: f64, full: f64) -> Step {
+fn extend(
+    objectives: &mut dyn FnMut(&[f64]) -> Vec<f64>,
+    batch: usize,
+    known: &[(f64, f64)],
+    value: f64,
+    slope: f64,
+    full: f64,
+) -> Step {
     let (mut best_alpha, mut best_value) = (1.0, full);
-    let batch = stages.preferred_batch().max(1);
     let mut tried = 0;
     while tried < MAX_DOUBLINGS {
         // The first doubling alone when the backend evaluated it ahead.
         let ahead = known.iter().any(|&(a, _)| a == 2.0 * best_alpha);
         let count = if ahead { 1 } else { batch.min(MAX_DOUBLINGS - tried) };
         let alphas: Vec<f64> = (1..=count).map(|k| best_alpha * 2f64.powi(k as i32)).collect();
-        let values = evaluate(stages, known, &alphas);
+        let values = evaluate(objectives, known, &alphas);
         tried += alphas.len();
         for (&alpha, &v) in alphas.iter().zip(&values) {
             if !(v.is_finite() && v < best_value && v <= value + ARMIJO * alpha * slope) {

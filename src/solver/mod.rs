@@ -5,6 +5,7 @@
 
 mod line_search;
 mod local_global;
+mod mixed_fem;
 pub(crate) mod newton;
 
 use std::time::Duration;
@@ -216,7 +217,15 @@ impl Solver {
         self
     }
 
-    /// Mixed finite elements solved by SQP (mixed-fem-sqp.md).
+    /// Mixed finite elements solved by SQP (mixed-fem-sqp.md): every tet carries its
+    /// symmetric stretch as a variable, and each iteration solves a positive definite
+    /// condensed system (PCG preconditioned as Newton's, or Cholesky) followed by local
+    /// updates and a line search on a merit function. Converges to Newton's answer (the same
+    /// gradient test, tolerance 1e-6 N) in about as many iterations, fewer on stiff bodies;
+    /// stopped early ([`max_iterations`](Self::max_iterations), [`budget`](Self::budget),
+    /// [`wall_time`](Self::wall_time)) it damps the motion less than Newton stopped the same.
+    /// Stretches are kept from step to step. For the CPU backend and integrators with one
+    /// quadrature node (all implicit ones but AVF).
     pub fn mixed_fem() -> Solver {
         Solver::with_kind(SolverKind::MixedFem)
     }
@@ -315,9 +324,7 @@ impl Solver {
                 }
                 Ok(())
             }
-            SolverKind::MixedFem => Err(crate::Error::Unsupported(
-                "the mixed-FEM SQP solver is not implemented yet; use Solver::newton()".into(),
-            )),
+            SolverKind::MixedFem => Ok(()),
         }
     }
 }
@@ -337,7 +344,7 @@ impl Solver {
             SolverKind::LocalGlobal { iterations } => {
                 local_global::LocalGlobal { settings: self, iterations }.minimize(stages, role, start)
             }
-            SolverKind::MixedFem => unreachable!("validate refuses the mixed-FEM solver"),
+            SolverKind::MixedFem => mixed_fem::MixedFem(self).minimize(stages, role, start),
         }
     }
 }

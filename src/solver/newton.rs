@@ -149,8 +149,10 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         // The next iteration linearizes where the line search ends (usually the full step).
         stages.expect_linearization((!aimed_below).then_some(base_projection));
         let t = Instant::now();
+        let batch = stages.preferred_batch();
         let step = line_search::search(
-            stages,
+            &mut |alphas| stages.candidate_objectives(alphas),
+            batch,
             value,
             direction.slope,
             status.noise_floor,

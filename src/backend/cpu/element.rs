@@ -61,7 +61,7 @@ pub(crate) fn deformation_gradient(z: &[DVec3; 4], beta: &[DVec3; 4]) -> DMat3 {
     )
 }
 
-fn point(x: &[[f64; 3]], start: &[[f64; 3]], v: u32, theta: f64) -> DVec3 {
+pub(crate) fn point(x: &[[f64; 3]], start: &[[f64; 3]], v: u32, theta: f64) -> DVec3 {
     DVec3::from(x[v as usize]) * theta + DVec3::from(start[v as usize]) * (1.0 - theta)
 }
 
@@ -277,7 +277,12 @@ pub(crate) fn energy(
         let mut rotations = chunk_rotations(warm.map(|w| &w.values[..]), range.clone(), k);
         let local = rotations.chunks_mut(k.max(1));
         range.zip(local).map(|(e, r)| tet(model, e, x, start, nodes, r, None, None)).sum()
-    }) + energy_pass(model.springs.len(), |range| {
+    }) + spring_energy(model, x, start, nodes)
+}
+
+/// Sum of the springs' energies at the nodes.
+pub(crate) fn spring_energy(model: &Model, x: &[[f64; 3]], start: &[[f64; 3]], nodes: &[Node]) -> f64 {
+    energy_pass(model.springs.len(), |range| {
         range.map(|s| spring(model, s, x, start, nodes, None, None)).sum()
     })
 }
@@ -306,7 +311,21 @@ pub(crate) fn derivatives(
     let rotations = rotations.map(|r| r.at_nodes(nt, k));
     derivative_pass(nt, 4, tet_gradients, tet_blocks, k, rotations, |e, g, h, r| {
         tet(model, e, x, start, nodes, r, Some(g), projection.map(|p| (h, p)))
-    }) + derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, 0, None, |s, g, h, _| {
+    }) + spring_derivatives(model, x, start, nodes, projection, spring_gradients, spring_blocks)
+}
+
+/// The springs' part of [`derivatives`]: their energy, corner gradients and (with a
+/// projection) Hessian blocks, in the springs' own slots (from `4T` and `10T`).
+pub(crate) fn spring_derivatives(
+    model: &Model,
+    x: &[[f64; 3]],
+    start: &[[f64; 3]],
+    nodes: &[Node],
+    projection: Option<Projection>,
+    spring_gradients: &mut [[f64; 3]],
+    spring_blocks: &mut [[f64; 9]],
+) -> f64 {
+    derivative_pass(model.springs.len(), 2, spring_gradients, spring_blocks, 0, None, |s, g, h, _| {
         spring(model, s, x, start, nodes, Some(g), projection.map(|p| (h, p)))
     })
 }

@@ -8,6 +8,7 @@ pub(crate) mod gather;
 mod global;
 pub(crate) mod hessian_product;
 pub(crate) mod local;
+pub(crate) mod mixed;
 pub(crate) mod pcg;
 mod vector;
 
@@ -15,7 +16,8 @@ use std::sync::Arc;
 
 use super::topology::Topology;
 use super::{
-    Anchor, DirectionReport, LinearSolver, Linearization, LocalGlobalReport, LocalGlobalRequest, Stages,
+    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, LocalGlobalReport,
+    LocalGlobalRequest, MixedDirection, Stages,
 };
 use crate::material::Projection;
 use crate::model::Model;
@@ -70,6 +72,11 @@ pub struct CpuBackend {
     /// The state whose element energy and corner gradients `state_corners` holds.
     state: Option<(Vec<[f64; 3]>, f64)>,
     state_corners: Vec<[f64; 3]>,
+    /// The mixed solver's stretches, the condensed system's corner gradients and the
+    /// displacement gradient at the iterate.
+    mixed: mixed::MixedElements,
+    condensed_corners: Vec<[f64; 3]>,
+    displacement_gradient: Vec<[f64; 3]>,
 }
 
 impl CpuBackend {
@@ -107,6 +114,9 @@ impl CpuBackend {
             ahead: None,
             state: None,
             state_corners: vec![[0.0; 3]; corners],
+            mixed: mixed::MixedElements::default(),
+            condensed_corners: Vec::new(),
+            displacement_gradient: Vec::new(),
             topology,
             model,
         }
@@ -478,6 +488,100 @@ impl Stages for CpuBackend {
                 }
             }
         }
+    }
+
+    fn mixed_begin(&mut self) {
+        let node = self.nodes[0];
+        self.mixed.begin(&self.model, &self.start, node);
+        let corners = self.corner_gradients.len();
+        self.condensed_corners.resize(corners, [0.0; 3]);
+        self.displacement_gradient.resize(self.x.len(), [0.0; 3]);
+    }
+
+    fn mixed_direction(&mut self, request: &DirectionRequest<'_>) -> MixedDirection {
+        let started = std::time::Instant::now();
+        let node = self.nodes[0];
+        self.evaluated = None;
+        let nt = self.model.tets.len();
+        let (tet_corners, spring_corners) = self.corner_gradients.split_at_mut(4 * nt);
+        let (tet_blocks, spring_blocks) = self.element_blocks.split_at_mut(10 * nt);
+        element::spring_derivatives(
+            &self.model,
+            &self.x,
+            &self.start,
+            &self.nodes,
+            Some(Projection::Psd),
+            spring_corners,
+            spring_blocks,
+        );
+        self.mixed.linearize(
+            &self.model,
+            &self.x,
+            &self.start,
+            node,
+            tet_corners,
+            &mut self.condensed_corners[..4 * nt],
+            tet_blocks,
+        );
+        self.condensed_corners[4 * nt..].copy_from_slice(spring_corners);
+        // The displacement formulation's gradient: the convergence test and the merit's slope.
+        let linearization = self.gather(Projection::Psd);
+        self.displacement_gradient.copy_from_slice(&self.gradient);
+        // The condensed system's right-hand side (negated) and matrix.
+        std::mem::swap(&mut self.corner_gradients, &mut self.condensed_corners);
+        let condensed = self.gather(Projection::Psd);
+        std::mem::swap(&mut self.corner_gradients, &mut self.condensed_corners);
+        let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
+        assemble::matrix(
+            &self.model,
+            &self.topology,
+            &self.element_blocks,
+            Some(&self.vertex_blocks),
+            extra,
+            &mut self.blocks,
+        );
+        self.mixed.leave_at(&self.x, node);
+        let linearize_time = started.elapsed();
+        let mut done = MixedDirection { linearization, direction: None, merit: f64::NAN, linearize_time };
+        if !request.solve || linearization.gradient_norm <= request.gradient_tolerance {
+            return done;
+        }
+        let relative = request.relative_tolerance.unwrap_or_else(|| {
+            super::forcing_term(
+                condensed.gradient_norm,
+                request.gradient_tolerance,
+                linearization.force_scale,
+            )
+        });
+        let mut direction = self.solve_direction(request.solver, relative, request.max_iterations);
+        let elements = self.mixed.local_update(&self.model, node, &self.direction);
+        direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + elements;
+        done.merit = self.mixed_merits(&[0.0])[0];
+        done.direction = Some(direction);
+        done
+    }
+
+    fn mixed_merits(&mut self, alphas: &[f64]) -> Vec<f64> {
+        let node = self.nodes[0];
+        let mut candidate = std::mem::take(&mut self.scratch);
+        let values = alphas
+            .iter()
+            .map(|&alpha| {
+                vector::offset(&self.x, alpha, &self.direction, &mut candidate);
+                self.mixed.merit(&self.model, &candidate, &self.start, node, alpha)
+                    + element::spring_energy(&self.model, &candidate, &self.start, &self.nodes)
+                    + self.vertex_objective(&candidate)
+            })
+            .collect();
+        self.scratch = candidate;
+        values
+    }
+
+    fn mixed_advance(&mut self, alpha: f64) {
+        vector::axpy(alpha, &self.direction, &mut self.x);
+        self.mixed.advance(alpha);
+        self.mixed.leave_at(&self.x, self.nodes[0]);
+        self.evaluated = None;
     }
 
     fn use_negative_gradient(&mut self) -> DirectionReport {

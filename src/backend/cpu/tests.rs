@@ -50,6 +50,12 @@ fn perturbed(x: &[[f64; 3]], scale: f64, rng: &mut ChaCha8Rng) -> Vec<[f64; 3]> 
 
 /// A backend loaded with an AVF-like two-node objective at random start, target and iterate.
 fn loaded(material: Material, seed: u64) -> (CpuBackend, Vec<[f64; 3]>) {
+    let nodes = [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }];
+    loaded_with(material, seed, &nodes)
+}
+
+/// A backend loaded with an objective of `nodes` at random start, target and iterate.
+fn loaded_with(material: Material, seed: u64, nodes: &[Node]) -> (CpuBackend, Vec<[f64; 3]>) {
     let model = Arc::new(mixed_model(material));
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let start = perturbed(&model.rest, 0.01, &mut rng);
@@ -75,11 +81,10 @@ fn loaded(material: Material, seed: u64) -> (CpuBackend, Vec<[f64; 3]>) {
             (m * m.transpose() * 40.0).to_cols_array()
         })
         .collect();
-    let nodes = [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }];
     backend.begin_step(StepProblem {
         start: &start,
         target: &target,
-        nodes: &nodes,
+        nodes,
         dt: 1.0 / 30.0,
         vertex_damping: &damping,
         rayleigh: 0.01,
@@ -215,4 +220,50 @@ fn same_input_gives_the_same_bits() {
         (status, report, values, backend.direction().to_vec())
     };
     assert_eq!(run(), run());
+}
+
+#[test]
+fn mixed_step_descends_its_merit_at_the_predicted_slope() {
+    // One-node objectives (backward Euler's, and a midpoint-like node), random stretches off
+    // the positions' (so that the constraints are violated), damping, springs and colliders.
+    for (m, material) in MATERIALS.iter().enumerate() {
+        for node in [Node { weight: 1.0, theta: 1.0 }, Node { weight: 0.25, theta: 0.5 }] {
+            let (mut backend, _) = loaded_with(material(2e4, 0.3), 40 + m as u64, &[node]);
+            backend.mixed_begin();
+            let mut rng = ChaCha8Rng::seed_from_u64(7);
+            for s in &mut backend.mixed.stretch {
+                *s = s.map(|v| v + rng.random_range(-0.02..0.02));
+            }
+            // The displacement formulation's gradient is Newton's.
+            let newton = backend.linearize(Projection::Psd).gradient_norm;
+            let request = crate::backend::DirectionRequest {
+                projection: Projection::Psd,
+                solve: true,
+                solver: LinearSolver::Cholesky,
+                gradient_tolerance: 1e-9,
+                relative_tolerance: None,
+                max_iterations: 100,
+                candidates: &[],
+                likely_converged: false,
+            };
+            let done = backend.mixed_direction(&request);
+            let label = format!("{:?} theta {}", material(2e4, 0.3).model(), node.theta);
+            let relative = (done.linearization.gradient_norm - newton).abs() / newton;
+            assert!(
+                relative < 1e-12,
+                "{label}: gradient norm {} vs Newton's {newton}",
+                done.linearization.gradient_norm
+            );
+            let slope = done.direction.expect("a step").slope;
+            assert!(slope < 0.0, "{label}: slope {slope}");
+            let h = 1e-6;
+            let merits = backend.mixed_merits(&[-h, 0.0, h]);
+            assert_eq!(merits[1], done.merit, "{label}: the merit at the iterate");
+            let fd = (merits[2] - merits[0]) / (2.0 * h);
+            assert!(
+                (fd - slope).abs() < 1e-5 * slope.abs(),
+                "{label}: slope {slope} vs finite difference {fd}"
+            );
+        }
+    }
 }

@@ -1,0 +1,285 @@
+//! Stage `mixed`: the per-element part of the mixed-FEM SQP iteration (mixed-fem-sqp.md
+//! §3.3-3.6), for the tets of a step objective with one quadrature node `(c, theta)`.
+//!
+//! Each tet carries a symmetric stretch `s` (six numbers) besides the positions, tied to
+//! them by the constraint `s(F) = s`, `s(F)` the signed polar stretch of `F` at the node. With
+//! `J = d s(F) / dx` (6 x 12, `theta` included), `H` the PSD-projected Hessian of `psi` at `s`,
+//! `g` its gradient and `a = c V` the tet's weight, the SQP step with the mass-like block of
+//! the Lagrangian's x-Hessian kept (the paper's choice: the constraint's curvature is
+//! dropped) condenses statically to the tet's share of
+//!
+//! `(A + sum a J^T H J) dx = -grad(vertex terms) - sum a J^T (g + H (s(F) - s))`,
+//!
+//! then `ds = s(F) - s + J dx` and the multiplier `m = Sym lambda = -(g + H ds)` locally.
+//! The line search runs on the paper's merit, the Lagrangian with the new multipliers held:
+//! `phi = vertex terms + sum a (psi(s) - m . c)`, `c = s(F) - s`. Its slope along `(dx, ds)` is
+//! `-dx^T A dx - sum a ds^T H ds`, negative whenever `A` is definite, also for an inexact CG
+//! solve started from zero (its residual is orthogonal to `dx`). It charges a violated
+//! constraint only through the multipliers, not quadratically: a stiff body may then take a
+//! whole rotation in one step and straighten its stretch in the next, where a quadratic
+//! penalty (tried: `+ 1/2 c^T H c`) cuts the step as Newton's energy does; on a hinged bar of
+//! E 1e12 that took 2.5x the iterations and froze its swing when capped.
+
+use glam::{DQuat, DVec3};
+use rayon::prelude::*;
+
+use super::element::{CHUNK, deformation_gradient, point};
+use crate::backend::topology::upper;
+use crate::material::Projection;
+use crate::material::stretch::{Mat6, Sym6, polar_stretch};
+use crate::model::Model;
+use crate::objective::Node;
+
+/// One tet's linearization, kept for the local update and the line search.
+#[derive(Clone, Copy, Debug, Default)]
+struct Linearized {
+    /// `d s(F) / d x_corner` (columns `3 corner + axis`), times `theta`.
+    jacobian: [[f64; 12]; 6],
+    /// `s(F)` at the iterate.
+    stretch_of_x: Sym6,
+    /// `psi''(s)`, PSD-projected.
+    hessian: Mat6,
+    /// `psi'(s)`.
+    gradient: Sym6,
+    /// `psi'(s(F))`: the tet's stress as the displacement formulation sees it.
+    gradient_of_x: Sym6,
+    /// The step of `s`.
+    step: Sym6,
+    /// `m = Sym lambda`, the multipliers of the step's constraints.
+    multiplier: Sym6,
+}
+
+/// The tets' stretches and their linearization.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MixedElements {
+    /// `s`, per tet: the solver's variable, kept from step to step as the warm start.
+    pub stretch: Vec<Sym6>,
+    /// The closest rotations of the last evaluation (warm starts).
+    rotations: Vec<DQuat>,
+    linearized: Vec<Linearized>,
+    /// The iterate and node position at which the stretches were left.
+    left_at: Option<(Vec<[f64; 3]>, f64)>,
+}
+
+fn add(a: &Sym6, b: &Sym6, scale: f64) -> Sym6 {
+    std::array::from_fn(|k| a[k] + scale * b[k])
+}
+
+fn dot(a: &Sym6, b: &Sym6) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn times(h: &Mat6, v: &Sym6) -> Sym6 {
+    std::array::from_fn(|k| dot(&h[k], v))
+}
+
+/// `J v` for the tet's corners' values `v`.
+fn jacobian_times(jacobian: &[[f64; 12]; 6], tet: [u32; 4], v: &[[f64; 3]]) -> Sym6 {
+    std::array::from_fn(|k| {
+        (0..4).map(|a| (0..3).map(|i| jacobian[k][3 * a + i] * v[tet[a] as usize][i]).sum::<f64>()).sum()
+    })
+}
+
+impl MixedElements {
+    /// Makes the stretches the warm start for a solve whose node is `node` and whose step
+    /// starts at `start`: kept where the last solve left them at `start`, else `s(F)` there.
+    pub(crate) fn begin(&mut self, model: &Model, start: &[[f64; 3]], node: Node) {
+        let tets = model.tets.len();
+        if self.stretch.len() == tets
+            && self.left_at.as_ref().is_some_and(|(x, theta)| x.as_slice() == start && *theta == node.theta)
+        {
+            return;
+        }
+        self.rotations = vec![DQuat::IDENTITY; tets];
+        self.linearized = vec![Linearized::default(); tets];
+        self.stretch = (0..tets)
+            .into_par_iter()
+            .zip(self.rotations.par_iter_mut())
+            .map(|(e, rotation)| {
+                let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
+                let z = model.tets[e].map(|v| DVec3::from(start[v as usize]));
+                polar_stretch(&deformation_gradient(&z, &beta), rotation).0
+            })
+            .collect();
+    }
+
+    /// Records that the stretches belong with the iterate `x`.
+    pub(crate) fn leave_at(&mut self, x: &[[f64; 3]], node: Node) {
+        match &mut self.left_at {
+            Some((at, theta)) if at.len() == x.len() => {
+                at.copy_from_slice(x);
+                *theta = node.theta;
+            }
+            _ => self.left_at = Some((x.to_vec(), node.theta)),
+        }
+    }
+
+    /// Linearizes every tet at the iterate `x`: the displacement formulation's corner
+    /// gradients into `corners` (`a J^T psi'(s(F))`, for the convergence test), the condensed
+    /// system's into `condensed` (`a J^T (g + H (s(F) - s))`) and its Hessian blocks
+    /// `a J^T H J` into `blocks` (ten upper blocks per tet). Returns the tets' energy
+    /// `sum a psi(s(F))`, the displacement formulation's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn linearize(
+        &mut self,
+        model: &Model,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+        node: Node,
+        corners: &mut [[f64; 3]],
+        condensed: &mut [[f64; 3]],
+        blocks: &mut [[f64; 9]],
+    ) -> f64 {
+        let partial: Vec<f64> = self
+            .linearized
+            .par_chunks_mut(CHUNK)
+            .zip(self.rotations.par_chunks_mut(CHUNK))
+            .zip(corners.par_chunks_mut(4 * CHUNK))
+            .zip(condensed.par_chunks_mut(4 * CHUNK))
+            .zip(blocks.par_chunks_mut(10 * CHUNK))
+            .enumerate()
+            .map(|(c, ((((linearized, rotations), corners), condensed), blocks))| {
+                let mut energy = 0.0;
+                for (local, lin) in linearized.iter_mut().enumerate() {
+                    let e = c * CHUNK + local;
+                    let tet = model.tets[e];
+                    let rest = &model.tet_rest[e];
+                    let material = &model.tet_material[e];
+                    let beta = rest.shape_gradients.map(DVec3::from);
+                    let z = tet.map(|v| point(x, start, v, node.theta));
+                    let (stretch_of_x, ds_df) =
+                        polar_stretch(&deformation_gradient(&z, &beta), &mut rotations[local]);
+                    // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
+                    let mut jacobian = [[0.0; 12]; 6];
+                    for (k, row) in jacobian.iter_mut().enumerate() {
+                        for a in 0..4 {
+                            for i in 0..3 {
+                                let d = &ds_df[k][3 * i..3 * i + 3];
+                                row[3 * a + i] =
+                                    node.theta * (d[0] * beta[a].x + d[1] * beta[a].y + d[2] * beta[a].z);
+                            }
+                        }
+                    }
+                    let s = &self.stretch[e];
+                    let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
+                    let at_x = material.symmetric_derivatives(&stretch_of_x, None);
+                    let weight = node.weight * rest.volume;
+                    energy += weight * at_x.energy;
+                    let gap = add(&stretch_of_x, s, -1.0);
+                    let residual = add(&at_s.gradient, &times(&at_s.hessian, &gap), 1.0);
+                    let corners = &mut corners[4 * local..4 * local + 4];
+                    let condensed = &mut condensed[4 * local..4 * local + 4];
+                    for a in 0..4 {
+                        for i in 0..3 {
+                            let column = |v: &Sym6| {
+                                weight * (0..6).map(|k| jacobian[k][3 * a + i] * v[k]).sum::<f64>()
+                            };
+                            corners[a][i] = column(&at_x.gradient);
+                            condensed[a][i] = column(&residual);
+                        }
+                    }
+                    // a J^T H J, upper blocks.
+                    let hj: [[f64; 12]; 6] = std::array::from_fn(|k| {
+                        std::array::from_fn(|col| (0..6).map(|l| at_s.hessian[k][l] * jacobian[l][col]).sum())
+                    });
+                    let blocks = &mut blocks[10 * local..10 * local + 10];
+                    for a in 0..4 {
+                        for b in a..4 {
+                            let block = &mut blocks[upper(a, b, 4)];
+                            for i in 0..3 {
+                                for j in 0..3 {
+                                    block[3 * i + j] = weight
+                                        * (0..6)
+                                            .map(|k| jacobian[k][3 * a + i] * hj[k][3 * b + j])
+                                            .sum::<f64>();
+                                }
+                            }
+                        }
+                    }
+                    *lin = Linearized {
+                        jacobian,
+                        stretch_of_x,
+                        hessian: at_s.hessian,
+                        gradient: at_s.gradient,
+                        gradient_of_x: at_x.gradient,
+                        step: [0.0; 6],
+                        multiplier: [0.0; 6],
+                    };
+                }
+                energy
+            })
+            .collect();
+        partial.iter().sum()
+    }
+
+    /// The local solves after the global one: `ds` and the multipliers from the position step
+    /// `dx`. Returns the tets' part of the merit's slope along `(dx, ds)` apart from the
+    /// displacement gradient's `grad . dx`: `sum a ((-psi'(s(F)) - m) . J dx + (g + m) . ds)`.
+    pub(crate) fn local_update(&mut self, model: &Model, node: Node, dx: &[[f64; 3]]) -> f64 {
+        let partial: Vec<f64> = self
+            .linearized
+            .par_chunks_mut(CHUNK)
+            .zip(self.stretch.par_chunks(CHUNK))
+            .enumerate()
+            .map(|(c, (linearized, stretch))| {
+                let mut slope = 0.0;
+                for (local, (lin, s)) in linearized.iter_mut().zip(stretch).enumerate() {
+                    let e = c * CHUNK + local;
+                    let j_dx = jacobian_times(&lin.jacobian, model.tets[e], dx);
+                    let gap = add(&lin.stretch_of_x, s, -1.0);
+                    lin.step = add(&gap, &j_dx, 1.0);
+                    let h_step = times(&lin.hessian, &lin.step);
+                    lin.multiplier = std::array::from_fn(|k| -(lin.gradient[k] + h_step[k]));
+                    let along_x: Sym6 = std::array::from_fn(|k| -lin.gradient_of_x[k] - lin.multiplier[k]);
+                    let along_s: Sym6 = std::array::from_fn(|k| lin.gradient[k] + lin.multiplier[k]);
+                    let weight = node.weight * model.tet_rest[e].volume;
+                    slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
+                }
+                slope
+            })
+            .collect();
+        partial.iter().sum()
+    }
+
+    /// The tets' part of the merit at `x` (the iterate moved by `alpha` along the step) and
+    /// `s + alpha ds`: `sum a (psi(s) - m . c)`; `+inf` where a stretch leaves its model's
+    /// domain. The rotations start warm and are not kept.
+    pub(crate) fn merit(
+        &self,
+        model: &Model,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+        node: Node,
+        alpha: f64,
+    ) -> f64 {
+        let partial: Vec<f64> = self
+            .linearized
+            .par_chunks(CHUNK)
+            .enumerate()
+            .map(|(c, linearized)| {
+                let mut merit = 0.0;
+                for (local, lin) in linearized.iter().enumerate() {
+                    let e = c * CHUNK + local;
+                    let rest = &model.tet_rest[e];
+                    let beta = rest.shape_gradients.map(DVec3::from);
+                    let z = model.tets[e].map(|v| point(x, start, v, node.theta));
+                    let mut rotation = self.rotations[e];
+                    let (stretch_of_x, _) = polar_stretch(&deformation_gradient(&z, &beta), &mut rotation);
+                    let s = add(&self.stretch[e], &lin.step, alpha);
+                    let gap = add(&stretch_of_x, &s, -1.0);
+                    let psi = model.tet_material[e].symmetric_energy(&s);
+                    merit += node.weight * rest.volume * (psi - dot(&lin.multiplier, &gap));
+                }
+                merit
+            })
+            .collect();
+        partial.iter().sum()
+    }
+
+    /// `s += alpha ds`.
+    pub(crate) fn advance(&mut self, alpha: f64) {
+        for (s, lin) in self.stretch.iter_mut().zip(&self.linearized) {
+            *s = add(s, &lin.step, alpha);
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Mixed finite elements solved by SQP (mixed-fem-sqp.md, Alg. 1): each tet's symmetric
+//! stretch is a variable of its own, tied to the positions by a constraint. An iteration
+//! linearizes, solves the statically condensed (always positive definite) system for the
+//! positions, updates stretches and multipliers locally, and backtracks on a merit function
+//! (`backend/cpu/mixed.rs` has the algebra). It converges like Newton — the test is the same
+//! displacement gradient norm — and when stopped early the stretches, which follow rotations
+//! to first order, keep the motion from the damping a capped Newton solve shows.
+
+use std::time::Instant;
+
+use super::line_search::{self, Step};
+use super::{NonlinearSolver, Role, SolveReport, Solver};
+use crate::backend::{DirectionRequest, MixedDirection, Stages};
+use crate::material::Projection;
+
+/// After a step that changed the merit only at round-off, the factor by which the gradient
+/// norm must fall for the solver to go on (as Newton's).
+const ROUND_OFF_PROGRESS: f64 = 0.8;
+/// The relative residual of a budgeted solve (as Newton's).
+const BUDGET_TOLERANCE: f64 = 1e-6;
+
+/// The mixed-FEM SQP solver with the settings of a [`Solver`].
+pub(crate) struct MixedFem<'a>(pub &'a Solver);
+
+impl NonlinearSolver for MixedFem<'_> {
+    fn minimize(&self, stages: &mut dyn Stages, _role: Role, start: Option<f64>) -> SolveReport {
+        let settings = self.0;
+        let mut report = SolveReport::default();
+        let t = Instant::now();
+        stages.mixed_begin();
+        let initial = start.unwrap_or_else(|| stages.objective());
+        let mut objectives = vec![initial];
+        report.times.evaluate += t.elapsed();
+        let trace = std::env::var_os("LIVELY_TRACE").is_some();
+        let mut previous_gradient = f64::INFINITY;
+        let mut after_round_off = false;
+        loop {
+            if report.iterations > 0 && settings.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                break;
+            }
+            let request = DirectionRequest {
+                projection: Projection::Psd,
+                solve: report.iterations < settings.max_iterations,
+                solver: settings.linear,
+                gradient_tolerance: settings.tolerance,
+                relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),
+                max_iterations: settings.max_linear_iterations,
+                candidates: &[],
+                likely_converged: false,
+            };
+            let t = Instant::now();
+            let MixedDirection { linearization, direction, merit, linearize_time } =
+                stages.mixed_direction(&request);
+            report.times.evaluate += linearize_time;
+            report.times.linear_solve += t.elapsed().saturating_sub(linearize_time);
+            let gradient_norm = linearization.gradient_norm;
+            report.gradient_norm = gradient_norm;
+            if gradient_norm <= settings.tolerance {
+                report.converged = true;
+                break;
+            }
+            if !gradient_norm.is_finite() {
+                report.stalled = true;
+                break;
+            }
+            if report.iterations >= settings.max_iterations {
+                break;
+            }
+            if after_round_off && gradient_norm > ROUND_OFF_PROGRESS * previous_gradient {
+                report.round_off = true;
+                break;
+            }
+            previous_gradient = gradient_norm;
+            report.iterations += 1;
+            let Some(direction) = direction else { break };
+            report.linear_iterations += direction.iterations;
+            let t = Instant::now();
+            let step = if direction.slope < 0.0 && merit.is_finite() {
+                line_search::search(
+                    &mut |alphas| stages.mixed_merits(alphas),
+                    1,
+                    merit,
+                    direction.slope,
+                    linearization.noise_floor,
+                    false,
+                    &[],
+                )
+            } else {
+                Step::Failed
+            };
+            report.times.line_search += t.elapsed();
+            if trace {
+                eprintln!(
+                    "mixed it {} |g| {gradient_norm:.3e} merit {merit:.12e} cg {} slope {:.3e} |dx| {:.3e} step {step:?}",
+                    report.iterations, direction.iterations, direction.slope, direction.norm
+                );
+            }
+            match step {
+                Step::Accepted { alpha, .. } => {
+                    stages.mixed_advance(alpha);
+                    after_round_off = false;
+                }
+                Step::RoundOff { .. } => {
+                    stages.mixed_advance(1.0);
+                    after_round_off = true;
+                }
+                Step::Failed => {
+                    report.stalled = true;
+                    break;
+                }
+            }
+            if settings.record_objectives {
+                let t = Instant::now();
+                objectives.push(stages.objective());
+                report.times.evaluate += t.elapsed();
+            }
+        }
+        let t = Instant::now();
+        let end = stages.objective();
+        report.times.evaluate += t.elapsed();
+        if (initial - end).is_finite() {
+            report.objective_decrease = initial - end;
+        }
+        if settings.record_objectives {
+            report.objectives.push(objectives);
+        }
+        report
+    }
+}

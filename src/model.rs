@@ -48,10 +48,23 @@ impl Model {
         }
     }
 
-    /// Appends a tetrahedral body with lumped masses from `density` (kg/m^3).
-    pub(crate) fn add_tet_body(&mut self, mesh: &TetMesh, material: &Material, density: f64) -> Result<()> {
+    /// Appends a tetrahedral body with lumped masses from `density` (kg/m^3), of one material
+    /// or of one per tet.
+    pub(crate) fn add_tet_body(
+        &mut self,
+        mesh: &TetMesh,
+        materials: &[Material],
+        density: f64,
+    ) -> Result<()> {
         crate::error::require_positive("density", density)?;
-        let elastic = material.elastic()?;
+        if materials.len() != 1 && materials.len() != mesh.tets().len() {
+            return Err(Error::Parameter(format!(
+                "a body of {} tets needs one material or one per tet, got {}",
+                mesh.tets().len(),
+                materials.len()
+            )));
+        }
+        let elastic = materials.iter().map(Material::elastic).collect::<Result<Vec<_>>>()?;
         let offset = self.rest.len() as u32;
         self.rest.extend_from_slice(mesh.positions());
         self.masses.resize(self.rest.len(), 0.0);
@@ -73,7 +86,7 @@ impl Model {
             }
             self.tets.push(tet.map(|v| v + offset));
             self.tet_rest.push(TetRest { shape_gradients, volume });
-            self.tet_material.push(elastic);
+            self.tet_material.push(elastic[e % elastic.len()]);
         }
         if let Some(v) = (offset as usize..self.rest.len()).find(|&v| self.masses[v] <= 0.0) {
             return Err(Error::Mesh(format!(

@@ -131,7 +131,12 @@ fn worker_pool() -> &'static rayon::ThreadPool {
 type PinPredicate = Box<dyn Fn(&[f64; 3]) -> bool>;
 
 enum Body {
-    Tets { mesh: TetMesh, material: Material, density: f64 },
+    /// One material for the body, or one per tet.
+    Tets {
+        mesh: TetMesh,
+        materials: Vec<Material>,
+        density: f64,
+    },
     Springs(SpringMesh),
 }
 
@@ -154,8 +159,34 @@ pub struct SimulationBuilder {
 impl SimulationBuilder {
     /// Adds a tetrahedral body of `material` with mass density `density` (kg/m^3).
     pub fn tet_body(mut self, mesh: TetMesh, material: Material, density: f64) -> Self {
-        self.bodies.push(Body::Tets { mesh, material, density });
+        self.bodies.push(Body::Tets { mesh, materials: vec![material], density });
         self
+    }
+
+    /// Adds a tetrahedral body with one material per tet, in the mesh's tet order: soft flesh
+    /// with stiff inclusions, say. A count other than the mesh's tets is refused by `build`.
+    pub fn tet_body_per_tet(mut self, mesh: TetMesh, materials: Vec<Material>, density: f64) -> Self {
+        self.bodies.push(Body::Tets { mesh, materials, density });
+        self
+    }
+
+    /// Adds a tetrahedral body whose tets take `material_at(c)`, `c` the tet's rest centroid
+    /// (m).
+    pub fn tet_body_graded(
+        self,
+        mesh: TetMesh,
+        material_at: impl Fn([f64; 3]) -> Material,
+        density: f64,
+    ) -> Self {
+        let materials = mesh
+            .tets()
+            .iter()
+            .map(|tet| {
+                let corners = tet.map(|v| mesh.positions()[v as usize]);
+                material_at(std::array::from_fn(|c| corners.iter().map(|p| p[c]).sum::<f64>() / 4.0))
+            })
+            .collect();
+        self.tet_body_per_tet(mesh, materials, density)
     }
 
     /// Adds a mass-spring body.
@@ -265,7 +296,7 @@ impl SimulationBuilder {
         let mut model = Model::empty(self.gravity);
         for body in &self.bodies {
             match body {
-                Body::Tets { mesh, material, density } => model.add_tet_body(mesh, material, *density)?,
+                Body::Tets { mesh, materials, density } => model.add_tet_body(mesh, materials, *density)?,
                 Body::Springs(mesh) => model.add_spring_body(mesh)?,
             }
         }

@@ -248,7 +248,7 @@ mod tests {
         model
             .add_tet_body(
                 &crate::mesh::TetMesh::bar([20, 10, 10], [1.0, 0.5, 0.5]),
-                &Material::stvk(1e6, 0.3),
+                &[Material::stvk(1e6, 0.3)],
                 1e3,
             )
             .unwrap();

@@ -98,7 +98,7 @@ impl Stages for Recording {
 /// A hard backward-Euler step: a stiff bar, pinned at one end, far from equilibrium.
 fn hard_step(material: Material, seed: u64) -> (Arc<Model>, Vec<[f64; 3]>, Vec<[f64; 3]>) {
     let mut model = Model::empty([0.0, -9.81, 0.0]);
-    model.add_tet_body(&TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]), &material, 1000.0).unwrap();
+    model.add_tet_body(&TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]), &[material], 1000.0).unwrap();
     for v in 0..model.vertex_count() {
         model.pinned[v] = model.rest[v][0] < 1e-9;
     }

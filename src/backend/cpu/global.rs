@@ -283,7 +283,7 @@ mod tests {
     fn solve_inverts(cells: [usize; 3], supernodal: bool) {
         let mut model = Model::empty([0.0, -9.81, 0.0]);
         model
-            .add_tet_body(&TetMesh::bar(cells, [0.5, 0.3, 0.2]), &Material::corotated(1e6, 0.3), 1000.0)
+            .add_tet_body(&TetMesh::bar(cells, [0.5, 0.3, 0.2]), &[Material::corotated(1e6, 0.3)], 1000.0)
             .unwrap();
         let topology = Topology::new(&model);
         let mut global = GlobalSolve::new(&model, &topology).unwrap();

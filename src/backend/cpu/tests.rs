@@ -16,7 +16,7 @@ use crate::objective::{Node, StepProblem};
 /// A bar of every material in turn plus springs of both kinds, one end pinned, gravity on.
 pub(crate) fn mixed_model(material: Material) -> Model {
     let mut model = Model::empty([0.0, -9.81, 0.0]);
-    model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &material, 1000.0).unwrap();
+    model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], 1000.0).unwrap();
     let springs =
         SpringMesh::new(vec![[0.5, 0.0, 0.0], [0.6, 0.1, 0.0], [0.7, 0.0, 0.1]], vec![0.2, 0.3, 0.4])
             .spring(0, 1, 500.0, SpringKind::Hooke)

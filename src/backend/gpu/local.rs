@@ -76,7 +76,7 @@ mod tests {
         for (k, material) in [Material::corotated(2e4, 0.3), Material::arap(2e4, 0.3)].into_iter().enumerate()
         {
             let mut model = Model::empty([0.0, -9.81, 0.0]);
-            model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &material, 1000.0).unwrap();
+            model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], 1000.0).unwrap();
             let model = Arc::new(model);
             let mut rig = Rig::new(&context, &model);
             let elements = rig.stages.element.bind(&rig.context, &rig.rec, &model, &rig.buffers).unwrap();

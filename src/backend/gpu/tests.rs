@@ -292,7 +292,7 @@ fn sagging_bar() -> Arc<Model> {
     use crate::mesh::TetMesh;
     let mut model = Model::empty([0.0, -9.81, 0.0]);
     model
-        .add_tet_body(&TetMesh::bar([10, 6, 6], [1.0, 0.6, 0.6]), &Material::neo_hookean(3e4, 0.3), 1000.0)
+        .add_tet_body(&TetMesh::bar([10, 6, 6], [1.0, 0.6, 0.6]), &[Material::neo_hookean(3e4, 0.3)], 1000.0)
         .unwrap();
     for v in 0..model.vertex_count() {
         model.pinned[v] = model.rest[v][0] < 1e-9;

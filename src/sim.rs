@@ -40,6 +40,8 @@ pub struct StepTimings {
     pub evaluate: Duration,
     /// Linear solves.
     pub linear_solve: Duration,
+    /// Local solves after a global one (the mixed solver's stretch and multiplier updates).
+    pub local_solve: Duration,
     /// Line searches.
     pub line_search: Duration,
 }
@@ -564,7 +566,7 @@ impl Simulation {
         self.energy.target = self.ledger.target();
         let device =
             self.stages.device_counts().zip(device_before).map(|(after, before)| after.since(&before));
-        let PhaseTimes { evaluate, linear_solve, line_search } = report.times;
+        let PhaseTimes { evaluate, linear_solve, local_solve, line_search } = report.times;
         Ok(StepStats {
             iterations: report.iterations,
             linear_iterations: report.linear_iterations,
@@ -576,7 +578,13 @@ impl Simulation {
             gradient_norm: report.gradient_norm,
             objective_decrease: report.objective_decrease,
             dissipated,
-            timings: StepTimings { total: started.elapsed(), evaluate, linear_solve, line_search },
+            timings: StepTimings {
+                total: started.elapsed(),
+                evaluate,
+                linear_solve,
+                local_solve,
+                line_search,
+            },
             device,
             objectives: std::mem::take(&mut report.objectives),
         })

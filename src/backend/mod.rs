@@ -137,6 +137,8 @@ pub struct MixedDirection {
     pub merit: f64,
     /// Time spent linearizing apart from the solve.
     pub linearize_time: std::time::Duration,
+    /// Time spent in the local solves after the global one.
+    pub local_time: std::time::Duration,
 }
 
 /// What the local/global solver asks of one solve.

@@ -12,7 +12,7 @@
 
 use glam::{DMat3, DQuat, DVec3};
 
-use super::isotropic::cofactor;
+use super::isotropic::{LEVI_CIVITA, cofactor};
 use super::{Elastic, MaterialModel, Projection};
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
@@ -59,10 +59,7 @@ fn trace(m: &DMat3) -> f64 {
 /// eigenvalues; where two cancel (a flat, half-inverted element) the derivative is singular,
 /// and the solve is shifted as the isotropic models' twist modes are.
 pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
-    let (q, r) = super::closest_rotation(f, *warm);
-    *warm = q;
-    let s_matrix = r.transpose() * *f;
-    let s = sym_coordinates(&s_matrix);
+    let (s, r) = stretch_and_rotation(f, warm);
     let s_matrix = sym_matrix(&s);
     let pair_sums = DMat3::IDENTITY * trace(&s_matrix) - s_matrix;
     let scale = trace(&s_matrix).abs().max(1.0);
@@ -95,6 +92,17 @@ pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
         }
     }
     (s, jacobian)
+}
+
+/// The signed polar stretch of `F` alone (see [`polar_stretch`]).
+pub fn signed_stretch(f: &DMat3, warm: &mut DQuat) -> Sym6 {
+    stretch_and_rotation(f, warm).0
+}
+
+fn stretch_and_rotation(f: &DMat3, warm: &mut DQuat) -> (Sym6, DMat3) {
+    let (q, r) = super::closest_rotation(f, *warm);
+    *warm = q;
+    (sym_coordinates(&(r.transpose() * *f)), r)
 }
 
 /// `psi_S` with its gradient and Hessian in [`Sym6`] coordinates.
@@ -155,34 +163,48 @@ impl Elastic {
         let tr = trace(&d);
         let j = s_matrix.determinant();
         let cof = cofactor(&s_matrix);
-        // d^2 J [A, B] = <dcof(S)[B], A>, the cofactor being quadratic.
-        let second_j = |a: &DMat3, b: &DMat3| dot(&(cofactor(&(s_matrix + *b)) - cof - cofactor(b)), a);
-        // Each model as `dpsi = <P, dS>` and the bilinear form `d^2 psi [A, B]`.
         let (wanted, projection) = (hessian.is_some(), hessian);
+        // The invariants' derivatives in coordinates: `<E_k, E_l>` is diagonal (GRAM), `d tr`
+        // is TRACE, `dJ = c`, and `d^2 J` is a 6x6 matrix linear in S.
+        let c = coordinates(&cof);
+        let combine = |gram: f64, trace_outer: f64, c_outer: f64, second_j: f64| -> Mat6 {
+            if !wanted {
+                return [[0.0; 6]; 6];
+            }
+            let d2j = if second_j != 0.0 { determinant_hessian(&s_matrix) } else { [[0.0; 6]; 6] };
+            std::array::from_fn(|k| {
+                std::array::from_fn(|l| {
+                    let diagonal = if k == l { gram * GRAM[k] } else { 0.0 };
+                    diagonal
+                        + trace_outer * TRACE[k] * TRACE[l]
+                        + c_outer * c[k] * c[l]
+                        + second_j * d2j[k][l]
+                })
+            })
+        };
         let (gradient, mut hessian) = match self.model() {
             MaterialModel::Arap | MaterialModel::Corotated => {
                 let l = if self.model() == MaterialModel::Arap { 0.0 } else { lambda };
-                in_coordinates(d * (2.0 * mu) + DMat3::IDENTITY * (l * tr), wanted, |a, b| {
-                    2.0 * mu * dot(a, b) + l * trace(a) * trace(b)
-                })
+                (coordinates(&(d * (2.0 * mu) + DMat3::IDENTITY * (l * tr))), combine(2.0 * mu, l, 0.0, 0.0))
             }
-            MaterialModel::FixedCorotated => {
-                in_coordinates(d * (2.0 * mu) + cof * (lambda * (j - 1.0)), wanted, |a, b| {
-                    2.0 * mu * dot(a, b) + lambda * (dot(&cof, a) * dot(&cof, b) + (j - 1.0) * second_j(a, b))
-                })
-            }
+            MaterialModel::FixedCorotated => (
+                coordinates(&(d * (2.0 * mu) + cof * (lambda * (j - 1.0)))),
+                combine(2.0 * mu, 0.0, lambda, lambda * (j - 1.0)),
+            ),
             MaterialModel::StableNeoHookean => {
                 let l = lambda + mu;
-                in_coordinates(s_matrix * mu + cof * (l * (j - 1.0) - mu), wanted, |a, b| {
-                    mu * dot(a, b) + l * dot(&cof, a) * dot(&cof, b) + (l * (j - 1.0) - mu) * second_j(a, b)
-                })
+                (
+                    coordinates(&(s_matrix * mu + cof * (l * (j - 1.0) - mu))),
+                    combine(mu, 0.0, l, l * (j - 1.0) - mu),
+                )
             }
             MaterialModel::NeoHookean => {
                 let lnj = if j > 0.0 { j.ln() } else { f64::NAN };
-                in_coordinates(s_matrix * mu + cof * ((lambda * lnj - mu) / j), wanted, |a, b| {
-                    let (ca, cb) = (dot(&cof, a) / j, dot(&cof, b) / j);
-                    mu * dot(a, b) + (lambda * lnj - mu) * (second_j(a, b) / j - ca * cb) + lambda * ca * cb
-                })
+                let stress_j = lambda * lnj - mu;
+                (
+                    coordinates(&(s_matrix * mu + cof * (stress_j / j))),
+                    combine(mu, 0.0, (lambda - stress_j) / (j * j), stress_j / j),
+                )
             }
             MaterialModel::StVK => {
                 let e = d + d * d * 0.5;
@@ -209,6 +231,70 @@ impl Elastic {
         }
         SymmetricDerivatives { energy, gradient, hessian }
     }
+}
+
+/// `<E_k, E_k>`: the coordinates' Gram matrix is diagonal.
+const GRAM: Sym6 = [1.0, 1.0, 1.0, 2.0, 2.0, 2.0];
+/// `tr E_k`.
+const TRACE: Sym6 = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
+
+/// `<P, E_k>` for each coordinate: the gradient whose matrix form is `P`.
+fn coordinates(p: &DMat3) -> Sym6 {
+    INDEX.map(|(i, j)| if i == j { p.col(i)[i] } else { p.col(j)[i] + p.col(i)[j] })
+}
+
+/// The entries `(i, j)` of `E_k` (one on the diagonal, two off it).
+fn entries(k: usize) -> ([(usize, usize); 2], usize) {
+    let (i, j) = INDEX[k];
+    ([(i, j), (j, i)], if i == j { 1 } else { 2 })
+}
+
+/// One term `sign S_mn` of `d^2 det [E_k, E_l]`.
+#[derive(Clone, Copy)]
+struct DeterminantTerm {
+    k: usize,
+    l: usize,
+    m: usize,
+    n: usize,
+    sign: f64,
+}
+
+/// The terms of `d^2 det [E_k, E_l] = sum eps_ipm eps_jqn S_mn` over the entries `(i, j)` of
+/// `E_k` and `(p, q)` of `E_l`, `k <= l`: 42 of them, listed once.
+fn determinant_terms() -> &'static [DeterminantTerm] {
+    static TERMS: std::sync::LazyLock<Vec<DeterminantTerm>> = std::sync::LazyLock::new(|| {
+        let mut terms = Vec::new();
+        for k in 0..6 {
+            let (a, na) = entries(k);
+            for l in k..6 {
+                let (b, nb) = entries(l);
+                for &(i, j) in &a[..na] {
+                    for &(p, q) in &b[..nb] {
+                        if i != p && j != q {
+                            let sign = LEVI_CIVITA[i][p] * LEVI_CIVITA[j][q];
+                            terms.push(DeterminantTerm { k, l, m: 3 - i - p, n: 3 - j - q, sign });
+                        }
+                    }
+                }
+            }
+        }
+        terms
+    });
+    &TERMS
+}
+
+/// `d^2 det [E_k, E_l]` at `S`.
+fn determinant_hessian(s: &DMat3) -> Mat6 {
+    let mut out = [[0.0; 6]; 6];
+    for t in determinant_terms() {
+        out[t.k][t.l] += t.sign * s.col(t.n)[t.m];
+    }
+    for k in 0..6 {
+        for l in 0..k {
+            out[k][l] = out[l][k];
+        }
+    }
+    out
 }
 
 /// A gradient `<P, dS>` and a bilinear form in [`Sym6`] coordinates.

@@ -46,7 +46,7 @@ impl NonlinearSolver for LocalGlobal<'_> {
             times: PhaseTimes {
                 evaluate: done.evaluate,
                 linear_solve: done.linear_solve,
-                line_search: Default::default(),
+                ..Default::default()
             },
         }
     }

@@ -49,10 +49,11 @@ impl NonlinearSolver for MixedFem<'_> {
                 likely_converged: false,
             };
             let t = Instant::now();
-            let MixedDirection { linearization, direction, merit, linearize_time } =
+            let MixedDirection { linearization, direction, merit, linearize_time, local_time } =
                 stages.mixed_direction(&request);
             report.times.evaluate += linearize_time;
-            report.times.linear_solve += t.elapsed().saturating_sub(linearize_time);
+            report.times.local_solve += local_time;
+            report.times.linear_solve += t.elapsed().saturating_sub(linearize_time + local_time);
             let gradient_norm = linearization.gradient_norm;
             report.gradient_norm = gradient_norm;
             if gradient_norm <= settings.tolerance {

@@ -19,8 +19,10 @@ pub struct PhaseTimes {
     /// Element passes: objective, gradient (local projections) and Hessian evaluation and
     /// assembly.
     pub evaluate: Duration,
-    /// Linear solves: Newton directions, local/global steps.
+    /// Linear solves: Newton directions, local/global steps, the mixed solver's global step.
     pub linear_solve: Duration,
+    /// The mixed solver's local solves (stretches and multipliers).
+    pub local_solve: Duration,
     /// Line-search objective evaluations.
     pub line_search: Duration,
 }
@@ -72,6 +74,7 @@ impl SolveReport {
         self.objectives.extend(other.objectives);
         self.times.evaluate += other.times.evaluate;
         self.times.linear_solve += other.times.linear_solve;
+        self.times.local_solve += other.times.local_solve;
         self.times.line_search += other.times.line_search;
     }
 }

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use super::element::{CHUNK, deformation_gradient, point};
 use crate::backend::topology::upper;
 use crate::material::Projection;
-use crate::material::stretch::{Mat6, Sym6, polar_stretch};
+use crate::material::stretch::{Mat6, Sym6, polar_stretch, signed_stretch};
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -98,7 +98,7 @@ impl MixedElements {
             .map(|(e, rotation)| {
                 let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
                 let z = model.tets[e].map(|v| DVec3::from(start[v as usize]));
-                polar_stretch(&deformation_gradient(&z, &beta), rotation).0
+                signed_stretch(&deformation_gradient(&z, &beta), rotation)
             })
             .collect();
     }
@@ -150,14 +150,17 @@ impl MixedElements {
                     let (stretch_of_x, ds_df) =
                         polar_stretch(&deformation_gradient(&z, &beta), &mut rotations[local]);
                     // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
-                    let mut jacobian = [[0.0; 12]; 6];
+                    // The shape gradients sum to zero, so corner 3's columns are minus the sum
+                    // of the others', and so are its Hessian blocks.
+                    let jacobian = &mut lin.jacobian;
                     for (k, row) in jacobian.iter_mut().enumerate() {
-                        for a in 0..4 {
-                            for i in 0..3 {
-                                let d = &ds_df[k][3 * i..3 * i + 3];
-                                row[3 * a + i] =
-                                    node.theta * (d[0] * beta[a].x + d[1] * beta[a].y + d[2] * beta[a].z);
-                            }
+                        for i in 0..3 {
+                            let d = DVec3::from_slice(&ds_df[k][3 * i..3 * i + 3]) * node.theta;
+                            let columns = [d.dot(beta[0]), d.dot(beta[1]), d.dot(beta[2])];
+                            row[i] = columns[0];
+                            row[3 + i] = columns[1];
+                            row[6 + i] = columns[2];
+                            row[9 + i] = -(columns[0] + columns[1] + columns[2]);
                         }
                     }
                     let s = &self.stretch[e];
@@ -171,40 +174,62 @@ impl MixedElements {
                     let condensed = &mut condensed[4 * local..4 * local + 4];
                     for a in 0..4 {
                         for i in 0..3 {
-                            let column = |v: &Sym6| {
-                                weight * (0..6).map(|k| jacobian[k][3 * a + i] * v[k]).sum::<f64>()
-                            };
-                            corners[a][i] = column(&at_x.gradient);
-                            condensed[a][i] = column(&residual);
+                            let (mut plain, mut mixed) = (0.0, 0.0);
+                            for k in 0..6 {
+                                plain += jacobian[k][3 * a + i] * at_x.gradient[k];
+                                mixed += jacobian[k][3 * a + i] * residual[k];
+                            }
+                            corners[a][i] = weight * plain;
+                            condensed[a][i] = weight * mixed;
                         }
                     }
-                    // a J^T H J, upper blocks.
-                    let hj: [[f64; 12]; 6] = std::array::from_fn(|k| {
-                        std::array::from_fn(|col| (0..6).map(|l| at_s.hessian[k][l] * jacobian[l][col]).sum())
-                    });
-                    let blocks = &mut blocks[10 * local..10 * local + 10];
-                    for a in 0..4 {
-                        for b in a..4 {
-                            let block = &mut blocks[upper(a, b, 4)];
+                    // a J^T H J: blocks (a, b) of corners 0-2 from the product, corner 3's from sums.
+                    let mut hj = [[0.0; 9]; 6];
+                    for k in 0..6 {
+                        for l in 0..6 {
+                            let h = weight * at_s.hessian[k][l];
+                            for col in 0..9 {
+                                hj[k][col] += h * jacobian[l][col];
+                            }
+                        }
+                    }
+                    let mut inner = [[[0.0; 9]; 3]; 3];
+                    for a in 0..3 {
+                        for b in a..3 {
                             for i in 0..3 {
                                 for j in 0..3 {
-                                    block[3 * i + j] = weight
-                                        * (0..6)
-                                            .map(|k| jacobian[k][3 * a + i] * hj[k][3 * b + j])
-                                            .sum::<f64>();
+                                    let mut value = 0.0;
+                                    for k in 0..6 {
+                                        value += jacobian[k][3 * a + i] * hj[k][3 * b + j];
+                                    }
+                                    inner[a][b][3 * i + j] = value;
+                                    inner[b][a][3 * j + i] = value;
                                 }
                             }
                         }
                     }
-                    *lin = Linearized {
-                        jacobian,
-                        stretch_of_x,
-                        hessian: at_s.hessian,
-                        gradient: at_s.gradient,
-                        gradient_of_x: at_x.gradient,
-                        step: [0.0; 6],
-                        multiplier: [0.0; 6],
-                    };
+                    let blocks = &mut blocks[10 * local..10 * local + 10];
+                    let mut last = [0.0; 9];
+                    for a in 0..3 {
+                        let mut column = [0.0; 9];
+                        for block in &inner[a] {
+                            for (c, value) in column.iter_mut().zip(block) {
+                                *c -= value;
+                            }
+                        }
+                        for b in a..3 {
+                            blocks[upper(a, b, 4)] = inner[a][b];
+                        }
+                        blocks[upper(a, 3, 4)] = column;
+                        for c in 0..9 {
+                            last[c] -= column[c];
+                        }
+                    }
+                    blocks[upper(3, 3, 4)] = last;
+                    lin.stretch_of_x = stretch_of_x;
+                    lin.hessian = at_s.hessian;
+                    lin.gradient = at_s.gradient;
+                    lin.gradient_of_x = at_x.gradient;
                 }
                 energy
             })
@@ -263,12 +288,34 @@ impl MixedElements {
                     let rest = &model.tet_rest[e];
                     let beta = rest.shape_gradients.map(DVec3::from);
                     let z = model.tets[e].map(|v| point(x, start, v, node.theta));
-                    let mut rotation = self.rotations[e];
-                    let (stretch_of_x, _) = polar_stretch(&deformation_gradient(&z, &beta), &mut rotation);
+                    let stretch_of_x =
+                        signed_stretch(&deformation_gradient(&z, &beta), &mut { self.rotations[e] });
                     let s = add(&self.stretch[e], &lin.step, alpha);
                     let gap = add(&stretch_of_x, &s, -1.0);
                     let psi = model.tet_material[e].symmetric_energy(&s);
                     merit += node.weight * rest.volume * (psi - dot(&lin.multiplier, &gap));
+                }
+                merit
+            })
+            .collect();
+        partial.iter().sum()
+    }
+
+    /// The tets' part of the merit at the iterate the linearization was made at, from what it
+    /// kept (the same value as [`merit`](Self::merit) at `alpha = 0`).
+    pub(crate) fn merit_at_iterate(&self, model: &Model, node: Node) -> f64 {
+        let partial: Vec<f64> = self
+            .linearized
+            .par_chunks(CHUNK)
+            .zip(self.stretch.par_chunks(CHUNK))
+            .enumerate()
+            .map(|(c, (linearized, stretch))| {
+                let mut merit = 0.0;
+                for (local, (lin, s)) in linearized.iter().zip(stretch).enumerate() {
+                    let e = c * CHUNK + local;
+                    let gap = add(&lin.stretch_of_x, s, -1.0);
+                    let psi = model.tet_material[e].symmetric_energy(s);
+                    merit += node.weight * model.tet_rest[e].volume * (psi - dot(&lin.multiplier, &gap));
                 }
                 merit
             })

@@ -542,7 +542,13 @@ impl Stages for CpuBackend {
         );
         self.mixed.leave_at(&self.x, node);
         let linearize_time = started.elapsed();
-        let mut done = MixedDirection { linearization, direction: None, merit: f64::NAN, linearize_time };
+        let mut done = MixedDirection {
+            linearization,
+            direction: None,
+            merit: f64::NAN,
+            linearize_time,
+            ..Default::default()
+        };
         if !request.solve || linearization.gradient_norm <= request.gradient_tolerance {
             return done;
         }
@@ -554,9 +560,13 @@ impl Stages for CpuBackend {
             )
         });
         let mut direction = self.solve_direction(request.solver, relative, request.max_iterations);
+        let local = std::time::Instant::now();
         let elements = self.mixed.local_update(&self.model, node, &self.direction);
         direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + elements;
-        done.merit = self.mixed_merits(&[0.0])[0];
+        done.local_time = local.elapsed();
+        done.merit = self.mixed.merit_at_iterate(&self.model, node)
+            + element::spring_energy(&self.model, &self.x, &self.start, &self.nodes)
+            + self.vertex_objective(&self.x);
         done.direction = Some(direction);
         done
     }

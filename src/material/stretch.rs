@@ -69,25 +69,22 @@ pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
     } else {
         (pair_sums + DMat3::IDENTITY * 1e-6 * scale).inverse()
     };
+    let columns = [s_matrix.x_axis, s_matrix.y_axis, s_matrix.z_axis];
     let mut jacobian = [[0.0; 9]; 6];
     for i in 0..3 {
+        // dF = e_i e_j^T: M = R^T e_i e_j^T = r e_j^T with r the row i of R, whose skew part
+        // has the axial vector e_j x r.
+        let row = r.row(i);
         for j in 0..3 {
-            // dF = e_i e_j^T: M = R^T e_i e_j^T = (row i of R) e_j^T.
-            let m = DMat3::from_cols(
-                if j == 0 { r.row(i) } else { DVec3::ZERO },
-                if j == 1 { r.row(i) } else { DVec3::ZERO },
-                if j == 2 { r.row(i) } else { DVec3::ZERO },
-            );
-            let skew = m - m.transpose();
-            let w = inverse * DVec3::new(skew.col(1)[2], skew.col(2)[0], skew.col(0)[1]);
-            let w_cross = DMat3::from_cols(
-                DVec3::new(0.0, w.z, -w.y),
-                DVec3::new(-w.z, 0.0, w.x),
-                DVec3::new(w.y, -w.x, 0.0),
-            );
-            let ds = sym_coordinates(&(m - w_cross * s_matrix));
-            for k in 0..6 {
-                jacobian[k][3 * i + j] = ds[k];
+            let mut axial = DVec3::ZERO;
+            axial[(j + 1) % 3] = -row[(j + 2) % 3];
+            axial[(j + 2) % 3] = row[(j + 1) % 3];
+            let w = inverse * axial;
+            // X = [w]x S, column by column; dS = sym(M) - sym(X).
+            let x = columns.map(|c| w.cross(c));
+            for (k, &(a, b)) in INDEX.iter().enumerate() {
+                let m = 0.5 * (if b == j { row[a] } else { 0.0 } + if a == j { row[b] } else { 0.0 });
+                jacobian[k][3 * i + j] = m - 0.5 * (x[b][a] + x[a][b]);
             }
         }
     }
@@ -168,19 +165,20 @@ impl Elastic {
         // is TRACE, `dJ = c`, and `d^2 J` is a 6x6 matrix linear in S.
         let c = coordinates(&cof);
         let combine = |gram: f64, trace_outer: f64, c_outer: f64, second_j: f64| -> Mat6 {
+            let mut h = [[0.0; 6]; 6];
             if !wanted {
-                return [[0.0; 6]; 6];
+                return h;
             }
-            let d2j = if second_j != 0.0 { determinant_hessian(&s_matrix) } else { [[0.0; 6]; 6] };
-            std::array::from_fn(|k| {
-                std::array::from_fn(|l| {
-                    let diagonal = if k == l { gram * GRAM[k] } else { 0.0 };
-                    diagonal
-                        + trace_outer * TRACE[k] * TRACE[l]
-                        + c_outer * c[k] * c[l]
-                        + second_j * d2j[k][l]
-                })
-            })
+            if second_j != 0.0 {
+                determinant_hessian(s, second_j, &mut h);
+            }
+            for k in 0..6 {
+                h[k][k] += gram * GRAM[k];
+                for l in 0..6 {
+                    h[k][l] += trace_outer * TRACE[k] * TRACE[l] + c_outer * c[k] * c[l];
+                }
+            }
+            h
         };
         let (gradient, mut hessian) = match self.model() {
             MaterialModel::Arap | MaterialModel::Corotated => {
@@ -283,18 +281,17 @@ fn determinant_terms() -> &'static [DeterminantTerm] {
     &TERMS
 }
 
-/// `d^2 det [E_k, E_l]` at `S`.
-fn determinant_hessian(s: &DMat3) -> Mat6 {
-    let mut out = [[0.0; 6]; 6];
+/// Adds `scale d^2 det [E_k, E_l]` at `s` to `h`.
+fn determinant_hessian(s: &Sym6, scale: f64, h: &mut Mat6) {
+    // Entry (m, n) of S among the coordinates.
+    const AT: [[usize; 3]; 3] = [[0, 5, 4], [5, 1, 3], [4, 3, 2]];
     for t in determinant_terms() {
-        out[t.k][t.l] += t.sign * s.col(t.n)[t.m];
-    }
-    for k in 0..6 {
-        for l in 0..k {
-            out[k][l] = out[l][k];
+        let value = scale * t.sign * s[AT[t.m][t.n]];
+        h[t.k][t.l] += value;
+        if t.k != t.l {
+            h[t.l][t.k] += value;
         }
     }
-    out
 }
 
 /// A gradient `<P, dS>` and a bilinear form in [`Sym6`] coordinates.

@@ -1,0 +1,103 @@
+//! The mixed-FEM SQP solver per iteration (mixed-fem-sqp.md, Table 1): assembly, global
+//! solve, local solve and line search, next to Newton's iteration on the same step.
+//!
+//! `cargo bench --bench mixed_fem` — each case first prints one line per solver (tets,
+//! iterations, CG iterations, the step's time per iteration and its phases), then criterion
+//! times `Simulation::step` capped at 5 iterations (the paper's real-time counts) from a
+//! fixed mid-motion state. Meshes of about the paper's sizes: generated bars and a cube of
+//! 2.2K, 11K and 24K tets (its bunny, boat and stretched beam), and the bunny of
+//! `../shared/meshes/` (skipped, with the reason printed, when that folder is absent).
+//! Stable neo-Hookean, E 1e5 Pa, nu 0.45, rho 1000, gravity, the vertices at the lowest x
+//! pinned, backward Euler, h = 1/30 s, on the CPU (the GPU stages are not written yet).
+
+mod common;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
+
+fn meshes() -> Vec<(String, TetMesh)> {
+    let mut out = vec![
+        ("bar_2160".to_string(), TetMesh::bar([12, 6, 6], [0.6, 0.3, 0.3])),
+        ("cube_10985".to_string(), TetMesh::bar([13, 13, 13], [0.5, 0.5, 0.5])),
+        ("bar_24000".to_string(), TetMesh::bar([40, 10, 12], [2.0, 0.5, 0.6])),
+    ];
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes");
+    match TetMesh::load(folder.join("ipc-bunny-19k.msh")) {
+        Ok(mesh) => out.push(("bunny_19k".to_string(), mesh)),
+        Err(e) => eprintln!("skipping the bunny: {e}"),
+    }
+    out
+}
+
+/// The scene under `solver`, fallen for 10 steps (converged mixed FEM): the state every
+/// measured step starts from.
+fn prepare(mesh: &TetMesh, solver: Solver) -> lively::Result<Simulation> {
+    let low = mesh.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
+    let high = mesh.positions().iter().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
+    let pinned = low + 0.02 * (high - low);
+    let build = |solver: Solver| {
+        Simulation::builder()
+            .tet_body(mesh.clone(), Material::stable_neo_hookean(1e5, 0.45), 1000.0)
+            .dt(1.0 / 30.0)
+            .gravity([0.0, -9.81, 0.0])
+            .integrator(Integrator::BackwardEuler)
+            .solver(solver)
+            .pin(move |p| p[0] <= pinned)
+            .backend(Backend::Cpu)
+            .build()
+    };
+    let mut fall = build(Solver::mixed_fem())?;
+    for _ in 0..10 {
+        fall.step()?;
+    }
+    let mut sim = build(solver)?;
+    sim.set_state(fall.positions(), fall.velocities())?;
+    Ok(sim)
+}
+
+fn mixed_fem(c: &mut Criterion) {
+    let mut group = c.benchmark_group("mixed_fem");
+    group.sample_size(10);
+    for (name, mesh) in meshes() {
+        for (solver_name, solver) in
+            [("mixed", Solver::mixed_fem().max_iterations(5)), ("newton", Solver::newton().max_iterations(5))]
+        {
+            let mut sim = match prepare(&mesh, solver) {
+                Ok(sim) => sim,
+                Err(e) => {
+                    eprintln!("skipping {name}: {e}");
+                    continue;
+                }
+            };
+            let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
+            let stats = sim.step().expect("step");
+            assert!(stats.iterations > 0, "{name}: the measured step did nothing");
+            sim.set_state(&x, &v).unwrap();
+            let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / stats.iterations as f64;
+            let t = stats.timings;
+            let label = format!("{solver_name}_{name}");
+            eprintln!(
+                "{label:<22} {:>6} tets  iterations {}  cg {:>4}  per iteration {:>7.2} ms: assembly {:.2}, \
+                 global {:.2}, local {:.2}, line search {:.2}",
+                mesh.tets().len(),
+                stats.iterations,
+                stats.linear_iterations,
+                per(t.total),
+                per(t.evaluate),
+                per(t.linear_solve),
+                per(t.local_solve),
+                per(t.line_search),
+            );
+            common::time_steps(&mut group, &label, &mut sim);
+        }
+    }
+    group.finish();
+}
+
+// No HTML plots (see benches/local_global.rs).
+criterion_group! {
+    name = benches;
+    config = Criterion::default().without_plots();
+    targets = mixed_fem
+}
+criterion_main!(benches);

@@ -7,10 +7,11 @@
 //! steps = 90             # default 90
 //! gravity = [0, -9.81, 0]
 //! integrator = "avf"     # fe se be bdf2 im newmark avf stabilized a1 a-search
-//! solver = "newton"      # or "local-global"
+//! solver = "newton"      # or "local-global", "mixed-fem"
 //! tolerance = 1e-8       # N (the solver's default without)
-//! max_iterations = 50    # Newton iterations per step at most (the solver's default without)
-//! wall_time = 5.0        # ms: Newton starts no iteration after this (a real-time budget)
+//! max_iterations = 50    # Newton or mixed-FEM iterations per step at most (default without)
+//! wall_time = 5.0        # ms: Newton or mixed FEM starts no iteration after this
+//! linear_solver = "cholesky" # pcg, pcg-projective (default) or cholesky
 //!
 //! damping = 0.08        # momentum-preserving damping coefficient (none without)
 //! out = "out/cube"       # where `lively run` and `compare` write (relative to the scene;
@@ -37,7 +38,16 @@
 //! random = 0.1           # m: every coordinate moved by a uniform amount in [-0.1, 0.1]
 //! seed = 7               # of the random start (default 0)
 //!
-//! [[pin]]                # pins the vertices whose rest coordinate on `axis` is in [min, max]
+//! [[region]]             # tets whose rest centroid lies in the region take its material
+//! shape = "sphere"       # sphere (center, radius) or box (min, max); a later region wins
+//! center = [0.1, 0.1, 0.1]
+//! radius = 0.05
+//! material = "stable-neo-hookean"
+//! youngs = 1e14
+//! poisson = 0.45
+//!
+//! [[pin]]                # pins the vertices whose rest coordinate on `axis` is in [min, max],
+//!                        # or (near = [x, y, z]) the one vertex nearest that point
 //! axis = "x"
 //! max = 0.0
 //!
@@ -96,6 +106,11 @@ pub struct Scene {
     pub max_iterations: Option<usize>,
     /// Newton's wall-clock budget per step (ms).
     pub wall_time: Option<f64>,
+    /// The linear solver of Newton's and mixed FEM's systems.
+    pub linear_solver: Option<String>,
+    /// Regions of the body with their own material.
+    #[serde(default)]
+    pub region: Vec<Region>,
     #[serde(default)]
     pub backend: Option<String>,
     pub body: Body,
@@ -167,6 +182,39 @@ fn default_density() -> f64 {
     1000.0
 }
 
+/// A part of the body with its own material: the tets whose rest centroid lies inside.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Region {
+    /// `"sphere"` (`center`, `radius`) or `"box"` (`min`, `max`).
+    pub shape: String,
+    pub center: Option<[f64; 3]>,
+    pub radius: Option<f64>,
+    pub min: Option<[f64; 3]>,
+    pub max: Option<[f64; 3]>,
+    pub material: String,
+    pub youngs: f64,
+    pub poisson: f64,
+}
+
+impl Region {
+    /// Whether `point` lies in the region, or an error naming what is missing.
+    fn contains(&self, point: [f64; 3]) -> Result<bool> {
+        match (self.shape.as_str(), self.center, self.radius, self.min, self.max) {
+            ("sphere", Some(c), Some(r), None, None) => {
+                Ok((0..3).map(|k| (point[k] - c[k]).powi(2)).sum::<f64>() <= r * r)
+            }
+            ("box", None, None, Some(lo), Some(hi)) => {
+                Ok((0..3).all(|k| point[k] >= lo[k] && point[k] <= hi[k]))
+            }
+            _ => Err(Error::Parameter(format!(
+                "region: shape {:?} needs center and radius (sphere) or min and max (box), and nothing else",
+                self.shape
+            ))),
+        }
+    }
+}
+
 /// The initial state, from the rest shape.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -196,11 +244,13 @@ pub struct HandleSpec {
     pub until: f64,
 }
 
-/// Pins the vertices whose rest coordinate on `axis` lies in `[min, max]`.
+/// Pins the vertices whose rest coordinate on `axis` lies in `[min, max]`, or the one vertex
+/// nearest `near` at rest.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pin {
-    pub axis: String,
+    pub axis: Option<String>,
+    pub near: Option<[f64; 3]>,
     #[serde(default = "negative_infinity")]
     pub min: f64,
     #[serde(default = "positive_infinity")]
@@ -304,9 +354,26 @@ impl Scene {
         }
         if !matches!(scene.body.kind.as_str(), "cloth" | "spring") {
             scene.material()?;
+        } else if !scene.region.is_empty() {
+            return Err(Error::Parameter(format!(
+                "region: a {} has no tets to give materials",
+                scene.body.kind
+            )));
+        }
+        scene.solver_settings()?;
+        for region in &scene.region {
+            material(&region.material, region.youngs, region.poisson, "region.material")?
+                .lame_parameters()?;
+            region.contains([0.0; 3])?;
         }
         for pin in &scene.pin {
-            axis(&pin.axis)?;
+            match (&pin.axis, pin.near) {
+                (Some(name), None) => {
+                    axis(name)?;
+                }
+                (None, Some(_)) => {}
+                _ => return Err(Error::Parameter("pin: give either axis (with min, max) or near".into())),
+            }
         }
         Ok(scene)
     }
@@ -316,17 +383,89 @@ impl Scene {
         else {
             return Err(Error::Parameter("body: a tet body needs material, youngs and poisson".into()));
         };
-        Ok(match name.as_str() {
-            "stvk" => Material::stvk(e, nu),
-            "corotated" => Material::corotated(e, nu),
-            "fixed-corotated" => Material::fixed_corotated(e, nu),
-            "neo-hookean" => Material::neo_hookean(e, nu),
-            "stable-neo-hookean" => Material::stable_neo_hookean(e, nu),
-            "arap" => Material::arap(e, nu),
+        material(name, e, nu, "body.material")
+    }
+
+    /// The material of every tet of `mesh`: the body's, or the last region's that holds the
+    /// tet's rest centroid.
+    fn tet_materials(&self, mesh: &TetMesh) -> Result<Vec<Material>> {
+        let body = self.material()?;
+        let regions: Vec<Material> = self
+            .region
+            .iter()
+            .map(|r| material(&r.material, r.youngs, r.poisson, "region.material"))
+            .collect::<Result<_>>()?;
+        mesh.tets()
+            .iter()
+            .map(|tet| {
+                let centroid = std::array::from_fn(|c| {
+                    tet.iter().map(|&v| mesh.positions()[v as usize][c]).sum::<f64>() / 4.0
+                });
+                let mut chosen = &body;
+                for (region, material) in self.region.iter().zip(&regions) {
+                    if region.contains(centroid)? {
+                        chosen = material;
+                    }
+                }
+                Ok(chosen.clone())
+            })
+            .collect()
+    }
+}
+
+/// The material of a scene name, or an error naming `key`.
+fn material(name: &str, e: f64, nu: f64, key: &str) -> Result<Material> {
+    Ok(match name {
+        "stvk" => Material::stvk(e, nu),
+        "corotated" => Material::corotated(e, nu),
+        "fixed-corotated" => Material::fixed_corotated(e, nu),
+        "neo-hookean" => Material::neo_hookean(e, nu),
+        "stable-neo-hookean" => Material::stable_neo_hookean(e, nu),
+        "arap" => Material::arap(e, nu),
+        other => {
+            return Err(Error::Parameter(format!(
+                "{key}: unknown material {other:?}; use stvk, corotated, fixed-corotated, neo-hookean, \
+                 stable-neo-hookean or arap"
+            )));
+        }
+    })
+}
+
+impl Scene {
+    /// The solver the scene names, with its settings.
+    fn solver_settings(&self) -> Result<Solver> {
+        let solver = match self.solver.as_str() {
+            "newton" | "mixed-fem" => {
+                let mut solver = if self.solver == "newton" { Solver::newton() } else { Solver::mixed_fem() };
+                if let Some(t) = self.tolerance {
+                    solver = solver.tolerance(t);
+                }
+                if let Some(n) = self.max_iterations {
+                    solver = solver.max_iterations(n);
+                }
+                if let Some(ms) = self.wall_time {
+                    if !(ms.is_finite() && ms > 0.0) {
+                        return Err(Error::Parameter(format!("wall_time: {ms} ms must be positive")));
+                    }
+                    solver = solver.wall_time(std::time::Duration::from_secs_f64(ms / 1e3));
+                }
+                solver
+            }
+            "local-global" => Solver::local_global(self.iterations),
             other => {
                 return Err(Error::Parameter(format!(
-                    "body.material: unknown material {other:?}; use stvk, corotated, fixed-corotated, neo-hookean, \
-                     stable-neo-hookean or arap"
+                    "solver: unknown solver {other:?}; use newton, local-global or mixed-fem"
+                )));
+            }
+        };
+        Ok(match self.linear_solver.as_deref() {
+            None => solver,
+            Some("pcg") => solver.linear_solver(crate::LinearSolver::Pcg),
+            Some("pcg-projective") => solver.linear_solver(crate::LinearSolver::PcgProjective),
+            Some("cholesky") => solver.linear_solver(crate::LinearSolver::Cholesky),
+            Some(other) => {
+                return Err(Error::Parameter(format!(
+                    "linear_solver: unknown linear solver {other:?}; use pcg, pcg-projective or cholesky"
                 )));
             }
         })
@@ -428,29 +567,10 @@ impl Scene {
         } else {
             let mesh = self.mesh()?;
             let rest = mesh.positions().to_vec();
-            (builder.tet_body(mesh, self.material()?, self.body.density), rest)
+            let materials = self.tet_materials(&mesh)?;
+            (builder.tet_body_per_tet(mesh, materials, self.body.density), rest)
         };
-        let solver = match self.solver.as_str() {
-            "newton" => {
-                let mut newton = self.tolerance.map_or(Solver::newton(), |t| Solver::newton().tolerance(t));
-                if let Some(n) = self.max_iterations {
-                    newton = newton.max_iterations(n);
-                }
-                if let Some(ms) = self.wall_time {
-                    if !(ms.is_finite() && ms > 0.0) {
-                        return Err(Error::Parameter(format!("wall_time: {ms} ms must be positive")));
-                    }
-                    newton = newton.wall_time(std::time::Duration::from_secs_f64(ms / 1e3));
-                }
-                newton
-            }
-            "local-global" => Solver::local_global(self.iterations),
-            other => {
-                return Err(Error::Parameter(format!(
-                    "solver: unknown solver {other:?}; use newton or local-global"
-                )));
-            }
-        };
+        let solver = self.solver_settings()?;
         let mut builder = builder
             .dt(self.dt)
             .gravity(self.gravity)
@@ -460,8 +580,19 @@ impl Scene {
             builder = builder.backend(backend(name)?);
         }
         for pin in &self.pin {
-            let (k, min, max) = (axis(&pin.axis)?, pin.min, pin.max);
-            builder = builder.pin(move |p| p[k] >= min && p[k] <= max);
+            builder = match (&pin.axis, pin.near) {
+                (Some(name), _) => {
+                    let (k, min, max) = (axis(name)?, pin.min, pin.max);
+                    builder.pin(move |p| p[k] >= min && p[k] <= max)
+                }
+                (None, Some(near)) => {
+                    let distance = |p: &[f64; 3]| (0..3).map(|k| (p[k] - near[k]).powi(2)).sum::<f64>();
+                    let nearest =
+                        *rest.iter().min_by(|a, b| distance(a).total_cmp(&distance(b))).expect("vertices");
+                    builder.pin(move |p| *p == nearest)
+                }
+                (None, None) => return Err(Error::Parameter("pin: give either axis or near".into())),
+            };
         }
         for spec in &self.collider {
             builder = builder.collider(match spec.clone() {
@@ -606,9 +737,7 @@ mod tests {
         let stats = sim.step().unwrap();
         assert_eq!((stats.iterations, stats.outcome), (1, crate::SolveOutcome::BudgetSpent));
         let bad = format!("wall_time = -2.0\n{MINIMAL}");
-        let Err(error) = Scene::parse(&bad).unwrap().build(None, Some("cpu")) else {
-            panic!("a negative wall time was accepted");
-        };
+        let error = Scene::parse(&bad).expect_err("a negative wall time was accepted");
         assert!(error.to_string().contains("wall_time"), "{error}");
     }
 
@@ -623,6 +752,20 @@ mod tests {
             (format!("{MINIMAL}[[pin]]\naxis = \"w\"\n"), "\"w\""),
             (format!("{MINIMAL}[[collider]]\nshape = \"torus\"\n"), "torus"),
             (format!("{MINIMAL}[start]\nspin = [1, 2]\n"), "spin"),
+            (
+                format!(
+                    "{MINIMAL}[[region]]\nshape = \"box\"\nradius = 1.0\nmaterial = \"stvk\"\nyoungs = 1e6\npoisson = 0.3\n"
+                ),
+                "min and max",
+            ),
+            (
+                format!(
+                    "{MINIMAL}[[region]]\nshape = \"sphere\"\ncenter = [0, 0, 0]\nradius = 1.0\nmaterial = \"gum\"\nyoungs = 1e6\npoisson = 0.3\n"
+                ),
+                "gum",
+            ),
+            (format!("{MINIMAL}[[pin]]\naxis = \"x\"\nnear = [0, 0, 0]\n"), "either axis"),
+            (format!("solver = \"sqp\"\n{MINIMAL}"), "sqp"),
         ];
         for (text, named) in cases {
             let message = Scene::parse(&text).unwrap_err().to_string();
@@ -653,6 +796,29 @@ mod tests {
         assert_ne!(a, c);
         let moved = a.iter().flatten().zip(rest.iter().flatten()).map(|(x, r)| (x - r).abs());
         assert!(moved.clone().all(|d| d <= 0.01) && moved.fold(0.0, f64::max) > 0.005);
+    }
+
+    /// Regions give the tets whose rest centroid they hold their material; a pin `near` a
+    /// point pins one vertex; the mixed-FEM solver and a linear solver are named.
+    #[test]
+    fn regions_pins_near_a_point_and_the_mixed_solver() {
+        let text = format!(
+            "solver = \"mixed-fem\"\nlinear_solver = \"cholesky\"\n{MINIMAL}[[region]]\nshape = \"box\"\n\
+             min = [0, 0, 0]\nmax = [0.1, 0.1, 0.1]\nmaterial = \"corotated\"\nyoungs = 1e7\npoisson = 0.3\n\
+             [[pin]]\nnear = [0.21, 0.1, 0.1]\n"
+        );
+        let scene = Scene::parse(&text).unwrap();
+        let sim = scene.build(None, Some("cpu")).unwrap();
+        assert_eq!(sim.solver().kind(), crate::solver::SolverKind::MixedFem);
+        let model = sim.model();
+        let stiff = crate::Material::corotated(1e7, 0.3).elastic().unwrap();
+        for (tet, material) in model.tets.iter().zip(&model.tet_material) {
+            let centroid_x = tet.iter().map(|&v| model.rest[v as usize][0]).sum::<f64>() / 4.0;
+            assert_eq!(*material == stiff, centroid_x <= 0.1, "tet at x = {centroid_x}");
+        }
+        let pinned: Vec<usize> = (0..model.vertex_count()).filter(|&v| model.pinned[v]).collect();
+        assert_eq!(pinned.len(), 1);
+        assert_eq!(model.rest[pinned[0]], [0.2, 0.1, 0.1]);
     }
 
     /// A cloth is a spring body: it steps, and a material given to it is refused.

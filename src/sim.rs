@@ -781,6 +781,11 @@ impl Simulation {
         &self.integrator
     }
 
+    /// The nonlinear solver's settings.
+    pub fn solver(&self) -> &Solver {
+        &self.solver
+    }
+
     /// The fixed model.
     pub fn model(&self) -> &Model {
         &self.model

@@ -73,11 +73,10 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
     let mut decaying = bar_builder().integrator(a_search).build().unwrap();
     let alpha = decaying.step().unwrap().alpha.expect("A-search reports its alpha");
     assert!((0.0..=1.1).contains(&alpha), "alpha {alpha}");
-    let refused = bar_builder().solver(Solver::mixed_fem()).build();
-    assert!(
-        matches!(refused, Err(Error::Unsupported(_))),
-        "mixed FEM is not implemented yet and must say so"
-    );
+    let mut mixed = bar_builder().solver(Solver::mixed_fem()).backend(lively::Backend::Cpu).build().unwrap();
+    assert!(mixed.step().unwrap().converged, "mixed FEM steps on the CPU");
+    let refused = bar_builder().solver(Solver::mixed_fem()).backend(lively::Backend::Gpu).build();
+    assert!(matches!(refused, Err(Error::Unsupported(_))), "mixed FEM has no GPU stages yet and must say so");
     let refused = bar_builder().contact_model(ContactModel::Projection).build();
     assert!(matches!(refused, Err(Error::Unsupported(_))), "projection contact is not implemented yet");
     let penalty = bar_builder()

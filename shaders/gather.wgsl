@@ -5,8 +5,9 @@
 // (vertex energy, |grad|^2, force scale, noise magnitude).
 //
 // The lagged damping (Rayleigh, ether drag, friction) is one block-sparse matrix D on the
-// Hessian's pattern, built at the start of the step: the vertex adds its row of
-// 1/2 dx^T D dx, dx = x - x_n, and of its gradient D dx.
+// Hessian's pattern, built at the start of the step, and per-vertex linear terms (b, c) of the
+// friction against moving colliders: the vertex adds its row of 1/2 dx^T D dx - b . dx + c,
+// dx = x - x_n, and of its gradient D dx - b.
 
 #import shared/reduce
 #import shared/collider
@@ -66,6 +67,7 @@ struct Params {
 @group(3) @binding(2) var<storage, read_write> vertex_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> gather_partials: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read> damping_blocks: array<f32>;
+@group(3) @binding(5) var<storage, read> damping_linear: array<vec4<f32>>;
 
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 0u) {
@@ -185,7 +187,9 @@ fn vertex(v: u32) -> vec4<f32> {
                 damping_blocks[matrix_entry(s, 6u)] * dx.x + damping_blocks[matrix_entry(s, 7u)] * dx.y + damping_blocks[matrix_entry(s, 8u)] * dx.z,
             );
         }
-        energy += 0.5 * dot(xv - start, force);
+        let linear = damping_linear[v];
+        energy += 0.5 * dot(xv - start, force) - dot(linear.xyz, xv - start) + linear.w;
+        force -= linear.xyz;
         acc += force;
         forces += length(force);
     }

@@ -1,11 +1,14 @@
 //! The one objective every implicit step minimizes (DESIGN §2), in force units:
 //!
-//! `G(x) = 1/(2h^2) |x - y|_M^2 + sum_q c_q E(theta_q x + (1 - theta_q) x_n) + w 1/2 dx^T D dx`
+//! `G(x) = 1/(2h^2) |x - y|_M^2 + sum_q c_q E(theta_q x + (1 - theta_q) x_n)
+//!        + w (1/2 dx^T D dx - b . dx + c)`
 //!
 //! with `dx = x - x_n`. A scheme is its inertial target `y` and quadrature nodes
 //! `(c_q, theta_q)`; `D` is the step's lagged damping, built here once from the damping
-//! models and the colliders' friction and consumed by both backends as the same two
-//! ingredients (a multiple of the projected stiffness at `x_n` and per-vertex blocks).
+//! models and the colliders' friction and consumed by both backends as the same ingredients
+//! (a multiple of the projected stiffness at `x_n`, per-vertex blocks, and per-vertex linear
+//! terms `b_v` and constants `c_v`: friction against a collider that moves by `s` over the
+//! step acts on the motion relative to it, `1/2 (dx - s)^T A (dx - s)`).
 
 use crate::damping::{Damping, add_ether};
 use crate::model::Model;
@@ -39,6 +42,9 @@ pub struct StepProblem<'a> {
     /// Lagged per-vertex damping `1/2 dx^T A_v dx` (ether drag, lagged friction), one
     /// row-major 3x3 `A_v` per vertex; empty for none.
     pub vertex_damping: &'a [[f64; 9]],
+    /// Per-vertex linear terms of the lagged damping, `-b_v . dx + c_v` as `[b_v, c_v]`
+    /// (friction against moving colliders); empty for none.
+    pub vertex_linear: &'a [[f64; 4]],
     /// Lagged Rayleigh damping `k/(2h) dx^T K dx`, `K` the PSD-projected stiffness at `x_n`:
     /// this is `k` (s); zero for none.
     pub rayleigh: f64,
@@ -56,6 +62,8 @@ pub struct DampingMatrix {
     pub stiffness_scale: f64,
     /// `w A_v`, one row-major block per vertex.
     pub vertex_blocks: Vec<[f64; 9]>,
+    /// `w [b_v, c_v]` per vertex; empty for none.
+    pub vertex_linear: Vec<[f64; 4]>,
 }
 
 impl StepProblem<'_> {
@@ -75,7 +83,8 @@ impl StepProblem<'_> {
         } else {
             self.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect()
         };
-        Some(DampingMatrix { stiffness_scale: w * self.rayleigh / self.dt, vertex_blocks })
+        let vertex_linear = self.vertex_linear.iter().map(|l| l.map(|c| c * w)).collect();
+        Some(DampingMatrix { stiffness_scale: w * self.rayleigh / self.dt, vertex_blocks, vertex_linear })
     }
 }
 
@@ -85,15 +94,20 @@ impl StepProblem<'_> {
 pub struct LaggedDamping {
     /// Per-vertex blocks (ether drag and friction); empty for none.
     pub vertex: Vec<[f64; 9]>,
+    /// Per-vertex linear terms `[b_v, c_v]` (friction against moving colliders); empty for
+    /// none.
+    pub vertex_linear: Vec<[f64; 4]>,
     /// The Rayleigh coefficient `k` (s), summed over the models.
     pub rayleigh: f64,
 }
 
 impl LaggedDamping {
-    /// The damping of a step of `dt` from the state `(x, v)`.
+    /// The damping of a step of `dt` from the state `(x, v)`, the colliders moving by
+    /// `collider_motion` (one translation per collider; empty for static ones) over it.
     pub fn at_step_start(
         model: &Model,
         colliders: &[crate::contact::Collider],
+        collider_motion: &[[f64; 3]],
         damping: &[Damping],
         x: &[[f64; 3]],
         v: &[[f64; 3]],
@@ -108,12 +122,37 @@ impl LaggedDamping {
             .map(|d| if let Damping::Rayleigh { stiffness } = d { *stiffness } else { 0.0 })
             .sum();
         let mut vertex = Vec::new();
+        let mut vertex_linear = Vec::new();
         if ether > 0.0 || colliders.iter().any(|c| c.friction > 0.0) {
             vertex = vec![[0.0; 9]; model.vertex_count()];
             add_ether(ether, dt, &mut vertex);
             let contact = crate::contact::Contacts { colliders, stiffness: model.contact_stiffness };
-            crate::contact::add_lagged_friction(&contact, &model.pinned, x, v, dt, &mut vertex);
+            let moving = collider_motion.iter().any(|m| m.iter().any(|&c| c != 0.0));
+            if moving {
+                vertex_linear = vec![[0.0; 4]; model.vertex_count()];
+            }
+            crate::contact::add_lagged_friction(
+                &contact,
+                collider_motion,
+                &model.pinned,
+                x,
+                v,
+                dt,
+                &mut vertex,
+                &mut vertex_linear,
+            );
         }
-        LaggedDamping { vertex, rayleigh }
+        LaggedDamping { vertex, vertex_linear, rayleigh }
+    }
+
+    /// The work the moving colliders' friction did on the bodies over a step from `start` to
+    /// `x`: `sum_v 2 c_v - b_v . dx_v`, the part of the friction's work that is not the
+    /// (booked) dissipation. The application drives those colliders, so it is user forcing.
+    pub fn collider_work(&self, start: &[[f64; 3]], x: &[[f64; 3]]) -> f64 {
+        self.vertex_linear
+            .iter()
+            .zip(start.iter().zip(x))
+            .map(|(l, (a, b))| 2.0 * l[3] - (0..3).map(|k| l[k] * (b[k] - a[k])).sum::<f64>())
+            .sum()
     }
 }

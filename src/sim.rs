@@ -388,6 +388,7 @@ impl SimulationBuilder {
             damping: self.damping,
             stages,
             handles: Vec::new(),
+            collider_motion: vec![[0.0; 3]; colliders.len()],
             colliders,
             backend,
             dt: self.dt,
@@ -418,6 +419,9 @@ pub struct Simulation {
     handles: Vec<Anchor>,
     /// The colliders as they are now: the model's, moved by `move_collider`.
     colliders: Vec<crate::Collider>,
+    /// How far each collider moved since the last step (the next step's friction is relative
+    /// to that motion).
+    collider_motion: Vec<[f64; 3]>,
     backend: Backend,
     dt: f64,
     /// Non-converged steps are errors (`SimulationBuilder::strict`).
@@ -453,9 +457,9 @@ impl Simulation {
     /// Moves collider `index` (in the order they were added) by `translation` (m) before the
     /// next step: a kinematic collider, such as a rising platform or a pushing paddle. The
     /// potential energy the move puts into the bodies (or takes out) is booked in the energy
-    /// ledger as user forcing, as a handle's move is. Friction still acts against a body's own
-    /// velocity, not the motion relative to the collider: a platform sliding sideways does not
-    /// carry what rests on it.
+    /// ledger as user forcing, as a handle's move is. Over the next step, friction acts on the
+    /// motion relative to the collider (a platform sliding sideways carries what rests on it),
+    /// and the work it does on the bodies is booked as user forcing too.
     pub fn move_collider(&mut self, index: usize, translation: [f64; 3]) -> Result<()> {
         if translation.iter().any(|c| !c.is_finite()) {
             return Err(Error::Parameter(format!(
@@ -469,6 +473,9 @@ impl Simulation {
             )));
         };
         self.colliders[index] = collider.translated(glam::DVec3::from(translation));
+        for (m, t) in self.collider_motion[index].iter_mut().zip(translation) {
+            *m += t;
+        }
         let before = self.energy.potential;
         self.stages.set_colliders(&self.colliders);
         self.book_user_forcing(before);
@@ -492,6 +499,7 @@ impl Simulation {
         let damping = LaggedDamping::at_step_start(
             &self.model,
             &self.colliders,
+            &self.collider_motion,
             &self.damping,
             &self.state.positions,
             &self.state.velocities,
@@ -555,12 +563,16 @@ impl Simulation {
                 self.integrator.name()
             )));
         }
+        // The moving colliders' friction worked on the bodies: the application's doing.
+        let collider_work = damping.collider_work(&self.state.positions, &x);
+        self.collider_motion.fill([0.0; 3]);
         let previous_positions = std::mem::replace(&mut self.state.positions, x);
         let previous_velocities = std::mem::replace(&mut self.state.velocities, v);
         self.state.previous = Some((previous_positions, previous_velocities));
         self.time += h;
         self.publish_positions();
         ledger.dissipate(dissipated);
+        ledger.add(collider_work);
         self.ledger = ledger;
         self.refresh_energy();
         self.energy.target = self.ledger.target();

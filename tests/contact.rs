@@ -255,6 +255,46 @@ fn a_rising_platform_lifts_what_rests_on_it_and_books_its_work() {
     assert!(sim.move_collider(0, [f64::NAN, 0.0, 0.0]).is_err());
 }
 
+/// A platform sliding sideways at 0.5 m/s carries a cube resting on it with friction (the
+/// lagged friction acts on the motion relative to the platform), and the work that takes is
+/// booked; without friction the platform slides away under the cube.
+#[test]
+fn a_sliding_platform_carries_what_rests_on_it_by_friction() {
+    // 0.5 m over the test: the platform (2 m wide) stays under the cube.
+    let speed = 0.5;
+    let mut carried = Vec::new();
+    for mu in [0.8, 0.0] {
+        let mut sim = cube_on_platform(mu, lively::Backend::Cpu);
+        let (before, added) = (centroid(&sim), sim.ledger().added());
+        let mut height = f64::INFINITY;
+        for _ in 0..30 {
+            sim.move_collider(0, [speed * H, 0.0, 0.0]).unwrap();
+            sim.step().unwrap();
+            height = height.min(lowest(&sim));
+        }
+        let moved = centroid(&sim)[0] - before[0];
+        let velocity = mean(sim.velocities().iter().map(|v| v[0]));
+        let kinetic = 0.5 * DENSITY * SIDE.powi(3) * velocity * velocity;
+        println!(
+            "mu {mu}: the platform slid {:.3} m, the cube {moved:.3} m and ends at {velocity:.3} m/s; \
+             booked {:.3} J (kinetic energy {kinetic:.3} J); lowest point {height:.4} m",
+            30.0 * speed * H,
+            sim.ledger().added() - added
+        );
+        if mu > 0.0 {
+            // Static friction takes the cube to the platform's speed within a few steps.
+            assert!((velocity - speed).abs() < 0.02 * speed, "the cube moves at {velocity} m/s");
+            assert!(moved > 0.85 * 30.0 * speed * H, "the cube moved {moved} m");
+            // The platform's work is its speed times the impulse friction gave the cube, m v^2:
+            // the kinetic energy the cube gained and as much again as heat.
+            let supplied = sim.ledger().added() - added;
+            assert!((supplied - 2.0 * kinetic).abs() < 0.05 * kinetic, "supplied {supplied} J");
+        }
+        carried.push(moved);
+    }
+    assert!(carried[1].abs() < 1e-3, "without friction the cube stays: it moved {} m", carried[1]);
+}
+
 /// The moving platform steps alike on the GPU.
 #[test]
 fn a_moving_platform_steps_on_the_gpu_like_on_the_cpu() {
@@ -264,7 +304,8 @@ fn a_moving_platform_steps_on_the_gpu_like_on_the_cpu() {
     let run = |backend| {
         let mut sim = cube_on_platform(0.8, backend);
         for k in 0..6 {
-            sim.move_collider(0, [0.0, if k % 2 == 0 { 0.2 * H } else { -0.1 * H }, 0.0]).unwrap();
+            let lift = if k % 2 == 0 { 0.2 * H } else { -0.1 * H };
+            sim.move_collider(0, [0.5 * H, lift, 0.0]).unwrap();
             sim.step().unwrap();
         }
         sim.positions().to_vec()

@@ -223,31 +223,46 @@ pub(crate) struct Contacts<'a> {
 const STICK_SPEED: f64 = 1e-3;
 
 /// Adds lagged Coulomb friction to the per-vertex lagged quadratics: for a vertex inside a
-/// collider at `x_n`, with normal force `lambda = k |phi|` and tangential velocity `v_t`, the
-/// pseudo-potential `c/(2h) |P_t dx|^2`, `c = mu lambda / max(|v_t|, STICK_SPEED)`, whose force
-/// `-c v_t` has the Coulomb magnitude `mu lambda` while sliding (DESIGN.md: lagged friction;
-/// the ledger books twice the pseudo-potential).
+/// collider at `x_n`, with normal force `lambda = k |phi|` and tangential velocity `v_t`
+/// relative to the collider, the pseudo-potential `c/(2h) |P_t (dx - s)|^2`,
+/// `c = mu lambda / max(|v_t|, STICK_SPEED)`, `s` the collider's motion over the step
+/// (`collider_motion`, empty for none), whose force `-c v_t` has the Coulomb magnitude
+/// `mu lambda` while sliding (DESIGN.md: lagged friction; the ledger books twice the
+/// pseudo-potential). The quadratic goes into `out`; with a moving collider its linear term
+/// `-b . dx + c0`, `b = A s`, `c0 = 1/2 s^T A s`, into `linear` (as `[b, c0]`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn add_lagged_friction(
     contacts: &Contacts<'_>,
+    collider_motion: &[[f64; 3]],
     pinned: &[bool],
     x: &[[f64; 3]],
     v: &[[f64; 3]],
     dt: f64,
     out: &mut [[f64; 9]],
+    linear: &mut [[f64; 4]],
 ) {
     for (i, block) in out.iter_mut().enumerate() {
         if pinned[i] {
             continue;
         }
-        for collider in contacts.colliders.iter().filter(|c| c.friction > 0.0) {
+        for (j, collider) in contacts.colliders.iter().enumerate().filter(|(_, c)| c.friction > 0.0) {
             let d = collider.distance(DVec3::from(x[i]));
             if d.phi >= 0.0 {
                 continue;
             }
+            let motion = collider_motion.get(j).map_or(DVec3::ZERO, |m| DVec3::from(*m));
             let n = d.normal.normalize_or_zero();
             let tangent = DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z);
-            let v_t = tangent * DVec3::from(v[i]);
+            let v_t = tangent * (DVec3::from(v[i]) - motion / dt);
             let c = collider.friction * contacts.stiffness * d.phi.abs() / v_t.length().max(STICK_SPEED);
+            if motion != DVec3::ZERO {
+                let b = tangent * motion * (c / dt);
+                let l = &mut linear[i];
+                l[0] += b.x;
+                l[1] += b.y;
+                l[2] += b.z;
+                l[3] += 0.5 * b.dot(motion);
+            }
             let a = (tangent * (c / dt)).transpose().to_cols_array();
             for k in 0..9 {
                 block[k] += a[k];

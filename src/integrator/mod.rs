@@ -284,6 +284,7 @@ impl Stepper<'_> {
             nodes: &plan.nodes,
             dt: h,
             vertex_damping: &self.damping.vertex,
+            vertex_linear: &self.damping.vertex_linear,
             rayleigh: self.damping.rayleigh,
             damping_weight: scheme.damping_weight(input),
         });

@@ -131,6 +131,7 @@ fn solve(
         nodes: &nodes,
         dt: 1.0 / 30.0,
         vertex_damping: &[],
+        vertex_linear: &[],
         rayleigh: 0.0,
         damping_weight: 1.0,
     });

@@ -44,6 +44,8 @@ pub struct CpuBackend {
     /// The step's lagged damping matrix on the Hessian's pattern, times the damping weight:
     /// `k/h K(x_n)` (Rayleigh) plus the per-vertex ether and friction blocks; empty for none.
     damping: Vec<[f64; 9]>,
+    /// The lagged damping's per-vertex linear terms `w [b_v, c_v]`; empty for none.
+    damping_linear: Vec<[f64; 4]>,
     x: Vec<[f64; 3]>,
     gradient: Vec<[f64; 3]>,
     direction: Vec<[f64; 3]>,
@@ -95,6 +97,7 @@ impl CpuBackend {
             colliders: model.colliders.clone(),
             damping_weight: 1.0,
             damping: Vec::new(),
+            damping_linear: Vec::new(),
             x: vec![[0.0; 3]; n],
             gradient: vec![[0.0; 3]; n],
             direction: vec![[0.0; 3]; n],
@@ -148,12 +151,23 @@ impl CpuBackend {
         }
     }
 
-    /// `1/2 dx^T D dx` with the lagged damping matrix, `dx = x - x_n`; `D dx` into `out`.
+    /// `1/2 dx^T D dx - b . dx + c` with the lagged damping, `dx = x - x_n`; its gradient
+    /// `D dx - b` into `out`.
     fn damping_term(&self, x: &[[f64; 3]], out: &mut [[f64; 3]]) -> f64 {
         let dx: Vec<[f64; 3]> =
             x.iter().zip(&self.start).map(|(a, b)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]]).collect();
         hessian_product::apply(&self.topology, &self.damping, &dx, out);
-        0.5 * vector::dot(&dx, out)
+        let mut value = 0.5 * vector::dot(&dx, out);
+        // A pinned vertex never moves: its linear term is no force, and (as in the GPU twin) no
+        // energy.
+        let free = self.model.pinned.iter().map(|p| !p);
+        for (((o, d), l), _) in
+            out.iter_mut().zip(&dx).zip(&self.damping_linear).zip(free).filter(|(_, f)| *f)
+        {
+            value += l[3] - (l[0] * d[0] + l[1] * d[1] + l[2] * d[2]);
+            *o = [o[0] - l[0], o[1] - l[1], o[2] - l[2]];
+        }
+        value
     }
 
     /// The element energy at the state `x` (the elements' part of the potential), with its
@@ -299,7 +313,9 @@ impl Stages for CpuBackend {
         self.projective_diagonal =
             super::projective::vertex_diagonal(&self.model, &self.colliders, &self.anchors, &problem);
         self.damping.clear();
+        self.damping_linear.clear();
         let Some(matrix) = problem.damping_matrix(self.x.len()) else { return };
+        self.damping_linear = matrix.vertex_linear.clone();
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
         // 4.2) and A_v the per-vertex ether and friction blocks.
         if matrix.stiffness_scale > 0.0 {

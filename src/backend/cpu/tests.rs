@@ -81,12 +81,21 @@ fn loaded_with(material: Material, seed: u64, nodes: &[Node]) -> (CpuBackend, Ve
             (m * m.transpose() * 40.0).to_cols_array()
         })
         .collect();
+    // Linear terms as friction against a moving collider makes them.
+    let linear: Vec<[f64; 4]> = (0..n)
+        .map(|_| {
+            std::array::from_fn(
+                |k| if k < 3 { rng.random_range(-3.0..3.0) } else { rng.random_range(0.0..0.1) },
+            )
+        })
+        .collect();
     backend.begin_step(StepProblem {
         start: &start,
         target: &target,
         nodes,
         dt: 1.0 / 30.0,
         vertex_damping: &damping,
+        vertex_linear: &linear,
         rayleigh: 0.01,
         damping_weight: 0.7,
     });
@@ -197,6 +206,7 @@ fn pcg_stops_at_negative_curvature_with_a_descent_direction() {
         nodes: &nodes,
         dt: 10.0,
         vertex_damping: &[],
+        vertex_linear: &[],
         rayleigh: 0.0,
         damping_weight: 1.0,
     });

@@ -587,6 +587,10 @@ impl Stages for GpuBackend {
             let per_vertex: Vec<f32> = matrix.vertex_blocks.iter().flatten().map(|&c| c as f32).collect();
             let vertex_blocks = self.buffers.scratch.named("vertex_blocks");
             self.recording.upload(&self.context, vertex_blocks, bytemuck::cast_slice(&per_vertex));
+            let mut linear: Vec<f32> = matrix.vertex_linear.iter().flatten().map(|&c| c as f32).collect();
+            linear.resize(4 * self.buffers.vertex_count, 0.0);
+            let damping_linear = self.buffers.scratch.named("damping_linear");
+            self.recording.upload(&self.context, damping_linear, bytemuck::cast_slice(&linear));
             if matrix.stiffness_scale > 0.0 {
                 self.write_positions(Positions::Aux, problem.start);
                 self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::ProjectedHessian)?;

@@ -191,6 +191,7 @@ impl GpuBuffers {
         // first has damping.
         w.set("placeholder", c.scratch::<f32>("placeholder", 1));
         w.set("damping_blocks", c.scratch::<f32>("damping_blocks", 1));
+        w.set("damping_linear", c.scratch::<[f32; 4]>("damping_linear", 1));
         GpuBuffers {
             model: m,
             state: s,
@@ -238,13 +239,14 @@ impl GpuBuffers {
         true
     }
 
-    /// Allocates the lagged damping matrix; true the first time (bind groups over it must be
+    /// Allocates the lagged damping matrix and linear terms; true the first time (bind groups over it must be
     /// rebuilt).
     pub fn reserve_damping(&mut self, context: &GpuContext) -> bool {
         if self.has_damping() {
             return false;
         }
         self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.slot_count));
+        self.scratch.set("damping_linear", context.scratch::<[f32; 4]>("damping_linear", self.vertex_count));
         true
     }
 

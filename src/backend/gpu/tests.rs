@@ -27,6 +27,7 @@ fn batched_line_search_candidates_match_one_at_a_time() {
         nodes: &NODES,
         dt: H,
         vertex_damping: &[],
+        vertex_linear: &[],
         rayleigh: 0.0,
         damping_weight: 0.5,
     });
@@ -63,6 +64,7 @@ struct DampedContact {
     start: Vec<[f64; 3]>,
     target: Vec<[f64; 3]>,
     vertex_damping: Vec<[f64; 9]>,
+    vertex_linear: Vec<[f64; 4]>,
     anchors: Vec<crate::backend::Anchor>,
 }
 
@@ -100,6 +102,14 @@ impl DampedContact {
                 [a, b, c, b, d, 0.1, c, 0.1, a + d]
             })
             .collect();
+        // Linear terms as friction against a moving collider makes them.
+        let vertex_linear: Vec<[f64; 4]> = (0..x.len())
+            .map(|_| {
+                std::array::from_fn(|k| {
+                    if k < 3 { rng.random_range(-2.0..2.0) } else { rng.random_range(0.0..0.1) }
+                })
+            })
+            .collect();
         let free: Vec<u32> = (0..x.len() as u32).filter(|&v| !model.pinned[v as usize]).collect();
         let anchors: Vec<Anchor> = [(free[1], 400.0), (free[5], 250.0), (free[1], 90.0)]
             .iter()
@@ -109,7 +119,7 @@ impl DampedContact {
                 position: std::array::from_fn(|c| x[vertex as usize][c] + rng.random_range(-0.03..0.03)),
             })
             .collect();
-        DampedContact { model, x, start, target, vertex_damping, anchors }
+        DampedContact { model, x, start, target, vertex_damping, vertex_linear, anchors }
     }
 
     fn problem(&self) -> crate::objective::StepProblem<'_> {
@@ -119,6 +129,7 @@ impl DampedContact {
             nodes: &NODES,
             dt: H,
             vertex_damping: &self.vertex_damping,
+            vertex_linear: &self.vertex_linear,
             rayleigh: 0.02,
             damping_weight: 0.5,
         }
@@ -199,6 +210,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],
+            vertex_linear: &[],
             rayleigh: 0.01,
             damping_weight: 0.5,
         });
@@ -326,6 +338,7 @@ fn dispatches_split_into_rows_give_the_same_bits() {
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],
+            vertex_linear: &[],
             rayleigh: 0.01,
             damping_weight: 1.0,
         });

@@ -345,13 +345,6 @@ impl SimulationBuilder {
                     .into(),
             ));
         }
-        if mixed && self.backend == Backend::Gpu {
-            return Err(Error::Unsupported(
-                "the mixed-FEM solver runs on the CPU backend (its GPU stages are not written \
-                 yet); use Backend::Cpu or Backend::Auto"
-                    .into(),
-            ));
-        }
         let on_gpu = |model: &Model, context: Arc<GpuContext>| -> Result<Box<dyn Stages>, Error> {
             Ok(Box::new(GpuBackend::new(context, Arc::new(model.clone()))?))
         };
@@ -367,7 +360,6 @@ impl SimulationBuilder {
             }
             // Auto: a hardware GPU when there is one and the model fits on it. A software
             // adapter (lavapipe) is correct but no faster than the CPU backend.
-            Backend::Auto if mixed => (cpu(&model), Backend::Cpu),
             Backend::Auto => {
                 let context =
                     self.gpu.or_else(|| GpuContext::new().ok().filter(|c| !c.software).map(Arc::new));

@@ -19,6 +19,8 @@ struct Params {
     theta_0: f32,
     weight_1: f32,
     theta_1: f32,
+    // A step length (the mixed stage's merit and advance).
+    alpha: f32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

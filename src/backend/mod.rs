@@ -259,24 +259,16 @@ pub trait Stages: Send {
     /// Mixed FEM (mixed-fem-sqp.md): readies the tets' stretches for a solve of this step's
     /// objective, which has one quadrature node. They are kept where the last solve left
     /// them at this step's start (the paper's warm start), else set to the start's.
-    fn mixed_begin(&mut self) {
-        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
-    }
+    fn mixed_begin(&mut self);
     /// Mixed FEM: linearizes at the iterate and the stretches and, unless `request` says not
     /// to or the displacement gradient is within its tolerance, solves the condensed system
     /// for the position step (to Newton's forcing term) and makes the stretches' step and the
     /// multipliers. Uses `projection` nowhere: the stretch Hessians are always projected.
-    fn mixed_direction(&mut self, _request: &DirectionRequest<'_>) -> MixedDirection {
-        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
-    }
+    fn mixed_direction(&mut self, request: &DirectionRequest<'_>) -> MixedDirection;
     /// Mixed FEM: the merit at `alpha` along the step of positions and stretches.
-    fn mixed_merits(&mut self, _alphas: &[f64]) -> Vec<f64> {
-        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
-    }
+    fn mixed_merits(&mut self, alphas: &[f64]) -> Vec<f64>;
     /// Mixed FEM: `x += alpha dx`, `s += alpha ds`.
-    fn mixed_advance(&mut self, _alpha: f64) {
-        unreachable!("the mixed-FEM solver runs on the CPU backend; build() refuses it elsewhere")
-    }
+    fn mixed_advance(&mut self, alpha: f64);
     /// Replaces the direction by `-grad G`.
     fn use_negative_gradient(&mut self) -> DirectionReport;
     /// Multiplies the direction by `factor`.

@@ -38,6 +38,7 @@ const STATUS_BATCH: usize = 32;
 struct Groups {
     element: ElementGroups,
     local: super::local::LocalGroups,
+    mixed: super::mixed::MixedGroups,
     gather: GatherGroups,
     assemble: AssembleGroups,
     pcg: PcgGroups,
@@ -55,6 +56,7 @@ impl Groups {
         Ok(Groups {
             element: stages.element.bind(context, recording, model, buffers)?,
             local: stages.local.bind(context, recording, buffers)?,
+            mixed: stages.mixed.bind(context, recording, model, buffers, &stages.element, &stages.gather)?,
             gather: stages.gather.bind(context, recording, buffers)?,
             assemble: stages.assemble.bind(context, recording, buffers)?,
             pcg: stages.pcg.bind(context, recording, buffers)?,
@@ -94,6 +96,12 @@ pub struct GpuBackend {
     small_solve_vertices: usize,
     /// The model has a projective form (the local/global solver takes it).
     projective: bool,
+    /// The mixed solver's stretches on the device belong to these positions (as last read
+    /// back) at this node position, and whether a mixed solve moved them since.
+    mixed_left_at: Option<(Vec<[f64; 3]>, f64)>,
+    mixed_moved: bool,
+    /// The step's start, as the host gave it.
+    start: Vec<[f64; 3]>,
 }
 
 /// Staged results of one batch of line-search candidates: element and gather partials.
@@ -130,6 +138,9 @@ impl GpuBackend {
             last_global_cg: FIRST_CHUNK,
             small_solve_vertices: SMALL_SOLVE_VERTICES,
             projective,
+            mixed_left_at: None,
+            mixed_moved: false,
+            start: Vec::new(),
         })
     }
 
@@ -361,6 +372,128 @@ impl GpuBackend {
     /// A Newton iteration in one submission and one readback: linearize, solve with the
     /// iterations the last solve took (more chunks only when it runs on), the dots, and the
     /// line search's first candidates.
+    /// Records the mixed stage's `entry` over the tets at the objective's node.
+    fn mixed(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.mixed.queue(c, rec, &self.groups.mixed, &self.groups.element, self.nodes[0], entry, alpha)
+    }
+
+    /// Records the mixed merit at the iterate and `s + alpha ds`: the tets' part and the
+    /// springs' energies (staged together as the element partials), and the vertex terms
+    /// (the gather's energy); returns both stagings.
+    fn record_mixed_merit(&mut self, nodes: &[Node], alpha: f64) -> Result<Vec<Staged>> {
+        self.mixed("merit", alpha)?;
+        if self.buffers.spring_count > 0 {
+            let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups.element);
+            self.stages.element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Energy, true)?;
+        }
+        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
+        let params = self.gather_params(nodes, self.inv_h2, None, true);
+        self.gather(&params, Positions::Iterate)?;
+        Ok(vec![elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?])
+    }
+
+    /// After a condensed solve: the displacement formulation's gather (its partials staged),
+    /// the dots of its gradient with the direction, the local update (the tets' slope sums
+    /// staged) and the merit at the iterate.
+    fn record_after_mixed_solve(&mut self, nodes: &[Node]) -> Result<Vec<Staged>> {
+        let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.gather.queue(
+            c,
+            rec,
+            &self.groups.mixed.displacement_gather,
+            &params,
+            Positions::Iterate,
+        )?;
+        let gathered = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+        let dots = self.dots()?;
+        self.mixed("local_update", 0.0)?;
+        let (c, rec) = (&self.context, &mut self.recording);
+        let slope = super::mixed::WgMixed::stage_tet_sums(c, rec, &self.buffers, &self.groups.element)?;
+        let mut staged = vec![gathered, dots, slope];
+        staged.extend(self.record_mixed_merit(nodes, 0.0)?);
+        Ok(staged)
+    }
+
+    /// A mixed-FEM linearization and condensed solve in one submission (more only when the
+    /// PCG solve outruns its first recorded chunk).
+    fn mixed_direction_on_device(
+        &mut self,
+        request: &DirectionRequest<'_>,
+    ) -> Result<crate::backend::MixedDirection> {
+        let nodes = self.nodes.clone();
+        self.mixed("linearize", 0.0)?;
+        if self.buffers.spring_count > 0 {
+            let (c, rec) = (&self.context, &mut self.recording);
+            let element = &self.stages.element;
+            element.queue(
+                c,
+                rec,
+                &self.groups.element,
+                Positions::Iterate,
+                &nodes,
+                Outputs::ProjectedHessian,
+                true,
+            )?;
+            let groups = &self.groups.mixed.displacement_elements;
+            element.queue(c, rec, groups, Positions::Iterate, &nodes, Outputs::Gradient, true)?;
+        }
+        if !request.solve {
+            let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.stages.gather.queue(
+                c,
+                rec,
+                &self.groups.mixed.displacement_gather,
+                &params,
+                Positions::Iterate,
+            )?;
+            let staged = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+            let results = self.recording.read(&self.context, &[staged])?;
+            return Ok(crate::backend::MixedDirection {
+                linearization: Self::linearization(&results[0]),
+                ..Default::default()
+            });
+        }
+        // The condensed system: gather, assembly, right-hand side, PCG.
+        let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
+        self.gather(&params, Positions::Iterate)?;
+        self.assemble(Target::Newton { damped: self.damped })?;
+        self.vector("negate_gradient", 0.0)?;
+        let pcg =
+            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
+        let chunk = self.first_chunk(pcg.max_iterations);
+        let (status, solve) = self.record_solve(pcg, chunk)?;
+        let mut staged = vec![status];
+        staged.extend(self.record_after_mixed_solve(&nodes)?);
+        let mut results = self.recording.read(&self.context, &staged)?;
+        let first: PcgStatus = bytemuck::pod_read_unaligned(&results[0]);
+        let status = match solve {
+            Some(mut solve) => self.run_on(&mut solve, first)?,
+            None => first,
+        };
+        if first.running() {
+            // The solve outran the iterations recorded: what followed saw an unfinished direction.
+            let again = self.record_after_mixed_solve(&nodes)?;
+            let mut fresh = vec![results[0].clone()];
+            fresh.extend(self.recording.read(&self.context, &again)?);
+            results = fresh;
+        }
+        let linearization = Self::linearization(&results[1]);
+        let mut direction =
+            Self::report(&results[2], status.iterations.max(1) as usize, status.negative_curvature());
+        direction.slope += WgElement::energy(&results[3]);
+        let merit = Self::candidate_values(&results[4..6])[0];
+        self.last_cg = status.iterations.max(1);
+        Ok(crate::backend::MixedDirection {
+            linearization,
+            direction: (linearization.gradient_norm > request.gradient_tolerance).then_some(direction),
+            merit,
+            ..Default::default()
+        })
+    }
+
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
         let lin = self.record_linearization(request.projection)?;
         if !request.solve {
@@ -568,6 +701,8 @@ impl Stages for GpuBackend {
             );
         }
         self.nodes = problem.nodes.to_vec();
+        self.start.clear();
+        self.start.extend_from_slice(problem.start);
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
         // The local/global matrix's diagonal, for the models that solver takes.
@@ -656,6 +791,69 @@ impl Stages for GpuBackend {
                 self.error.get_or_insert(e);
             }
         }
+        if std::mem::take(&mut self.mixed_moved) {
+            // The stretches a mixed solve left belong with these positions.
+            self.mixed_left_at = Some((out.to_vec(), self.nodes[0].theta));
+        }
+    }
+
+    fn mixed_begin(&mut self) {
+        let result = (|| {
+            if self.buffers.reserve_mixed(&self.context) {
+                self.rebind()?;
+                self.mixed_left_at = None;
+            }
+            let node = self.nodes[0];
+            let kept = self
+                .mixed_left_at
+                .as_ref()
+                .is_some_and(|(x, theta)| *x == self.start && *theta == node.theta);
+            if !kept {
+                self.mixed("begin", 0.0)?;
+            }
+            self.mixed_moved = true;
+            Ok(())
+        })();
+        self.settle(result, ());
+    }
+
+    fn mixed_direction(&mut self, request: &DirectionRequest<'_>) -> crate::backend::MixedDirection {
+        let started = std::time::Instant::now();
+        let result = self.mixed_direction_on_device(request);
+        let mut done = self.settle(
+            result,
+            crate::backend::MixedDirection {
+                linearization: Linearization { gradient_norm: f64::NAN, ..Default::default() },
+                ..Default::default()
+            },
+        );
+        done.linearize_time = started.elapsed();
+        done
+    }
+
+    fn mixed_merits(&mut self, alphas: &[f64]) -> Vec<f64> {
+        let result = (|| {
+            let nodes = self.nodes.clone();
+            let mut staged = Vec::with_capacity(alphas.len());
+            self.vector("save", 0.0)?;
+            for &alpha in alphas {
+                self.vector("offset", alpha)?;
+                staged.push(self.record_mixed_merit(&nodes, alpha)?);
+            }
+            self.vector("offset", 0.0)?;
+            Ok(Self::candidate_values(&self.recording.read(&self.context, &staged.concat())?))
+        })();
+        self.settle(result, vec![f64::NAN; alphas.len()])
+    }
+
+    fn mixed_advance(&mut self, alpha: f64) {
+        let result = (|| {
+            self.vector("save", 0.0)?;
+            self.vector("offset", alpha)?;
+            self.mixed("advance", alpha)
+        })();
+        self.mixed_moved = true;
+        self.settle(result, ());
     }
 
     fn objective(&mut self) -> f64 {

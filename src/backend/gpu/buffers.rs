@@ -168,6 +168,9 @@ impl GpuBuffers {
         // models it can solve.
         let rotations = if projective { 2 * nt } else { 1 };
         s.set("rotations", c.storage("rotations", &vec![[0.0f32, 0.0, 0.0, 1.0]; rotations]));
+        // The mixed solver's stretches and rotations, allocated when it first runs.
+        s.set("stretch", c.scratch::<f32>("stretch", 1));
+        s.set("mixed_rotations", c.scratch::<[f32; 4]>("mixed_rotations", 1));
 
         let mut w = GpuScratch::default();
         w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));
@@ -192,6 +195,9 @@ impl GpuBuffers {
         w.set("placeholder", c.scratch::<f32>("placeholder", 1));
         w.set("damping_blocks", c.scratch::<f32>("damping_blocks", 1));
         w.set("damping_linear", c.scratch::<[f32; 4]>("damping_linear", 1));
+        // The mixed solver's buffers, allocated when it first runs (`reserve_mixed`).
+        w.set("displacement_corners", c.scratch::<f32>("displacement_corners", 1));
+        w.set("mixed_linearization", c.scratch::<f32>("mixed_linearization", 1));
         GpuBuffers {
             model: m,
             state: s,
@@ -247,6 +253,22 @@ impl GpuBuffers {
         }
         self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.slot_count));
         self.scratch.set("damping_linear", context.scratch::<[f32; 4]>("damping_linear", self.vertex_count));
+        true
+    }
+
+    /// Allocates the mixed solver's per-tet buffers; true the first time (bind groups over them
+    /// must be rebuilt).
+    pub fn reserve_mixed(&mut self, context: &GpuContext) -> bool {
+        let nt = self.tet_count.max(1);
+        if self.state.named("stretch").size() >= (24 * nt) as u64 {
+            return false;
+        }
+        let corners = 12 * self.tet_count + 6 * self.spring_count;
+        self.state.set("stretch", context.scratch::<f32>("stretch", 6 * nt));
+        self.state.set("mixed_rotations", context.scratch::<[f32; 4]>("mixed_rotations", nt));
+        self.scratch
+            .set("displacement_corners", context.scratch::<f32>("displacement_corners", corners.max(1)));
+        self.scratch.set("mixed_linearization", context.scratch::<f32>("mixed_linearization", 105 * nt));
         true
     }
 

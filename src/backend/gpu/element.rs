@@ -28,6 +28,8 @@ pub struct ElementParams {
     pub theta_0: f32,
     pub weight_1: f32,
     pub theta_1: f32,
+    /// A step length (the mixed stage's merit and advance).
+    pub alpha: f32,
 }
 
 const ANY_MATERIAL: u32 = 6;
@@ -102,7 +104,13 @@ impl ElementGroups {
             theta_0: nodes[0].theta as f32,
             weight_1: second.weight as f32,
             theta_1: second.theta as f32,
+            alpha: 0.0,
         })
+    }
+
+    /// How many energy partials the tets' runs write (they come before the springs').
+    pub fn tet_partials(&self) -> u32 {
+        self.runs.iter().filter(|run| run.entry == "tets_main").map(|run| run.count.div_ceil(WORKGROUP)).sum()
     }
 
     /// The parameters of each run of tets at `nodes` (a stage that takes over the tets writes
@@ -156,16 +164,33 @@ impl WgElement {
         model: &Model,
         buffers: &GpuBuffers,
     ) -> Result<ElementGroups> {
+        self.bind_corners(context, recording, model, buffers, "corner_gradients")
+    }
+
+    /// [`bind`](Self::bind), writing the corner gradients into the buffer `corners` (the mixed
+    /// solver keeps two sets).
+    pub fn bind_corners(
+        &self,
+        context: &GpuContext,
+        recording: &Recording,
+        model: &Model,
+        buffers: &GpuBuffers,
+        corners: &str,
+    ) -> Result<ElementGroups> {
+        let resolve = |group: u32, name: &str| match (group, name) {
+            (3, "corner_gradients") => buffers.scratch.get(corners),
+            _ => buffers.resolve(group, name),
+        };
         let aux = |group: u32, name: &str| match (group, name) {
             (2, "x" | "x_start") => buffers.state.get("aux"),
-            _ => buffers.resolve(group, name),
+            _ => resolve(group, name),
         };
         Ok(ElementGroups {
             tet_count: model.tets.len() as u32,
             spring_count: model.springs.len() as u32,
             runs: runs(model),
             param: recording.param_group(context, &self.0),
-            iterate: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
+            iterate: self.0.bind(context, resolve)?,
             aux: self.0.bind(context, aux)?,
         })
     }

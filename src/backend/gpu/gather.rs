@@ -109,13 +109,29 @@ impl WgGather {
         recording: &Recording,
         buffers: &GpuBuffers,
     ) -> Result<GatherGroups> {
+        self.bind_corners(context, recording, buffers, "corner_gradients")
+    }
+
+    /// [`bind`](Self::bind), gathering the corner gradients of the buffer `corners` (the mixed
+    /// solver keeps two sets).
+    pub fn bind_corners(
+        &self,
+        context: &GpuContext,
+        recording: &Recording,
+        buffers: &GpuBuffers,
+        corners: &str,
+    ) -> Result<GatherGroups> {
+        let resolve = |group: u32, name: &str| match (group, name) {
+            (3, "corner_gradients") => buffers.scratch.get(corners),
+            _ => buffers.resolve(group, name),
+        };
         let aux = |group: u32, name: &str| match (group, name) {
             (2, "x" | "x_start" | "target_positions") => buffers.state.get("aux"),
-            _ => buffers.resolve(group, name),
+            _ => resolve(group, name),
         };
         Ok(GatherGroups {
             param: recording.param_group(context, &self.0),
-            iterate: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
+            iterate: self.0.bind(context, resolve)?,
             aux: self.0.bind(context, aux)?,
             workgroups: buffers.vertex_workgroups(),
         })

@@ -19,6 +19,7 @@ pub(crate) mod context;
 pub mod element;
 pub mod gather;
 pub mod local;
+pub mod mixed;
 pub mod pcg;
 pub mod recording;
 pub mod shaders;
@@ -44,6 +45,7 @@ pub enum Positions {
 pub struct WgStages {
     pub element: element::WgElement,
     pub local: local::WgLocal,
+    pub mixed: mixed::WgMixed,
     pub gather: gather::WgGather,
     pub assemble: assemble::WgAssemble,
     pub pcg: pcg::WgPcg,
@@ -56,6 +58,7 @@ impl WgStages {
         Ok(WgStages {
             element: element::WgElement::new(context)?,
             local: local::WgLocal::new(context)?,
+            mixed: mixed::WgMixed::new(context)?,
             gather: gather::WgGather::new(context)?,
             assemble: assemble::WgAssemble::new(context)?,
             pcg: pcg::WgPcg::new(context)?,
@@ -69,7 +72,7 @@ impl WgStages {
 pub fn params_size(stage: &str) -> Option<u64> {
     use encase::ShaderType;
     Some(match stage {
-        "element" | "local" => element::ElementParams::min_size().get(),
+        "element" | "local" | "mixed" => element::ElementParams::min_size().get(),
         "gather" => gather::GatherParams::min_size().get(),
         "assemble" => assemble::AssembleParams::min_size().get(),
         "pcg" => pcg::PcgParams::min_size().get(),

@@ -18,6 +18,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/matrix", include_str!("../../../shaders/shared/matrix.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
     ("local", include_str!("../../../shaders/local.wgsl")),
+    ("mixed", include_str!("../../../shaders/mixed.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
@@ -26,7 +27,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// The stages: composed modules with entry points.
-pub const STAGES: &[&str] = &["element", "local", "gather", "assemble", "pcg", "vector"];
+pub const STAGES: &[&str] = &["element", "local", "mixed", "gather", "assemble", "pcg", "vector"];
 
 /// The composed stage `name`, parsed and validated by naga.
 pub fn module(name: &str) -> Result<(String, naga::Module)> {

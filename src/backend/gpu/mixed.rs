@@ -1,0 +1,227 @@
+//! Stage `mixed` (`shaders/mixed.wgsl`), the GPU twin of `backend/cpu/mixed.rs`: the per-tet
+//! part of the mixed-FEM SQP iteration. It writes the condensed system's corner gradients and
+//! blocks where the element stage writes them (the gather and assembly then run as for
+//! Newton), the displacement formulation's corner gradients into `displacement_corners` (for a
+//! second gather, the convergence test's), and its slope and merit sums into the element
+//! stage's energy partials of the tets.
+
+use super::buffers::GpuBuffers;
+use super::context::GpuContext;
+use super::element::{ElementGroups, WgElement};
+use super::gather::{GatherGroups, WgGather};
+use super::recording::{Recording, Staged};
+use super::stage::{Kernel, WORKGROUP, WgStage};
+use crate::error::Result;
+use crate::model::Model;
+use crate::objective::Node;
+
+/// The mixed stage's pipelines.
+pub struct WgMixed(pub(crate) WgStage);
+
+/// The mixed stage bound to one model's buffers, with the element and gather stages bound to
+/// the displacement formulation's corner gradients.
+pub struct MixedGroups {
+    param: wgpu::BindGroup,
+    iterate: Vec<wgpu::BindGroup>,
+    /// The springs' gradients into `displacement_corners`.
+    pub displacement_elements: ElementGroups,
+    /// The gather of `displacement_corners`.
+    pub displacement_gather: GatherGroups,
+}
+
+impl WgMixed {
+    pub fn new(context: &GpuContext) -> Result<WgMixed> {
+        Ok(WgMixed(WgStage::new(context, "mixed")?))
+    }
+
+    pub fn bind(
+        &self,
+        context: &GpuContext,
+        recording: &Recording,
+        model: &Model,
+        buffers: &GpuBuffers,
+        element: &WgElement,
+        gather: &WgGather,
+    ) -> Result<MixedGroups> {
+        const CORNERS: &str = "displacement_corners";
+        Ok(MixedGroups {
+            param: recording.param_group(context, &self.0),
+            iterate: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
+            displacement_elements: element.bind_corners(context, recording, model, buffers, CORNERS)?,
+            displacement_gather: gather.bind_corners(context, recording, buffers, CORNERS)?,
+        })
+    }
+
+    /// Records entry point `entry` over the tets, run by run as the element stage splits them
+    /// (`elements`), at the objective's one node and step length `alpha`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &MixedGroups,
+        elements: &ElementGroups,
+        node: Node,
+        entry: &'static str,
+        alpha: f64,
+    ) -> Result<()> {
+        let bound: Vec<&wgpu::BindGroup> = groups.iterate.iter().collect();
+        for mut params in elements.tet_runs(&[node])? {
+            params.alpha = alpha as f32;
+            let offset = recording.params(context, &params)?;
+            let kernel = Kernel { stage: &self.0, entry, constants: &[], label: entry };
+            recording.dispatch(
+                context,
+                kernel,
+                &groups.param,
+                offset,
+                &bound,
+                params.count.div_ceil(WORKGROUP),
+            );
+        }
+        Ok(())
+    }
+
+    /// Stages the tets' energy partials (the sums `local_update` and `merit` leave there).
+    pub fn stage_tet_sums(
+        context: &GpuContext,
+        recording: &mut Recording,
+        buffers: &GpuBuffers,
+        elements: &ElementGroups,
+    ) -> Result<Staged> {
+        let partials = buffers.scratch.named("energy_partials");
+        recording.stage(context, partials, 4 * elements.tet_partials().max(1) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::gpu::test_support::context;
+    use crate::backend::{DirectionRequest, LinearSolver, Stages};
+    use crate::material::{Material, Projection};
+    use crate::mesh::TetMesh;
+    use crate::model::Model;
+    use crate::objective::{Node, StepProblem};
+
+    /// A mixed-FEM iteration on the GPU against its CPU twin, for every material, from random
+    /// states with stretches off the positions' (the first step's warm start is the start's
+    /// stretch; the iterate is elsewhere): the same displacement gradient norm, direction
+    /// slope, merit at the iterate and at a step along it, and the same positions after the
+    /// step.
+    #[test]
+    fn mixed_iteration_matches_its_cpu_twin() {
+        use rand::{RngExt, SeedableRng};
+        let Some(context) = context() else { return };
+        let materials: [fn(f64, f64) -> Material; 6] = [
+            Material::stvk,
+            Material::corotated,
+            Material::fixed_corotated,
+            Material::neo_hookean,
+            Material::stable_neo_hookean,
+            Material::arap,
+        ];
+        for (m, material) in materials.iter().enumerate() {
+            let mut model = Model::empty([0.0, -9.81, 0.0]);
+            model
+                .add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material(2e4, 0.3)], 1000.0)
+                .unwrap();
+            for v in 0..model.vertex_count() {
+                model.pinned[v] = model.rest[v][0] < 1e-9;
+            }
+            let model = Arc::new(model);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(70 + m as u64);
+            let mut moved = |scale: f64| -> Vec<[f64; 3]> {
+                model
+                    .rest
+                    .iter()
+                    .enumerate()
+                    .map(|(v, p)| {
+                        if model.pinned[v] {
+                            *p
+                        } else {
+                            std::array::from_fn(|c| p[c] + rng.random_range(-scale..scale))
+                        }
+                    })
+                    .collect()
+            };
+            let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
+            let nodes = [Node { weight: 1.0, theta: 1.0 }];
+            let problem = StepProblem {
+                start: &start,
+                target: &target,
+                nodes: &nodes,
+                dt: 1.0 / 30.0,
+                vertex_damping: &[],
+                vertex_linear: &[],
+                rayleigh: 0.0,
+                damping_weight: 1.0,
+            };
+            let request = DirectionRequest {
+                projection: Projection::Psd,
+                solve: true,
+                solver: LinearSolver::Pcg,
+                gradient_tolerance: 1e-9,
+                relative_tolerance: Some(1e-6),
+                max_iterations: 500,
+                candidates: &[],
+                likely_converged: false,
+            };
+            let mut cpu = CpuBackend::new(model.clone());
+            let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+            let mut results = Vec::new();
+            for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
+                backend.begin_step(problem);
+                backend.set_iterate(&x);
+                backend.mixed_begin();
+                let done = backend.mixed_direction(&request);
+                let direction = done.direction.expect("a direction");
+                let merits = backend.mixed_merits(&[0.5, 1.0]);
+                backend.mixed_advance(0.5);
+                let mut after = vec![[0.0; 3]; x.len()];
+                backend.read_iterate(&mut after);
+                // A second iteration from the advanced stretches.
+                let again = backend.mixed_direction(&request);
+                results.push((
+                    done.linearization.gradient_norm,
+                    direction.slope,
+                    done.merit,
+                    merits,
+                    after,
+                    again,
+                ));
+                assert!(backend.take_error().is_none());
+            }
+            let label = format!("{:?}", material(2e4, 0.3).model());
+            let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-12);
+            let (c, g) = (&results[0], &results[1]);
+            println!(
+                "{label}: |g| {:.1e}, slope {:.1e}, merit {:.1e}, merits {:.1e} {:.1e}, second |g| {:.1e}",
+                relative(g.0, c.0),
+                relative(g.1, c.1),
+                relative(g.2, c.2),
+                relative(g.3[0], c.3[0]),
+                relative(g.3[1], c.3[1]),
+                relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm),
+            );
+            // f32 on the GPU against f64: the element stage's parity bound (1e-5 relative) for
+            // values summed over the body, 1e-4 for the slope (a difference of such sums).
+            assert!(relative(g.0, c.0) < 1e-5, "{label}: |g| {} vs {}", g.0, c.0);
+            assert!(relative(g.1, c.1) < 1e-4, "{label}: slope {} vs {}", g.1, c.1);
+            assert!(relative(g.2, c.2) < 1e-5, "{label}: merit {} vs {}", g.2, c.2);
+            for k in 0..2 {
+                assert!(relative(g.3[k], c.3[k]) < 1e-5, "{label}: merit {k} {} vs {}", g.3[k], c.3[k]);
+            }
+            let worst =
+                c.4.iter()
+                    .zip(&g.4)
+                    .flat_map(|(a, b)| (0..3).map(move |i| (a[i] - b[i]).abs()))
+                    .fold(0.0, f64::max);
+            assert!(worst < 1e-6, "{label}: positions after the step differ by {worst:e} m");
+            let second = relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm);
+            assert!(second < 1e-4, "{label}: second |g| off by {second:e}");
+        }
+    }
+}

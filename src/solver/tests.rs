@@ -93,6 +93,21 @@ impl Stages for Recording {
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
         self.inner.potential_gradient(x, out)
     }
+    fn mixed_begin(&mut self) {
+        self.inner.mixed_begin()
+    }
+    fn mixed_direction(
+        &mut self,
+        request: &crate::backend::DirectionRequest<'_>,
+    ) -> crate::backend::MixedDirection {
+        self.inner.mixed_direction(request)
+    }
+    fn mixed_merits(&mut self, alphas: &[f64]) -> Vec<f64> {
+        self.inner.mixed_merits(alphas)
+    }
+    fn mixed_advance(&mut self, alpha: f64) {
+        self.inner.mixed_advance(alpha)
+    }
 }
 
 /// A hard backward-Euler step: a stiff bar, pinned at one end, far from equilibrium.

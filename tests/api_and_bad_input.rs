@@ -75,8 +75,11 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
     assert!((0.0..=1.1).contains(&alpha), "alpha {alpha}");
     let mut mixed = bar_builder().solver(Solver::mixed_fem()).backend(lively::Backend::Cpu).build().unwrap();
     assert!(mixed.step().unwrap().converged, "mixed FEM steps on the CPU");
-    let refused = bar_builder().solver(Solver::mixed_fem()).backend(lively::Backend::Gpu).build();
-    assert!(matches!(refused, Err(Error::Unsupported(_))), "mixed FEM has no GPU stages yet and must say so");
+    let refused = bar_builder().solver(Solver::mixed_fem()).integrator(Integrator::Avf).build();
+    assert!(
+        matches!(refused, Err(Error::Unsupported(_))),
+        "mixed FEM keeps one stretch per tet at one node and must refuse AVF's two"
+    );
     let refused = bar_builder().contact_model(ContactModel::Projection).build();
     assert!(matches!(refused, Err(Error::Unsupported(_))), "projection contact is not implemented yet");
     let penalty = bar_builder()

@@ -135,6 +135,9 @@ pub struct MixedDirection {
     pub direction: Option<DirectionReport>,
     /// The merit at the iterate, with the new multipliers.
     pub merit: f64,
+    /// The merit after the full step (the line search's first candidate), evaluated in the
+    /// same round trip.
+    pub full_step_merit: f64,
     /// Time spent linearizing apart from the solve.
     pub linearize_time: std::time::Duration,
     /// Time spent in the local solves after the global one.

@@ -49,8 +49,14 @@ impl NonlinearSolver for MixedFem<'_> {
                 likely_converged: false,
             };
             let t = Instant::now();
-            let MixedDirection { linearization, direction, merit, linearize_time, local_time } =
-                stages.mixed_direction(&request);
+            let MixedDirection {
+                linearization,
+                direction,
+                merit,
+                full_step_merit,
+                linearize_time,
+                local_time,
+            } = stages.mixed_direction(&request);
             report.times.evaluate += linearize_time;
             report.times.local_solve += local_time;
             report.times.linear_solve += t.elapsed().saturating_sub(linearize_time + local_time);
@@ -84,7 +90,7 @@ impl NonlinearSolver for MixedFem<'_> {
                     direction.slope,
                     linearization.noise_floor,
                     false,
-                    &[],
+                    &[(1.0, full_step_merit)],
                 )
             } else {
                 Step::Failed

@@ -227,8 +227,9 @@ impl Solver {
     /// gradient test, tolerance 1e-6 N) in about as many iterations, fewer on stiff bodies;
     /// stopped early ([`max_iterations`](Self::max_iterations), [`budget`](Self::budget),
     /// [`wall_time`](Self::wall_time)) it damps the motion less than Newton stopped the same.
-    /// Stretches are kept from step to step. For the CPU backend and integrators with one
-    /// quadrature node (all implicit ones but AVF).
+    /// Stretches are kept from step to step. On both backends (a GPU records an iteration —
+    /// linearization, condensed solve, local update, merit — as one submission), for
+    /// integrators with one quadrature node (all implicit ones but AVF).
     pub fn mixed_fem() -> Solver {
         Solver::with_kind(SolverKind::MixedFem)
     }

@@ -583,6 +583,7 @@ impl Stages for CpuBackend {
         done.merit = self.mixed.merit_at_iterate(&self.model, node)
             + element::spring_energy(&self.model, &self.x, &self.start, &self.nodes)
             + self.vertex_objective(&self.x);
+        done.full_step_merit = self.mixed_merits(&[1.0])[0];
         done.direction = Some(direction);
         done
     }

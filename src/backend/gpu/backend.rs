@@ -395,7 +395,7 @@ impl GpuBackend {
 
     /// After a condensed solve: the displacement formulation's gather (its partials staged),
     /// the dots of its gradient with the direction, the local update (the tets' slope sums
-    /// staged) and the merit at the iterate.
+    /// staged) and the merit at the iterate and after the full step.
     fn record_after_mixed_solve(&mut self, nodes: &[Node]) -> Result<Vec<Staged>> {
         let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
         let (c, rec) = (&self.context, &mut self.recording);
@@ -413,6 +413,11 @@ impl GpuBackend {
         let slope = super::mixed::WgMixed::stage_tet_sums(c, rec, &self.buffers, &self.groups.element)?;
         let mut staged = vec![gathered, dots, slope];
         staged.extend(self.record_mixed_merit(nodes, 0.0)?);
+        // The line search's first candidate, the full step.
+        self.vector("save", 0.0)?;
+        self.vector("offset", 1.0)?;
+        staged.extend(self.record_mixed_merit(nodes, 1.0)?);
+        self.vector("offset", 0.0)?;
         Ok(staged)
     }
 
@@ -484,12 +489,13 @@ impl GpuBackend {
         let mut direction =
             Self::report(&results[2], status.iterations.max(1) as usize, status.negative_curvature());
         direction.slope += WgElement::energy(&results[3]);
-        let merit = Self::candidate_values(&results[4..6])[0];
+        let merits = Self::candidate_values(&results[4..8]);
         self.last_cg = status.iterations.max(1);
         Ok(crate::backend::MixedDirection {
             linearization,
             direction: (linearization.gradient_norm > request.gradient_tolerance).then_some(direction),
-            merit,
+            merit: merits[0],
+            full_step_merit: merits[1],
             ..Default::default()
         })
     }

@@ -367,12 +367,18 @@ fn stretch_jacobian(t: Tet, q: vec4<f32>, dm: mat3x3<f32>, theta: f32) -> array<
     return out;
 }
 
-// Column 3a + i of the Jacobian, corner 3 included.
-fn column(jacobian: array<array<f32, 9>, 6>, k: u32, a: u32, i: u32) -> f32 {
-    if (a < 3u) {
-        return jacobian[k][3u * a + i];
+// The Jacobian's twelve columns: corner 3's are minus the sum of the others'.
+fn all_columns(jacobian: array<array<f32, 9>, 6>) -> array<array<f32, 12>, 6> {
+    var out: array<array<f32, 12>, 6>;
+    for (var k = 0u; k < 6u; k++) {
+        for (var c = 0u; c < 9u; c++) {
+            out[k][c] = jacobian[k][c];
+        }
+        for (var i = 0u; i < 3u; i++) {
+            out[k][9u + i] = -(jacobian[k][i] + jacobian[k][3u + i] + jacobian[k][6u + i]);
+        }
     }
-    return -(jacobian[k][i] + jacobian[k][3u + i] + jacobian[k][6u + i]);
+    return out;
 }
 
 fn load_jacobian(e: u32) -> array<array<f32, 9>, 6> {
@@ -437,12 +443,13 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
         residual[k] = gradient[k] + h_gap[k];
     }
     let weight = cw.x * t.volume;
+    let jc = all_columns(jacobian);
     for (var a = 0u; a < 4u; a++) {
         var plain = vec3<f32>(0.0);
         var condensed = vec3<f32>(0.0);
         for (var i = 0u; i < 3u; i++) {
             for (var k = 0u; k < 6u; k++) {
-                let c = column(jacobian, k, a, i);
+                let c = jc[k][3u * a + i];
                 plain[i] += c * gradient_of_x[k];
                 condensed[i] += c * residual[k];
             }
@@ -452,7 +459,17 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
         }
         store_corner(e, a, weight * condensed);
     }
-    // a J^T H J, the ten upper blocks (a, b), a <= b.
+    // a J^T H J, the ten upper blocks (a, b), a <= b, from a H J.
+    var hj: array<array<f32, 12>, 6>;
+    for (var k = 0u; k < 6u; k++) {
+        for (var col = 0u; col < 12u; col++) {
+            var value = 0.0;
+            for (var l = 0u; l < 6u; l++) {
+                value += hessian[k][l] * jc[l][col];
+            }
+            hj[k][col] = weight * value;
+        }
+    }
     var u = 0u;
     for (var a = 0u; a < 4u; a++) {
         for (var b = a; b < 4u; b++) {
@@ -460,13 +477,9 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
                 for (var j = 0u; j < 3u; j++) {
                     var value = 0.0;
                     for (var k = 0u; k < 6u; k++) {
-                        var hj = 0.0;
-                        for (var l = 0u; l < 6u; l++) {
-                            hj += hessian[k][l] * column(jacobian, l, b, j);
-                        }
-                        value += column(jacobian, k, a, i) * hj;
+                        value += jc[k][3u * a + i] * hj[k][3u * b + j];
                     }
-                    element_blocks[tet_block_entry(e, u, 3u * i + j, params.tet_count)] = weight * value;
+                    element_blocks[tet_block_entry(e, u, 3u * i + j, params.tet_count)] = value;
                 }
             }
             u++;
@@ -499,14 +512,14 @@ fn local_update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     var slope = 0.0;
     if (e != 0xffffffffu) {
         let t = load_tet(e);
-        let jacobian = load_jacobian(e);
+        let jc = all_columns(load_jacobian(e));
         let hessian = load_hessian(e);
         let corners = array<vec3<f32>, 4>(corner_direction(t.v.x), corner_direction(t.v.y), corner_direction(t.v.z), corner_direction(t.v.w));
         var j_dx = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         for (var k = 0u; k < 6u; k++) {
             for (var a = 0u; a < 4u; a++) {
                 for (var i = 0u; i < 3u; i++) {
-                    j_dx[k] += column(jacobian, k, a, i) * corners[a][i];
+                    j_dx[k] += jc[k][3u * a + i] * corners[a][i];
                 }
             }
         }

@@ -130,26 +130,33 @@ fn tet(
                     }
                 }
             }
-            let mut last = [0.0; 9];
-            for a in 0..3 {
-                let mut column = [0.0; 9];
-                for block in &inner[a] {
-                    for (c, value) in column.iter_mut().zip(block) {
-                        *c -= value;
-                    }
-                }
-                for b in a..3 {
-                    add9(&mut h[upper(a, b, 4)], &inner[a][b]);
-                }
-                add9(&mut h[upper(a, 3, 4)], &column);
-                for c in 0..9 {
-                    last[c] -= column[c];
-                }
-            }
-            add9(&mut h[upper(3, 3, 4)], &last);
+            add_tet_blocks(&inner, h);
         }
     }
     energy
+}
+
+/// Adds a tet's ten upper Hessian blocks to `h`, given the blocks `(a, b)` of corners 0-2
+/// (both triangles): the shape gradients sum to zero, so corner 3's blocks are sums of those,
+/// `H_a3 = -sum_b H_ab` and `H_33 = -sum_a H_a3`.
+pub(crate) fn add_tet_blocks(inner: &[[[f64; 9]; 3]; 3], h: &mut [[f64; 9]]) {
+    let mut last = [0.0; 9];
+    for a in 0..3 {
+        let mut column = [0.0; 9];
+        for block in &inner[a] {
+            for (c, value) in column.iter_mut().zip(block) {
+                *c -= value;
+            }
+        }
+        for b in a..3 {
+            add9(&mut h[upper(a, b, 4)], &inner[a][b]);
+        }
+        add9(&mut h[upper(a, 3, 4)], &column);
+        for c in 0..9 {
+            last[c] -= column[c];
+        }
+    }
+    add9(&mut h[upper(3, 3, 4)], &last);
 }
 
 /// Energy of spring `s`, with its gradient and Hessian blocks as for [`tet`].

@@ -23,8 +23,7 @@
 use glam::{DQuat, DVec3};
 use rayon::prelude::*;
 
-use super::element::{CHUNK, deformation_gradient, point};
-use crate::backend::topology::upper;
+use super::element::{CHUNK, add_tet_blocks, deformation_gradient, point};
 use crate::material::Projection;
 use crate::material::stretch::{Mat6, Sym6, polar_stretch, signed_stretch};
 use crate::model::Model;
@@ -209,23 +208,8 @@ impl MixedElements {
                         }
                     }
                     let blocks = &mut blocks[10 * local..10 * local + 10];
-                    let mut last = [0.0; 9];
-                    for a in 0..3 {
-                        let mut column = [0.0; 9];
-                        for block in &inner[a] {
-                            for (c, value) in column.iter_mut().zip(block) {
-                                *c -= value;
-                            }
-                        }
-                        for b in a..3 {
-                            blocks[upper(a, b, 4)] = inner[a][b];
-                        }
-                        blocks[upper(a, 3, 4)] = column;
-                        for c in 0..9 {
-                            last[c] -= column[c];
-                        }
-                    }
-                    blocks[upper(3, 3, 4)] = last;
+                    blocks.fill([0.0; 9]);
+                    add_tet_blocks(&inner, blocks);
                     lin.stretch_of_x = stretch_of_x;
                     lin.hessian = at_s.hessian;
                     lin.gradient = at_s.gradient;

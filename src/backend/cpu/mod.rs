@@ -291,6 +291,20 @@ impl CpuBackend {
         Linearization { gradient_norm: squared.sqrt(), force_scale, noise_floor: f64::EPSILON * magnitude }
     }
 
+    /// The system matrix from the element blocks in hand, the vertex blocks and the lagged
+    /// damping.
+    fn assemble_system(&mut self) {
+        let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
+        assemble::matrix(
+            &self.model,
+            &self.topology,
+            &self.element_blocks,
+            Some(&self.vertex_blocks),
+            extra,
+            &mut self.blocks,
+        );
+    }
+
     fn report(&self, iterations: usize, negative_curvature: bool) -> DirectionReport {
         DirectionReport {
             iterations,
@@ -384,15 +398,7 @@ impl Stages for CpuBackend {
             self.evaluated = Some(Some(projection));
         }
         let linearization = self.gather(projection);
-        let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
-        assemble::matrix(
-            &self.model,
-            &self.topology,
-            &self.element_blocks,
-            Some(&self.vertex_blocks),
-            extra,
-            &mut self.blocks,
-        );
+        self.assemble_system();
         linearization
     }
 
@@ -547,15 +553,7 @@ impl Stages for CpuBackend {
         std::mem::swap(&mut self.corner_gradients, &mut self.condensed_corners);
         let condensed = self.gather(Projection::Psd);
         std::mem::swap(&mut self.corner_gradients, &mut self.condensed_corners);
-        let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
-        assemble::matrix(
-            &self.model,
-            &self.topology,
-            &self.element_blocks,
-            Some(&self.vertex_blocks),
-            extra,
-            &mut self.blocks,
-        );
+        self.assemble_system();
         self.mixed.leave_at(&self.x, node);
         let linearize_time = started.elapsed();
         let mut done = MixedDirection {

@@ -393,20 +393,20 @@ impl GpuBackend {
         Ok(vec![elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?])
     }
 
+    /// Records the gather of the displacement formulation's corner gradients at the iterate
+    /// (its gradient, the convergence test's) and stages its partials.
+    fn record_displacement_gather(&mut self, nodes: &[Node]) -> Result<Staged> {
+        let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
+        let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups.mixed.displacement_gather);
+        self.stages.gather.queue(c, rec, groups, &params, Positions::Iterate)?;
+        super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)
+    }
+
     /// After a condensed solve: the displacement formulation's gather (its partials staged),
     /// the dots of its gradient with the direction, the local update (the tets' slope sums
     /// staged) and the merit at the iterate and after the full step.
     fn record_after_mixed_solve(&mut self, nodes: &[Node]) -> Result<Vec<Staged>> {
-        let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.stages.gather.queue(
-            c,
-            rec,
-            &self.groups.mixed.displacement_gather,
-            &params,
-            Positions::Iterate,
-        )?;
-        let gathered = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+        let gathered = self.record_displacement_gather(nodes)?;
         let dots = self.dots()?;
         self.mixed("local_update", 0.0)?;
         let (c, rec) = (&self.context, &mut self.recording);
@@ -445,16 +445,7 @@ impl GpuBackend {
             element.queue(c, rec, groups, Positions::Iterate, &nodes, Outputs::Gradient, true)?;
         }
         if !request.solve {
-            let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
-            let (c, rec) = (&self.context, &mut self.recording);
-            self.stages.gather.queue(
-                c,
-                rec,
-                &self.groups.mixed.displacement_gather,
-                &params,
-                Positions::Iterate,
-            )?;
-            let staged = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
+            let staged = self.record_displacement_gather(&nodes)?;
             let results = self.recording.read(&self.context, &[staged])?;
             return Ok(crate::backend::MixedDirection {
                 linearization: Self::linearization(&results[0]),

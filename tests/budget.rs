@@ -48,6 +48,13 @@ fn a_budget_of_two_newton_by_forty_cg_iterations_is_spent_and_stays_stable() {
             // Never above the start: energy injected by an unconverged A-search correction
             // used to grow it eightyfold within three steps.
             assert!(energy.total <= start * (1.0 + 1e-9), "{backend:?}: H {} > H0 {start}", energy.total);
+            // The GPU records the whole budgeted step — the guesses and their pick, both Newton
+            // iterations with their line searches decided on the device, the state's potential
+            // and forces — as one submission, and reads it back once (before, 6 and 7).
+            if let Some(device) = stats.device {
+                println!("{backend:?} step {step}: {device:?}");
+                assert_eq!((device.submissions, device.readbacks), (1, 1), "{device:?}");
+            }
         }
     }
 }

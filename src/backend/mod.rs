@@ -184,6 +184,58 @@ pub struct LocalGlobalReport {
     pub linear_solve: std::time::Duration,
 }
 
+/// A fixed-budget Newton solve (`Solver::budget`), asked for whole: every decision in it —
+/// which initial guess, and which step length along each direction — is made by the rule of
+/// `cpu/line_search.rs`, which a GPU evaluates on the device, so that it records the whole
+/// solve, and the state it ends in, as one submission with one readback.
+#[derive(Clone, Copy, Debug)]
+pub struct BudgetRequest<'a> {
+    /// Initial guesses; the last is a fallback, taken only when every other puts an element
+    /// outside its model's domain (an infinite objective).
+    pub guesses: &'a [&'a [[f64; 3]]],
+    /// Newton iterations (fewer only where the gradient is within the tolerance).
+    pub iterations: usize,
+    /// Exact or PSD-projected element Hessians.
+    pub projection: Projection,
+    /// The linear solver.
+    pub solver: LinearSolver,
+    /// Newton's gradient tolerance (N).
+    pub gradient_tolerance: f64,
+    /// The relative residual each linear solve aims at.
+    pub relative_tolerance: f64,
+    /// Linear-solver iteration cap per direction.
+    pub max_linear_iterations: usize,
+    /// Step lengths `1, 1/2, ...` evaluated per line search.
+    pub halvings: usize,
+    /// Evaluate `alpha = 2` too, and take it when it decreases `G` further.
+    pub extrapolate: bool,
+}
+
+/// What a fixed-budget solve did, and where it ended.
+#[derive(Clone, Debug, Default)]
+pub struct BudgetSolve {
+    /// The guess it started from; `None` when every guess has an infinite objective (nothing
+    /// else is then valid).
+    pub guess: Option<usize>,
+    /// Newton iterations that found the gradient above the tolerance.
+    pub iterations: usize,
+    /// Linear-solver iterations over all of them.
+    pub linear_iterations: usize,
+    /// The last such iteration's line search found no acceptable step along a descent
+    /// direction (the iterate stayed).
+    pub stalled: bool,
+    /// `G` at the guess started from.
+    pub start_objective: f64,
+    /// `G` at the end.
+    pub objective: f64,
+    /// `|grad G|` (N) at the end.
+    pub gradient_norm: f64,
+    /// The iterate at the end.
+    pub x: Vec<[f64; 3]>,
+    /// The step's damping pseudo-potential at the end, as [`Stages::dissipation`] gives it.
+    pub dissipation: f64,
+}
+
 /// The stages both backends implement with the same meaning.
 pub trait Stages: Send {
     /// Loads what stays fixed during one step's minimization.
@@ -255,6 +307,12 @@ pub trait Stages: Send {
             });
         NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time }
     }
+    /// A fixed-budget Newton solve from the best of `request.guesses` (see [`BudgetRequest`]).
+    /// This engine runs it stage by stage, deciding on the host by the same rule a GPU
+    /// evaluates on the device.
+    fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {
+        budget_solve_by_stages(self, request)
+    }
     /// Local/global (projective dynamics) iterations from the iterate: each evaluates the
     /// projections and `grad G`, then takes the global step `x -= A^-1 grad G` with the fixed
     /// matrix of [`projective`]. A GPU records every iteration into one submission.
@@ -314,4 +372,63 @@ pub trait Stages: Send {
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
         None
     }
+}
+
+/// A fixed-budget solve run stage by stage, each decision made on the host by the rule a GPU
+/// evaluates on the device (`cpu/line_search.rs`): the CPU's way, and a GPU's for budgets too
+/// large to record whole.
+pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
+    stages: &mut S,
+    request: &BudgetRequest<'_>,
+) -> BudgetSolve {
+    use cpu::line_search::{choose, pick, step_lengths};
+    let values = stages.objectives_at(request.guesses);
+    let Some(guess) = pick(&values, true) else { return BudgetSolve::default() };
+    stages.set_iterate(request.guesses[guess]);
+    let mut value = values[guess];
+    let alphas = step_lengths(request.halvings, request.extrapolate);
+    let mut solve = BudgetSolve { guess: Some(guess), start_objective: value, ..BudgetSolve::default() };
+    for _ in 0..request.iterations {
+        let found = stages.newton_direction(&DirectionRequest {
+            projection: request.projection,
+            solve: true,
+            solver: request.solver,
+            gradient_tolerance: request.gradient_tolerance,
+            relative_tolerance: Some(request.relative_tolerance),
+            max_iterations: request.max_linear_iterations,
+            candidates: &alphas,
+            likely_converged: false,
+        });
+        // Within the tolerance: the rest of the budget would leave the iterate as it is.
+        let Some(direction) = found.direction else { break };
+        solve.iterations += 1;
+        solve.linear_iterations += direction.iterations;
+        let values = if found.candidates.len() == alphas.len() {
+            found.candidates
+        } else {
+            stages.candidate_objectives(&alphas)
+        };
+        let noise = found.linearization.noise_floor;
+        let (alpha, next) = choose(
+            value,
+            direction.slope,
+            noise,
+            f64::EPSILON,
+            &values,
+            request.halvings,
+            request.extrapolate,
+        );
+        solve.stalled = alpha == 0.0 && direction.slope < 0.0;
+        if alpha != 0.0 {
+            stages.advance(alpha);
+            value = next;
+        }
+    }
+    solve.objective = value;
+    solve.gradient_norm = stages.linearize_gradient(request.projection).gradient_norm;
+    let mut x = vec![[0.0; 3]; request.guesses[0].len()];
+    stages.read_iterate(&mut x);
+    solve.x = x;
+    solve.dissipation = stages.dissipation();
+    solve
 }

@@ -295,6 +295,21 @@ impl Stepper<'_> {
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, &inertial];
         guesses.extend(warm_start);
+        // A fixed budget is run whole by the backend: on a GPU one submission and one readback,
+        // the step's start the fallback guess.
+        let with_fallback: Vec<&[[f64; 3]]> = guesses.iter().copied().chain([input.positions]).collect();
+        if let Some(request) = crate::solver::newton::budget_request(self.solver, &with_fallback) {
+            let started = std::time::Instant::now();
+            let solve = self.stages.budget_solve(&request);
+            if solve.guess.is_none() {
+                return Err(no_valid_guess());
+            }
+            let mut report = crate::solver::newton::budget_report(self.solver, &solve);
+            report.times.linear_solve = started.elapsed();
+            self.report.accumulate(report);
+            let v = scheme.velocity(input, &solve.x);
+            return Ok(Solved { x: solve.x, v, dissipated: 2.0 * solve.dissipation });
+        }
         let start = if !self.solver.compares_guesses() {
             // Projective dynamics starts from the warm start, or from inertia (the paper's
             // choice): its energies are finite everywhere, and evaluating the guesses would
@@ -304,13 +319,7 @@ impl Stepper<'_> {
         } else {
             let picked = pick_initial_guess(self.stages, &guesses)
                 .or_else(|| pick_initial_guess(self.stages, &[input.positions]));
-            let Some((_, value)) = picked else {
-                return Err(Error::Solver(
-                    "every initial guess puts an element outside its material's domain (an inverted \
-                     neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
-                        .into(),
-                ));
-            };
+            let Some((_, value)) = picked else { return Err(no_valid_guess()) };
             Some(value)
         };
         let report = self.solver.minimize(self.stages, role, start);
@@ -339,6 +348,15 @@ impl Stepper<'_> {
         self.stages.set_iterate(x);
         2.0 * self.stages.dissipation()
     }
+}
+
+/// The error of a step whose every initial guess has an infinite objective.
+fn no_valid_guess() -> Error {
+    Error::Solver(
+        "every initial guess puts an element outside its material's domain (an inverted \
+         neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
+            .into(),
+    )
 }
 
 /// `1/2 v^T M v`.

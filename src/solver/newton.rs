@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
-use super::{HessianPolicy, NonlinearSolver, Role, SolveReport, Solver};
-use crate::backend::{DirectionRequest, NewtonDirection, Stages, forcing_term};
+use super::{HessianPolicy, NonlinearSolver, Role, SolveReport, Solver, SolverKind};
+use crate::backend::{BudgetRequest, DirectionRequest, NewtonDirection, Stages, forcing_term};
 use crate::material::Projection;
 
 /// Step-length clamp `l` (m): the paper's 10^3, large enough never to bind in practice.
@@ -18,6 +18,51 @@ const ROUND_OFF_PROGRESS: f64 = 0.8;
 /// The relative residual of a budgeted solve: below what CG reaches in a real-time budget
 /// (and near the f32 resolution of a GPU solve), so that the budget is what stops it.
 const BUDGET_TOLERANCE: f64 = 1e-6;
+
+/// Step lengths a budgeted line search evaluates (`1, 1/2, 1/4, 1/8`, and `2`): the first
+/// batch of the host's search, which a projected Newton step almost always ends in.
+const BUDGET_HALVINGS: usize = 4;
+
+/// The whole-solve request of a fixed budget (`Solver::budget`) from `guesses`, whose last is
+/// the fallback; `None` for settings the backend cannot run whole (no budget, another solver,
+/// or a wall-clock deadline, which only the host can watch).
+pub(crate) fn budget_request<'a>(
+    settings: &Solver,
+    guesses: &'a [&'a [[f64; 3]]],
+) -> Option<BudgetRequest<'a>> {
+    if !(settings.spend_budget && settings.kind == SolverKind::Newton && settings.deadline.is_none()) {
+        return None;
+    }
+    let projection = match settings.hessian {
+        HessianPolicy::AlwaysProject => Projection::Psd,
+        HessianPolicy::ProjectOnNegativeCurvature => Projection::None,
+    };
+    Some(BudgetRequest {
+        guesses,
+        iterations: settings.max_iterations,
+        projection,
+        solver: settings.linear,
+        gradient_tolerance: settings.tolerance,
+        relative_tolerance: BUDGET_TOLERANCE,
+        max_linear_iterations: settings.max_linear_iterations,
+        halvings: BUDGET_HALVINGS,
+        extrapolate: projection == Projection::Psd,
+    })
+}
+
+/// The solve report of a whole budgeted solve.
+pub(crate) fn budget_report(settings: &Solver, solve: &crate::backend::BudgetSolve) -> SolveReport {
+    let decrease = solve.start_objective - solve.objective;
+    SolveReport {
+        iterations: solve.iterations,
+        linear_iterations: solve.linear_iterations,
+        converged: solve.gradient_norm <= settings.tolerance,
+        stalled: solve.stalled || !solve.gradient_norm.is_finite(),
+        gradient_norm: solve.gradient_norm,
+        objective_decrease: if decrease.is_finite() { decrease } else { 0.0 },
+        ..SolveReport::default()
+    }
+}
 
 /// Newton's method with the settings of a [`Solver`].
 pub(crate) struct Newton<'a>(pub &'a Solver);

@@ -7,6 +7,7 @@ pub(crate) mod element;
 pub(crate) mod gather;
 mod global;
 pub(crate) mod hessian_product;
+pub(crate) mod line_search;
 pub(crate) mod local;
 pub(crate) mod mixed;
 pub(crate) mod pcg;

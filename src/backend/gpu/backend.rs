@@ -11,14 +11,15 @@ use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
+use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
 use super::pcg::{PcgGroups, PcgParams, PcgStatus, SMALL_SOLVE_VERTICES, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
 use crate::backend::topology::Anchors;
 use crate::backend::{
-    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, LocalGlobalReport,
-    LocalGlobalRequest, NewtonDirection, Stages, projective,
+    Anchor, BudgetRequest, BudgetSolve, DirectionReport, DirectionRequest, LinearSolver, Linearization,
+    LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, projective,
 };
 use crate::error::{Error, Result};
 use crate::material::Projection;
@@ -40,6 +41,7 @@ struct Groups {
     local: super::local::LocalGroups,
     mixed: super::mixed::MixedGroups,
     gather: GatherGroups,
+    line_search: LineSearchGroups,
     assemble: AssembleGroups,
     pcg: PcgGroups,
     vector: VectorGroups,
@@ -58,6 +60,12 @@ impl Groups {
             local: stages.local.bind(context, recording, buffers)?,
             mixed: stages.mixed.bind(context, recording, model, buffers, &stages.element, &stages.gather)?,
             gather: stages.gather.bind(context, recording, buffers)?,
+            line_search: stages.line_search.bind(
+                context,
+                recording,
+                buffers,
+                super::element::partial_count(model),
+            )?,
             assemble: stages.assemble.bind(context, recording, buffers)?,
             pcg: stages.pcg.bind(context, recording, buffers)?,
             vector: stages.vector.bind(context, recording, buffers)?,
@@ -102,6 +110,17 @@ pub struct GpuBackend {
     mixed_moved: bool,
     /// The step's start, as the host gave it.
     start: Vec<[f64; 3]>,
+    /// The potential and its gradient at the last state they were evaluated at (until the
+    /// handles or colliders change): a step's end is the next step's start, and the
+    /// integrators and the driver ask for both there.
+    potential_at: Option<PotentialAt>,
+}
+
+/// The potential energy and its gradient at a state.
+struct PotentialAt {
+    x: Vec<[f64; 3]>,
+    potential: f64,
+    gradient: Vec<[f64; 3]>,
 }
 
 /// Staged results of one batch of line-search candidates: element and gather partials.
@@ -141,6 +160,7 @@ impl GpuBackend {
             mixed_left_at: None,
             mixed_moved: false,
             start: Vec::new(),
+            potential_at: None,
         })
     }
 
@@ -246,19 +266,22 @@ impl GpuBackend {
         Ok((elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?))
     }
 
-    /// Records the linearization at the iterate: element derivatives, gather, assembly and the
-    /// right-hand side `-grad G`; stages the gather's partials.
-    fn record_linearization(&mut self, projection: Projection) -> Result<Staged> {
+    /// Records the linearization at the iterate: element derivatives, gather (whose partials
+    /// hold its status), assembly and the right-hand side `-grad G`.
+    fn record_linearization(&mut self, projection: Projection) -> Result<()> {
         let nodes = self.nodes.clone();
         let outputs =
             if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
         let params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
         self.elements(Positions::Iterate, &nodes, outputs)?;
         self.gather(&params, Positions::Iterate)?;
-        let staged = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
         self.assemble(Target::Newton { damped: self.damped })?;
-        self.vector("negate_gradient", 0.0)?;
-        Ok(staged)
+        self.vector("negate_gradient", 0.0)
+    }
+
+    /// Stages the last gather's partials.
+    fn stage_gather(&mut self) -> Result<Staged> {
+        super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)
     }
 
     /// Records the line-search candidates `x + alpha d` (restoring `x` after).
@@ -492,7 +515,8 @@ impl GpuBackend {
     }
 
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
-        let lin = self.record_linearization(request.projection)?;
+        self.record_linearization(request.projection)?;
+        let lin = self.stage_gather()?;
         if !request.solve {
             let results = self.recording.read(&self.context, &[lin])?;
             return Ok(NewtonDirection {
@@ -534,6 +558,159 @@ impl GpuBackend {
             candidates: values,
             ..Default::default()
         })
+    }
+}
+
+/// Iterations a budgeted solve records at most (their records fill the staging buffer);
+/// a larger budget runs stage by stage, one readback per iteration.
+const MAX_BUDGET_ITERATIONS: usize = 64;
+
+impl GpuBackend {
+    fn decide(&mut self, decision: Decision) -> Result<()> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.line_search.queue(c, rec, &self.groups.line_search, decision)
+    }
+
+    /// Records `G` at the iterate into candidate slot `slot` (the iterate's value for `None`).
+    fn record_objective(&mut self, slot: Option<usize>) -> Result<()> {
+        let nodes = self.nodes.clone();
+        self.elements(Positions::Iterate, &nodes, Outputs::Energy)?;
+        let params = self.gather_params(&nodes, self.inv_h2, None, true);
+        self.gather(&params, Positions::Iterate)?;
+        self.decide(Decision::Energy(slot))
+    }
+
+    /// Records the potential `E` and its gradient at `at` (the iterate, or the auxiliary
+    /// positions), and stages the energy partials, the gather's partials and the gradient.
+    fn record_potential(&mut self, at: Positions) -> Result<[Staged; 3]> {
+        self.elements(at, &Node::POTENTIAL, Outputs::Gradient)?;
+        let params = self.gather_params(&Node::POTENTIAL, 0.0, Some(false), false);
+        self.gather(&params, at)?;
+        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
+        let vertices = self.stage_gather()?;
+        let gradient = self.buffers.scratch.named("gradient").clone();
+        let bytes = (12 * self.buffers.vertex_count) as u64;
+        Ok([elements, vertices, self.recording.stage(&self.context, &gradient, bytes)?])
+    }
+
+    /// Remembers the potential and gradient at `x` from the results of `record_potential`.
+    fn remember_potential(&mut self, x: &[[f64; 3]], results: &[Vec<u8>]) -> &PotentialAt {
+        let potential = WgElement::energy(&results[0]) + sums::<1>(&results[1])[0];
+        let values: Vec<f32> = bytemuck::pod_collect_to_vec(&results[2]);
+        let gradient = values.chunks_exact(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect();
+        self.potential_at.insert(PotentialAt { x: x.to_vec(), potential, gradient })
+    }
+
+    /// The potential and its gradient at `x`: remembered, or evaluated in one pass and one
+    /// readback.
+    fn potential_and_gradient(&mut self, x: &[[f64; 3]]) -> Result<&PotentialAt> {
+        if self.potential_at.as_ref().is_some_and(|p| p.x == x) {
+            return Ok(self.potential_at.as_ref().expect("checked above"));
+        }
+        self.write_positions(Positions::Aux, x);
+        let staged = self.record_potential(Positions::Aux)?;
+        let results = self.recording.read(&self.context, &staged)?;
+        Ok(self.remember_potential(x, &results))
+    }
+
+    /// A fixed-budget solve in one submission and one readback: the guesses' objectives and
+    /// the pick, then per iteration the linearization, the whole PCG solve at its cap, the
+    /// dots, the line search's candidates, the choice and the step, all decided on the
+    /// device; then the gradient norm, the potential and its gradient, the dissipation and
+    /// the iterate at the end.
+    fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
+        use crate::backend::cpu::line_search::step_lengths;
+        let n = self.buffers.vertex_count;
+        let guesses: Vec<f32> = request.guesses.iter().flat_map(|g| self.buffers.displacements(g)).collect();
+        let buffer = self.buffers.scratch.named("guesses").clone();
+        self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&guesses));
+        for k in 0..request.guesses.len() {
+            self.decide(Decision::TakeGuess(Some(k)))?;
+            self.record_objective(Some(k))?;
+        }
+        self.decide(Decision::Pick { count: request.guesses.len(), fallback: true })?;
+        self.decide(Decision::TakeGuess(None))?;
+        let picked = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
+        let alphas = step_lengths(request.halvings, request.extrapolate);
+        let pcg = self.pcg_params(
+            Some(request.relative_tolerance),
+            request.gradient_tolerance,
+            request.max_linear_iterations,
+        );
+        let mut iterations = Vec::with_capacity(request.iterations);
+        for _ in 0..request.iterations {
+            self.record_linearization(request.projection)?;
+            self.decide(Decision::Linearization)?;
+            // The whole budget at once: a solve ends early only at its tolerance.
+            let (status, _) = self.record_solve(pcg, pcg.max_iterations)?;
+            self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, "dots", 0.0)?;
+            self.decide(Decision::Direction)?;
+            self.vector("save", 0.0)?;
+            for (k, &alpha) in alphas.iter().enumerate() {
+                self.vector("offset", alpha)?;
+                self.record_objective(Some(k))?;
+            }
+            self.decide(Decision::Choose { halvings: request.halvings, extrapolate: request.extrapolate })?;
+            self.decide(Decision::Advance)?;
+            let record = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
+            iterations.push((status, record));
+        }
+        // The end: the convergence test's gradient, the state's potential and forces, the
+        // dissipation and the iterate.
+        let nodes = self.nodes.clone();
+        self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
+        let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
+        self.gather(&params, Positions::Iterate)?;
+        let last = self.stage_gather()?;
+        let potential = self.record_potential(Positions::Iterate)?;
+        let damped = self.damped && self.damping_weight > 0.0;
+        let dissipation = if damped {
+            let params = self.gather_params(&[], 0.0, None, true);
+            self.gather(&params, Positions::Iterate)?;
+            Some(self.stage_gather()?)
+        } else {
+            None
+        };
+        let x = self.buffers.state.named("x").clone();
+        let x = self.recording.stage(&self.context, &x, (12 * n) as u64)?;
+        let mut staged = vec![picked, last, x];
+        staged.extend(potential);
+        staged.extend(dissipation);
+        staged.extend(iterations.iter().flat_map(|&(status, record)| [status, record]));
+        let results = self.recording.read(&self.context, &staged)?;
+
+        let record = |bytes: &[u8]| -> SearchRecord { bytemuck::pod_read_unaligned(bytes) };
+        let start = record(&results[0]);
+        if start.picked == super::line_search::NONE {
+            return Ok(BudgetSolve::default());
+        }
+        let mut solve = BudgetSolve {
+            guess: Some(start.picked as usize),
+            start_objective: start.value as f64,
+            objective: start.value as f64,
+            gradient_norm: Self::linearization(&results[1]).gradient_norm,
+            ..BudgetSolve::default()
+        };
+        let mut positions = vec![[0.0; 3]; n];
+        self.buffers.positions(&bytemuck::pod_collect_to_vec(&results[2]), &mut positions);
+        let rest = 6 + usize::from(damped);
+        for pair in results[rest..].chunks_exact(2) {
+            let (status, after): (PcgStatus, SearchRecord) =
+                (bytemuck::pod_read_unaligned(&pair[0]), record(&pair[1]));
+            // A solve with nothing to do found the gradient within the tolerance.
+            if after.gradient_norm as f64 > request.gradient_tolerance {
+                solve.iterations += 1;
+                solve.linear_iterations += status.iterations.max(1) as usize;
+                solve.stalled = after.alpha == 0.0 && after.slope < 0.0;
+            }
+            solve.objective = after.value as f64;
+        }
+        if damped {
+            solve.dissipation = sums::<1>(&results[6])[0] / self.damping_weight;
+        }
+        self.remember_potential(&positions, &results[3..6]);
+        solve.x = positions;
+        Ok(solve)
     }
 }
 
@@ -677,7 +854,12 @@ fn staging_bytes(model: &Model) -> u64 {
     let vertex_partials = model.vertex_count().div_ceil(group);
     let candidate = 4 * super::element::partial_count(model) + 16 * vertex_partials;
     let status = std::mem::size_of::<PcgStatus>();
-    (2 * 16 * vertex_partials + STATUS_BATCH * status + MAX_BATCH * candidate + 64) as u64
+    let newton = 2 * 16 * vertex_partials + STATUS_BATCH * status + MAX_BATCH * candidate + 64;
+    // A budgeted solve's end: the iterate, the gradient, the potential's and the last
+    // linearization's partials, the dissipation; and a record and status per iteration.
+    let record = std::mem::size_of::<SearchRecord>();
+    let budget = 24 * model.vertex_count() + 3 * candidate + (MAX_BUDGET_ITERATIONS + 1) * (record + status);
+    newton.max(budget) as u64
 }
 
 /// The sums of the first `K` lanes of staged `[f32; 4]` partials, added in order in f64.
@@ -733,6 +915,7 @@ impl Stages for GpuBackend {
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
+        self.potential_at = None;
         self.anchors = Anchors::new(self.model.vertex_count(), anchors);
         if super::gather::write_anchors(&self.context, &mut self.recording, &mut self.buffers, anchors) {
             let result = self.rebind();
@@ -741,6 +924,7 @@ impl Stages for GpuBackend {
     }
 
     fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
+        self.potential_at = None;
         self.colliders = colliders.to_vec();
         // Same count and kinds, so the packed list has the same size: written in place, the
         // bind groups over it stay valid. Grid samples do not move (their offset is packed).
@@ -877,7 +1061,8 @@ impl Stages for GpuBackend {
 
     fn linearize(&mut self, projection: Projection) -> Linearization {
         let result = (|| {
-            let staged = self.record_linearization(projection)?;
+            self.record_linearization(projection)?;
+            let staged = self.stage_gather()?;
             Ok(Self::linearization(&self.recording.read(&self.context, &[staged])?[0]))
         })();
         self.settle(result, Linearization { gradient_norm: f64::NAN, ..Linearization::default() })
@@ -954,27 +1139,32 @@ impl Stages for GpuBackend {
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
-        let result = (|| {
-            self.write_positions(Positions::Aux, x);
-            let (e, g) = self.record_energy(Positions::Aux, &Node::POTENTIAL, 0.0, false)?;
-            Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
-        })();
+        let result = self.potential_and_gradient(x).map(|p| p.potential);
         self.settle(result, f64::NAN)
     }
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
-        let params = self.gather_params(&Node::POTENTIAL, 0.0, Some(false), false);
-        let result = (|| {
-            self.write_positions(Positions::Aux, x);
-            self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::Gradient)?;
-            self.gather(&params, Positions::Aux)?;
-            let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
-            rec.read_buffer::<f32>(c, b.scratch.named("gradient"), 3 * b.vertex_count)
-        })();
-        let values = self.settle(result, vec![f32::NAN; 3 * out.len()]);
-        for (o, c) in out.iter_mut().zip(values.chunks_exact(3)) {
-            *o = [c[0] as f64, c[1] as f64, c[2] as f64];
+        match self.potential_and_gradient(x) {
+            Ok(p) => out.copy_from_slice(&p.gradient),
+            Err(e) => {
+                out.iter_mut().for_each(|g| *g = [f64::NAN; 3]);
+                self.error.get_or_insert(e);
+            }
         }
+    }
+
+    fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {
+        if request.iterations > MAX_BUDGET_ITERATIONS || request.guesses.len() > super::buffers::GUESSES {
+            return crate::backend::budget_solve_by_stages(self, request);
+        }
+        let result = self.budget_on_device(request);
+        let fallback = BudgetSolve {
+            guess: Some(0),
+            gradient_norm: f64::NAN,
+            x: request.guesses[0].to_vec(),
+            ..BudgetSolve::default()
+        };
+        self.settle(result, fallback)
     }
 
     fn take_error(&mut self) -> Option<Error> {

@@ -19,6 +19,10 @@ use crate::material::MaterialModel;
 use crate::mesh::SpringKind;
 use crate::model::Model;
 
+/// Initial guesses a budgeted solve holds on the device: the explicit and inertial guesses,
+/// a warm start, and the step's start as the fallback.
+pub const GUESSES: usize = 4;
+
 /// Device buffers of one lifetime, by name.
 #[derive(Default)]
 pub struct NamedBuffers(Vec<(&'static str, wgpu::Buffer)>);
@@ -187,6 +191,9 @@ impl GpuBuffers {
         w.set("dot_partials", c.scratch::<[f32; 4]>("dot_partials", partials));
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", partials));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", partials));
+        // A budgeted solve's decisions (`line_search`) and its initial guesses.
+        w.set("search", c.scratch::<super::line_search::SearchRecord>("search", 1));
+        w.set("guesses", c.scratch::<f32>("guesses", GUESSES * 3 * n));
         w.set("scalars_even", c.scratch::<PcgStatus>("scalars_even", 1));
         w.set("scalars_odd", c.scratch::<PcgStatus>("scalars_odd", 1));
         // Bound where a stage's damping input is unused (a buffer may not be bound for

@@ -18,6 +18,7 @@ pub mod buffers;
 pub(crate) mod context;
 pub mod element;
 pub mod gather;
+pub mod line_search;
 pub mod local;
 pub mod mixed;
 pub mod pcg;
@@ -47,6 +48,7 @@ pub struct WgStages {
     pub local: local::WgLocal,
     pub mixed: mixed::WgMixed,
     pub gather: gather::WgGather,
+    pub line_search: line_search::WgLineSearch,
     pub assemble: assemble::WgAssemble,
     pub pcg: pcg::WgPcg,
     pub vector: vector::WgVector,
@@ -60,6 +62,7 @@ impl WgStages {
             local: local::WgLocal::new(context)?,
             mixed: mixed::WgMixed::new(context)?,
             gather: gather::WgGather::new(context)?,
+            line_search: line_search::WgLineSearch::new(context)?,
             assemble: assemble::WgAssemble::new(context)?,
             pcg: pcg::WgPcg::new(context)?,
             vector: vector::WgVector::new(context)?,
@@ -77,6 +80,7 @@ pub fn params_size(stage: &str) -> Option<u64> {
         "assemble" => assemble::AssembleParams::min_size().get(),
         "pcg" => pcg::PcgParams::min_size().get(),
         "vector" => vector::VectorParams::min_size().get(),
+        "line_search" => line_search::LineSearchParams::min_size().get(),
         _ => return None,
     })
 }

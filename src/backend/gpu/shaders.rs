@@ -23,11 +23,13 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
     ("vector", include_str!("../../../shaders/vector.wgsl")),
+    ("line_search", include_str!("../../../shaders/line_search.wgsl")),
     ("render", include_str!("../../../shaders/render.wgsl")),
 ];
 
 /// The stages: composed modules with entry points.
-pub const STAGES: &[&str] = &["element", "local", "mixed", "gather", "assemble", "pcg", "vector"];
+pub const STAGES: &[&str] =
+    &["element", "local", "mixed", "gather", "assemble", "pcg", "vector", "line_search"];
 
 /// The composed stage `name`, parsed and validated by naga.
 pub fn module(name: &str) -> Result<(String, naga::Module)> {

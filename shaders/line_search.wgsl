@@ -1,0 +1,209 @@
+// Stage `line_search`: the decisions of a fixed-budget Newton solve, made on the device so
+// that the host records the whole solve and reads it back once. The twin of
+// src/backend/cpu/line_search.rs (`pick` and `choose`, the same rules in f32), with the
+// reductions that bring its inputs together: `energy` sums an objective's element and
+// vertex partials into a slot, `linearization` and `direction` sum the gather's and the
+// dots' partials. Every reduction runs in one workgroup in a fixed order, so the decisions
+// are the same bits every run. `take_guess` and `advance` act on them, vertex-parallel.
+
+#import shared/reduce
+
+struct Params {
+    vertex_count: u32,
+    energy_partial_count: u32,
+    vertex_partial_count: u32,
+    // The candidate slot `energy` writes (VALUE: the iterate's objective), or the guess
+    // `take_guess` loads (PICKED: the one `pick` chose).
+    slot: u32,
+    // Halvings (`choose`) or guesses (`pick`).
+    count: u32,
+    // `choose`: alpha = 2 was evaluated into slot `count`.
+    extrapolate: u32,
+    // `pick`: the last guess counts only when no other is finite.
+    fallback: u32,
+}
+
+// What the solve knows of its iterate and direction; the host stages a copy after every
+// iteration, as its record.
+struct Search {
+    // G at the iterate.
+    value: f32,
+    // The step length taken last.
+    alpha: f32,
+    gradient_norm: f32,
+    force_scale: f32,
+    // The first-order change of G when the positions round (see the gather).
+    noise_floor: f32,
+    // grad G . d and |d|.
+    slope: f32,
+    direction_norm: f32,
+    // The guess taken; NONE when no guess has a finite objective.
+    picked: u32,
+    candidates: array<f32, 8>,
+}
+
+const VALUE: u32 = 0xffffffffu;
+const PICKED: u32 = 0xffffffffu;
+const NONE: u32 = 0xffffffffu;
+const ARMIJO: f32 = 1e-4;
+const NOISE_MARGIN: f32 = 10.0;
+// The relative resolution of an objective summed in f32.
+const PRECISION: f32 = 1.1920929e-7;
+
+@group(0) @binding(0) var<uniform> params: Params;
+
+@group(2) @binding(0) var<storage, read_write> x: array<f32>;
+
+@group(3) @binding(0) var<storage, read> x_saved: array<f32>;
+@group(3) @binding(1) var<storage, read> direction: array<f32>;
+@group(3) @binding(2) var<storage, read> energy_partials: array<f32>;
+@group(3) @binding(3) var<storage, read> gather_partials: array<vec4<f32>>;
+@group(3) @binding(4) var<storage, read> dot_partials: array<vec4<f32>>;
+@group(3) @binding(5) var<storage, read_write> search: Search;
+// The initial guesses, one after another (displacements, 3 per vertex).
+@group(3) @binding(6) var<storage, read> guesses: array<f32>;
+
+fn is_finite(v: f32) -> bool {
+    return abs(v) < bitcast<f32>(0x7f800000u);
+}
+
+// The objective: element energy partials and the gather's vertex energies.
+@compute @workgroup_size(WORKGROUP)
+fn energy(@builtin(local_invocation_index) lid: u32) {
+    var sum = 0.0;
+    for (var i = lid; i < params.energy_partial_count; i += WORKGROUP) {
+        sum += energy_partials[i];
+    }
+    for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
+        sum += gather_partials[i].x;
+    }
+    let total = workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0, 0.0)).x;
+    if (lid == 0u) {
+        if (params.slot == VALUE) {
+            search.value = total;
+        } else {
+            search.candidates[params.slot] = total;
+        }
+    }
+}
+
+// |grad G|, the force scale and the noise floor of the last linearization's gather.
+@compute @workgroup_size(WORKGROUP)
+fn linearization(@builtin(local_invocation_index) lid: u32) {
+    var sum = vec4<f32>(0.0);
+    for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
+        sum += gather_partials[i];
+    }
+    let total = workgroup_sum(lid, sum);
+    if (lid == 0u) {
+        search.gradient_norm = sqrt(total.y);
+        search.force_scale = total.z;
+        search.noise_floor = PRECISION * total.w;
+    }
+}
+
+// The slope and length of the direction, from the dots' partials (g.d, d.d, g.g).
+@compute @workgroup_size(WORKGROUP)
+fn direction_dots(@builtin(local_invocation_index) lid: u32) {
+    var sum = vec4<f32>(0.0);
+    for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
+        sum += dot_partials[i];
+    }
+    let total = workgroup_sum(lid, sum);
+    if (lid == 0u) {
+        search.slope = total.x;
+        search.direction_norm = sqrt(total.y);
+    }
+}
+
+// The lowest finite candidate in [first, end), the first of equals; NONE if none is finite.
+fn lowest(first: u32, end: u32) -> u32 {
+    var best = NONE;
+    for (var k = first; k < end; k++) {
+        let v = search.candidates[k];
+        if (is_finite(v) && (best == NONE || v < search.candidates[best])) {
+            best = k;
+        }
+    }
+    return best;
+}
+
+// The initial guess: the lowest finite objective of the `count` guesses in the candidate
+// slots; with `fallback`, the last only when no other is finite.
+@compute @workgroup_size(1)
+fn pick() {
+    let primary = params.count - select(0u, 1u, params.fallback != 0u && params.count > 0u);
+    var best = lowest(0u, primary);
+    if (best == NONE) {
+        best = lowest(primary, params.count);
+    }
+    search.picked = best;
+    if (best == NONE) {
+        search.value = bitcast<f32>(0x7f800000u);
+    } else {
+        search.value = search.candidates[best];
+    }
+}
+
+// The step along the direction (the CPU twin's `choose`): none without descent; below the
+// noise the full step if G stays flat; else the longest halving with Armijo's decrease,
+// extended to 2 when that decreases G further; none when no halving decreases G enough.
+@compute @workgroup_size(1)
+fn choose() {
+    let value = search.value;
+    let slope = search.slope;
+    var alpha = 0.0;
+    var next = value;
+    let noise = NOISE_MARGIN * (search.noise_floor + PRECISION * abs(value));
+    if (slope < 0.0) {
+        if (-slope <= noise) {
+            if (search.candidates[0] <= value + noise) {
+                alpha = 1.0;
+                next = search.candidates[0];
+            }
+        } else {
+            var step = 1.0;
+            for (var k = 0u; k < params.count; k++) {
+                let v = search.candidates[k];
+                if (is_finite(v) && v <= value + ARMIJO * step * slope) {
+                    alpha = step;
+                    next = v;
+                    if (k == 0u && params.extrapolate != 0u) {
+                        let doubled = search.candidates[params.count];
+                        if (is_finite(doubled) && doubled < v && doubled <= value + ARMIJO * 2.0 * slope) {
+                            alpha = 2.0;
+                            next = doubled;
+                        }
+                    }
+                    break;
+                }
+                step *= 0.5;
+            }
+        }
+    }
+    search.alpha = alpha;
+    search.value = next;
+}
+
+// x = guess `slot` (or the one `pick` chose).
+@compute @workgroup_size(WORKGROUP)
+fn take_guess(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let index = workgroup_slot(group, groups) * WORKGROUP + lid;
+    var guess = params.slot;
+    if (guess == PICKED) {
+        guess = select(search.picked, 0u, search.picked == NONE);
+    }
+    let n = 3u * params.vertex_count;
+    if (index < n) {
+        x[index] = guesses[guess * n + index];
+    }
+}
+
+// x = x_saved + alpha d, with the step `choose` took.
+@compute @workgroup_size(WORKGROUP)
+fn advance(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let index = workgroup_slot(group, groups) * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        x[index] = x_saved[index] + search.alpha * direction[index];
+    }
+}

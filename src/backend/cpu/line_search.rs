@@ -1,0 +1,119 @@
+//! Stage `line_search`: the decisions of a fixed-budget Newton solve, made where the numbers
+//! are, so that a GPU records the whole solve without waiting for the host. The twin of
+//! `shaders/line_search.wgsl`, in f64: which initial guess to start from, and which of a
+//! fixed set of step lengths to take along a Newton direction.
+//!
+//! The host's line search (`solver/line_search.rs`) halves until it finds a decrease; a
+//! recorded solve cannot, so it evaluates one batch, `1, 1/2, ..., 2^-(count-1)` and `2` when
+//! extrapolating, and takes none when none decreases `G` enough: the iterate stays, and the
+//! objective never rises either way.
+
+/// Armijo's sufficient-decrease constant (the host search's).
+pub(crate) const ARMIJO: f64 = 1e-4;
+/// Multiple of the noise floor below which a predicted decrease is not resolvable (the host
+/// search's margin).
+pub(crate) const NOISE_MARGIN: f64 = 10.0;
+
+/// The step lengths of a batch of `count` halvings, then `2` when extrapolating.
+pub(crate) fn step_lengths(count: usize, extrapolate: bool) -> Vec<f64> {
+    let mut alphas: Vec<f64> = (0..count).map(|k| 0.5f64.powi(k as i32)).collect();
+    if extrapolate {
+        alphas.push(2.0);
+    }
+    alphas
+}
+
+/// The initial guess to start from: the lowest finite objective among `values`, the first of
+/// equals; with `fallback`, the last value counts only when no other is finite. `None` when
+/// none qualifies.
+pub(crate) fn pick(values: &[f64], fallback: bool) -> Option<usize> {
+    let primary = values.len() - usize::from(fallback && !values.is_empty());
+    let lowest = |range: std::ops::Range<usize>| {
+        range.filter(|&k| values[k].is_finite()).fold(None, |best: Option<usize>, k| match best {
+            Some(b) if values[b] <= values[k] => Some(b),
+            _ => Some(k),
+        })
+    };
+    lowest(0..primary).or_else(|| lowest(primary..values.len()))
+}
+
+/// The step to take along a direction of slope `slope` from an iterate of objective `value`,
+/// given the objectives `values` at [`step_lengths`]`(count, extrapolate)`: `(alpha, G)`.
+///
+/// - No descent (`slope >= 0`, or not a number): no step.
+/// - A predicted decrease below the noise of `G` (`noise_floor` for the rounding of the
+///   positions, `precision |G|` for the rounding of its sum): the full step if `G` stays flat
+///   to that noise, else none.
+/// - Else the longest halving with Armijo's decrease; the full step is extended to `2` when
+///   extrapolating and `G(2)` is lower still with Armijo's decrease; none when no halving
+///   decreases `G` enough.
+pub(crate) fn choose(
+    value: f64,
+    slope: f64,
+    noise_floor: f64,
+    precision: f64,
+    values: &[f64],
+    count: usize,
+    extrapolate: bool,
+) -> (f64, f64) {
+    let stay = (0.0, value);
+    if !(slope < 0.0) {
+        return stay;
+    }
+    let noise = NOISE_MARGIN * (noise_floor + precision * value.abs());
+    if -slope <= noise {
+        return if values[0] <= value + noise { (1.0, values[0]) } else { stay };
+    }
+    for k in 0..count {
+        let alpha = 0.5f64.powi(k as i32);
+        let v = values[k];
+        if v.is_finite() && v <= value + ARMIJO * alpha * slope {
+            if k == 0 && extrapolate {
+                let doubled = values[count];
+                if doubled.is_finite() && doubled < v && doubled <= value + ARMIJO * 2.0 * slope {
+                    return (2.0, doubled);
+                }
+            }
+            return (alpha, v);
+        }
+    }
+    stay
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{choose, pick, step_lengths};
+
+    #[test]
+    fn picks_the_lowest_finite_guess_and_the_fallback_only_when_none_is() {
+        assert_eq!(pick(&[3.0, 1.0, 1.0, 0.5], true), Some(1));
+        assert_eq!(pick(&[f64::INFINITY, 2.0, 0.5], true), Some(1));
+        assert_eq!(pick(&[f64::INFINITY, f64::NAN, 0.5], true), Some(2));
+        assert_eq!(pick(&[f64::INFINITY, f64::NAN, 0.5], false), Some(2));
+        assert_eq!(pick(&[f64::INFINITY, f64::INFINITY], true), None);
+    }
+
+    #[test]
+    fn chooses_the_longest_sufficient_step_or_none() {
+        assert_eq!(step_lengths(3, true), vec![1.0, 0.5, 0.25, 2.0]);
+        // G = 10 - t (2 - t) along slope -2: every step decreases it; extrapolation rises.
+        let g = |t: f64| 10.0 - t * (2.0 - t);
+        let values: Vec<f64> = step_lengths(4, true).iter().map(|&t| g(t)).collect();
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &values, 4, true), (1.0, 9.0));
+        // The full step overshoots: G(1) > G(0); the half step is taken.
+        let steep = |t: f64| 10.0 - t * (2.0 - 4.0 * t);
+        let values: Vec<f64> = step_lengths(4, false).iter().map(|&t| steep(t)).collect();
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &values, 4, false), (0.25, steep(0.25)));
+        // Extrapolation pays on a shallow quadratic.
+        let shallow = |t: f64| 10.0 - t * (2.0 - 0.1 * t);
+        let values: Vec<f64> = step_lengths(4, true).iter().map(|&t| shallow(t)).collect();
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &values, 4, true), (2.0, shallow(2.0)));
+        // No descent, or nothing decreases enough: stay.
+        assert_eq!(choose(10.0, 0.0, 0.0, 1e-16, &values, 4, true), (0.0, 10.0));
+        assert_eq!(choose(10.0, f64::NAN, 0.0, 1e-16, &values, 4, true), (0.0, 10.0));
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &[11.0, f64::INFINITY, 10.5, 10.0], 4, false), (0.0, 10.0));
+        // Below the noise: flat is good enough, a rise is not.
+        assert_eq!(choose(10.0, -1e-9, 1e-8, 1e-16, &[10.0 + 1e-8], 1, false), (1.0, 10.0 + 1e-8));
+        assert_eq!(choose(10.0, -1e-9, 1e-8, 1e-16, &[10.0 + 1e-5], 1, false), (0.0, 10.0));
+    }
+}

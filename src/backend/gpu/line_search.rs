@@ -145,3 +145,151 @@ impl WgLineSearch {
         recording.stage(context, search, std::mem::size_of::<SearchRecord>() as u64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::{CANDIDATES, Decision, NONE, SearchRecord, WgLineSearch};
+    use crate::backend::cpu::line_search::{choose, pick, step_lengths};
+    use crate::backend::gpu::test_support::{Rig, context, linear_model};
+    use crate::material::Material;
+
+    fn run(rig: &mut Rig, search: &SearchRecord, decisions: &[Decision]) -> SearchRecord {
+        rig.upload(3, "search", &[*search]);
+        let partials = crate::backend::gpu::element::partial_count(&rig.model);
+        let groups = rig.stages.line_search.bind(&rig.context, &rig.rec, &rig.buffers, partials).unwrap();
+        for &decision in decisions {
+            rig.stages.line_search.queue(&rig.context, &mut rig.rec, &groups, decision).unwrap();
+        }
+        let staged = WgLineSearch::stage(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
+        let out = bytemuck::pod_read_unaligned(&rig.rec.read(&rig.context, &[staged]).unwrap()[0]);
+        assert!(rig.context.take_failure().is_none());
+        out
+    }
+
+    /// On random objectives along random directions — some overshooting, some flat at the
+    /// noise, some infinite — and random guesses: the same step and guess as the CPU twin,
+    /// and the reductions, the guess taken and the step applied agree with f64 sums.
+    #[test]
+    fn line_search_stage_matches_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        let model = linear_model(Material::stvk(1e4, 0.3));
+        let mut rig = Rig::new(&context, &model);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut outcomes = [0usize; 4];
+        for case in 0..200 {
+            // G(t) = value + slope t + c t^2 at t = 1, 1/2, 1/4, 1/8 and 2.
+            let value = rng.random_range(-50.0..50.0f32);
+            let slope =
+                if case % 10 == 0 { rng.random_range(0.0..1.0f32) } else { -rng.random_range(1e-3..10.0f32) };
+            let curvature = rng.random_range(-2.0..20.0f32) * slope.abs();
+            let noise_floor = if case % 7 == 0 { 10.0 * slope.abs() } else { 1e-7 };
+            let (halvings, extrapolate) = (4, case % 2 == 0);
+            let mut candidates = [0.0f32; CANDIDATES];
+            for (k, &t) in step_lengths(halvings, extrapolate).iter().enumerate() {
+                candidates[k] = value + slope * t as f32 + curvature * (t * t) as f32;
+            }
+            if case % 5 == 1 {
+                candidates[0] = f32::INFINITY;
+            }
+            let search = SearchRecord { value, slope, noise_floor, candidates, ..SearchRecord::default() };
+            let gpu = run(&mut rig, &search, &[Decision::Choose { halvings, extrapolate }]);
+            let values: Vec<f64> = candidates.iter().map(|&v| v as f64).collect();
+            let (alpha, next) = choose(
+                value as f64,
+                slope as f64,
+                noise_floor as f64,
+                f32::EPSILON as f64,
+                &values,
+                halvings,
+                extrapolate,
+            );
+            assert_eq!((gpu.alpha as f64, gpu.value as f64), (alpha, next), "case {case}: {search:?}");
+            outcomes[match alpha {
+                0.0 => 0,
+                1.0 => 1,
+                2.0 => 2,
+                _ => 3,
+            }] += 1;
+
+            // A pick among three or four guesses, some infinite.
+            let count = 3 + case % 2;
+            let mut guesses = [0.0f32; CANDIDATES];
+            for g in guesses.iter_mut().take(count) {
+                *g = if rng.random_range(0.0..1.0) < 0.3 {
+                    f32::INFINITY
+                } else {
+                    rng.random_range(-5.0..5.0)
+                };
+            }
+            let search = SearchRecord { candidates: guesses, ..SearchRecord::default() };
+            let gpu = run(&mut rig, &search, &[Decision::Pick { count, fallback: true }]);
+            let values: Vec<f64> = guesses[..count].iter().map(|&v| v as f64).collect();
+            let cpu = pick(&values, true);
+            assert_eq!(gpu.picked, cpu.map_or(NONE, |k| k as u32), "case {case}: {values:?}");
+        }
+        // Every branch of the rule was taken.
+        println!("no step / full / doubled / halved: {outcomes:?}");
+        assert!(outcomes.iter().all(|&n| n > 0), "{outcomes:?}");
+
+        // The reductions, against f64 sums of the same random partials.
+        let vertex_partials = rig.buffers.vertex_workgroups() as usize;
+        let energy_partials = crate::backend::gpu::element::partial_count(&model);
+        let energy: Vec<f32> = (0..energy_partials).map(|_| rng.random_range(0.0..10.0)).collect();
+        let gather: Vec<[f32; 4]> =
+            (0..vertex_partials).map(|_| std::array::from_fn(|_| rng.random_range(0.0..10.0))).collect();
+        // (g.d, d.d, g.g, 0)
+        let dots: Vec<[f32; 4]> = (0..vertex_partials)
+            .map(|_| {
+                [rng.random_range(-10.0..10.0), rng.random_range(0.0..10.0), rng.random_range(0.0..10.0), 0.0]
+            })
+            .collect();
+        rig.upload(3, "energy_partials", &energy);
+        rig.upload(3, "gather_partials", &gather);
+        rig.upload(3, "dot_partials", &dots);
+        let gpu = run(
+            &mut rig,
+            &SearchRecord::default(),
+            &[
+                Decision::Energy(None),
+                Decision::Energy(Some(5)),
+                Decision::Linearization,
+                Decision::Direction,
+            ],
+        );
+        let sum = |lane: usize, p: &[[f32; 4]]| p.iter().map(|v| v[lane] as f64).sum::<f64>();
+        let objective = energy.iter().map(|&e| e as f64).sum::<f64>() + sum(0, &gather);
+        let close = |a: f32, b: f64| (a as f64 - b).abs() <= 1e-6 * b.abs().max(1.0);
+        assert!(close(gpu.value, objective) && close(gpu.candidates[5], objective), "{gpu:?} vs {objective}");
+        assert!(close(gpu.gradient_norm, sum(1, &gather).sqrt()), "{gpu:?}");
+        assert!(close(gpu.force_scale, sum(2, &gather)), "{gpu:?}");
+        assert!(close(gpu.noise_floor, f32::EPSILON as f64 * sum(3, &gather)), "{gpu:?}");
+        assert!(
+            close(gpu.slope, sum(0, &dots)) && close(gpu.direction_norm, sum(1, &dots).sqrt()),
+            "{gpu:?}"
+        );
+
+        // Taking a guess and advancing by the chosen step.
+        let n = 3 * rig.buffers.vertex_count;
+        let random = |rng: &mut ChaCha8Rng, len: usize| -> Vec<f32> {
+            (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
+        };
+        let guesses = random(&mut rng, 3 * n);
+        rig.upload(3, "guesses", &guesses);
+        let search = SearchRecord { picked: 2, ..SearchRecord::default() };
+        run(&mut rig, &search, &[Decision::TakeGuess(None)]);
+        assert_eq!(rig.read(2, "x", n), guesses[2 * n..]);
+        run(&mut rig, &search, &[Decision::TakeGuess(Some(1))]);
+        assert_eq!(rig.read(2, "x", n), guesses[n..2 * n]);
+        let (saved, direction) = (random(&mut rng, n), random(&mut rng, n));
+        rig.upload(3, "x_saved", &saved);
+        rig.upload(3, "direction", &direction);
+        run(&mut rig, &SearchRecord { alpha: 0.25, ..SearchRecord::default() }, &[Decision::Advance]);
+        let x = rig.read(2, "x", n);
+        for i in 0..n {
+            assert!((x[i] - (saved[i] + 0.25 * direction[i])).abs() <= 1e-6, "entry {i}");
+        }
+    }
+}

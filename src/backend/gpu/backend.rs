@@ -114,6 +114,8 @@ pub struct GpuBackend {
     /// handles or colliders change): a step's end is the next step's start, and the
     /// integrators and the driver ask for both there.
     potential_at: Option<PotentialAt>,
+    /// The iterate as last read back, until it changes.
+    iterate_read: Option<Vec<[f64; 3]>>,
 }
 
 /// The potential energy and its gradient at a state.
@@ -161,6 +163,7 @@ impl GpuBackend {
             mixed_moved: false,
             start: Vec::new(),
             potential_at: None,
+            iterate_read: None,
         })
     }
 
@@ -220,6 +223,9 @@ impl GpuBackend {
     /// Uploads positions (as displacements) into the iterate or the auxiliary buffer.
     fn write_positions(&mut self, at: Positions, values: &[[f64; 3]]) {
         let name = if at == Positions::Iterate { "x" } else { "aux" };
+        if at == Positions::Iterate {
+            self.iterate_read = None;
+        }
         let displacements = self.buffers.displacements(values);
         self.recording.upload(
             &self.context,
@@ -229,6 +235,9 @@ impl GpuBackend {
     }
 
     fn vector(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
+        if entry == "offset" {
+            self.iterate_read = None;
+        }
         self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, entry, alpha)
     }
 
@@ -517,8 +526,13 @@ impl GpuBackend {
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
         self.record_linearization(request.projection)?;
         let lin = self.stage_gather()?;
+        // Where the step likely ends here, the state's potential, forces and positions come
+        // in the same readback (what the integrator asks next).
+        let ends = request.likely_converged || !request.solve;
         if !request.solve {
-            let results = self.recording.read(&self.context, &[lin])?;
+            let end = self.record_end_state()?;
+            let results = self.recording.read(&self.context, &[&[lin], &end[..]].concat())?;
+            self.remember_end_state(&results[1..]);
             return Ok(NewtonDirection {
                 linearization: Self::linearization(&results[0]),
                 ..Default::default()
@@ -531,7 +545,14 @@ impl GpuBackend {
         let (status, solve) = self.record_solve(params, chunk)?;
         let dots = self.dots()?;
         let candidates = self.record_candidates(alphas)?;
-        let (results, mut values) = self.read_candidates(&[lin, status, dots], candidates)?;
+        let mut staged = vec![lin, status, dots];
+        if ends {
+            staged.extend(self.record_end_state()?);
+        }
+        let (results, mut values) = self.read_candidates(&staged, candidates)?;
+        if ends {
+            self.remember_end_state(&results[3..]);
+        }
         let linearization = Self::linearization(&results[0]);
         let first: PcgStatus = bytemuck::pod_read_unaligned(&results[1]);
         if !(linearization.gradient_norm > request.gradient_tolerance) {
@@ -567,6 +588,9 @@ const MAX_BUDGET_ITERATIONS: usize = 64;
 
 impl GpuBackend {
     fn decide(&mut self, decision: Decision) -> Result<()> {
+        if matches!(decision, Decision::TakeGuess(_) | Decision::Advance) {
+            self.iterate_read = None;
+        }
         let (c, rec) = (&self.context, &mut self.recording);
         self.stages.line_search.queue(c, rec, &self.groups.line_search, decision)
     }
@@ -613,6 +637,24 @@ impl GpuBackend {
         Ok(self.remember_potential(x, &results))
     }
 
+    /// Records the potential and its gradient at the iterate, and stages them and the
+    /// iterate: the state a step that ends here is read as.
+    fn record_end_state(&mut self) -> Result<[Staged; 4]> {
+        let [elements, vertices, gradient] = self.record_potential(Positions::Iterate)?;
+        let x = self.buffers.state.named("x").clone();
+        let bytes = (12 * self.buffers.vertex_count) as u64;
+        Ok([elements, vertices, gradient, self.recording.stage(&self.context, &x, bytes)?])
+    }
+
+    /// Remembers the iterate and its potential from the results of `record_end_state`.
+    fn remember_end_state(&mut self, results: &[Vec<u8>]) -> Vec<[f64; 3]> {
+        let mut x = vec![[0.0; 3]; self.buffers.vertex_count];
+        self.buffers.positions(&bytemuck::pod_collect_to_vec(&results[3]), &mut x);
+        self.remember_potential(&x, &results[..3]);
+        self.iterate_read = Some(x.clone());
+        x
+    }
+
     /// A fixed-budget solve in one submission and one readback: the guesses' objectives and
     /// the pick, then per iteration the linearization, the whole PCG solve at its cap, the
     /// dots, the line search's candidates, the choice and the step, all decided on the
@@ -620,7 +662,6 @@ impl GpuBackend {
     /// the iterate at the end.
     fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
         use crate::backend::cpu::line_search::step_lengths;
-        let n = self.buffers.vertex_count;
         let guesses: Vec<f32> = request.guesses.iter().flat_map(|g| self.buffers.displacements(g)).collect();
         let buffer = self.buffers.scratch.named("guesses").clone();
         self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&guesses));
@@ -662,7 +703,7 @@ impl GpuBackend {
         let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
         self.gather(&params, Positions::Iterate)?;
         let last = self.stage_gather()?;
-        let potential = self.record_potential(Positions::Iterate)?;
+        let end = self.record_end_state()?;
         let damped = self.damped && self.damping_weight > 0.0;
         let dissipation = if damped {
             let params = self.gather_params(&[], 0.0, None, true);
@@ -671,10 +712,8 @@ impl GpuBackend {
         } else {
             None
         };
-        let x = self.buffers.state.named("x").clone();
-        let x = self.recording.stage(&self.context, &x, (12 * n) as u64)?;
-        let mut staged = vec![picked, last, x];
-        staged.extend(potential);
+        let mut staged = vec![picked, last];
+        staged.extend(end);
         staged.extend(dissipation);
         staged.extend(iterations.iter().flat_map(|&(status, record)| [status, record]));
         let results = self.recording.read(&self.context, &staged)?;
@@ -691,8 +730,6 @@ impl GpuBackend {
             gradient_norm: Self::linearization(&results[1]).gradient_norm,
             ..BudgetSolve::default()
         };
-        let mut positions = vec![[0.0; 3]; n];
-        self.buffers.positions(&bytemuck::pod_collect_to_vec(&results[2]), &mut positions);
         let rest = 6 + usize::from(damped);
         for pair in results[rest..].chunks_exact(2) {
             let (status, after): (PcgStatus, SearchRecord) =
@@ -708,8 +745,7 @@ impl GpuBackend {
         if damped {
             solve.dissipation = sums::<1>(&results[6])[0] / self.damping_weight;
         }
-        self.remember_potential(&positions, &results[3..6]);
-        solve.x = positions;
+        solve.x = self.remember_end_state(&results[2..6]);
         Ok(solve)
     }
 }
@@ -854,11 +890,13 @@ fn staging_bytes(model: &Model) -> u64 {
     let vertex_partials = model.vertex_count().div_ceil(group);
     let candidate = 4 * super::element::partial_count(model) + 16 * vertex_partials;
     let status = std::mem::size_of::<PcgStatus>();
-    let newton = 2 * 16 * vertex_partials + STATUS_BATCH * status + MAX_BATCH * candidate + 64;
-    // A budgeted solve's end: the iterate, the gradient, the potential's and the last
-    // linearization's partials, the dissipation; and a record and status per iteration.
+    // The state a step ends in: the iterate, the gradient, the potential's partials.
+    let end = 24 * model.vertex_count() + candidate;
+    let newton = 2 * 16 * vertex_partials + STATUS_BATCH * status + MAX_BATCH * candidate + 64 + end;
+    // A budgeted solve's end state, last linearization and dissipation, and a record and
+    // status per iteration.
     let record = std::mem::size_of::<SearchRecord>();
-    let budget = 24 * model.vertex_count() + 3 * candidate + (MAX_BUDGET_ITERATIONS + 1) * (record + status);
+    let budget = end + 2 * candidate + (MAX_BUDGET_ITERATIONS + 1) * (record + status);
     newton.max(budget) as u64
 }
 
@@ -965,11 +1003,18 @@ impl Stages for GpuBackend {
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
         let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
-        match rec.read_buffer::<f32>(c, b.state.named("x"), 3 * b.vertex_count) {
-            Ok(u) => b.positions(&u, out),
-            Err(e) => {
-                out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
-                self.error.get_or_insert(e);
+        if let Some(x) = &self.iterate_read {
+            out.copy_from_slice(x);
+        } else {
+            match rec.read_buffer::<f32>(c, b.state.named("x"), 3 * b.vertex_count) {
+                Ok(u) => {
+                    b.positions(&u, out);
+                    self.iterate_read = Some(out.to_vec());
+                }
+                Err(e) => {
+                    out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
+                    self.error.get_or_insert(e);
+                }
             }
         }
         if std::mem::take(&mut self.mixed_moved) {

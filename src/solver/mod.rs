@@ -266,7 +266,12 @@ impl Solver {
     /// thrown away: every solve runs to its cap (rather than stopping at the loose forcing
     /// term that suits converged solves) on PSD-projected element Hessians (so that negative
     /// curvature cannot end a solve early). `StepStats::objective_decrease` says what it
-    /// bought.
+    /// bought. Every decision is made by a rule a GPU evaluates on the device — the lowest of
+    /// the initial guesses, and along each direction the longest of the step lengths
+    /// `1, 1/2, 1/4, 1/8` with Armijo's decrease (`2` where that decreases the objective
+    /// further; none, keeping the iterate, where no length does) — so that a GPU step is one
+    /// submission and one readback. Combined with [`wall_time`](Self::wall_time), the host
+    /// drives it iteration by iteration instead, to watch the clock.
     pub fn budget(mut self, nonlinear: usize, linear: usize) -> Solver {
         self.max_iterations = nonlinear;
         self.max_linear_iterations = linear;

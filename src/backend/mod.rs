@@ -346,6 +346,19 @@ pub trait Stages: Send {
     fn advance(&mut self, alpha: f64);
     /// Total potential energy `E(x)` (elastic, springs, gravity, collider penalties, handles).
     fn potential(&mut self, x: &[[f64; 3]]) -> f64;
+    /// The potential `E` and the step's damping pseudo-potential (as
+    /// [`dissipation`](Self::dissipation) gives it) at each of `points`; the iterate is left
+    /// at the last. A GPU evaluates them in one round trip.
+    fn energies_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .map(|x| {
+                let potential = self.potential(x);
+                self.set_iterate(x);
+                (potential, self.dissipation())
+            })
+            .collect()
+    }
     /// `grad E(x)` into `out` (zero rows for pinned vertices).
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]);
     /// A device failure since the last call (the GPU backend records them instead of

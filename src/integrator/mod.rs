@@ -331,22 +331,11 @@ impl Stepper<'_> {
         Ok(Solved { x, v, dissipated })
     }
 
-    /// Total energy `E(x) + 1/2 v^T M v`.
-    pub fn energy(&mut self, x: &[[f64; 3]], v: &[[f64; 3]]) -> f64 {
-        self.stages.potential(x) + kinetic_energy(self.model, v)
-    }
-
     /// `grad E(x)` (zero on pinned vertices).
     pub fn potential_gradient(&mut self, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
         let mut out = vec![[0.0; 3]; x.len()];
         self.stages.potential_gradient(x, &mut out);
         out
-    }
-
-    /// Energy the step's lagged damping and friction remove on the way to `x`.
-    pub fn dissipated(&mut self, x: &[[f64; 3]]) -> f64 {
-        self.stages.set_iterate(x);
-        2.0 * self.stages.dissipation()
     }
 }
 

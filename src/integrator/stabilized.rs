@@ -10,23 +10,57 @@
 use super::backward_euler::BackwardEuler;
 use super::forward_euler;
 use super::implicit_midpoint::ImplicitMidpoint;
-use super::{Outcome, Stepper, blend};
+use super::{Outcome, Stepper, blend, kinetic_energy};
 use crate::error::Result;
 use crate::solver::Role;
 
 /// Bisection steps: 2^-50 of the blend is far below any visible difference.
 const MAX_BISECTIONS: usize = 50;
+/// Bisection levels evaluated together: the 2^3 - 1 = 7 blends the next three halvings may
+/// visit, in one round trip on a GPU; the bisection then replays them, so it takes the same
+/// alpha as one blend at a time would.
+const LEVELS_PER_BATCH: usize = 3;
+
+/// A candidate state's energy error `H(x, v) - (target - dissipated)`, where `dissipated`
+/// (returned too) is what this step's damping and friction removed on the way to `x`.
+struct Candidate {
+    error: f64,
+    dissipated: f64,
+}
+
+impl Candidate {
+    fn new(stepper: &Stepper<'_>, potential: f64, v: &[[f64; 3]], dissipated: f64, target: f64) -> Candidate {
+        let e = potential + kinetic_energy(stepper.model, v) - (target - dissipated);
+        Candidate { error: if e.is_nan() { f64::INFINITY } else { e }, dissipated }
+    }
+}
+
+/// The candidates of `states`, their energies evaluated together.
+fn candidates(
+    stepper: &mut Stepper<'_>,
+    states: &[(Vec<[f64; 3]>, Vec<[f64; 3]>)],
+    target: f64,
+) -> Vec<Candidate> {
+    let points: Vec<&[[f64; 3]]> = states.iter().map(|(x, _)| x.as_slice()).collect();
+    let energies = stepper.stages.energies_at(&points);
+    states
+        .iter()
+        .zip(energies)
+        .map(|((_, v), (potential, dissipation))| {
+            Candidate::new(stepper, potential, v, 2.0 * dissipation, target)
+        })
+        .collect()
+}
 
 pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Result<Outcome> {
     let band = epsilon * stepper.start_energy.abs();
     let midpoint = stepper.implicit(&ImplicitMidpoint, None, Role::Solve)?;
-    // Energy error of a candidate: its total energy against the target less what this step's
-    // damping and friction removed on the way there.
-    let error = |stepper: &mut Stepper<'_>, x: &[[f64; 3]], v: &[[f64; 3]]| {
-        let e = stepper.energy(x, v) - (target - stepper.dissipated(x));
-        if e.is_nan() { f64::INFINITY } else { e }
+    // A solve's result comes with its dissipation, and (on a GPU) with its potential.
+    let solved = |stepper: &mut Stepper<'_>, x: &[[f64; 3]], v: &[[f64; 3]], dissipated: f64| {
+        let potential = stepper.stages.potential(x);
+        Candidate::new(stepper, potential, v, dissipated, target).error
     };
-    let e_mid = error(stepper, &midpoint.x, &midpoint.v);
+    let e_mid = solved(stepper, &midpoint.x, &midpoint.v, midpoint.dissipated);
     if e_mid.abs() <= band {
         return Ok(Outcome {
             alpha: Some(0.0),
@@ -38,7 +72,7 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
     // (low, high): blend endpoints with error(low) > 0 >= error(high) along alpha in [0, 1].
     let (low, high, sign) = if e_mid > 0.0 {
         let backward = stepper.implicit(&BackwardEuler, Some(&midpoint.x), Role::Blend)?;
-        if error(stepper, &backward.x, &backward.v) > 0.0 {
+        if solved(stepper, &backward.x, &backward.v, backward.dissipated) > 0.0 {
             return Ok(Outcome {
                 alpha: Some(1.0),
                 dissipated: backward.dissipated,
@@ -48,8 +82,8 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
         }
         ((midpoint.x, midpoint.v), (backward.x, backward.v), 1.0)
     } else {
-        let (x_fe, v_fe) = forward_euler::step(&stepper.input);
-        if error(stepper, &x_fe, &v_fe) < 0.0 {
+        let forward = forward_euler::step(&stepper.input);
+        if candidates(stepper, std::slice::from_ref(&forward), target)[0].error < 0.0 {
             // Not even forward Euler reaches the target. Its step taken whole would be an
             // explicit step at the game's step size, repeated every step until the energy
             // climbs to the target: keep midpoint's, which loses energy only as damping does.
@@ -60,21 +94,45 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
                 v: midpoint.v,
             });
         }
-        ((x_fe, v_fe), (midpoint.x, midpoint.v), -1.0)
+        (forward, (midpoint.x, midpoint.v), -1.0)
     };
+    let blend_at = |alpha: f64| (blend(&low.0, &high.0, alpha), blend(&low.1, &high.1, alpha));
     let (mut a, mut b) = (0.0, 1.0);
-    let mut alpha = 0.5;
-    for _ in 0..MAX_BISECTIONS {
-        alpha = 0.5 * (a + b);
-        let (x, v) = (blend(&low.0, &high.0, alpha), blend(&low.1, &high.1, alpha));
-        let e = error(stepper, &x, &v);
-        if e.abs() <= band {
-            break;
+    let (mut alpha, mut dissipated) = (0.5, 0.0);
+    let mut bisections = 0;
+    'search: while bisections < MAX_BISECTIONS {
+        // The tree of the next levels' midpoints: node k halves [lo, hi]; its children, 2k + 1
+        // and 2k + 2, halve [lo, mid] and [mid, hi], each midpoint computed as one bisection
+        // step computes it.
+        let levels = LEVELS_PER_BATCH.min(MAX_BISECTIONS - bisections);
+        let mut intervals = vec![(a, b)];
+        let mut alphas = Vec::new();
+        for k in 0..(1 << levels) - 1 {
+            let (lo, hi) = intervals[k];
+            let mid = 0.5 * (lo + hi);
+            alphas.push(mid);
+            intervals.extend([(lo, mid), (mid, hi)]);
         }
-        if e > 0.0 { a = alpha } else { b = alpha }
+        let states: Vec<_> = alphas.iter().map(|&t| blend_at(t)).collect();
+        let found = candidates(stepper, &states, target);
+        let mut k = 0;
+        for _ in 0..levels {
+            bisections += 1;
+            (alpha, dissipated) = (alphas[k], found[k].dissipated);
+            let e = found[k].error;
+            if e.abs() <= band {
+                break 'search;
+            }
+            if e > 0.0 {
+                a = alpha;
+                k = 2 * k + 2;
+            } else {
+                b = alpha;
+                k = 2 * k + 1;
+            }
+        }
     }
-    let (x, v) = (blend(&low.0, &high.0, alpha), blend(&low.1, &high.1, alpha));
-    let dissipated = stepper.dissipated(&x);
+    let (x, v) = blend_at(alpha);
     // Backward side: alpha is the BE fraction. Forward side: minus the FE fraction.
     let reported = if sign > 0.0 { alpha } else { -(1.0 - alpha) };
     Ok(Outcome { x, v, alpha: Some(reported), dissipated })

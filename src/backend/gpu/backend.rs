@@ -26,6 +26,10 @@ use crate::material::Projection;
 use crate::model::Model;
 use crate::objective::{Node, StepProblem};
 
+/// States `energies_at` evaluates in one submission at most (a stabilized step's batch of
+/// blends is 7).
+const MAX_BLENDS: usize = 8;
+
 /// Line-search candidates evaluated in one submission at most.
 pub const MAX_BATCH: usize = 8;
 
@@ -115,7 +119,13 @@ pub struct GpuBackend {
     /// integrators and the driver ask for both there.
     potential_at: Option<PotentialAt>,
     /// The iterate as last read back, until it changes.
-    iterate_read: Option<Vec<[f64; 3]>>,
+    iterate_read: Option<IterateRead>,
+}
+
+/// The iterate as read back, and the damping pseudo-potential there when read with it.
+struct IterateRead {
+    x: Vec<[f64; 3]>,
+    dissipation: Option<f64>,
 }
 
 /// The potential energy and its gradient at a state.
@@ -637,21 +647,46 @@ impl GpuBackend {
         Ok(self.remember_potential(x, &results))
     }
 
-    /// Records the potential and its gradient at the iterate, and stages them and the
-    /// iterate: the state a step that ends here is read as.
-    fn record_end_state(&mut self) -> Result<[Staged; 4]> {
-        let [elements, vertices, gradient] = self.record_potential(Positions::Iterate)?;
-        let x = self.buffers.state.named("x").clone();
-        let bytes = (12 * self.buffers.vertex_count) as u64;
-        Ok([elements, vertices, gradient, self.recording.stage(&self.context, &x, bytes)?])
+    /// Whether this step's damping removes energy (its pseudo-potential is evaluated).
+    fn dissipates(&self) -> bool {
+        self.damped && self.damping_weight > 0.0
     }
 
-    /// Remembers the iterate and its potential from the results of `record_end_state`.
+    /// Records the damping pseudo-potential at the iterate (unweighted, as `dissipation`
+    /// gives it) and stages its partials.
+    fn record_dissipation(&mut self) -> Result<Staged> {
+        // The gather with no nodes and no inertia leaves only the damping quadratic.
+        let params = self.gather_params(&[], 0.0, None, true);
+        self.gather(&params, Positions::Iterate)?;
+        self.stage_gather()
+    }
+
+    fn dissipation_from(&self, bytes: &[u8]) -> f64 {
+        sums::<1>(bytes)[0] / self.damping_weight
+    }
+
+    /// Records the potential and its gradient at the iterate, and stages them, the iterate
+    /// and (where the step dissipates) the damping pseudo-potential: the state a solve that
+    /// ends here is read as.
+    fn record_end_state(&mut self) -> Result<Vec<Staged>> {
+        let mut staged = self.record_potential(Positions::Iterate)?.to_vec();
+        let x = self.buffers.state.named("x").clone();
+        let bytes = (12 * self.buffers.vertex_count) as u64;
+        staged.push(self.recording.stage(&self.context, &x, bytes)?);
+        if self.dissipates() {
+            staged.push(self.record_dissipation()?);
+        }
+        Ok(staged)
+    }
+
+    /// Remembers the iterate, its potential and its dissipation from the results of
+    /// `record_end_state`.
     fn remember_end_state(&mut self, results: &[Vec<u8>]) -> Vec<[f64; 3]> {
         let mut x = vec![[0.0; 3]; self.buffers.vertex_count];
         self.buffers.positions(&bytemuck::pod_collect_to_vec(&results[3]), &mut x);
         self.remember_potential(&x, &results[..3]);
-        self.iterate_read = Some(x.clone());
+        let dissipation = if self.dissipates() { self.dissipation_from(&results[4]) } else { 0.0 };
+        self.iterate_read = Some(IterateRead { x: x.clone(), dissipation: Some(dissipation) });
         x
     }
 
@@ -704,17 +739,9 @@ impl GpuBackend {
         self.gather(&params, Positions::Iterate)?;
         let last = self.stage_gather()?;
         let end = self.record_end_state()?;
-        let damped = self.damped && self.damping_weight > 0.0;
-        let dissipation = if damped {
-            let params = self.gather_params(&[], 0.0, None, true);
-            self.gather(&params, Positions::Iterate)?;
-            Some(self.stage_gather()?)
-        } else {
-            None
-        };
+        let rest = 2 + end.len();
         let mut staged = vec![picked, last];
         staged.extend(end);
-        staged.extend(dissipation);
         staged.extend(iterations.iter().flat_map(|&(status, record)| [status, record]));
         let results = self.recording.read(&self.context, &staged)?;
 
@@ -730,7 +757,6 @@ impl GpuBackend {
             gradient_norm: Self::linearization(&results[1]).gradient_norm,
             ..BudgetSolve::default()
         };
-        let rest = 6 + usize::from(damped);
         for pair in results[rest..].chunks_exact(2) {
             let (status, after): (PcgStatus, SearchRecord) =
                 (bytemuck::pod_read_unaligned(&pair[0]), record(&pair[1]));
@@ -742,10 +768,8 @@ impl GpuBackend {
             }
             solve.objective = after.value as f64;
         }
-        if damped {
-            solve.dissipation = sums::<1>(&results[6])[0] / self.damping_weight;
-        }
-        solve.x = self.remember_end_state(&results[2..6]);
+        solve.x = self.remember_end_state(&results[2..rest]);
+        solve.dissipation = self.iterate_read.as_ref().and_then(|read| read.dissipation).unwrap_or(0.0);
         Ok(solve)
     }
 }
@@ -845,7 +869,11 @@ impl GpuBackend {
             self.vector("save", 0.0)?;
             self.vector("offset", 1.0)?;
         }
-        let results = self.read_tally(&mut tally, &last.into_iter().collect::<Vec<_>>())?;
+        // The state the solve ends in comes with its last status.
+        let mut extra: Vec<Staged> = last.into_iter().collect();
+        extra.extend(self.record_end_state()?);
+        let results = self.read_tally(&mut tally, &extra)?;
+        self.remember_end_state(&results[1..]);
         let mut report = std::mem::take(&mut tally.report);
         self.last_global_cg = tally.longest.max(1);
         report.gradient_norm =
@@ -897,7 +925,9 @@ fn staging_bytes(model: &Model) -> u64 {
     // status per iteration.
     let record = std::mem::size_of::<SearchRecord>();
     let budget = end + 2 * candidate + (MAX_BUDGET_ITERATIONS + 1) * (record + status);
-    newton.max(budget) as u64
+    // A stabilized step's batch of blends: each point's energy and dissipation partials.
+    let blends = MAX_BLENDS * (candidate + 16 * vertex_partials);
+    newton.max(budget).max(blends) as u64
 }
 
 /// The sums of the first `K` lanes of staged `[f32; 4]` partials, added in order in f64.
@@ -908,6 +938,8 @@ fn sums<const K: usize>(bytes: &[u8]) -> [f64; K] {
 
 impl Stages for GpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
+        // The damping and the start change: what was read of the iterate no longer holds.
+        self.iterate_read = None;
         let displacements =
             [self.buffers.displacements(problem.start), self.buffers.displacements(problem.target)];
         for (name, values) in ["x_start", "target_positions"].iter().zip(&displacements) {
@@ -973,17 +1005,18 @@ impl Stages for GpuBackend {
     }
 
     fn dissipation(&mut self) -> f64 {
-        if !self.damped || self.damping_weight <= 0.0 {
+        if !self.dissipates() {
             return 0.0;
         }
-        // The gather with no nodes and no inertia leaves only the damping quadratic.
-        let params = self.gather_params(&[], 0.0, None, true);
+        if let Some(dissipation) = self.iterate_read.as_ref().and_then(|read| read.dissipation) {
+            return dissipation;
+        }
         let result = (|| {
-            self.gather(&params, Positions::Iterate)?;
-            let staged = super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?;
-            Ok(sums::<1>(&self.recording.read(&self.context, &[staged])?[0])[0])
+            let staged = self.record_dissipation()?;
+            let results = self.recording.read(&self.context, &[staged])?;
+            Ok(self.dissipation_from(&results[0]))
         })();
-        self.settle(result, f64::NAN) / self.damping_weight
+        self.settle(result, f64::NAN)
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
@@ -1003,13 +1036,13 @@ impl Stages for GpuBackend {
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
         let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
-        if let Some(x) = &self.iterate_read {
-            out.copy_from_slice(x);
+        if let Some(read) = &self.iterate_read {
+            out.copy_from_slice(&read.x);
         } else {
             match rec.read_buffer::<f32>(c, b.state.named("x"), 3 * b.vertex_count) {
                 Ok(u) => {
                     b.positions(&u, out);
-                    self.iterate_read = Some(out.to_vec());
+                    self.iterate_read = Some(IterateRead { x: out.to_vec(), dissipation: None });
                 }
                 Err(e) => {
                     out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
@@ -1196,6 +1229,38 @@ impl Stages for GpuBackend {
                 self.error.get_or_insert(e);
             }
         }
+    }
+
+    fn energies_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<(f64, f64)> {
+        if points.len() > MAX_BLENDS {
+            let (first, rest) = points.split_at(MAX_BLENDS);
+            let mut values = self.energies_at(first);
+            values.extend(self.energies_at(rest));
+            return values;
+        }
+        let result = (|| {
+            let mut staged = Vec::with_capacity(3 * points.len());
+            for x in points {
+                self.write_positions(Positions::Aux, x);
+                let (elements, vertices) =
+                    self.record_energy(Positions::Aux, &Node::POTENTIAL, 0.0, false)?;
+                staged.extend([elements, vertices]);
+                self.write_positions(Positions::Iterate, x);
+                if self.dissipates() {
+                    staged.push(self.record_dissipation()?);
+                }
+            }
+            let results = self.recording.read(&self.context, &staged)?;
+            let per_point = if self.dissipates() { 3 } else { 2 };
+            Ok(results
+                .chunks(per_point)
+                .map(|r| {
+                    let potential = Self::candidate_values(&r[..2])[0];
+                    (potential, if self.dissipates() { self.dissipation_from(&r[2]) } else { 0.0 })
+                })
+                .collect())
+        })();
+        self.settle(result, vec![(f64::NAN, f64::NAN); points.len()])
     }
 
     fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {

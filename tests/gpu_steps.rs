@@ -236,13 +236,10 @@ fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() 
             // with damping).
             let fixed = 3;
             // A stabilized step solves midpoint, and backward Euler too when it blends toward
-            // it (alpha > 0); otherwise it may evaluate forward Euler's energy once.
-            // Its bisection evaluates the blends of three levels in one round trip: a blend
-            // found after L levels is a multiple of 2^-L.
+            // it (alpha > 0); its bisection evaluates three levels of blends per round trip.
             let (solves, blends) = match stats.alpha {
                 Some(alpha) if integrator == (Integrator::Stabilized { epsilon: 0.01 }) => {
-                    let levels = (0..=50).find(|&l| (alpha * 2f64.powi(l)).fract() == 0.0).unwrap_or(50);
-                    (1 + usize::from(alpha > 0.0), usize::from(alpha <= 0.0) + (levels as usize).div_ceil(3))
+                    (1 + usize::from(alpha > 0.0), common::stabilized_blend_readbacks(alpha))
                 }
                 _ => (1, 0),
             };

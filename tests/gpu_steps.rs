@@ -228,13 +228,13 @@ fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() 
             );
             // One readback per Newton iteration (its linearization, whole CG solve, dots and
             // first line-search candidates), one per projected retry, one for the final
-            // convergence check, and at most three more: the initial guesses, and the solution
-            // and its potential and forces when the check's convergence was not foreseen
-            // (foreseen, they come with it). The forces at x_n and A-search's correction are
-            // the last step's end state, already read (measured: 0 to 3 more; it was 4 to 6).
-            // A stabilized step that bisected 6 levels took 12 (it was one more per level, two
-            // with damping).
-            let fixed = 3;
+            // convergence check, and at most two more: the initial guesses, and the solution
+            // with its potential, forces and dissipation when the check's convergence was not
+            // foreseen (foreseen, they come with it). The forces at x_n and A-search's
+            // correction are the last step's end state, already read (measured: 1 or 2 more;
+            // it was 4 to 6). A stabilized step that bisected 6 levels took 12 (it was one
+            // more per level, two with damping).
+            let fixed = 2;
             // A stabilized step solves midpoint, and backward Euler too when it blends toward
             // it (alpha > 0); its bisection evaluates three levels of blends per round trip.
             let (solves, blends) = match stats.alpha {

@@ -1035,20 +1035,23 @@ impl Stages for GpuBackend {
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
-        let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
+        if self.iterate_read.is_none() {
+            // A solve's result: its potential, forces and dissipation are asked for next, and
+            // come in the same readback.
+            let result = (|| {
+                let staged = self.record_end_state()?;
+                let results = self.recording.read(&self.context, &staged)?;
+                self.remember_end_state(&results);
+                Ok(())
+            })();
+            if let Err(e) = result {
+                out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
+                self.error.get_or_insert(e);
+                return;
+            }
+        }
         if let Some(read) = &self.iterate_read {
             out.copy_from_slice(&read.x);
-        } else {
-            match rec.read_buffer::<f32>(c, b.state.named("x"), 3 * b.vertex_count) {
-                Ok(u) => {
-                    b.positions(&u, out);
-                    self.iterate_read = Some(IterateRead { x: out.to_vec(), dissipation: None });
-                }
-                Err(e) => {
-                    out.iter_mut().for_each(|p| *p = [f64::NAN; 3]);
-                    self.error.get_or_insert(e);
-                }
-            }
         }
         if std::mem::take(&mut self.mixed_moved) {
             // The stretches a mixed solve left belong with these positions.

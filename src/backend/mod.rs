@@ -109,6 +109,23 @@ pub struct DirectionRequest<'a> {
     pub likely_converged: bool,
 }
 
+/// Where a solve starts: the initial guess of lowest objective.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Start {
+    /// This guess, whose objective is known.
+    Known {
+        /// Its index among the guesses.
+        guess: usize,
+        /// `G` there.
+        objective: f64,
+    },
+    /// Chosen on the device: its objective comes with the next Newton linearization
+    /// ([`NewtonDirection::objective`]), infinite when no guess has a finite one.
+    Pending,
+    /// No guess has a finite objective.
+    Invalid,
+}
+
 /// What one linearization gave.
 #[derive(Clone, Debug, Default)]
 pub struct NewtonDirection {
@@ -121,6 +138,9 @@ pub struct NewtonDirection {
     pub candidates: Vec<f64>,
     /// Time spent linearizing apart from the solve, where the backend can tell them apart.
     pub linearize_time: std::time::Duration,
+    /// `G` at the iterate, where the backend chose it and reports its objective here
+    /// ([`Start::Pending`]).
+    pub objective: Option<f64>,
 }
 
 /// What one mixed-FEM linearization gave (`Stages::mixed_direction`).
@@ -264,6 +284,13 @@ pub trait Stages: Send {
             })
             .collect()
     }
+    /// Makes the iterate the guess of lowest finite objective; the last guess, a fallback,
+    /// only when no other has one. A GPU decides on the device and reports the objective
+    /// with the next [`newton_direction`](Self::newton_direction) ([`Start::Pending`]), so
+    /// only a Newton solve may follow.
+    fn start_from_best(&mut self, guesses: &[&[[f64; 3]]]) -> Start {
+        start_from_best_by_stages(self, guesses)
+    }
     /// Gradient and Hessian of `G` at the iterate, element Hessians exact or PSD-projected.
     fn linearize(&mut self, projection: Projection) -> Linearization;
     /// The gradient of `G` at the iterate, as [`linearize`](Self::linearize) gives it; a
@@ -305,7 +332,7 @@ pub trait Stages: Send {
                 );
                 self.solve_direction(request.solver, relative, request.max_iterations)
             });
-        NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time }
+        NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time, objective: None }
     }
     /// A fixed-budget Newton solve from the best of `request.guesses` (see [`BudgetRequest`]).
     /// This engine runs it stage by stage, deciding on the host by the same rule a GPU
@@ -444,4 +471,19 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
     solve.x = x;
     solve.dissipation = stages.dissipation();
     solve
+}
+
+/// [`Stages::start_from_best`] with the objectives read back: the objective is known.
+pub(crate) fn start_from_best_by_stages<S: Stages + ?Sized>(
+    stages: &mut S,
+    guesses: &[&[[f64; 3]]],
+) -> Start {
+    let values = stages.objectives_at(guesses);
+    match cpu::line_search::pick(&values, true) {
+        Some(guess) => {
+            stages.set_iterate(guesses[guess]);
+            Start::Known { guess, objective: values[guess] }
+        }
+        None => Start::Invalid,
+    }
 }

@@ -16,10 +16,11 @@ mod symplectic_euler;
 pub use energy_ledger::EnergyLedger;
 
 use crate::backend::Stages;
+use crate::backend::{Start, start_from_best_by_stages};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::objective::{LaggedDamping, Node, StepProblem};
-use crate::solver::{Role, SolveReport, Solver, pick_initial_guess};
+use crate::solver::{Role, SolveReport, Solver, SolverKind};
 
 /// Exponential decay of the energy target toward `ground`:
 /// `target(t) = ground + (H0 - ground) exp(-t / time_constant)`.
@@ -317,12 +318,23 @@ impl Stepper<'_> {
             self.stages.set_iterate(warm_start.unwrap_or(&inertial));
             None
         } else {
-            let picked = pick_initial_guess(self.stages, &guesses)
-                .or_else(|| pick_initial_guess(self.stages, &[input.positions]));
-            let Some((_, value)) = picked else { return Err(no_valid_guess()) };
-            Some(value)
+            // Newton takes a start chosen on the device (its objective comes with its first
+            // linearization); mixed FEM reads the objectives back.
+            let start = if self.solver.kind() == SolverKind::Newton {
+                self.stages.start_from_best(&with_fallback)
+            } else {
+                start_from_best_by_stages(self.stages, &with_fallback)
+            };
+            match start {
+                Start::Known { objective, .. } => Some(objective),
+                Start::Pending => None,
+                Start::Invalid => return Err(no_valid_guess()),
+            }
         };
         let report = self.solver.minimize(self.stages, role, start);
+        if report.invalid_start {
+            return Err(no_valid_guess());
+        }
         self.report.accumulate(report);
         let mut x = vec![[0.0; 3]; input.positions.len()];
         self.stages.read_iterate(&mut x);

@@ -48,6 +48,7 @@ impl NonlinearSolver for LocalGlobal<'_> {
                 linear_solve: done.linear_solve,
                 ..Default::default()
             },
+            invalid_start: false,
         }
     }
 }

@@ -52,6 +52,8 @@ pub struct SolveReport {
     pub objectives: Vec<Vec<f64>>,
     /// Phase timings.
     pub times: PhaseTimes,
+    /// The solve started from a guess the backend chose, and no guess had a finite objective.
+    pub(crate) invalid_start: bool,
 }
 
 impl SolveReport {
@@ -92,21 +94,6 @@ pub(crate) enum Role {
 /// minimization and do not know which solver answers.
 pub(crate) trait NonlinearSolver {
     fn minimize(&self, stages: &mut dyn Stages, role: Role, start: Option<f64>) -> SolveReport;
-}
-
-/// Sets the iterate to whichever guess has the lowest objective and returns its index and
-/// objective; `None` if all are infinite (every guess puts some element outside its model's
-/// domain).
-pub(crate) fn pick_initial_guess(stages: &mut dyn Stages, guesses: &[&[[f64; 3]]]) -> Option<(usize, f64)> {
-    let mut best: Option<(usize, f64)> = None;
-    for (k, value) in stages.objectives_at(guesses).into_iter().enumerate() {
-        if value.is_finite() && best.is_none_or(|(_, b)| value < b) {
-            best = Some((k, value));
-        }
-    }
-    let (k, value) = best?;
-    stages.set_iterate(guesses[k]);
-    Some((k, value))
 }
 
 /// Which element Hessians Newton uses.

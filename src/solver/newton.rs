@@ -82,10 +82,10 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         HessianPolicy::AlwaysProject => Projection::Psd,
         HessianPolicy::ProjectOnNegativeCurvature => Projection::None,
     };
-    let t = Instant::now();
-    let mut value = start.unwrap_or_else(|| stages.objective());
-    let initial_value = value;
-    timed(&mut report.times.evaluate, t);
+    // Without `start`, the objective comes with the first linearization (a backend that
+    // chose the iterate on the device reports it there), else is evaluated then.
+    let mut value = start.unwrap_or(f64::NAN);
+    let mut initial_value = value;
     // LIVELY_TRACE=1 prints every iteration to stderr (README: diagnosing convergence).
     let trace = std::env::var_os("LIVELY_TRACE").is_some();
     let mut previous_gradient = f64::INFINITY;
@@ -113,10 +113,18 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             likely_converged,
         };
         let t = Instant::now();
-        let NewtonDirection { linearization: status, direction, candidates, linearize_time } =
+        let NewtonDirection { linearization: status, direction, candidates, linearize_time, objective } =
             stages.newton_direction(&request);
         report.times.evaluate += linearize_time;
         report.times.linear_solve += t.elapsed().saturating_sub(linearize_time);
+        if start.is_none() && report.iterations == 0 {
+            value = objective.unwrap_or_else(|| stages.objective());
+            initial_value = value;
+            if value == f64::INFINITY {
+                report.invalid_start = true;
+                break;
+            }
+        }
         let gradient_norm = status.gradient_norm;
         report.gradient_norm = gradient_norm;
         if gradient_norm <= settings.tolerance {

@@ -7,7 +7,6 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::newton::minimize;
-use super::pick_initial_guess;
 use super::{HessianPolicy, LinearSolver, Solver};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{DirectionReport, Linearization, Stages};
@@ -150,7 +149,12 @@ fn solve(
         rayleigh: 0.0,
         damping_weight: 1.0,
     });
-    let (_, value) = pick_initial_guess(&mut stages, &[start, target]).unwrap();
+    let crate::backend::Start::Known { objective: value, .. } =
+        // The lower of the two; the last, the fallback, is never needed here.
+        crate::backend::start_from_best_by_stages(&mut stages, &[start, target, start])
+    else {
+        panic!("both guesses are valid")
+    };
     stages.accepted = vec![value];
     let report = minimize(&mut stages, settings, Some(value));
     let mut x = vec![[0.0; 3]; start.len()];

@@ -19,7 +19,7 @@ use super::{Positions, WgStages};
 use crate::backend::topology::Anchors;
 use crate::backend::{
     Anchor, BudgetRequest, BudgetSolve, DirectionReport, DirectionRequest, LinearSolver, Linearization,
-    LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, projective,
+    LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, Start, projective,
 };
 use crate::error::{Error, Result};
 use crate::material::Projection;
@@ -120,6 +120,8 @@ pub struct GpuBackend {
     potential_at: Option<PotentialAt>,
     /// The iterate as last read back, until it changes.
     iterate_read: Option<IterateRead>,
+    /// The search record of a start chosen on the device, for the next Newton readback.
+    pending_start: Option<Staged>,
 }
 
 /// The iterate as read back, and the damping pseudo-potential there when read with it.
@@ -174,6 +176,7 @@ impl GpuBackend {
             start: Vec::new(),
             potential_at: None,
             iterate_read: None,
+            pending_start: None,
         })
     }
 
@@ -534,6 +537,8 @@ impl GpuBackend {
     }
 
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
+        // A start chosen on the device reports its objective with this readback.
+        let start = self.pending_start.take();
         self.record_linearization(request.projection)?;
         let lin = self.stage_gather()?;
         // Where the step likely ends here, the state's potential, forces and positions come
@@ -541,10 +546,15 @@ impl GpuBackend {
         let ends = request.likely_converged || !request.solve;
         if !request.solve {
             let end = self.record_end_state()?;
-            let results = self.recording.read(&self.context, &[&[lin], &end[..]].concat())?;
-            self.remember_end_state(&results[1..]);
+            let mut staged = vec![lin];
+            staged.extend(start);
+            staged.extend(end);
+            let results = self.recording.read(&self.context, &staged)?;
+            let objective = start.map(|_| Self::start_objective(&results[1]));
+            self.remember_end_state(&results[1 + usize::from(start.is_some())..]);
             return Ok(NewtonDirection {
                 linearization: Self::linearization(&results[0]),
+                objective,
                 ..Default::default()
             });
         }
@@ -556,17 +566,19 @@ impl GpuBackend {
         let dots = self.dots()?;
         let candidates = self.record_candidates(alphas)?;
         let mut staged = vec![lin, status, dots];
+        staged.extend(start);
         if ends {
             staged.extend(self.record_end_state()?);
         }
         let (results, mut values) = self.read_candidates(&staged, candidates)?;
+        let objective = start.map(|_| Self::start_objective(&results[3]));
         if ends {
-            self.remember_end_state(&results[3..]);
+            self.remember_end_state(&results[3 + usize::from(start.is_some())..]);
         }
         let linearization = Self::linearization(&results[0]);
         let first: PcgStatus = bytemuck::pod_read_unaligned(&results[1]);
         if !(linearization.gradient_norm > request.gradient_tolerance) {
-            return Ok(NewtonDirection { linearization, ..Default::default() });
+            return Ok(NewtonDirection { linearization, objective, ..Default::default() });
         }
         let mut dots = results[2].clone();
         let status = match solve {
@@ -587,6 +599,7 @@ impl GpuBackend {
             linearization,
             direction: Some(direction),
             candidates: values,
+            objective,
             ..Default::default()
         })
     }
@@ -690,6 +703,27 @@ impl GpuBackend {
         x
     }
 
+    /// Records the guesses' objectives, the pick (the last guess a fallback) and the iterate
+    /// set to the picked guess; stages the search record, whose value is `G` there.
+    fn record_start(&mut self, guesses: &[&[[f64; 3]]]) -> Result<Staged> {
+        let values: Vec<f32> = guesses.iter().flat_map(|g| self.buffers.displacements(g)).collect();
+        let buffer = self.buffers.scratch.named("guesses").clone();
+        self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&values));
+        for k in 0..guesses.len() {
+            self.decide(Decision::TakeGuess(Some(k)))?;
+            self.record_objective(Some(k))?;
+        }
+        self.decide(Decision::Pick { count: guesses.len(), fallback: true })?;
+        self.decide(Decision::TakeGuess(None))?;
+        WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)
+    }
+
+    /// `G` at the start a staged search record holds (infinite when no guess was valid).
+    fn start_objective(bytes: &[u8]) -> f64 {
+        let record: SearchRecord = bytemuck::pod_read_unaligned(bytes);
+        if record.picked == super::line_search::NONE { f64::INFINITY } else { record.value as f64 }
+    }
+
     /// A fixed-budget solve in one submission and one readback: the guesses' objectives and
     /// the pick, then per iteration the linearization, the whole PCG solve at its cap, the
     /// dots, the line search's candidates, the choice and the step, all decided on the
@@ -697,16 +731,7 @@ impl GpuBackend {
     /// the iterate at the end.
     fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
         use crate::backend::cpu::line_search::step_lengths;
-        let guesses: Vec<f32> = request.guesses.iter().flat_map(|g| self.buffers.displacements(g)).collect();
-        let buffer = self.buffers.scratch.named("guesses").clone();
-        self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&guesses));
-        for k in 0..request.guesses.len() {
-            self.decide(Decision::TakeGuess(Some(k)))?;
-            self.record_objective(Some(k))?;
-        }
-        self.decide(Decision::Pick { count: request.guesses.len(), fallback: true })?;
-        self.decide(Decision::TakeGuess(None))?;
-        let picked = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
+        let picked = self.record_start(request.guesses)?;
         let alphas = step_lengths(request.halvings, request.extrapolate);
         let pcg = self.pcg_params(
             Some(request.relative_tolerance),
@@ -1264,6 +1289,22 @@ impl Stages for GpuBackend {
                 .collect())
         })();
         self.settle(result, vec![(f64::NAN, f64::NAN); points.len()])
+    }
+
+    fn start_from_best(&mut self, guesses: &[&[[f64; 3]]]) -> Start {
+        if guesses.len() > super::buffers::GUESSES {
+            return crate::backend::start_from_best_by_stages(self, guesses);
+        }
+        match self.record_start(guesses) {
+            Ok(staged) => {
+                self.pending_start = Some(staged);
+                Start::Pending
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+                Start::Invalid
+            }
+        }
     }
 
     fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {

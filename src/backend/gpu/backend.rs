@@ -92,8 +92,12 @@ pub struct GpuBackend {
     damped: bool,
     damping_weight: f64,
     error: Option<Error>,
-    /// CG iterations of the last solve: how many to record before reading the status.
+    /// CG iterations of the last solve, and of each solve since the step began and in the
+    /// step before: how many to record before reading the status. Newton's solves lengthen
+    /// as its forcing term tightens, and the next step's follow the same pattern.
     last_cg: u32,
+    solve_lengths: Vec<u32>,
+    previous_solve_lengths: Vec<u32>,
     /// The handles, as the host keeps them for the local/global matrix.
     anchors: Anchors,
     /// The colliders as they are this step, as the host keeps them for the local/global
@@ -165,6 +169,8 @@ impl GpuBackend {
             damping_weight: 1.0,
             error: None,
             last_cg: FIRST_CHUNK,
+            solve_lengths: Vec::new(),
+            previous_solve_lengths: Vec::new(),
             anchors: Anchors::default(),
             colliders,
             projective_diagonal: Vec::new(),
@@ -335,14 +341,23 @@ impl GpuBackend {
         }
     }
 
-    /// CG iterations to record before the first status read: as many as the last solve took,
-    /// and a margin.
+    /// CG iterations to record before the first status read: as many as the last solve, or
+    /// the same solve of the step before, took, whichever is more, and a margin. (An idle
+    /// iteration costs two dispatches; reading on costs a round trip, several times more.)
     fn first_chunk(&self, max_iterations: u32) -> u32 {
-        max_iterations.min(self.last_cg + self.last_cg / 4 + 8)
+        let same = self.previous_solve_lengths.get(self.solve_lengths.len()).copied().unwrap_or(0);
+        let expected = self.last_cg.max(same);
+        max_iterations.min(expected + expected / 4 + 8)
+    }
+
+    /// Remembers a solve's length.
+    fn solved(&mut self, status: &PcgStatus) {
+        self.last_cg = status.iterations.max(1);
+        self.solve_lengths.push(self.last_cg);
     }
 
     /// Records and reads more chunks while the solve runs (each as long as all before it);
-    /// returns the final status and remembers the solve's length.
+    /// returns the final status.
     fn run_on(&mut self, solve: &mut Solve, mut status: PcgStatus) -> Result<PcgStatus> {
         let max = solve.params.max_iterations;
         while status.running() {
@@ -354,7 +369,6 @@ impl GpuBackend {
             let staged = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, solve, more)?;
             status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
         }
-        self.last_cg = status.iterations.max(1);
         Ok(status)
     }
 
@@ -376,10 +390,12 @@ impl GpuBackend {
         let chunk = self.first_chunk(params.max_iterations);
         let (staged, solve) = self.record_solve(params, chunk)?;
         let status = bytemuck::pod_read_unaligned(&self.recording.read(&self.context, &[staged])?[0]);
-        match solve {
-            Some(mut solve) => self.run_on(&mut solve, status),
-            None => Ok(status),
-        }
+        let status = match solve {
+            Some(mut solve) => self.run_on(&mut solve, status)?,
+            None => status,
+        };
+        self.solved(&status);
+        Ok(status)
     }
 
     /// The direction's report from the staged dots `(g.d, d.d, g.g)`.
@@ -526,7 +542,7 @@ impl GpuBackend {
             Self::report(&results[2], status.iterations.max(1) as usize, status.negative_curvature());
         direction.slope += WgElement::energy(&results[3]);
         let merits = Self::candidate_values(&results[4..8]);
-        self.last_cg = status.iterations.max(1);
+        self.solved(&status);
         Ok(crate::backend::MixedDirection {
             linearization,
             direction: (linearization.gradient_norm > request.gradient_tolerance).then_some(direction),
@@ -585,6 +601,7 @@ impl GpuBackend {
             Some(mut solve) => self.run_on(&mut solve, first)?,
             None => first,
         };
+        self.solved(&status);
         if first.running() {
             // The solve outran the iterations recorded: the dots and candidates were of an
             // unfinished direction; evaluate them again.
@@ -932,6 +949,8 @@ impl GpuBackend {
     /// Forgets the last solve's length, so that the next records only a few iterations ahead.
     pub(crate) fn forget_solve_length(&mut self) {
         self.last_cg = 0;
+        self.solve_lengths.clear();
+        self.previous_solve_lengths.clear();
     }
 }
 
@@ -965,6 +984,9 @@ impl Stages for GpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
         // The damping and the start change: what was read of the iterate no longer holds.
         self.iterate_read = None;
+        if !self.solve_lengths.is_empty() {
+            self.previous_solve_lengths = std::mem::take(&mut self.solve_lengths);
+        }
         let displacements =
             [self.buffers.displacements(problem.start), self.buffers.displacements(problem.target)];
         for (name, values) in ["x_start", "target_positions"].iter().zip(&displacements) {

@@ -35,12 +35,11 @@ impl Candidate {
     }
 }
 
+/// Positions and velocities.
+type State = (Vec<[f64; 3]>, Vec<[f64; 3]>);
+
 /// The candidates of `states`, their energies evaluated together.
-fn candidates(
-    stepper: &mut Stepper<'_>,
-    states: &[(Vec<[f64; 3]>, Vec<[f64; 3]>)],
-    target: f64,
-) -> Vec<Candidate> {
+fn candidates(stepper: &mut Stepper<'_>, states: &[State], target: f64) -> Vec<Candidate> {
     let points: Vec<&[[f64; 3]]> = states.iter().map(|(x, _)| x.as_slice()).collect();
     let energies = stepper.stages.energies_at(&points);
     states

@@ -119,8 +119,9 @@ pub enum Start {
         /// `G` there.
         objective: f64,
     },
-    /// Chosen on the device: its objective comes with the next Newton linearization
-    /// ([`NewtonDirection::objective`]), infinite when no guess has a finite one.
+    /// Chosen on the device: its objective comes with the next linearization
+    /// ([`NewtonDirection::objective`], [`MixedDirection::objective`]), infinite when no
+    /// guess has a finite one.
     Pending,
     /// No guess has a finite objective.
     Invalid,
@@ -162,6 +163,9 @@ pub struct MixedDirection {
     pub linearize_time: std::time::Duration,
     /// Time spent in the local solves after the global one.
     pub local_time: std::time::Duration,
+    /// `G` at the iterate, where the backend chose it and reports its objective here
+    /// ([`Start::Pending`]).
+    pub objective: Option<f64>,
 }
 
 /// What the local/global solver asks of one solve.
@@ -286,8 +290,8 @@ pub trait Stages: Send {
     }
     /// Makes the iterate the guess of lowest finite objective; the last guess, a fallback,
     /// only when no other has one. A GPU decides on the device and reports the objective
-    /// with the next [`newton_direction`](Self::newton_direction) ([`Start::Pending`]), so
-    /// only a Newton solve may follow.
+    /// with the next [`newton_direction`](Self::newton_direction) or
+    /// [`mixed_direction`](Self::mixed_direction) ([`Start::Pending`]).
     fn start_from_best(&mut self, guesses: &[&[[f64; 3]]]) -> Start {
         start_from_best_by_stages(self, guesses)
     }

@@ -16,11 +16,11 @@ mod symplectic_euler;
 pub use energy_ledger::EnergyLedger;
 
 use crate::backend::Stages;
-use crate::backend::{Start, start_from_best_by_stages};
+use crate::backend::Start;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::objective::{LaggedDamping, Node, StepProblem};
-use crate::solver::{Role, SolveReport, Solver, SolverKind};
+use crate::solver::{Role, SolveReport, Solver};
 
 /// Exponential decay of the energy target toward `ground`:
 /// `target(t) = ground + (H0 - ground) exp(-t / time_constant)`.
@@ -318,14 +318,9 @@ impl Stepper<'_> {
             self.stages.set_iterate(warm_start.unwrap_or(&inertial));
             None
         } else {
-            // Newton takes a start chosen on the device (its objective comes with its first
-            // linearization); mixed FEM reads the objectives back.
-            let start = if self.solver.kind() == SolverKind::Newton {
-                self.stages.start_from_best(&with_fallback)
-            } else {
-                start_from_best_by_stages(self.stages, &with_fallback)
-            };
-            match start {
+            // A GPU picks the start on the device; its objective comes with the solver's first
+            // linearization.
+            match self.stages.start_from_best(&with_fallback) {
                 Start::Known { objective, .. } => Some(objective),
                 Start::Pending => None,
                 Start::Invalid => return Err(no_valid_guess()),

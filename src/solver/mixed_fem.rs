@@ -28,8 +28,9 @@ impl NonlinearSolver for MixedFem<'_> {
         let mut report = SolveReport::default();
         let t = Instant::now();
         stages.mixed_begin();
-        let initial = start.unwrap_or_else(|| stages.objective());
-        let mut objectives = vec![initial];
+        // Without `start`, the objective comes with the first linearization.
+        let mut initial = start.unwrap_or(f64::NAN);
+        let mut objectives = Vec::new();
         report.times.evaluate += t.elapsed();
         let trace = std::env::var_os("LIVELY_TRACE").is_some();
         let mut previous_gradient = f64::INFINITY;
@@ -56,7 +57,18 @@ impl NonlinearSolver for MixedFem<'_> {
                 full_step_merit,
                 linearize_time,
                 local_time,
+                objective,
             } = stages.mixed_direction(&request);
+            if objectives.is_empty() {
+                if start.is_none() {
+                    initial = objective.unwrap_or_else(|| stages.objective());
+                }
+                objectives.push(initial);
+                if initial == f64::INFINITY {
+                    report.invalid_start = true;
+                    break;
+                }
+            }
             report.times.evaluate += linearize_time;
             report.times.local_solve += local_time;
             report.times.linear_solve += t.elapsed().saturating_sub(linearize_time + local_time);

@@ -489,6 +489,8 @@ impl GpuBackend {
         request: &DirectionRequest<'_>,
     ) -> Result<crate::backend::MixedDirection> {
         let nodes = self.nodes.clone();
+        // A start chosen on the device reports its objective with this readback.
+        let start = self.pending_start.take();
         self.mixed("linearize", 0.0)?;
         if self.buffers.spring_count > 0 {
             let (c, rec) = (&self.context, &mut self.recording);
@@ -506,10 +508,12 @@ impl GpuBackend {
             element.queue(c, rec, groups, Positions::Iterate, &nodes, Outputs::Gradient, true)?;
         }
         if !request.solve {
-            let staged = self.record_displacement_gather(&nodes)?;
-            let results = self.recording.read(&self.context, &[staged])?;
+            let mut staged = vec![self.record_displacement_gather(&nodes)?];
+            staged.extend(start);
+            let results = self.recording.read(&self.context, &staged)?;
             return Ok(crate::backend::MixedDirection {
                 linearization: Self::linearization(&results[0]),
+                objective: start.map(|_| Self::start_objective(&results[1])),
                 ..Default::default()
             });
         }
@@ -524,7 +528,9 @@ impl GpuBackend {
         let (status, solve) = self.record_solve(pcg, chunk)?;
         let mut staged = vec![status];
         staged.extend(self.record_after_mixed_solve(&nodes)?);
+        staged.extend(start);
         let mut results = self.recording.read(&self.context, &staged)?;
+        let objective = start.map(|_| Self::start_objective(&results[8]));
         let first: PcgStatus = bytemuck::pod_read_unaligned(&results[0]);
         let status = match solve {
             Some(mut solve) => self.run_on(&mut solve, first)?,
@@ -548,6 +554,7 @@ impl GpuBackend {
             direction: (linearization.gradient_norm > request.gradient_tolerance).then_some(direction),
             merit: merits[0],
             full_step_merit: merits[1],
+            objective,
             ..Default::default()
         })
     }

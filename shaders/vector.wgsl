@@ -16,7 +16,7 @@ struct Params {
 
 @group(3) @binding(0) var<storage, read_write> x_saved: array<f32>;
 @group(3) @binding(1) var<storage, read_write> direction: array<f32>;
-@group(3) @binding(2) var<storage, read> gradient: array<f32>;
+@group(3) @binding(2) var<storage, read_write> gradient: array<f32>;
 @group(3) @binding(3) var<storage, read_write> rhs: array<f32>;
 @group(3) @binding(4) var<storage, read_write> dot_partials: array<vec4<f32>>;
 
@@ -27,6 +27,17 @@ fn negate_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgro
     let index = slot * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
         rhs[index] = -gradient[index];
+    }
+}
+
+// gradient = -rhs: the linearization's gradient again, bit for bit, after another pass has
+// used its buffer (the state's potential, read with a step's last linearization).
+@compute @workgroup_size(WORKGROUP)
+fn gradient_from_rhs(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        gradient[index] = -rhs[index];
     }
 }
 

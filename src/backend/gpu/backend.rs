@@ -611,7 +611,11 @@ impl GpuBackend {
         self.solved(&status);
         if first.running() {
             // The solve outran the iterations recorded: the dots and candidates were of an
-            // unfinished direction; evaluate them again.
+            // unfinished direction; evaluate them again (with the gradient restored where the
+            // end state's potential pass took its buffer).
+            if ends {
+                self.vector("gradient_from_rhs", 0.0)?;
+            }
             let staged_dots = self.dots()?;
             let candidates = self.record_candidates(alphas)?;
             let (results, again) = self.read_candidates(&[staged_dots], candidates)?;

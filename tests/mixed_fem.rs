@@ -115,6 +115,17 @@ fn mixed_fem_steps_on_the_gpu_like_on_the_cpu() {
             assert!(step.converged, "{backend:?}: {step:?}");
             iterations += step.iterations;
             device = step.device;
+            // One readback per iteration (its linearization, condensed solve, local update and
+            // the full step's merit; the first also the start picked on the device), one for
+            // the final check, one for the end objective with the state's end (measured: 6 for
+            // 4 iterations; it was 7), and one per further line-search batch.
+            if let Some(d) = step.device {
+                assert!(
+                    d.readbacks as usize <= step.iterations + 2 + 2,
+                    "{d:?} for {} iterations",
+                    step.iterations
+                );
+            }
         }
         (sim.positions().to_vec(), rest, iterations, device)
     };

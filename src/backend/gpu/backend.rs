@@ -1179,7 +1179,16 @@ impl Stages for GpuBackend {
         let nodes = self.nodes.clone();
         let result = (|| {
             let (e, g) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
-            Ok(Self::candidate_values(&self.recording.read(&self.context, &[e, g])?)[0])
+            // Asked mostly where a solve ends (the mixed solver's last objective): the state's
+            // end comes in the same readback, unless it already came.
+            let end = if self.iterate_read.is_none() { self.record_end_state()? } else { Vec::new() };
+            let mut staged = vec![e, g];
+            staged.extend_from_slice(&end);
+            let results = self.recording.read(&self.context, &staged)?;
+            if !end.is_empty() {
+                self.remember_end_state(&results[2..]);
+            }
+            Ok(Self::candidate_values(&results[..2])[0])
         })();
         self.settle(result, f64::NAN)
     }

@@ -15,8 +15,7 @@ mod symplectic_euler;
 
 pub use energy_ledger::EnergyLedger;
 
-use crate::backend::Stages;
-use crate::backend::Start;
+use crate::backend::{Stages, Start};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::objective::{LaggedDamping, Node, StepProblem};

@@ -425,11 +425,11 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
     stages: &mut S,
     request: &BudgetRequest<'_>,
 ) -> BudgetSolve {
-    use cpu::line_search::{choose, pick, step_lengths};
-    let values = stages.objectives_at(request.guesses);
-    let Some(guess) = pick(&values, true) else { return BudgetSolve::default() };
-    stages.set_iterate(request.guesses[guess]);
-    let mut value = values[guess];
+    use cpu::line_search::{choose, step_lengths};
+    let Start::Known { guess, objective: mut value } = start_from_best_by_stages(stages, request.guesses)
+    else {
+        return BudgetSolve::default();
+    };
     let alphas = step_lengths(request.halvings, request.extrapolate);
     let mut solve = BudgetSolve { guess: Some(guess), start_objective: value, ..BudgetSolve::default() };
     for _ in 0..request.iterations {

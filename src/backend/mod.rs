@@ -432,7 +432,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
     };
     let alphas = step_lengths(request.halvings, request.extrapolate);
     let mut solve = BudgetSolve { guess: Some(guess), start_objective: value, ..BudgetSolve::default() };
-    for _ in 0..request.iterations {
+    for k in 0..request.iterations {
         let found = stages.newton_direction(&DirectionRequest {
             projection: request.projection,
             solve: true,
@@ -447,20 +447,22 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
         let Some(direction) = found.direction else { break };
         solve.iterations += 1;
         solve.linear_iterations += direction.iterations;
-        let values = if found.candidates.len() == alphas.len() {
-            found.candidates
-        } else {
-            stages.candidate_objectives(&alphas)
-        };
-        let noise = found.linearization.noise_floor;
+        // A backend that pays per evaluation (the CPU) evaluates the candidates as the rule
+        // asks for them, the full step's with the next iteration's linearization.
+        let last = k + 1 == request.iterations;
+        stages.expect_linearization((!last).then_some(request.projection));
+        let ahead = found.candidates;
         let (alpha, next) = choose(
             value,
             direction.slope,
-            noise,
+            found.linearization.noise_floor,
             f64::EPSILON,
-            &values,
             request.halvings,
             request.extrapolate,
+            |j| match ahead.get(j) {
+                Some(&v) if ahead.len() == alphas.len() => v,
+                _ => stages.candidate_objectives(&alphas[j..=j])[0],
+            },
         );
         solve.stalled = alpha == 0.0 && direction.slope < 0.0;
         if alpha != 0.0 {

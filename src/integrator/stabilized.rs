@@ -16,9 +16,9 @@ use crate::solver::Role;
 
 /// Bisection steps: 2^-50 of the blend is far below any visible difference.
 const MAX_BISECTIONS: usize = 50;
-/// Bisection levels evaluated together: the 2^3 - 1 = 7 blends the next three halvings may
-/// visit, in one round trip on a GPU; the bisection then replays them, so it takes the same
-/// alpha as one blend at a time would.
+/// Bisection levels a batching backend evaluates together: the 2^3 - 1 = 7 blends the next
+/// three halvings may visit, in one round trip on a GPU; the bisection then replays them, so
+/// it takes the same alpha as one blend at a time would.
 const LEVELS_PER_BATCH: usize = 3;
 
 /// A candidate state's energy error `H(x, v) - (target - dissipated)`, where `dissipated`
@@ -103,7 +103,10 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
         // The tree of the next levels' midpoints: node k halves [lo, hi]; its children, 2k + 1
         // and 2k + 2, halve [lo, mid] and [mid, hi], each midpoint computed as one bisection
         // step computes it.
-        let levels = LEVELS_PER_BATCH.min(MAX_BISECTIONS - bisections);
+        // A backend that evaluates in batches (a GPU) takes several levels per round trip; one
+        // that pays per evaluation (the CPU) the plain bisection's one blend at a time.
+        let per_batch = if stepper.stages.preferred_batch() > 1 { LEVELS_PER_BATCH } else { 1 };
+        let levels = per_batch.min(MAX_BISECTIONS - bisections);
         let mut intervals = vec![(a, b)];
         let mut alphas = Vec::new();
         for k in 0..(1 << levels) - 1 {

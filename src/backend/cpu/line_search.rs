@@ -38,7 +38,9 @@ pub(crate) fn pick(values: &[f64], fallback: bool) -> Option<usize> {
 }
 
 /// The step to take along a direction of slope `slope` from an iterate of objective `value`,
-/// given the objectives `values` at [`step_lengths`]`(count, extrapolate)`: `(alpha, G)`.
+/// given the objectives at [`step_lengths`]`(count, extrapolate)` — `objective_at(k)` is the
+/// k-th, asked for only as the rule needs it, so a backend that pays per evaluation (the CPU)
+/// evaluates no more than the host's search would — as `(alpha, G)`.
 ///
 /// - No descent (`slope >= 0`, or not a number): no step.
 /// - A predicted decrease below the noise of `G` (`noise_floor` for the rounding of the
@@ -52,9 +54,9 @@ pub(crate) fn choose(
     slope: f64,
     noise_floor: f64,
     precision: f64,
-    values: &[f64],
     count: usize,
     extrapolate: bool,
+    mut objective_at: impl FnMut(usize) -> f64,
 ) -> (f64, f64) {
     let stay = (0.0, value);
     if !(slope < 0.0) {
@@ -62,14 +64,15 @@ pub(crate) fn choose(
     }
     let noise = NOISE_MARGIN * (noise_floor + precision * value.abs());
     if -slope <= noise {
-        return if values[0] <= value + noise { (1.0, values[0]) } else { stay };
+        let full = objective_at(0);
+        return if full <= value + noise { (1.0, full) } else { stay };
     }
     for k in 0..count {
         let alpha = 0.5f64.powi(k as i32);
-        let v = values[k];
+        let v = objective_at(k);
         if v.is_finite() && v <= value + ARMIJO * alpha * slope {
             if k == 0 && extrapolate {
-                let doubled = values[count];
+                let doubled = objective_at(count);
                 if doubled.is_finite() && doubled < v && doubled <= value + ARMIJO * 2.0 * slope {
                     return (2.0, doubled);
                 }
@@ -99,21 +102,24 @@ mod tests {
         // G = 10 - t (2 - t) along slope -2: every step decreases it; extrapolation rises.
         let g = |t: f64| 10.0 - t * (2.0 - t);
         let values: Vec<f64> = step_lengths(4, true).iter().map(|&t| g(t)).collect();
-        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &values, 4, true), (1.0, 9.0));
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, 4, true, |k| values[k]), (1.0, 9.0));
         // The full step overshoots: G(1) > G(0); the half step is taken.
         let steep = |t: f64| 10.0 - t * (2.0 - 4.0 * t);
         let values: Vec<f64> = step_lengths(4, false).iter().map(|&t| steep(t)).collect();
-        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &values, 4, false), (0.25, steep(0.25)));
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, 4, false, |k| values[k]), (0.25, steep(0.25)));
         // Extrapolation pays on a shallow quadratic.
         let shallow = |t: f64| 10.0 - t * (2.0 - 0.1 * t);
         let values: Vec<f64> = step_lengths(4, true).iter().map(|&t| shallow(t)).collect();
-        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &values, 4, true), (2.0, shallow(2.0)));
+        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, 4, true, |k| values[k]), (2.0, shallow(2.0)));
         // No descent, or nothing decreases enough: stay.
-        assert_eq!(choose(10.0, 0.0, 0.0, 1e-16, &values, 4, true), (0.0, 10.0));
-        assert_eq!(choose(10.0, f64::NAN, 0.0, 1e-16, &values, 4, true), (0.0, 10.0));
-        assert_eq!(choose(10.0, -2.0, 0.0, 1e-16, &[11.0, f64::INFINITY, 10.5, 10.0], 4, false), (0.0, 10.0));
+        assert_eq!(choose(10.0, 0.0, 0.0, 1e-16, 4, true, |k| values[k]), (0.0, 10.0));
+        assert_eq!(choose(10.0, f64::NAN, 0.0, 1e-16, 4, true, |k| values[k]), (0.0, 10.0));
+        assert_eq!(
+            choose(10.0, -2.0, 0.0, 1e-16, 4, false, |k| [11.0, f64::INFINITY, 10.5, 10.0][k]),
+            (0.0, 10.0)
+        );
         // Below the noise: flat is good enough, a rise is not.
-        assert_eq!(choose(10.0, -1e-9, 1e-8, 1e-16, &[10.0 + 1e-8], 1, false), (1.0, 10.0 + 1e-8));
-        assert_eq!(choose(10.0, -1e-9, 1e-8, 1e-16, &[10.0 + 1e-5], 1, false), (0.0, 10.0));
+        assert_eq!(choose(10.0, -1e-9, 1e-8, 1e-16, 1, false, |_| 10.0 + 1e-8), (1.0, 10.0 + 1e-8));
+        assert_eq!(choose(10.0, -1e-9, 1e-8, 1e-16, 1, false, |_| 10.0 + 1e-5), (0.0, 10.0));
     }
 }

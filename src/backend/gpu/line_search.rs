@@ -202,9 +202,9 @@ mod tests {
                 slope as f64,
                 noise_floor as f64,
                 f32::EPSILON as f64,
-                &values,
                 halvings,
                 extrapolate,
+                |k| values[k],
             );
             assert_eq!((gpu.alpha as f64, gpu.value as f64), (alpha, next), "case {case}: {search:?}");
             outcomes[match alpha {

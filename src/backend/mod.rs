@@ -484,8 +484,13 @@ pub(crate) fn start_from_best_by_stages<S: Stages + ?Sized>(
     stages: &mut S,
     guesses: &[&[[f64; 3]]],
 ) -> Start {
-    let values = stages.objectives_at(guesses);
-    match cpu::line_search::pick(&values, true) {
+    // The fallback is evaluated only when it is needed (the rule of `pick` with a fallback).
+    let primary = guesses.len().saturating_sub(1);
+    let mut values = stages.objectives_at(&guesses[..primary]);
+    if cpu::line_search::pick(&values, false).is_none() {
+        values.extend(stages.objectives_at(&guesses[primary..]));
+    }
+    match cpu::line_search::pick(&values, values.len() == guesses.len()) {
         Some(guess) => {
             stages.set_iterate(guesses[guess]);
             Start::Known { guess, objective: values[guess] }

@@ -3,6 +3,8 @@
 
 use glam::{DMat3, DVec3};
 
+pub mod lanes;
+
 /// A 9x9 matrix acting on `vec(F)`, with `F[i][j]` stored at index `3 * i + j` (row-major).
 pub type Mat9 = [[f64; 9]; 9];
 

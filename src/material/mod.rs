@@ -3,7 +3,7 @@
 //! derivative `dP/dF` (optionally projected to be positive semi-definite).
 
 mod isotropic;
-mod projective;
+pub(crate) mod projective;
 mod spring;
 pub mod stretch;
 

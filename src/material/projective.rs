@@ -12,7 +12,9 @@
 //! whose Hessian is the constant `(2 mu + 3 lambda) I`: that constant is what lets the
 //! local/global solver factor its matrix once.
 
-use glam::{DMat3, DQuat, DVec3};
+use glam::{DMat3, DQuat};
+
+use crate::math::lanes::{self, Lanes, Mat3s, mat_lane, mat3s, set_mat_lane};
 
 use super::{Elastic, MaterialModel};
 
@@ -22,54 +24,132 @@ const MAX_ROTATION_ITERATIONS: usize = 8;
 const ROTATION_CONVERGED: f64 = 1e-9;
 
 /// The rotation `R` that maximizes `tr(R^T F)` (the closest rotation to `F`, with the
-/// signed-SVD convention for inverted `F`), by Newton's method on SO(3) from `warm`.
+/// signed-SVD convention for inverted `F`), by Newton's method on SO(3) from `warm`. Returns
+/// the rotation as a quaternion (the next warm start) and a matrix. One lane of
+/// [`closest_rotations`].
+pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
+    let mut lanes = [[Lanes::splat(0.0); 3]; 3];
+    set_mat_lane(&mut lanes, 0, f);
+    let ([q], r) = closest_rotations(&lanes, [warm]);
+    (q, mat_lane(&r, 0))
+}
+
+/// [`closest_rotation`] of `N` matrices at once, lane by lane (each lane's result is what it
+/// would be alone: a lane stops changing once it has converged).
 ///
 /// With `A = R^T F`, the objective changes under `R exp([w]x)` as `w . a - 1/2 w^T H w`, where
 /// `a` is the axial vector of `A - A^T` and `H = tr(A) I - sym(A)`. Near the maximum `H` is
 /// positive definite (its eigenvalues are the pair sums of signed stretches), and the Newton
 /// step `H^-1 a` converges quadratically; where it is not (a cold start far away, or a flat,
-/// half-inverted element) the signed SVD gives the answer directly. Returns the rotation as
-/// a quaternion (the next warm start) and a matrix.
-pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
+/// half-inverted element) the signed SVD gives the answer directly.
+#[inline(always)]
+pub fn closest_rotations<const N: usize>(f: &Mat3s<N>, warm: [DQuat; N]) -> ([DQuat; N], Mat3s<N>) {
     // Sylvester's criterion is scaled to |F|, so that a near-singular H counts as not definite.
-    let scale = f.to_cols_array().iter().map(|x| x.abs()).fold(f64::MIN_POSITIVE, f64::max);
-    let floor = 1e-6 * scale;
-    let mut q = warm;
-    let mut r = DMat3::from_quat(q);
+    let mut scale = Lanes::splat(f64::MIN_POSITIVE);
+    for x in f.iter().flatten() {
+        scale = scale.max(x.abs());
+    }
+    let floor = scale * 1e-6;
+    let mut q = [
+        Lanes::from_fn(|l| warm[l].x),
+        Lanes::from_fn(|l| warm[l].y),
+        Lanes::from_fn(|l| warm[l].z),
+        Lanes::from_fn(|l| warm[l].w),
+    ];
+    let mut r = rotation_matrix(&q);
+    // Lanes still iterating, and lanes that need the SVD.
+    let mut active = [true; N];
+    let mut failed = [false; N];
     for _ in 0..MAX_ROTATION_ITERATIONS {
-        let a = r.transpose() * *f;
-        let axial = DVec3::new(a.y_axis.z - a.z_axis.y, a.z_axis.x - a.x_axis.z, a.x_axis.y - a.y_axis.x);
+        // A = R^T F: a[j][i] = column i of R . column j of F.
+        let a = mat3s(|j, i| lanes::dot(&r[i], &f[j]));
+        let axial = [a[1][2] - a[2][1], a[2][0] - a[0][2], a[0][1] - a[1][0]];
         // H = tr(A) I - sym(A), symmetric: diagonal d, off-diagonal (xy, xz, yz).
-        let trace = a.x_axis.x + a.y_axis.y + a.z_axis.z;
-        let d = DVec3::new(trace - a.x_axis.x, trace - a.y_axis.y, trace - a.z_axis.z);
-        let (xy, xz, yz) = (
-            -0.5 * (a.y_axis.x + a.x_axis.y),
-            -0.5 * (a.z_axis.x + a.x_axis.z),
-            -0.5 * (a.z_axis.y + a.y_axis.z),
-        );
+        let trace = a[0][0] + a[1][1] + a[2][2];
+        let d = [trace - a[0][0], trace - a[1][1], trace - a[2][2]];
+        let (xy, xz, yz) =
+            ((a[1][0] + a[0][1]) * -0.5, (a[2][0] + a[0][2]) * -0.5, (a[2][1] + a[1][2]) * -0.5);
         // Cofactors of the symmetric H; its determinant from the first row.
-        let c = DVec3::new(d.y * d.z - yz * yz, d.x * d.z - xz * xz, d.x * d.y - xy * xy);
-        let (cxy, cxz, cyz) = (xz * yz - xy * d.z, xy * yz - xz * d.y, xy * xz - yz * d.x);
-        let det = d.x * c.x + xy * cxy + xz * cxz;
-        if !(d.x > floor && c.z > floor * scale && det > floor * scale * scale) {
+        let c = [d[1] * d[2] - yz * yz, d[0] * d[2] - xz * xz, d[0] * d[1] - xy * xy];
+        let (cxy, cxz, cyz) = (xz * yz - xy * d[2], xy * yz - xz * d[1], xy * xz - yz * d[0]);
+        let det = d[0] * c[0] + xy * cxy + xz * cxz;
+        let definite = [d[0].gt(floor), c[2].gt(floor * scale), det.gt(floor * scale * scale)];
+        for l in 0..N {
+            let ok = definite[0][l] && definite[1][l] && definite[2][l];
+            failed[l] |= active[l] && !ok;
+            active[l] &= ok;
+        }
+        if !active.contains(&true) {
             break;
         }
-        let step = DVec3::new(
-            c.x * axial.x + cxy * axial.y + cxz * axial.z,
-            cxy * axial.x + c.y * axial.y + cyz * axial.z,
-            cxz * axial.x + cyz * axial.y + c.z * axial.z,
-        ) / det;
-        // exp of the step to second order, (1, w/2) normalized: the third-order difference
+        let step = [
+            (c[0] * axial[0] + cxy * axial[1] + cxz * axial[2]) / det,
+            (cxy * axial[0] + c[1] * axial[1] + cyz * axial[2]) / det,
+            (cxz * axial[0] + cyz * axial[1] + c[2] * axial[2]) / det,
+        ];
+        // exp of the step to second order, (w/2, 1) normalized: the third-order difference
         // keeps the convergence quadratic and needs no sin or cos.
-        q = (q * DQuat::from_xyzw(0.5 * step.x, 0.5 * step.y, 0.5 * step.z, 1.0)).normalize();
-        r = DMat3::from_quat(q);
-        if step.length_squared() < ROTATION_CONVERGED * ROTATION_CONVERGED {
-            return (q, r);
+        let next =
+            normalized(&multiply(&q, &[step[0] * 0.5, step[1] * 0.5, step[2] * 0.5, Lanes::splat(1.0)]));
+        for (q, next) in q.iter_mut().zip(next) {
+            *q = Lanes::select(active, next, *q);
+        }
+        r = rotation_matrix(&q);
+        let converged = lanes::dot(&step, &step).lt(Lanes::splat(ROTATION_CONVERGED * ROTATION_CONVERGED));
+        for l in 0..N {
+            active[l] &= !converged[l];
+        }
+        if !active.contains(&true) {
+            break;
         }
     }
-    let (u, _, v) = crate::math::signed_svd(f);
-    let r = u * v.transpose();
-    (DQuat::from_mat3(&r).normalize(), r)
+    let mut out = [DQuat::IDENTITY; N];
+    for l in 0..N {
+        if failed[l] || active[l] {
+            let (u, _, v) = crate::math::signed_svd(&mat_lane(f, l));
+            let rotation = u * v.transpose();
+            set_mat_lane(&mut r, l, &rotation);
+            out[l] = DQuat::from_mat3(&rotation).normalize();
+        } else {
+            out[l] = DQuat::from_xyzw(q[0].0[l], q[1].0[l], q[2].0[l], q[3].0[l]);
+        }
+    }
+    (out, r)
+}
+
+/// The rotation matrix of unit quaternions `(x, y, z, w)`.
+#[inline(always)]
+fn rotation_matrix<const N: usize>(q: &[Lanes<N>; 4]) -> Mat3s<N> {
+    let [x, y, z, w] = *q;
+    let (x2, y2, z2) = (x + x, y + y, z + z);
+    let (xx, xy, xz) = (x * x2, x * y2, x * z2);
+    let (yy, yz, zz) = (y * y2, y * z2, z * z2);
+    let (wx, wy, wz) = (w * x2, w * y2, w * z2);
+    let one = Lanes::splat(1.0);
+    [
+        [one - (yy + zz), xy + wz, xz - wy],
+        [xy - wz, one - (xx + zz), yz + wx],
+        [xz + wy, yz - wx, one - (xx + yy)],
+    ]
+}
+
+/// The quaternion product `a b`, components `(x, y, z, w)`.
+#[inline(always)]
+fn multiply<const N: usize>(a: &[Lanes<N>; 4], b: &[Lanes<N>; 4]) -> [Lanes<N>; 4] {
+    let [ax, ay, az, aw] = *a;
+    let [bx, by, bz, bw] = *b;
+    [
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+        aw * bw - ax * bx - ay * by - az * bz,
+    ]
+}
+
+#[inline(always)]
+fn normalized<const N: usize>(q: &[Lanes<N>; 4]) -> [Lanes<N>; 4] {
+    let inverse = Lanes::splat(1.0) / (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
+    q.map(|c| c * inverse)
 }
 
 impl Elastic {
@@ -96,19 +176,45 @@ impl Elastic {
     /// With `r` the closest rotation these are the model's energy and stress.
     #[inline]
     pub fn projective(&self, f: &DMat3, r: &DMat3) -> (f64, DMat3) {
-        let lambda = self.corotated_lambda();
-        let shear = *f - *r;
-        let trace = r.x_axis.dot(f.x_axis) + r.y_axis.dot(f.y_axis) + r.z_axis.dot(f.z_axis) - 3.0;
-        let squared: f64 = shear.to_cols_array().iter().map(|x| x * x).sum();
-        let energy = self.mu * squared + 0.5 * lambda * trace * trace;
-        (energy, shear * (2.0 * self.mu) + *r * (lambda * trace))
+        let mut lanes = [[[Lanes::splat(0.0); 3]; 3]; 2];
+        set_mat_lane(&mut lanes[0], 0, f);
+        set_mat_lane(&mut lanes[1], 0, r);
+        let (energy, stress) =
+            projective_lanes(Lanes([self.mu]), Lanes([self.corotated_lambda()]), &lanes[0], &lanes[1]);
+        (energy.0[0], mat_lane(&stress, 0))
     }
+
+    /// The Lame parameters of the projective form, `(mu, 0)` for ARAP.
+    pub(crate) fn projective_lame(&self) -> (f64, f64) {
+        (self.mu, self.corotated_lambda())
+    }
+}
+
+/// [`Elastic::projective`] of `N` elements at once, lane by lane, with their `mu` and
+/// `lambda` (zero for ARAP).
+#[inline(always)]
+pub(crate) fn projective_lanes<const N: usize>(
+    mu: Lanes<N>,
+    lambda: Lanes<N>,
+    f: &Mat3s<N>,
+    r: &Mat3s<N>,
+) -> (Lanes<N>, Mat3s<N>) {
+    let trace = lanes::dot(&r[0], &f[0]) + lanes::dot(&r[1], &f[1]) + lanes::dot(&r[2], &f[2]) - 3.0;
+    let shear = mat3s(|c, k| f[c][k] - r[c][k]);
+    let squared = lanes::dot(&shear[0], &shear[0])
+        + lanes::dot(&shear[1], &shear[1])
+        + lanes::dot(&shear[2], &shear[2]);
+    let energy = mu * squared + lambda * 0.5 * trace * trace;
+    let (two_mu, volume) = (mu * 2.0, lambda * trace);
+    (energy, mat3s(|c, k| shear[c][k] * two_mu + r[c][k] * volume))
 }
 
 #[cfg(test)]
 mod tests {
     use rand::{RngExt, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    use glam::DVec3;
 
     use super::*;
     use crate::material::Material;

@@ -4,19 +4,21 @@
 //! one only when the step weight, the time step or the per-vertex diagonal (handles, contacts,
 //! damping) changes — and solved for the three coordinates at once.
 //!
-//! faer picks the factor's form. A simplicial factor (one sparse column per vertex: small or
-//! thin bodies, and every factor that preconditions Newton's CG) is solved by our own
+//! faer picks the factor's form: simplicial (one sparse column per vertex: small or thin
+//! bodies) or supernodal (large compact bodies, whose dense blocks factor many times faster).
+//! Either way the factor is then read into sparse columns and solved by our own
 //! substitutions: the right-hand sides a core solves sit together, so each entry of `L` is
-//! read once for them all, and no division is left in the loop. A supernodal one (large
-//! compact bodies, where its dense blocks factor many times faster) is solved by faer.
+//! read once for them all, and no division is left in the loop. (faer's supernodal solve runs
+//! a dense product per supernode, which for one to three right-hand sides spends more time
+//! packing operands than multiplying: the columns halve the bunny's solves.)
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::LltRegularization;
 use faer::sparse::linalg::cholesky::{
-    LltRef, SymbolicCholesky, SymbolicCholeskyRaw, SymmetricOrdering, factorize_symbolic_cholesky,
+    SymbolicCholesky, SymbolicCholeskyRaw, SymmetricOrdering, factorize_symbolic_cholesky,
 };
 use faer::sparse::{SparseColMatRef, SymbolicSparseColMat};
-use faer::{Conj, MatMut, Par, Side};
+use faer::{Par, Side};
 
 use crate::backend::projective;
 use crate::backend::topology::Topology;
@@ -28,6 +30,8 @@ const PARALLEL_SOLVE_ENTRIES: usize = 20_000;
 pub(crate) struct GlobalSolve {
     pattern: SymbolicSparseColMat<u32>,
     symbolic: SymbolicCholesky<u32>,
+    /// The factor's pattern as sparse columns.
+    columns: Columns,
     /// For each stored (lower-triangle) value, the pattern entry it comes from.
     sources: Vec<u32>,
     /// The weighted Laplacian on the pattern.
@@ -41,8 +45,6 @@ pub(crate) struct GlobalSolve {
     all: Vec<[f64; 3]>,
     pair: Vec<[f64; 2]>,
     single: Vec<[f64; 1]>,
-    /// Column-major right-hand sides, for a supernodal factor.
-    columns: Vec<f64>,
     /// Stored values of the factor per stored value of the matrix (lower triangles).
     pub fill: f64,
 }
@@ -51,17 +53,50 @@ pub(crate) struct GlobalSolve {
 struct Factor {
     a: f64,
     diagonal: Vec<f64>,
-    /// `L`'s values on the symbolic pattern (a simplicial column's diagonal first).
+    /// `L`'s values on the columns' pattern.
     values: Vec<f64>,
-    /// `1 / L_jj`, for a simplicial factor.
+    /// `1 / L_jj`.
     inverse_diagonal: Vec<f64>,
 }
 
-/// A simplicial factor's pattern: column pointers and row indices.
-fn simplicial_pattern(symbolic: &SymbolicCholesky<u32>) -> Option<(&[u32], &[u32])> {
-    match symbolic.raw() {
-        SymbolicCholeskyRaw::Simplicial(s) => Some((s.col_ptr(), s.row_idx())),
-        SymbolicCholeskyRaw::Supernodal(_) => None,
+/// The factor's pattern column by column, each column's diagonal first, whichever form faer
+/// chose. A supernodal factor's dense blocks are read into it entry by entry: `from` says
+/// where each entry is in faer's values (the upper triangles of the diagonal blocks left out).
+struct Columns {
+    col_ptr: Vec<u32>,
+    row_idx: Vec<u32>,
+    from: Option<Vec<u32>>,
+}
+
+impl Columns {
+    fn new(symbolic: &SymbolicCholesky<u32>) -> Columns {
+        let s = match symbolic.raw() {
+            SymbolicCholeskyRaw::Simplicial(s) => {
+                return Columns { col_ptr: s.col_ptr().to_vec(), row_idx: s.row_idx().to_vec(), from: None };
+            }
+            SymbolicCholeskyRaw::Supernodal(s) => s,
+        };
+        let (mut col_ptr, mut row_idx, mut from) = (vec![0u32], Vec::new(), Vec::new());
+        for k in 0..s.n_supernodes() {
+            let (begin, end) = (s.supernode_begin()[k] as usize, s.supernode_end()[k] as usize);
+            let first = s.col_ptr_for_row_idx()[k] as usize;
+            let pattern = &s.row_idx()[first..first + s.nnz_per_super()[k] as usize];
+            // The supernode's values: a column-major block, its own columns' rows first.
+            let (size, base) = (end - begin, s.col_ptr_for_val()[k] as usize);
+            let rows = size + pattern.len();
+            for j in 0..size {
+                for i in j..size {
+                    row_idx.push((begin + i) as u32);
+                    from.push((base + j * rows + i) as u32);
+                }
+                for (r, &p) in pattern.iter().enumerate() {
+                    row_idx.push(p);
+                    from.push((base + j * rows + size + r) as u32);
+                }
+                col_ptr.push(row_idx.len() as u32);
+            }
+        }
+        Columns { col_ptr, row_idx, from: Some(from) }
     }
 }
 
@@ -92,6 +127,7 @@ impl GlobalSolve {
         .ok()?;
         let fill = symbolic.len_val() as f64 / sources.len() as f64;
         Some(GlobalSolve {
+            columns: Columns::new(&symbolic),
             pattern,
             symbolic,
             values: vec![0.0; sources.len()],
@@ -103,7 +139,6 @@ impl GlobalSolve {
             all: vec![[0.0; 3]; n],
             pair: vec![[0.0; 2]; n],
             single: vec![[0.0; 1]; n],
-            columns: Vec::new(),
         })
     }
 
@@ -135,16 +170,19 @@ impl GlobalSolve {
         if factored.is_err() {
             return false;
         }
-        let mut inverse_diagonal = Vec::new();
-        if let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) {
-            for (j, &first) in col_ptr[..diagonal.len()].iter().enumerate() {
-                debug_assert_eq!(
-                    row_idx[first as usize] as usize, j,
-                    "a simplicial column starts at its diagonal"
-                );
-                inverse_diagonal.push(1.0 / values[first as usize]);
-            }
-        }
+        let values = match &self.columns.from {
+            Some(from) => from.iter().map(|&k| values[k as usize]).collect(),
+            None => values,
+        };
+        let (col_ptr, row_idx) = (&self.columns.col_ptr, &self.columns.row_idx);
+        let inverse_diagonal = col_ptr[..diagonal.len()]
+            .iter()
+            .enumerate()
+            .map(|(j, &first)| {
+                debug_assert_eq!(row_idx[first as usize] as usize, j, "a column starts at its diagonal");
+                1.0 / values[first as usize]
+            })
+            .collect();
         self.factors.truncate(1);
         self.factors.insert(0, Factor { a, diagonal: diagonal.to_vec(), values, inverse_diagonal });
         true
@@ -154,9 +192,7 @@ impl GlobalSolve {
     /// or all three on one for a small factor.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
         let factor = self.factors.first().expect("prepare before solve");
-        let Some((col_ptr, row_idx)) = simplicial_pattern(&self.symbolic) else {
-            return self.solve_supernodal(rhs);
-        };
+        let (col_ptr, row_idx) = (&self.columns.col_ptr[..], &self.columns.row_idx[..]);
         let permutation = self.symbolic.perm().map(|p| p.arrays());
         let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
         let all = &mut self.all;
@@ -183,36 +219,10 @@ impl GlobalSolve {
             *r = all[permutation.map_or(i, |(_, backward)| backward[i] as usize)];
         }
     }
-
-    /// `solve` through faer, for a supernodal factor.
-    fn solve_supernodal(&mut self, rhs: &mut [[f64; 3]]) {
-        let factor = LltRef::new(&self.symbolic, &self.factors[0].values);
-        let n = rhs.len();
-        let columns = &mut self.columns;
-        columns.resize(3 * n, 0.0);
-        for (v, r) in rhs.iter().enumerate() {
-            for (c, value) in r.iter().enumerate() {
-                columns[c * n + v] = *value;
-            }
-        }
-        let solve = |block: &mut [f64], k: usize| {
-            let scratch = self.symbolic.solve_in_place_scratch::<f64>(k, Par::Seq);
-            let mut buffer = MemBuffer::new(scratch);
-            let rhs = MatMut::from_column_major_slice_mut(block, n, k);
-            factor.solve_in_place_with_conj(Conj::No, rhs, Par::Seq, MemStack::new(&mut buffer));
-        };
-        let (two, one) = columns.split_at_mut(2 * n);
-        rayon::join(|| solve(two, 2), || solve(one, 1));
-        for (v, r) in rhs.iter_mut().enumerate() {
-            for (c, value) in r.iter_mut().enumerate() {
-                *value = columns[c * n + v];
-            }
-        }
-    }
 }
 
-/// Solves `L L^T x = y` in place for `N` right-hand sides stored together, `L` simplicial
-/// (column pointers, row indices with each column's diagonal first, values, `1 / L_jj`).
+/// Solves `L L^T x = y` in place for `N` right-hand sides stored together, `L` in sparse
+/// columns (column pointers, row indices with each column's diagonal first, values, `1 / L_jj`).
 fn substitute<const N: usize>(
     col_ptr: &[u32],
     row_idx: &[u32],
@@ -287,13 +297,9 @@ mod tests {
             .unwrap();
         let topology = Topology::new(&model);
         let mut global = GlobalSolve::new(&model, &topology).unwrap();
-        assert_eq!(
-            simplicial_pattern(&global.symbolic).is_none(),
-            supernodal,
-            "{cells:?}: faer chose otherwise"
-        );
+        assert_eq!(global.columns.from.is_some(), supernodal, "{cells:?}: faer chose otherwise");
         if cells == [24, 8, 8] {
-            let entries = simplicial_pattern(&global.symbolic).unwrap().1.len();
+            let entries = global.columns.row_idx.len();
             assert!(
                 entries >= PARALLEL_SOLVE_ENTRIES,
                 "the beam's factor ({entries} entries) is solved on one core"

@@ -5,12 +5,14 @@
 //! damping) changes — and solved for the three coordinates at once.
 //!
 //! faer picks the factor's form: simplicial (one sparse column per vertex: small or thin
-//! bodies) or supernodal (large compact bodies, whose dense blocks factor many times faster).
-//! Either way the factor is then read into sparse columns and solved by our own
+//! bodies) or supernodal (large compact bodies: groups of columns that share their rows below
+//! a dense diagonal block, which factor many times faster). Either form is solved by our own
 //! substitutions: the right-hand sides a core solves sit together, so each entry of `L` is
-//! read once for them all, and no division is left in the loop. (faer's supernodal solve runs
-//! a dense product per supernode, which for one to three right-hand sides spends more time
-//! packing operands than multiplying: the columns halve the bunny's solves.)
+//! read once for them all, and no division is left in the loop. A supernode's rows below its
+//! diagonal block are kept row by row, so that each is one dense dot product (forward) or
+//! update (backward) with the supernode's unknowns and one indexed access, where faer's solve
+//! runs a dense product that, for one to three right-hand sides, spends more time packing
+//! operands than multiplying.
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::LltRegularization;
@@ -30,8 +32,8 @@ const PARALLEL_SOLVE_ENTRIES: usize = 20_000;
 pub(crate) struct GlobalSolve {
     pattern: SymbolicSparseColMat<u32>,
     symbolic: SymbolicCholesky<u32>,
-    /// The factor's pattern as sparse columns.
-    columns: Columns,
+    /// The factor's pattern, in the layout the substitutions read.
+    layout: Layout,
     /// For each stored (lower-triangle) value, the pattern entry it comes from.
     sources: Vec<u32>,
     /// The weighted Laplacian on the pattern.
@@ -53,50 +55,164 @@ pub(crate) struct GlobalSolve {
 struct Factor {
     a: f64,
     diagonal: Vec<f64>,
-    /// `L`'s values on the columns' pattern.
+    /// `L`'s values in the layout's order.
     values: Vec<f64>,
     /// `1 / L_jj`.
     inverse_diagonal: Vec<f64>,
 }
 
-/// The factor's pattern column by column, each column's diagonal first, whichever form faer
-/// chose. A supernodal factor's dense blocks are read into it entry by entry: `from` says
-/// where each entry is in faer's values (the upper triangles of the diagonal blocks left out).
-struct Columns {
-    col_ptr: Vec<u32>,
-    row_idx: Vec<u32>,
-    from: Option<Vec<u32>>,
+/// The factor's pattern as the substitutions read it.
+enum Layout {
+    /// A simplicial factor: sparse columns (pointers, and row indices with each column's
+    /// diagonal first), values as faer stores them.
+    Columns { col_ptr: Vec<u32>, row_idx: Vec<u32> },
+    /// A supernodal factor: supernode `s` is the columns `begin[s]..begin[s + 1]`, with rows
+    /// `pattern[pattern_ptr[s]..pattern_ptr[s + 1]]` below its diagonal block. Its values
+    /// start at `value_ptr[s]`: the diagonal block column-major, then the rows below row by
+    /// row; `from` says where each value is in faer's (column-major) blocks.
+    Supernodes {
+        begin: Vec<u32>,
+        pattern_ptr: Vec<u32>,
+        pattern: Vec<u32>,
+        value_ptr: Vec<u32>,
+        from: Vec<u32>,
+    },
 }
 
-impl Columns {
-    fn new(symbolic: &SymbolicCholesky<u32>) -> Columns {
+impl Layout {
+    fn new(symbolic: &SymbolicCholesky<u32>) -> Layout {
         let s = match symbolic.raw() {
             SymbolicCholeskyRaw::Simplicial(s) => {
-                return Columns { col_ptr: s.col_ptr().to_vec(), row_idx: s.row_idx().to_vec(), from: None };
+                return Layout::Columns { col_ptr: s.col_ptr().to_vec(), row_idx: s.row_idx().to_vec() };
             }
             SymbolicCholeskyRaw::Supernodal(s) => s,
         };
-        let (mut col_ptr, mut row_idx, mut from) = (vec![0u32], Vec::new(), Vec::new());
-        for k in 0..s.n_supernodes() {
-            let (begin, end) = (s.supernode_begin()[k] as usize, s.supernode_end()[k] as usize);
-            let first = s.col_ptr_for_row_idx()[k] as usize;
-            let pattern = &s.row_idx()[first..first + s.nnz_per_super()[k] as usize];
-            // The supernode's values: a column-major block, its own columns' rows first.
-            let (size, base) = (end - begin, s.col_ptr_for_val()[k] as usize);
-            let rows = size + pattern.len();
+        let count = s.n_supernodes();
+        let (mut begin, mut pattern_ptr, mut pattern, mut from) =
+            (vec![0u32], vec![0u32], Vec::new(), Vec::new());
+        for k in 0..count {
+            let (first, end) = (s.supernode_begin()[k] as usize, s.supernode_end()[k] as usize);
+            let at = s.col_ptr_for_row_idx()[k] as usize;
+            let rows = &s.row_idx()[at..at + s.nnz_per_super()[k] as usize];
+            // faer's block: column-major, the supernode's own rows first.
+            let (size, base) = (end - first, s.col_ptr_for_val()[k] as usize);
+            let height = size + rows.len();
             for j in 0..size {
-                for i in j..size {
-                    row_idx.push((begin + i) as u32);
-                    from.push((base + j * rows + i) as u32);
+                from.extend((0..size).map(|i| (base + j * height + i) as u32));
+            }
+            for r in 0..rows.len() {
+                from.extend((0..size).map(|j| (base + j * height + size + r) as u32));
+            }
+            pattern.extend_from_slice(rows);
+            begin.push(end as u32);
+            pattern_ptr.push(pattern.len() as u32);
+        }
+        let value_ptr = s.col_ptr_for_val()[..=count].to_vec();
+        Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, from }
+    }
+
+    /// Stored entries of `L` (for the choice of one core or two).
+    fn entries(&self) -> usize {
+        match self {
+            Layout::Columns { row_idx, .. } => row_idx.len(),
+            Layout::Supernodes { from, .. } => from.len(),
+        }
+    }
+
+    /// `L`'s values in this layout's order, from faer's.
+    fn values(&self, faer: Vec<f64>) -> Vec<f64> {
+        match self {
+            Layout::Columns { .. } => faer,
+            Layout::Supernodes { from, .. } => from.iter().map(|&k| faer[k as usize]).collect(),
+        }
+    }
+
+    /// `1 / L_jj` for every column.
+    fn inverse_diagonal(&self, values: &[f64]) -> Vec<f64> {
+        match self {
+            Layout::Columns { col_ptr, row_idx } => col_ptr[..col_ptr.len() - 1]
+                .iter()
+                .enumerate()
+                .map(|(j, &first)| {
+                    debug_assert_eq!(row_idx[first as usize] as usize, j, "a column starts at its diagonal");
+                    1.0 / values[first as usize]
+                })
+                .collect(),
+            Layout::Supernodes { begin, value_ptr, .. } => (0..begin.len() - 1)
+                .flat_map(|s| {
+                    let size = (begin[s + 1] - begin[s]) as usize;
+                    (0..size).map(move |j| 1.0 / values[value_ptr[s] as usize + j * size + j])
+                })
+                .collect(),
+        }
+    }
+
+    /// Solves `L L^T x = y` in place for `N` right-hand sides stored together.
+    fn substitute<const N: usize>(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; N]]) {
+        match self {
+            Layout::Columns { col_ptr, row_idx } => substitute(col_ptr, row_idx, l, inverse_diagonal, y),
+            Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, .. } => {
+                let supernode = |s: usize| {
+                    let (first, size) = (begin[s] as usize, (begin[s + 1] - begin[s]) as usize);
+                    let rows = &pattern[pattern_ptr[s] as usize..pattern_ptr[s + 1] as usize];
+                    let (diagonal, below) =
+                        l[value_ptr[s] as usize..value_ptr[s + 1] as usize].split_at(size * size);
+                    (first, size, rows, diagonal, below)
+                };
+                // L z = y: the diagonal block's forward substitution, then each row below
+                // less its dot product with the block's unknowns.
+                for s in 0..begin.len() - 1 {
+                    let (first, size, rows, diagonal, below) = supernode(s);
+                    let (head, tail) = y.split_at_mut(first + size);
+                    let block = &mut head[first..];
+                    for j in 0..size {
+                        let zj = block[j].map(|c| c * inverse_diagonal[first + j]);
+                        block[j] = zj;
+                        for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
+                            for c in 0..N {
+                                block[i][c] -= d * zj[c];
+                            }
+                        }
+                    }
+                    for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+                        let mut dot = [0.0; N];
+                        for (v, z) in values.iter().zip(block.iter()) {
+                            for c in 0..N {
+                                dot[c] += v * z[c];
+                            }
+                        }
+                        let target = &mut tail[row as usize - first - size];
+                        for c in 0..N {
+                            target[c] -= dot[c];
+                        }
+                    }
                 }
-                for (r, &p) in pattern.iter().enumerate() {
-                    row_idx.push(p);
-                    from.push((base + j * rows + size + r) as u32);
+                // L^T x = z, from the last supernode: the rows below first, then the block's
+                // back substitution.
+                for s in (0..begin.len() - 1).rev() {
+                    let (first, size, rows, diagonal, below) = supernode(s);
+                    let (head, tail) = y.split_at_mut(first + size);
+                    let block = &mut head[first..];
+                    for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+                        let x = tail[row as usize - first - size];
+                        for (v, b) in values.iter().zip(block.iter_mut()) {
+                            for c in 0..N {
+                                b[c] -= v * x[c];
+                            }
+                        }
+                    }
+                    for j in (0..size).rev() {
+                        let mut sum = block[j];
+                        for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
+                            for c in 0..N {
+                                sum[c] -= d * block[i][c];
+                            }
+                        }
+                        block[j] = sum.map(|c| c * inverse_diagonal[first + j]);
+                    }
                 }
-                col_ptr.push(row_idx.len() as u32);
             }
         }
-        Columns { col_ptr, row_idx, from: Some(from) }
     }
 }
 
@@ -127,7 +243,7 @@ impl GlobalSolve {
         .ok()?;
         let fill = symbolic.len_val() as f64 / sources.len() as f64;
         Some(GlobalSolve {
-            columns: Columns::new(&symbolic),
+            layout: Layout::new(&symbolic),
             pattern,
             symbolic,
             values: vec![0.0; sources.len()],
@@ -170,19 +286,8 @@ impl GlobalSolve {
         if factored.is_err() {
             return false;
         }
-        let values = match &self.columns.from {
-            Some(from) => from.iter().map(|&k| values[k as usize]).collect(),
-            None => values,
-        };
-        let (col_ptr, row_idx) = (&self.columns.col_ptr, &self.columns.row_idx);
-        let inverse_diagonal = col_ptr[..diagonal.len()]
-            .iter()
-            .enumerate()
-            .map(|(j, &first)| {
-                debug_assert_eq!(row_idx[first as usize] as usize, j, "a column starts at its diagonal");
-                1.0 / values[first as usize]
-            })
-            .collect();
+        let values = self.layout.values(values);
+        let inverse_diagonal = self.layout.inverse_diagonal(&values);
         self.factors.truncate(1);
         self.factors.insert(0, Factor { a, diagonal: diagonal.to_vec(), values, inverse_diagonal });
         true
@@ -192,25 +297,22 @@ impl GlobalSolve {
     /// or all three on one for a small factor.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
         let factor = self.factors.first().expect("prepare before solve");
-        let (col_ptr, row_idx) = (&self.columns.col_ptr[..], &self.columns.row_idx[..]);
+        let layout = &self.layout;
         let permutation = self.symbolic.perm().map(|p| p.arrays());
         let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
         let all = &mut self.all;
         for (i, yi) in all.iter_mut().enumerate() {
             *yi = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
         }
-        if row_idx.len() < PARALLEL_SOLVE_ENTRIES {
+        if layout.entries() < PARALLEL_SOLVE_ENTRIES {
             // Small: waking the second core would cost more than its share of the work.
-            substitute(col_ptr, row_idx, l, inverse, all);
+            layout.substitute(l, inverse, all);
         } else {
             let (pair, single) = (&mut self.pair, &mut self.single);
             for ((p, s), y) in pair.iter_mut().zip(single.iter_mut()).zip(all.iter()) {
                 (*p, *s) = ([y[0], y[1]], [y[2]]);
             }
-            rayon::join(
-                || substitute(col_ptr, row_idx, l, inverse, pair),
-                || substitute(col_ptr, row_idx, l, inverse, single),
-            );
+            rayon::join(|| layout.substitute(l, inverse, pair), || layout.substitute(l, inverse, single));
             for ((y, p), s) in all.iter_mut().zip(pair.iter()).zip(single.iter()) {
                 *y = [p[0], p[1], s[0]];
             }
@@ -297,9 +399,13 @@ mod tests {
             .unwrap();
         let topology = Topology::new(&model);
         let mut global = GlobalSolve::new(&model, &topology).unwrap();
-        assert_eq!(global.columns.from.is_some(), supernodal, "{cells:?}: faer chose otherwise");
+        assert_eq!(
+            matches!(global.layout, Layout::Supernodes { .. }),
+            supernodal,
+            "{cells:?}: faer chose otherwise"
+        );
         if cells == [24, 8, 8] {
-            let entries = global.columns.row_idx.len();
+            let entries = global.layout.entries();
             assert!(
                 entries >= PARALLEL_SOLVE_ENTRIES,
                 "the beam's factor ({entries} entries) is solved on one core"

@@ -349,9 +349,9 @@ fn rotation_tets_lanes(
     let (mut beta, mut volume, mut mu, mut lambda) = ([[zero; 3]; 4], zero, zero, zero);
     for l in 0..LANES {
         let rest = &model.tet_rest[first + l];
-        for a in 0..4 {
-            for j in 0..3 {
-                beta[a][j].0[l] = rest.shape_gradients[a][j];
+        for (beta, gradient) in beta.iter_mut().zip(&rest.shape_gradients) {
+            for (b, g) in beta.iter_mut().zip(gradient) {
+                b.0[l] = *g;
             }
         }
         volume.0[l] = rest.volume;
@@ -542,8 +542,8 @@ mod tests {
                 let mut g = [[0.0; 3]; 4];
                 let psi = tet(&model, e, &x, &start, &nodes, &mut r, Some(&mut g), None);
                 expected += psi;
-                for a in 0..4 {
-                    scale = scale.max(DVec3::from(g[a]).abs().max_element());
+                for ga in g {
+                    scale = scale.max(DVec3::from(ga).abs().max_element());
                 }
                 for a in 0..4 {
                     let gap = (DVec3::from(g[a]) - DVec3::from(gradients[4 * e + a])).abs().max_element();

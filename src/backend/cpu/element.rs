@@ -67,20 +67,26 @@ pub(crate) fn point(x: &[[f64; 3]], start: &[[f64; 3]], v: u32, theta: f64) -> D
     DVec3::from(x[v as usize]) * theta + DVec3::from(start[v as usize]) * (1.0 - theta)
 }
 
+/// Where the tets are evaluated: positions, start and quadrature nodes.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    x: &'a [[f64; 3]],
+    start: &'a [[f64; 3]],
+    nodes: &'a [Node],
+}
+
 /// Energy of tet `e`, accumulating `c theta grad` into `gradient` and
 /// `c theta^2 hessian` into `blocks` when asked; `rotations` holds its warm starts, one per
 /// node, and receives the new rotations.
-#[allow(clippy::too_many_arguments)]
 fn tet(
     model: &Model,
     e: usize,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    nodes: &[Node],
+    at: &At,
     rotations: &mut [DQuat],
     mut gradient: Option<&mut [[f64; 3]]>,
     mut blocks: Option<(&mut [[f64; 9]], Projection)>,
 ) -> f64 {
+    let At { x, start, nodes } = *at;
     let tet = model.tets[e];
     let rest = &model.tet_rest[e];
     let material = &model.tet_material[e];
@@ -262,18 +268,15 @@ fn derivative_pass(
 /// Energies of the tets in `range` (with `gradient`, their corner gradients; with `blocks`,
 /// their Hessian blocks), `rotations` and the output slots being the range's own. Runs of
 /// rotation-based tets go through [`rotation_tets`] when no Hessian is asked for.
-#[allow(clippy::too_many_arguments)]
 fn tets(
     model: &Model,
     range: Range<usize>,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    nodes: &[Node],
+    at: &At,
     rotations: &mut [DQuat],
     mut gradient: Option<&mut [[f64; 3]]>,
     mut blocks: Option<(&mut [[f64; 9]], Projection)>,
 ) -> f64 {
-    let k = nodes.len();
+    let k = at.nodes.len();
     let rotation_based =
         |e: usize| matches!(model.tet_material[e].model(), MaterialModel::Corotated | MaterialModel::Arap);
     let (first, mut sum) = (range.start, 0.0);
@@ -285,10 +288,10 @@ fn tets(
         let r = &mut rotations[k * local..k * (local + count)];
         let g = gradient.as_deref_mut().map(|g| &mut g[4 * local..4 * (local + count)]);
         sum += if lanes {
-            rotation_tets(model, e, x, start, nodes, r, g)
+            rotation_tets(model, at, Batch { first: e, rotations: r, gradient: g })
         } else {
             let h = blocks.as_mut().map(|(h, p)| (&mut h[10 * local..10 * (local + 1)], *p));
-            tet(model, e, x, start, nodes, r, g, h)
+            tet(model, e, at, r, g, h)
         };
         e += count;
     }
@@ -298,50 +301,36 @@ fn tets(
 /// Tets evaluated together by [`rotation_tets`].
 const LANES: usize = 4;
 
-/// [`tet`] without Hessian blocks for the `LANES` tets from `first`, all corotated or ARAP,
-/// one per lane: their closest rotations, energies and corner gradients computed together.
-fn rotation_tets(
-    model: &Model,
+/// `LANES` tets from `first`, with their rotations (`k` per tet at `k` nodes) and, when asked,
+/// their corner-gradient slots.
+struct Batch<'a> {
     first: usize,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    nodes: &[Node],
-    rotations: &mut [DQuat],
-    gradient: Option<&mut [[f64; 3]]>,
-) -> f64 {
+    rotations: &'a mut [DQuat],
+    gradient: Option<&'a mut [[f64; 3]]>,
+}
+
+/// [`tet`] without Hessian blocks for a batch of corotated or ARAP tets, one per lane: their
+/// closest rotations, energies and corner gradients computed together.
+fn rotation_tets(model: &Model, at: &At, batch: Batch) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
-        return unsafe { rotation_tets_avx2(model, first, x, start, nodes, rotations, gradient) };
+        return unsafe { rotation_tets_avx2(model, at, batch) };
     }
-    rotation_tets_lanes(model, first, x, start, nodes, rotations, gradient)
+    rotation_tets_lanes(model, at, batch)
 }
 
 /// [`rotation_tets_lanes`] compiled for AVX2: four f64 lanes per instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn rotation_tets_avx2(
-    model: &Model,
-    first: usize,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    nodes: &[Node],
-    rotations: &mut [DQuat],
-    gradient: Option<&mut [[f64; 3]]>,
-) -> f64 {
-    rotation_tets_lanes(model, first, x, start, nodes, rotations, gradient)
+fn rotation_tets_avx2(model: &Model, at: &At, batch: Batch) -> f64 {
+    rotation_tets_lanes(model, at, batch)
 }
 
 #[inline(always)]
-fn rotation_tets_lanes(
-    model: &Model,
-    first: usize,
-    x: &[[f64; 3]],
-    start: &[[f64; 3]],
-    nodes: &[Node],
-    rotations: &mut [DQuat],
-    mut gradient: Option<&mut [[f64; 3]]>,
-) -> f64 {
+fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
+    let Batch { first, rotations, mut gradient } = batch;
+    let At { x, start, nodes } = *at;
     let k = nodes.len();
     // Loops rather than closures over the lanes: a closure the compiler does not inline is
     // compiled without AVX2.
@@ -410,7 +399,7 @@ pub(crate) fn energy(
     let warm = warm.filter(|w| w.nodes == k && w.values.len() == k * model.tets.len());
     energy_pass(model.tets.len(), |range| {
         let mut rotations = chunk_rotations(warm.map(|w| &w.values[..]), range.clone(), k);
-        tets(model, range, x, start, nodes, &mut rotations, None, None)
+        tets(model, range, &At { x, start, nodes }, &mut rotations, None, None)
     }) + spring_energy(model, x, start, nodes)
 }
 
@@ -444,7 +433,7 @@ pub(crate) fn derivatives(
         if projection.is_some() { element_blocks.split_at_mut(10 * nt) } else { (&mut [][..], &mut [][..]) };
     let rotations = rotations.map(|r| r.at_nodes(nt, k));
     derivative_pass(nt, 4, tet_gradients, tet_blocks, k, rotations, |range, g, h, r| {
-        tets(model, range, x, start, nodes, r, Some(g), projection.map(|p| (h, p)))
+        tets(model, range, &At { x, start, nodes }, r, Some(g), projection.map(|p| (h, p)))
     }) + spring_derivatives(model, x, start, nodes, projection, spring_gradients, spring_blocks)
 }
 
@@ -540,7 +529,8 @@ mod tests {
             for e in 0..nt {
                 let mut r = before[2 * e..2 * e + 2].to_vec();
                 let mut g = [[0.0; 3]; 4];
-                let psi = tet(&model, e, &x, &start, &nodes, &mut r, Some(&mut g), None);
+                let psi =
+                    tet(&model, e, &At { x: &x, start: &start, nodes: &nodes }, &mut r, Some(&mut g), None);
                 expected += psi;
                 for ga in g {
                     scale = scale.max(DVec3::from(ga).abs().max_element());

@@ -150,68 +150,83 @@ impl Layout {
     /// Solves `L L^T x = y` in place for `N` right-hand sides stored together.
     fn substitute<const N: usize>(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; N]]) {
         match self {
-            Layout::Columns { col_ptr, row_idx } => substitute(col_ptr, row_idx, l, inverse_diagonal, y),
+            Layout::Columns { col_ptr, row_idx } => {
+                substitute_columns(col_ptr, row_idx, l, inverse_diagonal, y)
+            }
             Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, .. } => {
-                let supernode = |s: usize| {
-                    let (first, size) = (begin[s] as usize, (begin[s + 1] - begin[s]) as usize);
-                    let rows = &pattern[pattern_ptr[s] as usize..pattern_ptr[s + 1] as usize];
-                    let (diagonal, below) =
-                        l[value_ptr[s] as usize..value_ptr[s + 1] as usize].split_at(size * size);
-                    (first, size, rows, diagonal, below)
-                };
-                // L z = y: the diagonal block's forward substitution, then each row below
-                // less its dot product with the block's unknowns.
-                for s in 0..begin.len() - 1 {
-                    let (first, size, rows, diagonal, below) = supernode(s);
-                    let (head, tail) = y.split_at_mut(first + size);
-                    let block = &mut head[first..];
-                    for j in 0..size {
-                        let zj = block[j].map(|c| c * inverse_diagonal[first + j]);
-                        block[j] = zj;
-                        for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                            for c in 0..N {
-                                block[i][c] -= d * zj[c];
-                            }
-                        }
-                    }
-                    for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
-                        let mut dot = [0.0; N];
-                        for (v, z) in values.iter().zip(block.iter()) {
-                            for c in 0..N {
-                                dot[c] += v * z[c];
-                            }
-                        }
-                        let target = &mut tail[row as usize - first - size];
-                        for c in 0..N {
-                            target[c] -= dot[c];
-                        }
-                    }
-                }
-                // L^T x = z, from the last supernode: the rows below first, then the block's
-                // back substitution.
-                for s in (0..begin.len() - 1).rev() {
-                    let (first, size, rows, diagonal, below) = supernode(s);
-                    let (head, tail) = y.split_at_mut(first + size);
-                    let block = &mut head[first..];
-                    for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
-                        let x = tail[row as usize - first - size];
-                        for (v, b) in values.iter().zip(block.iter_mut()) {
-                            for c in 0..N {
-                                b[c] -= v * x[c];
-                            }
-                        }
-                    }
-                    for j in (0..size).rev() {
-                        let mut sum = block[j];
-                        for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                            for c in 0..N {
-                                sum[c] -= d * block[i][c];
-                            }
-                        }
-                        block[j] = sum.map(|c| c * inverse_diagonal[first + j]);
-                    }
+                substitute_supernodes(begin, pattern_ptr, pattern, value_ptr, l, inverse_diagonal, y)
+            }
+        }
+    }
+}
+
+/// Solves `L L^T x = y` in place for `N` right-hand sides stored together, `L` supernodal (laid
+/// out as [`Layout::Supernodes`] says, with `1 / L_jj`).
+fn substitute_supernodes<const N: usize>(
+    begin: &[u32],
+    pattern_ptr: &[u32],
+    pattern: &[u32],
+    value_ptr: &[u32],
+    l: &[f64],
+    inverse_diagonal: &[f64],
+    y: &mut [[f64; N]],
+) {
+    let supernode = |s: usize| {
+        let (first, size) = (begin[s] as usize, (begin[s + 1] - begin[s]) as usize);
+        let rows = &pattern[pattern_ptr[s] as usize..pattern_ptr[s + 1] as usize];
+        let (diagonal, below) = l[value_ptr[s] as usize..value_ptr[s + 1] as usize].split_at(size * size);
+        (first, size, rows, diagonal, below)
+    };
+    // L z = y: the diagonal block's forward substitution, then each row below
+    // less its dot product with the block's unknowns.
+    for s in 0..begin.len() - 1 {
+        let (first, size, rows, diagonal, below) = supernode(s);
+        let (head, tail) = y.split_at_mut(first + size);
+        let block = &mut head[first..];
+        for j in 0..size {
+            let zj = block[j].map(|c| c * inverse_diagonal[first + j]);
+            block[j] = zj;
+            for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
+                for c in 0..N {
+                    block[i][c] -= d * zj[c];
                 }
             }
+        }
+        for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+            let mut dot = [0.0; N];
+            for (v, z) in values.iter().zip(block.iter()) {
+                for c in 0..N {
+                    dot[c] += v * z[c];
+                }
+            }
+            let target = &mut tail[row as usize - first - size];
+            for c in 0..N {
+                target[c] -= dot[c];
+            }
+        }
+    }
+    // L^T x = z, from the last supernode: the rows below first, then the block's
+    // back substitution.
+    for s in (0..begin.len() - 1).rev() {
+        let (first, size, rows, diagonal, below) = supernode(s);
+        let (head, tail) = y.split_at_mut(first + size);
+        let block = &mut head[first..];
+        for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+            let x = tail[row as usize - first - size];
+            for (v, b) in values.iter().zip(block.iter_mut()) {
+                for c in 0..N {
+                    b[c] -= v * x[c];
+                }
+            }
+        }
+        for j in (0..size).rev() {
+            let mut sum = block[j];
+            for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
+                for c in 0..N {
+                    sum[c] -= d * block[i][c];
+                }
+            }
+            block[j] = sum.map(|c| c * inverse_diagonal[first + j]);
         }
     }
 }
@@ -325,7 +340,7 @@ impl GlobalSolve {
 
 /// Solves `L L^T x = y` in place for `N` right-hand sides stored together, `L` in sparse
 /// columns (column pointers, row indices with each column's diagonal first, values, `1 / L_jj`).
-fn substitute<const N: usize>(
+fn substitute_columns<const N: usize>(
     col_ptr: &[u32],
     row_idx: &[u32],
     l: &[f64],

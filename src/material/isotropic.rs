@@ -229,7 +229,7 @@ impl Elastic {
     /// rotation's derivative `dR = R [w]x` with `(tr S I - S) w = axial(R^T dF - dF^T R)`.
     /// Written into `k`; false (and `k` left) where `tr S I - S` is near singular (a flat or
     /// half-inverted element), which the eigensystem handles.
-    pub(super) fn corotated_tangent(&self, f: &DMat3, r: &DMat3, k: &mut Mat9) -> bool {
+    pub(crate) fn corotated_tangent(&self, f: &DMat3, r: &DMat3, k: &mut Mat9) -> bool {
         let a = r.transpose() * *f;
         let sym = (a + a.transpose()) * 0.5;
         let trace = sym.x_axis.x + sym.y_axis.y + sym.z_axis.z;
@@ -266,6 +266,45 @@ impl Elastic {
             }
         }
         true
+    }
+
+    /// The true Hessian blocks `d2 psi / dx_a dx_b` of a tet (corners `a, b < 3`, shape
+    /// gradients `beta`) where the model has them in closed form, without the 9x9 tangent:
+    /// stable neo-Hookean's `dP = mu dF + l (cof F : dF) cof F + s d(cof F)`, `s = l (J - 1) -
+    /// mu`, contracted with `dF = e_k beta_b^T` and `beta_a`, is
+    /// `mu (beta_a . beta_b) I + l (cof F beta_a)(cof F beta_b)^T - s [F (beta_a x beta_b)]x`.
+    /// `None` for the other models (and for projected Hessians).
+    pub(crate) fn tet_hessian(
+        &self,
+        f: &DMat3,
+        beta: &[DVec3; 4],
+        projection: Projection,
+    ) -> Option<[[DMat3; 3]; 3]> {
+        if self.model != MaterialModel::StableNeoHookean || projection != Projection::None {
+            return None;
+        }
+        let l_snh = self.snh_lambda();
+        let c = cofactor(f);
+        let s = l_snh * (f.determinant() - 1.0) - self.mu;
+        let cb = [c * beta[0], c * beta[1], c * beta[2]];
+        let mut blocks = [[DMat3::ZERO; 3]; 3];
+        for a in 0..3 {
+            for b in a..3 {
+                let v = *f * beta[a].cross(beta[b]) * -s;
+                // The skew matrix [v]x, column by column.
+                let skew = DMat3::from_cols(
+                    DVec3::new(0.0, v.z, -v.y),
+                    DVec3::new(-v.z, 0.0, v.x),
+                    DVec3::new(v.y, -v.x, 0.0),
+                );
+                let block = DMat3::from_diagonal(DVec3::splat(self.mu * beta[a].dot(beta[b])))
+                    + outer(cb[a], cb[b]) * l_snh
+                    + skew;
+                blocks[a][b] = block;
+                blocks[b][a] = block.transpose();
+            }
+        }
+        Some(blocks)
     }
 
     /// The true tangent of the models with closed forms in `F`, entry by entry:

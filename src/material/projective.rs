@@ -14,7 +14,7 @@
 
 use glam::{DMat3, DQuat};
 
-use crate::math::lanes::{self, Lanes, Mat3s, mat_lane, mat3s, set_mat_lane};
+use crate::math::lanes::{self, Lanes, Mask, Mat3s, Vec3s, mat_lane, mat3s, set_mat_lane};
 
 use super::{Elastic, MaterialModel};
 
@@ -207,6 +207,87 @@ pub(crate) fn projective_lanes<const N: usize>(
     let energy = mu * squared + lambda * 0.5 * trace * trace;
     let (two_mu, volume) = (mu * 2.0, lambda * trace);
     (energy, mat3s(|c, k| shear[c][k] * two_mu + r[c][k] * volume))
+}
+
+/// The pairs of corners `a <= b < 3` whose Hessian blocks [`corotated_hessian_lanes`] gives,
+/// in its order.
+pub(crate) const CORNER_PAIRS: [(usize, usize); 6] = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)];
+
+/// The corotated (and ARAP) Hessian of a tet, `N` tets at once: `d2 psi / dx_a dx_b` per
+/// unit volume for corners `a <= b < 3` with shape gradients `beta` (corner 3's blocks follow,
+/// the gradients summing to zero), in the order `(0,0), (0,1), (0,2), (1,1), (1,2), (2,2)`;
+/// block `m[kk][i]` is row `i`, column `kk`. With `R` the closest rotation and `S = R^T F`, the
+/// tangent `dP = 2 mu dF + lambda (R : dF) R + c dR`, `c = lambda (tr S - 3) - 2 mu`, and the
+/// polar rotation's derivative `dR = R [w]x`, `(tr S I - sym S) w = axial(R^T dF - dF^T R)`
+/// (`Elastic::corotated_tangent`), contracted with `dF = e_k beta_b^T` and `beta_a`, give
+///
+/// `H_ab = 2 mu (beta_a . beta_b) I + lambda (R beta_a)(R beta_b)^T + c T_a^T H^-1 T_b`,
+/// `T_a = [beta_a]x R^T`, `H = tr S I - sym S`,
+///
+/// with no 9x9 tangent formed. A lane is false in the mask where `H` is near singular (a flat
+/// or half-inverted element), as `corotated_tangent` refuses; its blocks are then not valid.
+#[inline(always)]
+pub(crate) fn corotated_hessian_lanes<const N: usize>(
+    mu: Lanes<N>,
+    lambda: Lanes<N>,
+    f: &Mat3s<N>,
+    r: &Mat3s<N>,
+    beta: &[Vec3s<N>; 3],
+) -> (Mask<N>, [Mat3s<N>; 6]) {
+    let mut scale = Lanes::splat(f64::MIN_POSITIVE);
+    for x in f.iter().flatten() {
+        scale = scale.max(x.abs());
+    }
+    // S = R^T F, s[j][i] = column i of R . column j of F; H = tr S I - sym S.
+    let s = mat3s(|j, i| lanes::dot(&r[i], &f[j]));
+    let trace = s[0][0] + s[1][1] + s[2][2];
+    let d = [trace - s[0][0], trace - s[1][1], trace - s[2][2]];
+    let (xy, xz, yz) = ((s[1][0] + s[0][1]) * -0.5, (s[2][0] + s[0][2]) * -0.5, (s[2][1] + s[1][2]) * -0.5);
+    let c = [d[1] * d[2] - yz * yz, d[0] * d[2] - xz * xz, d[0] * d[1] - xy * xy];
+    let (cxy, cxz, cyz) = (xz * yz - xy * d[2], xy * yz - xz * d[1], xy * xz - yz * d[0]);
+    let det = d[0] * c[0] + xy * cxy + xz * cxz;
+    let (det_ok, first_ok) = (det.gt(scale * scale * scale * 1e-6), d[0].gt(scale * 1e-6));
+    let mut valid = [false; N];
+    for l in 0..N {
+        valid[l] = det_ok[l] && first_ok[l];
+    }
+    // H^-1 from the cofactors; a refused lane divides by 1 instead of a tiny determinant.
+    let inverse_det = Lanes::splat(1.0) / Lanes::select(valid, det, Lanes::splat(1.0));
+    let h_inv = [
+        [c[0] * inverse_det, cxy * inverse_det, cxz * inverse_det],
+        [cxy * inverse_det, c[1] * inverse_det, cyz * inverse_det],
+        [cxz * inverse_det, cyz * inverse_det, c[2] * inverse_det],
+    ];
+    let rotation_scale = lambda * (trace - 3.0) - mu * 2.0;
+    // Column k of T_a is beta_a x (row k of R); column k of W_b = H^-1 T_b. (Loops, not
+    // closures: see `math::lanes`.)
+    let zero = Lanes::splat(0.0);
+    let (mut t, mut w, mut u) = ([[[zero; 3]; 3]; 3], [[[zero; 3]; 3]; 3], [[zero; 3]; 3]);
+    for a in 0..3 {
+        let g = &beta[a];
+        for k in 0..3 {
+            let row = [r[0][k], r[1][k], r[2][k]];
+            t[a][k] =
+                [g[1] * row[2] - g[2] * row[1], g[2] * row[0] - g[0] * row[2], g[0] * row[1] - g[1] * row[0]];
+            w[a][k] = lanes::mat_vec(&h_inv, &t[a][k]);
+        }
+        u[a] = lanes::mat_vec(r, g);
+    }
+    let mut out = [[[zero; 3]; 3]; 6];
+    for (block, &(a, b)) in out.iter_mut().zip(&CORNER_PAIRS) {
+        let shear = mu * 2.0 * lanes::dot(&beta[a], &beta[b]);
+        for kk in 0..3 {
+            for i in 0..3 {
+                let mut value =
+                    lambda * u[a][i] * u[b][kk] + rotation_scale * lanes::dot(&t[a][i], &w[b][kk]);
+                if i == kk {
+                    value += shear;
+                }
+                block[kk][i] = value;
+            }
+        }
+    }
+    (valid, out)
 }
 
 #[cfg(test)]

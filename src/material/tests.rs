@@ -453,3 +453,53 @@ mod symmetric_stretch {
         assert_eq!(sym_coordinates(&sym_matrix(&s)), s);
     }
 }
+
+/// The closed-form tet Hessian blocks equal the tangent contracted with the shape gradients,
+/// `H_ab[i][k] = sum_jl beta_a[j] K[(i,j),(k,l)] beta_b[l]`, where a model has them; the
+/// others (and projected Hessians) have none.
+#[test]
+fn tet_hessian_is_the_contracted_tangent() {
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    for model in MODELS {
+        let m = evaluator(model);
+        for f in random_deformations(model, 30, 78) {
+            let mut beta: [DVec3; 4] = std::array::from_fn(|_| {
+                DVec3::new(
+                    rng.random_range(-1.0..1.0),
+                    rng.random_range(-1.0..1.0),
+                    rng.random_range(-1.0..1.0),
+                )
+            });
+            beta[3] = -(beta[0] + beta[1] + beta[2]);
+            assert!(
+                m.tet_hessian(&f, &beta, Projection::Psd).is_none(),
+                "{model:?}: a projected closed form"
+            );
+            let Some(blocks) = m.tet_hessian(&f, &beta, Projection::None) else {
+                assert_ne!(model, MaterialModel::StableNeoHookean, "stable neo-Hookean has a closed form");
+                continue;
+            };
+            let k = m.stress_derivative(&f, Projection::None);
+            let scale = k.iter().flatten().fold(0.0_f64, |s, v| s.max(v.abs())) * beta[0].length_squared();
+            for a in 0..3 {
+                for b in 0..3 {
+                    for i in 0..3 {
+                        for kk in 0..3 {
+                            let mut expected = 0.0;
+                            for j in 0..3 {
+                                for l in 0..3 {
+                                    expected += beta[a][j] * k[flat(i, j)][flat(kk, l)] * beta[b][l];
+                                }
+                            }
+                            let got = blocks[a][b].col(kk)[i];
+                            assert!(
+                                (got - expected).abs() <= 1e-12 * scale,
+                                "{model:?} block ({a}, {b})[{i}][{kk}]: {got} against {expected}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -8,10 +8,12 @@ use glam::{DMat3, DQuat, DVec3};
 use rayon::prelude::*;
 
 use crate::backend::topology::upper;
-use crate::material::projective::{closest_rotations, projective_lanes};
+use crate::material::projective::{
+    CORNER_PAIRS, closest_rotations, corotated_hessian_lanes, projective_lanes,
+};
 use crate::material::{MaterialModel, Projection};
 use crate::math::Mat9;
-use crate::math::lanes::{self, Lanes};
+use crate::math::lanes::{self, Lanes, mat_lane};
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -96,8 +98,10 @@ fn tet(
         let z = tet.map(|v| point(x, start, v, node.theta));
         let f = deformation_gradient(&z, &beta);
         // One evaluation per node: the rotation-based models share one SVD among the three.
+        // The Hessian blocks come in closed form where the model has one, else from dP/dF.
         let projection = blocks.as_ref().map(|(_, projection)| *projection);
-        let mut k: Option<Mat9> = projection.map(|_| [[0.0; 9]; 9]);
+        let direct = projection.and_then(|p| material.tet_hessian(&f, &beta, p));
+        let mut k: Option<Mat9> = projection.filter(|_| direct.is_none()).map(|_| [[0.0; 9]; 9]);
         let tangent = projection.zip(k.as_mut());
         let (psi, stress) = material.evaluate(&f, rotation, gradient.is_some(), tangent);
         energy += node.weight * rest.volume * psi;
@@ -108,40 +112,50 @@ fn tet(
                 g[a] = (DVec3::from(g[a]) + ga).into();
             }
         }
-        if let (Some((h, _)), Some(k)) = (blocks.as_mut(), k.as_ref()) {
+        if let Some((h, _)) = blocks.as_mut() {
             let w = node.weight * node.theta * node.theta * rest.volume;
-            // The shape gradients sum to zero (beta_3 = -beta_0 - beta_1 - beta_2), so the
-            // blocks of corners 0-2 determine the rest: H_a3 = -sum_b H_ab, H_33 = -sum_a H_a3.
-            // t[r][b][kk] = sum_l K[r][3 kk + l] beta_b[l], b < 3.
-            let mut t = [[[0.0; 3]; 3]; 9];
-            for r in 0..9 {
-                for b in 0..3 {
-                    for kk in 0..3 {
-                        t[r][b][kk] = k[r][3 * kk] * beta[b].x
-                            + k[r][3 * kk + 1] * beta[b].y
-                            + k[r][3 * kk + 2] * beta[b].z;
-                    }
-                }
-            }
-            // H_ab[i][kk] = w sum_j beta_a[j] t[3 i + j][b][kk] for a <= b < 3; H_ba = H_ab^T.
-            let mut inner = [[[0.0; 9]; 3]; 3];
-            for a in 0..3 {
-                for b in a..3 {
-                    for i in 0..3 {
-                        for kk in 0..3 {
-                            let s = beta[a].x * t[3 * i][b][kk]
-                                + beta[a].y * t[3 * i + 1][b][kk]
-                                + beta[a].z * t[3 * i + 2][b][kk];
-                            inner[a][b][3 * i + kk] = w * s;
-                            inner[b][a][3 * kk + i] = w * s;
-                        }
-                    }
-                }
-            }
+            let inner = match (&direct, &k) {
+                // Row-major blocks: the transpose's columns are the block's rows.
+                (Some(direct), _) => direct.map(|row| row.map(|b| (b.transpose() * w).to_cols_array())),
+                (None, Some(k)) => tangent_blocks(k, &beta, w),
+                (None, None) => unreachable!("a Hessian is asked for"),
+            };
             add_tet_blocks(&inner, h);
         }
     }
     energy
+}
+
+/// The Hessian blocks `(a, b)` of corners 0-2 (both triangles) of a tet with shape gradients
+/// `beta` and stress derivative `k`, times `w`: `H_ab[i][kk] = w sum_jl beta_a[j]
+/// K[3 i + j][3 kk + l] beta_b[l]`.
+fn tangent_blocks(k: &Mat9, beta: &[DVec3; 4], w: f64) -> [[[f64; 9]; 3]; 3] {
+    // t[r][b][kk] = sum_l K[r][3 kk + l] beta_b[l], b < 3.
+    let mut t = [[[0.0; 3]; 3]; 9];
+    for r in 0..9 {
+        for b in 0..3 {
+            for kk in 0..3 {
+                t[r][b][kk] =
+                    k[r][3 * kk] * beta[b].x + k[r][3 * kk + 1] * beta[b].y + k[r][3 * kk + 2] * beta[b].z;
+            }
+        }
+    }
+    // H_ab[i][kk] = w sum_j beta_a[j] t[3 i + j][b][kk] for a <= b < 3; H_ba = H_ab^T.
+    let mut inner = [[[0.0; 9]; 3]; 3];
+    for a in 0..3 {
+        for b in a..3 {
+            for i in 0..3 {
+                for kk in 0..3 {
+                    let s = beta[a].x * t[3 * i][b][kk]
+                        + beta[a].y * t[3 * i + 1][b][kk]
+                        + beta[a].z * t[3 * i + 2][b][kk];
+                    inner[a][b][3 * i + kk] = w * s;
+                    inner[b][a][3 * kk + i] = w * s;
+                }
+            }
+        }
+    }
+    inner
 }
 
 /// Adds a tet's ten upper Hessian blocks to `h`, given the blocks `(a, b)` of corners 0-2
@@ -267,7 +281,7 @@ fn derivative_pass(
 
 /// Energies of the tets in `range` (with `gradient`, their corner gradients; with `blocks`,
 /// their Hessian blocks), `rotations` and the output slots being the range's own. Runs of
-/// rotation-based tets go through [`rotation_tets`] when no Hessian is asked for.
+/// rotation-based tets go through [`rotation_tets`] unless a projected Hessian is asked for.
 fn tets(
     model: &Model,
     range: Range<usize>,
@@ -279,18 +293,21 @@ fn tets(
     let k = at.nodes.len();
     let rotation_based =
         |e: usize| matches!(model.tet_material[e].model(), MaterialModel::Corotated | MaterialModel::Arap);
+    // The lane kernel forms true Hessians only (a projected one needs the SVD).
+    let true_hessian = blocks.as_ref().is_none_or(|(_, p)| *p == Projection::None);
     let (first, mut sum) = (range.start, 0.0);
     let mut e = first;
     while e < range.end {
         let local = e - first;
-        let lanes = blocks.is_none() && e + LANES <= range.end && (e..e + LANES).all(rotation_based);
+        let lanes = true_hessian && e + LANES <= range.end && (e..e + LANES).all(rotation_based);
         let count = if lanes { LANES } else { 1 };
         let r = &mut rotations[k * local..k * (local + count)];
         let g = gradient.as_deref_mut().map(|g| &mut g[4 * local..4 * (local + count)]);
+        let h = blocks.as_mut().map(|(h, p)| (&mut h[10 * local..10 * (local + count)], *p));
         sum += if lanes {
-            rotation_tets(model, at, Batch { first: e, rotations: r, gradient: g })
+            let h = h.map(|(h, _)| h);
+            rotation_tets(model, at, Batch { first: e, rotations: r, gradient: g, blocks: h })
         } else {
-            let h = blocks.as_mut().map(|(h, p)| (&mut h[10 * local..10 * (local + 1)], *p));
             tet(model, e, at, r, g, h)
         };
         e += count;
@@ -302,15 +319,17 @@ fn tets(
 const LANES: usize = 4;
 
 /// `LANES` tets from `first`, with their rotations (`k` per tet at `k` nodes) and, when asked,
-/// their corner-gradient slots.
+/// their corner-gradient and (true) Hessian-block slots.
 struct Batch<'a> {
     first: usize,
     rotations: &'a mut [DQuat],
     gradient: Option<&'a mut [[f64; 3]]>,
+    blocks: Option<&'a mut [[f64; 9]]>,
 }
 
-/// [`tet`] without Hessian blocks for a batch of corotated or ARAP tets, one per lane: their
-/// closest rotations, energies and corner gradients computed together.
+/// [`tet`] with true Hessian blocks or none for a batch of corotated or ARAP tets, one per
+/// lane: their closest rotations, energies, corner gradients and Hessian blocks
+/// ([`corotated_hessian_lanes`]) computed together.
 fn rotation_tets(model: &Model, at: &At, batch: Batch) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
@@ -329,7 +348,7 @@ fn rotation_tets_avx2(model: &Model, at: &At, batch: Batch) -> f64 {
 
 #[inline(always)]
 fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
-    let Batch { first, rotations, mut gradient } = batch;
+    let Batch { first, rotations, mut gradient, mut blocks } = batch;
     let At { x, start, nodes } = *at;
     let k = nodes.len();
     // Loops rather than closures over the lanes: a closure the compiler does not inline is
@@ -380,6 +399,33 @@ fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
                         g[4 * l + a][c] += ga[c].0[l];
                     }
                 }
+            }
+        }
+        if let Some(h) = blocks.as_deref_mut() {
+            let (valid, upper) = corotated_hessian_lanes(mu, lambda, &f, &r, &[beta[0], beta[1], beta[2]]);
+            let scale = volume * (node.weight * node.theta * node.theta);
+            for l in 0..LANES {
+                let e = first + l;
+                let w = scale.0[l];
+                let inner = if valid[l] {
+                    let mut inner = [[[0.0; 9]; 3]; 3];
+                    for (block, &(a, b)) in upper.iter().zip(&CORNER_PAIRS) {
+                        for i in 0..3 {
+                            for kk in 0..3 {
+                                let value = w * block[kk][i].0[l];
+                                inner[a][b][3 * i + kk] = value;
+                                inner[b][a][3 * kk + i] = value;
+                            }
+                        }
+                    }
+                    inner
+                } else {
+                    // A flat or half-inverted tet: the tangent from the eigensystem.
+                    let k = model.tet_material[e].stress_derivative(&mat_lane(&f, l), Projection::None);
+                    let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
+                    tangent_blocks(&k, &beta, w)
+                };
+                add_tet_blocks(&inner, &mut h[10 * l..10 * (l + 1)]);
             }
         }
     }
@@ -555,6 +601,72 @@ mod tests {
                     "energy {value} against {expected} (warm {warm})"
                 );
             }
+            assert_hessians_match(&model, &x, &start, &nodes, &before);
         }
+    }
+
+    /// The true Hessian blocks of [`derivatives`] (lanes for runs of rotation-based tets)
+    /// equal [`tet`]'s (the 9x9 tangent contracted), from the rotations `warm`.
+    fn assert_hessians_match(
+        model: &Model,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+        nodes: &[Node],
+        warm: &[DQuat],
+    ) {
+        let (nt, k) = (model.tets.len(), nodes.len());
+        let mut rotations = Rotations { nodes: k, values: warm.to_vec() };
+        let mut blocks = vec![[0.0; 9]; 10 * nt];
+        let mut gradients = vec![[0.0; 3]; 4 * nt];
+        derivatives(
+            model,
+            x,
+            start,
+            nodes,
+            Some(Projection::None),
+            Some(&mut rotations),
+            &mut gradients,
+            &mut blocks,
+        );
+        for e in 0..nt {
+            let mut r = warm[k * e..k * (e + 1)].to_vec();
+            let mut h = [[0.0; 9]; 10];
+            tet(model, e, &At { x, start, nodes }, &mut r, None, Some((&mut h, Projection::None)));
+            let scale = h.iter().flatten().fold(0.0_f64, |m, v| m.max(v.abs()));
+            for (b, (one, lane)) in h.iter().zip(&blocks[10 * e..10 * (e + 1)]).enumerate() {
+                let gap = one.iter().zip(lane).fold(0.0_f64, |m, (p, q)| m.max((p - q).abs()));
+                assert!(gap <= 1e-12 * scale, "tet {e} block {b}: off by {gap:e} of {scale:e}");
+            }
+        }
+    }
+
+    /// A reflected bar: every tet's `F` is `diag(1, 1, -1)`, where the rotation's derivative is
+    /// singular; the lane kernel hands each such tet to the eigensystem, as [`tet`] does.
+    #[test]
+    fn lanes_hand_flat_tets_to_the_eigensystem() {
+        let mut model = Model::empty([0.0; 3]);
+        model
+            .add_tet_body(&TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]), &[Material::corotated(2e5, 0.3)], 1000.0)
+            .unwrap();
+        let reflected: Vec<[f64; 3]> = model.rest.iter().map(|p| [p[0], p[1], -p[2]]).collect();
+        let e = 3;
+        let f = deformation_gradient(
+            &model.tets[e].map(|v| DVec3::from(reflected[v as usize])),
+            &model.tet_rest[e].shape_gradients.map(DVec3::from),
+        );
+        let mut k = [[0.0; 9]; 9];
+        let (_, r) = crate::material::projective::closest_rotation(&f, DQuat::IDENTITY);
+        assert!(
+            !model.tet_material[e].corotated_tangent(&f, &r, &mut k),
+            "F = {f}: the tangent is not refused"
+        );
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        assert_hessians_match(
+            &model,
+            &reflected,
+            &reflected,
+            &nodes,
+            &vec![DQuat::IDENTITY; model.tets.len()],
+        );
     }
 }

@@ -11,7 +11,8 @@
 //! 30 frames, the tip's lowest point after 1 s, and against a fine reference (lively's
 //! implicit midpoint at h = 1/600 with the same material, Newton to 1e-8 N; rapier is measured
 //! against the corotated one) the RMS deviation of the tip's height over 2 s and, for lively,
-//! the energy left after 2 s.
+//! the energy left after 2 s. The runs take turns frame by frame, so that a shared machine's
+//! slow and fast moments fall on all of them alike.
 
 use std::time::Instant;
 
@@ -25,6 +26,86 @@ const DENSITY: f64 = 1000.0;
 const FRAME: f64 = 1.0 / 30.0;
 const FRAMES: usize = 60;
 
+/// One simulation of the beam, stepped a frame at a time.
+enum Runner {
+    Lively { sim: Simulation, tip: Vec<usize>, per_frame: usize },
+    Rapier { world: PhysicsWorld, handle: SoftBodyHandle, tip: Vec<usize> },
+}
+
+impl Runner {
+    fn lively(
+        cells: [usize; 3],
+        material: Material,
+        integrator: Integrator,
+        dt: f64,
+        tolerance: f64,
+    ) -> Runner {
+        let sim = Simulation::builder()
+            .tet_body(TetMesh::bar(cells, SIZE), material, DENSITY)
+            .gravity([0.0, -9.81, 0.0])
+            .dt(dt)
+            .integrator(integrator)
+            .solver(Solver::newton().tolerance(tolerance))
+            .backend(Backend::Cpu)
+            .pin(|p| p[0] < 1e-9)
+            .build()
+            .expect("valid beam");
+        let tip = (0..sim.positions().len()).filter(|&v| is_tip(sim.positions()[v])).collect();
+        Runner::Lively { sim, tip, per_frame: (FRAME / dt).round() as usize }
+    }
+
+    /// rapier's beam and its cell count.
+    fn rapier(cells: [usize; 3]) -> (Runner, usize) {
+        let mut world = PhysicsWorld::new();
+        world.integration_parameters.dt = FRAME as Real;
+        world.integration_parameters.num_solver_iterations = 4;
+        let half = Vector::new(SIZE[0] as Real, SIZE[1] as Real, SIZE[2] as Real) * 0.5;
+        let builder = SoftBodyBuilder::cuboid(half, half, cells[0] + 1, cells[1] + 1, cells[2] + 1)
+            .cell_model(SoftBodyCellModel::Corotational)
+            .material(SoftBodyMaterial {
+                young_modulus: YOUNGS as Real,
+                poisson_ratio: POISSON as Real,
+                ..Default::default()
+            })
+            .solver(SoftBodySolver::Fem)
+            .mass((DENSITY * SIZE[0] * SIZE[1] * SIZE[2]) as Real)
+            .no_surface_collider()
+            .can_sleep(false);
+        let positions: Vec<[f64; 3]> =
+            builder.particle_positions().iter().map(|p| [p.x as f64, p.y as f64, p.z as f64]).collect();
+        let pinned: Vec<u32> =
+            (0..positions.len() as u32).filter(|&i| positions[i as usize][0] < 1e-4).collect();
+        let tip = (0..positions.len()).filter(|&i| is_tip(positions[i])).collect();
+        let handle = world.insert_soft_body(builder.pinned_particles(pinned));
+        (Runner::Rapier { world, handle, tip }, 5 * cells[0] * cells[1] * cells[2])
+    }
+
+    /// Steps one frame; returns the tip's mean height.
+    fn frame(&mut self) -> f64 {
+        match self {
+            Runner::Lively { sim, tip, per_frame } => {
+                for _ in 0..*per_frame {
+                    sim.step().expect("beam step");
+                }
+                tip.iter().map(|&v| sim.positions()[v][1]).sum::<f64>() / tip.len() as f64
+            }
+            Runner::Rapier { world, handle, tip } => {
+                world.step();
+                let body = &world.soft_bodies[*handle];
+                tip.iter().map(|&i| body.particle_position(i).y as f64).sum::<f64>() / tip.len() as f64
+            }
+        }
+    }
+
+    /// The energy, where the library reports it.
+    fn energy(&self) -> Option<f64> {
+        match self {
+            Runner::Lively { sim, .. } => Some(sim.energy().total),
+            Runner::Rapier { .. } => None,
+        }
+    }
+}
+
 /// What one run gave: ms per frame over the first 30 frames, the tip's mean height per frame
 /// (2 s), and the energy at the end where the library reports it.
 struct Run {
@@ -37,64 +118,28 @@ fn is_tip(p: [f64; 3]) -> bool {
     p[0] > SIZE[0] - 1e-6
 }
 
-fn lively_run(cells: [usize; 3], material: Material, integrator: Integrator, dt: f64, tolerance: f64) -> Run {
-    let mut sim = Simulation::builder()
-        .tet_body(TetMesh::bar(cells, SIZE), material, DENSITY)
-        .gravity([0.0, -9.81, 0.0])
-        .dt(dt)
-        .integrator(integrator)
-        .solver(Solver::newton().tolerance(tolerance))
-        .backend(Backend::Cpu)
-        .pin(|p| p[0] < 1e-9)
-        .build()
-        .expect("valid beam");
-    let tip: Vec<usize> = (0..sim.positions().len()).filter(|&v| is_tip(sim.positions()[v])).collect();
-    let per_frame = (FRAME / dt).round() as usize;
-    let mut heights = Vec::with_capacity(FRAMES);
-    let mut elapsed = 0.0;
+/// Runs every runner `FRAMES` frames, frame by frame in turn, so that each sees the same
+/// moments of a shared, noisy machine; times the first 30 frames.
+fn run_interleaved(runners: Vec<Runner>) -> Vec<Run> {
+    let mut runners = runners;
+    let mut runs: Vec<Run> = runners
+        .iter()
+        .map(|_| Run { ms_per_frame: 0.0, tip: Vec::with_capacity(FRAMES), energy: None })
+        .collect();
     for frame in 0..FRAMES {
-        let started = Instant::now();
-        for _ in 0..per_frame {
-            sim.step().expect("beam step");
+        for (runner, run) in runners.iter_mut().zip(&mut runs) {
+            let started = Instant::now();
+            let height = runner.frame();
+            if frame < 30 {
+                run.ms_per_frame += 1e3 * started.elapsed().as_secs_f64() / 30.0;
+            }
+            run.tip.push(height);
         }
-        if frame < 30 {
-            elapsed += started.elapsed().as_secs_f64();
-        }
-        heights.push(tip.iter().map(|&v| sim.positions()[v][1]).sum::<f64>() / tip.len() as f64);
     }
-    Run { ms_per_frame: 1e3 * elapsed / 30.0, tip: heights, energy: Some(sim.energy().total) }
-}
-
-fn rapier_run(cells: [usize; 3]) -> (Run, usize) {
-    let mut world = PhysicsWorld::new();
-    world.integration_parameters.dt = FRAME as Real;
-    world.integration_parameters.num_solver_iterations = 4;
-    let half = Vector::new(SIZE[0] as Real, SIZE[1] as Real, SIZE[2] as Real) * 0.5;
-    let builder = SoftBodyBuilder::cuboid(half, half, cells[0] + 1, cells[1] + 1, cells[2] + 1)
-        .cell_model(SoftBodyCellModel::Corotational)
-        .material(SoftBodyMaterial { young_modulus: YOUNGS as Real, poisson_ratio: POISSON as Real, ..Default::default() })
-        .solver(SoftBodySolver::Fem)
-        .mass((DENSITY * SIZE[0] * SIZE[1] * SIZE[2]) as Real)
-        .no_surface_collider()
-        .can_sleep(false);
-    let positions: Vec<[f64; 3]> =
-        builder.particle_positions().iter().map(|p| [p.x as f64, p.y as f64, p.z as f64]).collect();
-    let pinned: Vec<u32> = (0..positions.len() as u32).filter(|&i| positions[i as usize][0] < 1e-4).collect();
-    let tip: Vec<usize> = (0..positions.len()).filter(|&i| is_tip(positions[i])).collect();
-    let handle = world.insert_soft_body(builder.pinned_particles(pinned));
-    let cell_count = 5 * cells[0] * cells[1] * cells[2];
-    let mut heights = Vec::with_capacity(FRAMES);
-    let mut elapsed = 0.0;
-    for frame in 0..FRAMES {
-        let started = Instant::now();
-        world.step();
-        if frame < 30 {
-            elapsed += started.elapsed().as_secs_f64();
-        }
-        let body = &world.soft_bodies[handle];
-        heights.push(tip.iter().map(|&i| body.particle_position(i).y as f64).sum::<f64>() / tip.len() as f64);
+    for (runner, run) in runners.iter().zip(&mut runs) {
+        run.energy = runner.energy();
     }
-    (Run { ms_per_frame: 1e3 * elapsed / 30.0, tip: heights, energy: None }, cell_count)
+    runs
 }
 
 /// RMS of the difference of two tip trajectories.
@@ -108,19 +153,31 @@ fn main() {
     for cells in [[12, 4, 4], [24, 8, 8]] {
         let tets = 5 * cells[0] * cells[1] * cells[2];
         println!("\nbeam {}x{}x{} cubes, {tets} tets", cells[0], cells[1], cells[2]);
-        let (rapier, rapier_cells) = rapier_run(cells);
         let corotated = Material::corotated(YOUNGS, POISSON);
         let snh = Material::stable_neo_hookean(YOUNGS, POISSON);
-        let fine = |material: &Material| lively_run(cells, material.clone(), Integrator::ImplicitMidpoint, FRAME / 20.0, 1e-8);
+        let fine = |material: &Material| {
+            let runner =
+                Runner::lively(cells, material.clone(), Integrator::ImplicitMidpoint, FRAME / 20.0, 1e-8);
+            run_interleaved(vec![runner]).remove(0)
+        };
         let references = [("corotated", fine(&corotated)), ("stable neo-Hookean", fine(&snh))];
-        let mut rows: Vec<(String, Run, usize)> = vec![(format!("rapier FEM corotational ({rapier_cells} cells)"), rapier, 0)];
-        for (k, (name, material)) in [("corotated", corotated), ("stable neo-Hookean", snh)].into_iter().enumerate() {
-            for (scheme, integrator) in
-                [("backward Euler", Integrator::BackwardEuler), ("stabilized", stabilized.clone()), ("A-search", a_search.clone())]
-            {
-                rows.push((format!("lively {name}, {scheme}"), lively_run(cells, material.clone(), integrator, FRAME, 1e-6), k));
+        let (rapier, rapier_cells) = Runner::rapier(cells);
+        let mut names = vec![(format!("rapier FEM corotational ({rapier_cells} cells)"), 0)];
+        let mut runners = vec![rapier];
+        for (k, (name, material)) in
+            [("corotated", corotated), ("stable neo-Hookean", snh)].into_iter().enumerate()
+        {
+            for (scheme, integrator) in [
+                ("backward Euler", Integrator::BackwardEuler),
+                ("stabilized", stabilized.clone()),
+                ("A-search", a_search.clone()),
+            ] {
+                names.push((format!("lively {name}, {scheme}"), k));
+                runners.push(Runner::lively(cells, material.clone(), integrator, FRAME, 1e-6));
             }
         }
+        let rows: Vec<(String, Run, usize)> =
+            names.into_iter().zip(run_interleaved(runners)).map(|((name, k), run)| (name, run, k)).collect();
         let rapier_ms = rows[0].1.ms_per_frame;
         println!(
             "{:<44} {:>9} {:>12} {:>16} {:>14} {:>12}",

@@ -12,7 +12,9 @@
 
 use glam::{DMat3, DVec3};
 
-use super::{MaterialModel, Projection};
+use super::stable_neo_hookean::{stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
+use super::{CORNER_PAIRS, MaterialModel, Projection};
+use crate::math::lanes::{Lanes, Mat3s, mat_lane, set_mat_lane};
 use crate::math::{Mat9, add_outer9, signed_svd, symmetric_eigen3, vec9};
 
 /// A model with its Lame parameters: the per-element evaluator.
@@ -65,6 +67,15 @@ impl Elastic {
         self.lambda + self.mu
     }
 
+    /// The two moduli the CPU's lane kernel takes: the projective form's `(mu, lambda)` for
+    /// corotated and ARAP, `(mu, lambda + mu)` for stable neo-Hookean.
+    pub(crate) fn lane_moduli(&self) -> (f64, f64) {
+        match self.model {
+            MaterialModel::StableNeoHookean => (self.mu, self.snh_lambda()),
+            _ => self.projective_lame(),
+        }
+    }
+
     /// Effective `lambda` of the rotation-based family (ARAP has none).
     pub(super) fn corotated_lambda(&self) -> f64 {
         if self.model == MaterialModel::Arap { 0.0 } else { self.lambda }
@@ -100,11 +111,7 @@ impl Elastic {
                 // mu/2 (I_C - 3) - mu ln J with the first-order terms paired: mu (tr H - ln J).
                 0.5 * mu * squared(&h) + mu * (trace(&h) - lnj) + 0.5 * lambda * lnj * lnj
             }
-            MaterialModel::StableNeoHookean => {
-                let jm1 = j_minus_one();
-                // mu/2 (I_C - 3) - mu (J - 1) with tr H cancelled analytically.
-                0.5 * mu * squared(&h) - mu * (jm1 - trace(&h)) + 0.5 * self.snh_lambda() * jm1 * jm1
-            }
+            MaterialModel::StableNeoHookean => self.stable_neo_hookean(f).0,
             // The closest rotation by Newton's method (~170 ns from the identity, for rotations
             // up to 50 degrees) costs less than the singular values (~400 ns).
             MaterialModel::Corotated | MaterialModel::Arap => {
@@ -128,10 +135,7 @@ impl Elastic {
                 let f_inv_t = f.inverse().transpose();
                 *f * mu + f_inv_t * (lambda * j.ln() - mu)
             }
-            MaterialModel::StableNeoHookean => {
-                let j = f.determinant();
-                *f * mu + cofactor(f) * (self.snh_lambda() * (j - 1.0) - mu)
-            }
+            MaterialModel::StableNeoHookean => self.stable_neo_hookean(f).1,
             _ => {
                 let (u, s, v) = signed_svd(f);
                 let d = self.stretch_derivatives(s);
@@ -283,28 +287,27 @@ impl Elastic {
         if self.model != MaterialModel::StableNeoHookean || projection != Projection::None {
             return None;
         }
-        let l_snh = self.snh_lambda();
-        let c = cofactor(f);
-        let s = l_snh * (f.determinant() - 1.0) - self.mu;
-        let cb = [c * beta[0], c * beta[1], c * beta[2]];
+        let beta = [0, 1, 2].map(|a| beta[a].to_array().map(|x| Lanes([x])));
+        let upper = stable_neo_hookean_hessian_lanes(
+            Lanes([self.mu]),
+            Lanes([self.snh_lambda()]),
+            &one_lane(f),
+            &beta,
+        );
         let mut blocks = [[DMat3::ZERO; 3]; 3];
-        for a in 0..3 {
-            for b in a..3 {
-                let v = *f * beta[a].cross(beta[b]) * -s;
-                // The skew matrix [v]x, column by column.
-                let skew = DMat3::from_cols(
-                    DVec3::new(0.0, v.z, -v.y),
-                    DVec3::new(-v.z, 0.0, v.x),
-                    DVec3::new(v.y, -v.x, 0.0),
-                );
-                let block = DMat3::from_diagonal(DVec3::splat(self.mu * beta[a].dot(beta[b])))
-                    + outer(cb[a], cb[b]) * l_snh
-                    + skew;
-                blocks[a][b] = block;
-                blocks[b][a] = block.transpose();
-            }
+        for (block, &(a, b)) in upper.iter().zip(&CORNER_PAIRS) {
+            blocks[a][b] = mat_lane(block, 0);
+            blocks[b][a] = blocks[a][b].transpose();
         }
         Some(blocks)
+    }
+
+    /// Stable neo-Hookean's energy density and stress at `F`: one lane of
+    /// [`stable_neo_hookean_lanes`].
+    fn stable_neo_hookean(&self, f: &DMat3) -> (f64, DMat3) {
+        let (energy, stress) =
+            stable_neo_hookean_lanes(Lanes([self.mu]), Lanes([self.snh_lambda()]), &one_lane(f));
+        (energy.0[0], mat_lane(&stress, 0))
     }
 
     /// The true tangent of the models with closed forms in `F`, entry by entry:
@@ -565,6 +568,13 @@ fn j_without(s: &[f64; 3], k: usize) -> f64 {
 /// `a b^T`.
 fn outer(a: DVec3, b: DVec3) -> DMat3 {
     DMat3::from_cols(a * b.x, a * b.y, a * b.z)
+}
+
+/// `f` as one lane.
+fn one_lane(f: &DMat3) -> Mat3s<1> {
+    let mut lanes = [[Lanes([0.0]); 3]; 3];
+    set_mat_lane(&mut lanes, 0, f);
+    lanes
 }
 
 /// `dJ/dF = cof(F)`, column by column as cross products (defined for singular `F`).

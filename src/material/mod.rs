@@ -5,6 +5,7 @@
 mod isotropic;
 pub(crate) mod projective;
 mod spring;
+pub(crate) mod stable_neo_hookean;
 pub mod stretch;
 
 pub use isotropic::Elastic;
@@ -12,6 +13,10 @@ pub use projective::closest_rotation;
 pub(crate) use spring::SpringLaw;
 
 use crate::error::{Error, Result};
+
+/// The pairs of a tet's corners `a <= b < 3` whose Hessian blocks the lane kernels give
+/// (corner 3's follow: the shape gradients sum to zero), in their order.
+pub(crate) const CORNER_PAIRS: [(usize, usize); 6] = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)];
 
 /// Which isotropic hyperelastic energy an element uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use glam::{DMat3, DQuat};
 
 use crate::math::lanes::{self, Lanes, Mask, Mat3s, Vec3s, mat_lane, mat3s, set_mat_lane};
 
-use super::{Elastic, MaterialModel};
+use super::{CORNER_PAIRS, Elastic, MaterialModel};
 
 /// Newton iterations of the rotation search before falling back to the SVD.
 const MAX_ROTATION_ITERATIONS: usize = 8;
@@ -208,10 +208,6 @@ pub(crate) fn projective_lanes<const N: usize>(
     let (two_mu, volume) = (mu * 2.0, lambda * trace);
     (energy, mat3s(|c, k| shear[c][k] * two_mu + r[c][k] * volume))
 }
-
-/// The pairs of corners `a <= b < 3` whose Hessian blocks [`corotated_hessian_lanes`] gives,
-/// in its order.
-pub(crate) const CORNER_PAIRS: [(usize, usize); 6] = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)];
 
 /// The corotated (and ARAP) Hessian of a tet, `N` tets at once: `d2 psi / dx_a dx_b` per
 /// unit volume for corners `a <= b < 3` with shape gradients `beta` (corner 3's blocks follow,

@@ -8,10 +8,9 @@ use glam::{DMat3, DQuat, DVec3};
 use rayon::prelude::*;
 
 use crate::backend::topology::upper;
-use crate::material::projective::{
-    CORNER_PAIRS, closest_rotations, corotated_hessian_lanes, projective_lanes,
-};
-use crate::material::{MaterialModel, Projection};
+use crate::material::projective::{closest_rotations, corotated_hessian_lanes, projective_lanes};
+use crate::material::stable_neo_hookean::{stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
+use crate::material::{CORNER_PAIRS, MaterialModel, Projection};
 use crate::math::Mat9;
 use crate::math::lanes::{self, Lanes, mat_lane};
 use crate::model::Model;
@@ -291,64 +290,87 @@ fn tets(
     mut blocks: Option<(&mut [[f64; 9]], Projection)>,
 ) -> f64 {
     let k = at.nodes.len();
-    let rotation_based =
-        |e: usize| matches!(model.tet_material[e].model(), MaterialModel::Corotated | MaterialModel::Arap);
+    let kind = |e: usize| LaneModel::of(model.tet_material[e].model());
     // The lane kernel forms true Hessians only (a projected one needs the SVD).
     let true_hessian = blocks.as_ref().is_none_or(|(_, p)| *p == Projection::None);
     let (first, mut sum) = (range.start, 0.0);
     let mut e = first;
     while e < range.end {
         let local = e - first;
-        let lanes = true_hessian && e + LANES <= range.end && (e..e + LANES).all(rotation_based);
-        let count = if lanes { LANES } else { 1 };
+        let lanes = kind(e).filter(|&lane_model| {
+            true_hessian && e + LANES <= range.end && (e..e + LANES).all(|e| kind(e) == Some(lane_model))
+        });
+        let count = if lanes.is_some() { LANES } else { 1 };
         let r = &mut rotations[k * local..k * (local + count)];
         let g = gradient.as_deref_mut().map(|g| &mut g[4 * local..4 * (local + count)]);
         let h = blocks.as_mut().map(|(h, p)| (&mut h[10 * local..10 * (local + count)], *p));
-        sum += if lanes {
-            let h = h.map(|(h, _)| h);
-            rotation_tets(model, at, Batch { first: e, rotations: r, gradient: g, blocks: h })
-        } else {
-            tet(model, e, at, r, g, h)
+        sum += match lanes {
+            Some(kind) => {
+                let h = h.map(|(h, _)| h);
+                lane_tets(model, at, Batch { first: e, kind, rotations: r, gradient: g, blocks: h })
+            }
+            None => tet(model, e, at, r, g, h),
         };
         e += count;
     }
     sum
 }
 
-/// Tets evaluated together by [`rotation_tets`].
+/// Tets evaluated together by [`lane_tets`].
 const LANES: usize = 4;
 
-/// `LANES` tets from `first`, with their rotations (`k` per tet at `k` nodes) and, when asked,
-/// their corner-gradient and (true) Hessian-block slots.
+/// The models [`lane_tets`] evaluates, four tets of one of them at a time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LaneModel {
+    /// Corotated and ARAP: the closest rotation, the projective form and
+    /// [`corotated_hessian_lanes`].
+    Rotation,
+    /// [`stable_neo_hookean_lanes`] and its Hessian.
+    StableNeoHookean,
+}
+
+impl LaneModel {
+    fn of(model: MaterialModel) -> Option<LaneModel> {
+        match model {
+            MaterialModel::Corotated | MaterialModel::Arap => Some(LaneModel::Rotation),
+            MaterialModel::StableNeoHookean => Some(LaneModel::StableNeoHookean),
+            _ => None,
+        }
+    }
+}
+
+/// `LANES` tets of one [`LaneModel`] from `first`, with their rotations (`k` per tet at `k`
+/// nodes) and, when asked, their corner-gradient and (true) Hessian-block slots.
 struct Batch<'a> {
     first: usize,
+    kind: LaneModel,
     rotations: &'a mut [DQuat],
     gradient: Option<&'a mut [[f64; 3]]>,
     blocks: Option<&'a mut [[f64; 9]]>,
 }
 
-/// [`tet`] with true Hessian blocks or none for a batch of corotated or ARAP tets, one per
-/// lane: their closest rotations, energies, corner gradients and Hessian blocks
-/// ([`corotated_hessian_lanes`]) computed together.
-fn rotation_tets(model: &Model, at: &At, batch: Batch) -> f64 {
+/// [`tet`] with true Hessian blocks or none for a batch of tets, one per lane: their energies,
+/// corner gradients and Hessian blocks (and the rotation-based models' closest rotations)
+/// computed together.
+fn lane_tets(model: &Model, at: &At, batch: Batch) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
-        return unsafe { rotation_tets_avx2(model, at, batch) };
+        return unsafe { lane_tets_avx2(model, at, batch) };
     }
-    rotation_tets_lanes(model, at, batch)
+    lane_tets_portable(model, at, batch)
 }
 
-/// [`rotation_tets_lanes`] compiled for AVX2: four f64 lanes per instruction.
+/// [`lane_tets_portable`] compiled for AVX2: four f64 lanes per instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn rotation_tets_avx2(model: &Model, at: &At, batch: Batch) -> f64 {
-    rotation_tets_lanes(model, at, batch)
+fn lane_tets_avx2(model: &Model, at: &At, batch: Batch) -> f64 {
+    lane_tets_portable(model, at, batch)
 }
 
 #[inline(always)]
-fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
-    let Batch { first, rotations, mut gradient, mut blocks } = batch;
+fn lane_tets_portable(model: &Model, at: &At, batch: Batch) -> f64 {
+    let Batch { first, kind, rotations, mut gradient, mut blocks } = batch;
     let At { x, start, nodes } = *at;
     let k = nodes.len();
     // Loops rather than closures over the lanes: a closure the compiler does not inline is
@@ -363,7 +385,7 @@ fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
             }
         }
         volume.0[l] = rest.volume;
-        (mu.0[l], lambda.0[l]) = model.tet_material[first + l].projective_lame();
+        (mu.0[l], lambda.0[l]) = model.tet_material[first + l].lane_moduli();
     }
     let mut energy = zero;
     for (q, node) in nodes.iter().enumerate() {
@@ -379,15 +401,33 @@ fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
         let f = lanes::mat3s(|j, c| {
             z[0][c] * beta[0][j] + z[1][c] * beta[1][j] + z[2][c] * beta[2][j] + z[3][c] * beta[3][j]
         });
-        let mut warm = [DQuat::IDENTITY; LANES];
-        for (l, w) in warm.iter_mut().enumerate() {
-            *w = rotations[k * l + q];
-        }
-        let (warm, r) = closest_rotations(&f, warm);
-        for (l, w) in warm.into_iter().enumerate() {
-            rotations[k * l + q] = w;
-        }
-        let (psi, stress) = projective_lanes(mu, lambda, &f, &r);
+        let corners = [beta[0], beta[1], beta[2]];
+        // If/else rather than closures, as above.
+        let (psi, stress, hessian) = if kind == LaneModel::Rotation {
+            let mut warm = [DQuat::IDENTITY; LANES];
+            for (l, w) in warm.iter_mut().enumerate() {
+                *w = rotations[k * l + q];
+            }
+            let (warm, r) = closest_rotations(&f, warm);
+            for (l, w) in warm.into_iter().enumerate() {
+                rotations[k * l + q] = w;
+            }
+            let (psi, stress) = projective_lanes(mu, lambda, &f, &r);
+            let hessian = if blocks.is_some() {
+                Some(corotated_hessian_lanes(mu, lambda, &f, &r, &corners))
+            } else {
+                None
+            };
+            (psi, stress, hessian)
+        } else {
+            let (psi, stress) = stable_neo_hookean_lanes(mu, lambda, &f);
+            let hessian = if blocks.is_some() {
+                Some(([true; LANES], stable_neo_hookean_hessian_lanes(mu, lambda, &f, &corners)))
+            } else {
+                None
+            };
+            (psi, stress, hessian)
+        };
         energy += volume * node.weight * psi;
         if let Some(g) = gradient.as_deref_mut() {
             let scale = volume * (node.weight * node.theta);
@@ -401,8 +441,7 @@ fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
                 }
             }
         }
-        if let Some(h) = blocks.as_deref_mut() {
-            let (valid, upper) = corotated_hessian_lanes(mu, lambda, &f, &r, &[beta[0], beta[1], beta[2]]);
+        if let (Some(h), Some((valid, upper))) = (blocks.as_deref_mut(), hessian) {
             let scale = volume * (node.weight * node.theta * node.theta);
             for l in 0..LANES {
                 let e = first + l;
@@ -420,7 +459,7 @@ fn rotation_tets_lanes(model: &Model, at: &At, batch: Batch) -> f64 {
                     }
                     inner
                 } else {
-                    // A flat or half-inverted tet: the tangent from the eigensystem.
+                    // A flat or half-inverted corotated tet: the tangent from the eigensystem.
                     let k = model.tet_material[e].stress_derivative(&mat_lane(&f, l), Projection::None);
                     let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
                     tangent_blocks(&k, &beta, w)
@@ -515,8 +554,9 @@ mod tests {
     use crate::material::Material;
     use crate::mesh::TetMesh;
 
-    /// The lane kernel is [`tet`] lane by lane: on a bar whose materials repeat corotated,
-    /// ARAP and one stable neo-Hookean tet (so runs of four alternate with single tets), at a
+    /// The lane kernel is [`tet`] lane by lane: on a bar whose materials repeat five
+    /// corotated, four ARAP, five stable neo-Hookean and one StVK tet (so runs of four of each
+    /// lane model alternate with single tets), at a
     /// random deformation that inverts some tets, from cold and from warm rotations, the
     /// energies, corner gradients and rotations equal the one-tet-at-a-time evaluation.
     #[test]
@@ -524,10 +564,11 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(31);
         let mut model = Model::empty([0.0; 3]);
         let materials: Vec<Material> = (0..270)
-            .map(|e| match e % 10 {
+            .map(|e| match e % 15 {
                 0..5 => Material::corotated(2e5, 0.3),
                 5..9 => Material::arap(1e5, 0.3),
-                _ => Material::stable_neo_hookean(3e5, 0.4),
+                9..14 => Material::stable_neo_hookean(3e5, 0.4),
+                _ => Material::stvk(1e5, 0.3),
             })
             .collect();
         model.add_tet_body(&TetMesh::bar([6, 3, 3], [0.6, 0.3, 0.3]), &materials, 1000.0).unwrap();

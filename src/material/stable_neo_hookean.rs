@@ -28,9 +28,9 @@ fn cofactor<const N: usize>(f: &Mat3s<N>) -> Mat3s<N> {
 fn j_minus_one<const N: usize>(h: &Mat3s<N>) -> Lanes<N> {
     let trace = h[0][0] + h[1][1] + h[2][2];
     let mut trace_of_square = Lanes::splat(0.0);
-    for i in 0..3 {
-        for j in 0..3 {
-            trace_of_square += h[i][j] * h[j][i];
+    for (i, column) in h.iter().enumerate() {
+        for (j, x) in column.iter().enumerate() {
+            trace_of_square += *x * h[j][i];
         }
     }
     trace + (trace * trace - trace_of_square) * 0.5 + lanes::dot(&h[0], &cross(&h[1], &h[2]))

@@ -68,11 +68,12 @@ impl Elastic {
     }
 
     /// The two moduli the CPU's lane kernel takes: the projective form's `(mu, lambda)` for
-    /// corotated and ARAP, `(mu, lambda + mu)` for stable neo-Hookean.
+    /// corotated and ARAP (`lambda` zero for ARAP), `(mu, lambda + mu)` for stable
+    /// neo-Hookean.
     pub(crate) fn lane_moduli(&self) -> (f64, f64) {
         match self.model {
             MaterialModel::StableNeoHookean => (self.mu, self.snh_lambda()),
-            _ => self.projective_lame(),
+            _ => (self.mu, self.corotated_lambda()),
         }
     }
 

@@ -25,8 +25,8 @@ const ROTATION_CONVERGED: f64 = 1e-9;
 
 /// The rotation `R` that maximizes `tr(R^T F)` (the closest rotation to `F`, with the
 /// signed-SVD convention for inverted `F`), by Newton's method on SO(3) from `warm`. Returns
-/// the rotation as a quaternion (the next warm start) and a matrix. One lane of
-/// [`closest_rotations`].
+/// the rotation as a quaternion (the next warm start) and a matrix. One lane of the
+/// lane-parallel `closest_rotations`.
 pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
     let mut lanes = [[Lanes::splat(0.0); 3]; 3];
     set_mat_lane(&mut lanes, 0, f);
@@ -182,11 +182,6 @@ impl Elastic {
         let (energy, stress) =
             projective_lanes(Lanes([self.mu]), Lanes([self.corotated_lambda()]), &lanes[0], &lanes[1]);
         (energy.0[0], mat_lane(&stress, 0))
-    }
-
-    /// The Lame parameters of the projective form, `(mu, 0)` for ARAP.
-    pub(crate) fn projective_lame(&self) -> (f64, f64) {
-        (self.mu, self.corotated_lambda())
     }
 }
 

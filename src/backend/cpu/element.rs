@@ -279,8 +279,8 @@ fn derivative_pass(
 }
 
 /// Energies of the tets in `range` (with `gradient`, their corner gradients; with `blocks`,
-/// their Hessian blocks), `rotations` and the output slots being the range's own. Runs of
-/// rotation-based tets go through [`rotation_tets`] unless a projected Hessian is asked for.
+/// their Hessian blocks), `rotations` and the output slots being the range's own. Runs of four
+/// tets of one [`LaneModel`] go through [`lane_tets`] unless a projected Hessian is asked for.
 fn tets(
     model: &Model,
     range: Range<usize>,

@@ -46,6 +46,13 @@ pub(crate) struct Scratch {
     inverse_diagonal: Vec<[f64; 3]>,
 }
 
+impl Scratch {
+    /// `b - A x` where the last solve stopped (its recurrence).
+    pub(crate) fn residual(&self) -> &[[f64; 3]] {
+        &self.r
+    }
+}
+
 /// How a solve ended.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Outcome {
@@ -121,15 +128,7 @@ pub(crate) fn solve(
         let [curvature] = ordered_sum(
             ap.par_chunks_mut(CHUNK)
                 .enumerate()
-                .map(|(c, ap)| {
-                    let mut sum = 0.0;
-                    for (k, out) in ap.iter_mut().enumerate() {
-                        let v = c * CHUNK + k;
-                        *out = hessian_product::row(topology, blocks, p, v);
-                        sum += dot3(&p[v], out);
-                    }
-                    [sum]
-                })
+                .map(|(c, ap)| [hessian_product::rows(topology, blocks, p, c * CHUNK, ap)])
                 .collect(),
         );
         if !(curvature > 0.0) {

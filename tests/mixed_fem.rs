@@ -164,9 +164,13 @@ fn tip_height(sim: &Simulation) -> f64 {
     sim.positions().last().expect("vertices")[1]
 }
 
+/// The stiffer the body, the more mixed FEM saves: at E 1e10 Pa it takes 504 iterations to
+/// Newton's 575 over the 30 steps, at 1e12 776 to 2672 (Newton no longer takes
+/// round-off-sized steps that leave the objective unchanged: before, one such step at 1e10
+/// ran to the iteration cap and put Newton at 1595).
 #[test]
 fn stiff_bodies_converge_in_far_fewer_iterations() {
-    for (youngs, at_most) in [(1e10, 0.75), (1e12, 0.5)] {
+    for (youngs, at_most) in [(1e10, 0.95), (1e12, 0.5)] {
         let mut newton = hinged_bar(youngs, Solver::newton().max_iterations(500));
         let mut mixed = hinged_bar(youngs, Solver::mixed_fem().max_iterations(500));
         let (mut newton_iterations, mut mixed_iterations, mut mixed_converged) = (0, 0, 0);

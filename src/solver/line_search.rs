@@ -60,7 +60,10 @@ pub(crate) fn search(
         let alphas: Vec<f64> = first_batch(batch).iter().map(|k| alpha * k).collect();
         let values = evaluate(objectives, known, &alphas);
         for (&a, &v) in alphas.iter().zip(&values) {
-            if v.is_finite() && v <= value + ARMIJO * a * slope {
+            // Strictly lower too: once `ARMIJO a slope` is below the resolution of `G`, the
+            // sum rounds to `G` and an unchanged objective would pass, so a search in the
+            // noise would take vanishing steps that change nothing, iteration after iteration.
+            if v.is_finite() && v <= value + ARMIJO * a * slope && v < value {
                 if extrapolate && a == 1.0 {
                     return extend(objectives, batch, known, value, slope, v);
                 }
@@ -116,4 +119,28 @@ fn extend(
         }
     }
     Step::Accepted { alpha: best_alpha, value: best_value }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Step, search};
+
+    /// Where `G` cannot resolve the predicted decrease of the shorter steps, it comes back
+    /// unchanged; the search must not take such a step as a decrease.
+    #[test]
+    fn an_unchanged_objective_is_no_decrease() {
+        let value = 1.8;
+        // The full step rises (the noise of a stiff body's sum), every shorter one rounds to G.
+        let mut objectives = |alphas: &[f64]| -> Vec<f64> {
+            alphas.iter().map(|&a| if a > 1e-3 { value + 1e-9 } else { value }).collect()
+        };
+        assert_eq!(search(&mut objectives, 1, value, -3e-12, 1e-16, false, &[]), Step::Failed);
+        // A real decrease is still found where it is.
+        let mut quadratic =
+            |alphas: &[f64]| -> Vec<f64> { alphas.iter().map(|&a| value - a * (1.0 - a)).collect() };
+        assert_eq!(
+            search(&mut quadratic, 1, value, -1.0, 1e-16, false, &[]),
+            Step::Accepted { alpha: 0.5, value: value - 0.25 }
+        );
+    }
 }

@@ -70,6 +70,10 @@ pub struct Linearization {
     /// position is rounded, `eps sum_v |x_v| (|inertia_v| + |gravity_v| + sum |corner forces|)`.
     /// Decreases predicted below this are noise.
     pub noise_floor: f64,
+    /// Where the iterate is the last iterate plus its whole Newton direction `d`, solved to
+    /// the residual `r = -grad G_prev - H d`: `|grad G + r|`, the part of the gradient the
+    /// linear model did not predict (N). `None` where the backend does not know it.
+    pub model_error: Option<f64>,
 }
 
 /// Newton's forcing term: the relative residual its linear solves aim at,
@@ -82,8 +86,33 @@ pub struct Linearization {
 /// `forcing_term` in `shaders/pcg.wgsl`.
 pub fn forcing_term(gradient_norm: f64, gradient_tolerance: f64, force_scale: f64) -> f64 {
     let imbalance = gradient_norm.max(gradient_tolerance) / force_scale.max(f64::MIN_POSITIVE);
-    let sufficient = 0.5 * gradient_tolerance / gradient_norm.max(f64::MIN_POSITIVE);
-    0.5f64.min(imbalance.sqrt().max(sufficient))
+    0.5f64.min(imbalance.sqrt().max(sufficient_residual(gradient_norm, gradient_tolerance)))
+}
+
+/// The relative residual whose full step leaves a gradient of about `tol / 2`.
+fn sufficient_residual(gradient_norm: f64, gradient_tolerance: f64) -> f64 {
+    0.5 * gradient_tolerance / gradient_norm.max(f64::MIN_POSITIVE)
+}
+
+/// The relative residual Newton's solve at `linearization` aims at: the forcing term,
+/// tightened to the last solve's when Newton is about to converge. The
+/// gradient after a full step is the solve's residual plus the model error, which converges
+/// quadratically: `e_k ~ c |g_(k-1)|^2`. Where the model error of the last step
+/// (`Linearization::model_error`) predicts the next one at most `tol / 4`, a residual of
+/// `tol / 2` converges in this iteration. The loose forcing term would leave its residual
+/// above the tolerance instead, and cost another Hessian and solve to remove it.
+pub(crate) fn solve_tolerance(linearization: &Linearization, request: &DirectionRequest<'_>) -> f64 {
+    let (gradient, tolerance) = (linearization.gradient_norm, request.gradient_tolerance);
+    let forcing = forcing_term(gradient, tolerance, linearization.force_scale);
+    let predicted = match (linearization.model_error, request.previous_gradient_norm) {
+        (Some(error), Some(previous)) if previous > 0.0 => error * (gradient / previous).powi(2),
+        _ => f64::INFINITY,
+    };
+    if predicted <= 0.25 * tolerance {
+        forcing.min(sufficient_residual(gradient, tolerance))
+    } else {
+        forcing
+    }
 }
 
 /// What Newton asks of one linearization.
@@ -107,6 +136,9 @@ pub struct DirectionRequest<'a> {
     /// The last full step aimed below the tolerance: the gradient is probably within it, so
     /// a backend may evaluate it first and the Hessian only if it is not.
     pub likely_converged: bool,
+    /// `|grad G|` at the last iterate, when the iterate is its full Newton step: with the
+    /// linearization's model error it predicts convergence (see [`solve_tolerance`]).
+    pub previous_gradient_norm: Option<f64>,
 }
 
 /// Where a solve starts: the initial guess of lowest objective.
@@ -329,11 +361,7 @@ pub trait Stages: Send {
         let linearize_time = started.elapsed();
         let direction =
             (request.solve && linearization.gradient_norm > request.gradient_tolerance).then(|| {
-                let relative = forcing_term(
-                    linearization.gradient_norm,
-                    request.gradient_tolerance,
-                    linearization.force_scale,
-                );
+                let relative = solve_tolerance(&linearization, request);
                 self.solve_direction(request.solver, relative, request.max_iterations)
             });
         NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time, objective: None }
@@ -442,6 +470,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
             max_iterations: request.max_linear_iterations,
             candidates: &alphas,
             likely_converged: false,
+            previous_gradient_norm: None,
         });
         // Within the tolerance: the rest of the budget would leave the iterate as it is.
         let Some(direction) = found.direction else { break };
@@ -496,5 +525,44 @@ pub(crate) fn start_from_best_by_stages<S: Stages + ?Sized>(
             Start::Known { guess, objective: values[guess] }
         }
         None => Start::Invalid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The forcing term, unless the last step's model error predicts that a solve to `tol / 2`
+    /// converges now.
+    #[test]
+    fn the_solve_tightens_only_where_newton_is_about_to_converge() {
+        let request = |previous| DirectionRequest {
+            projection: Projection::None,
+            solve: true,
+            solver: LinearSolver::Pcg,
+            gradient_tolerance: 1e-6,
+            relative_tolerance: None,
+            max_iterations: 100,
+            candidates: &[],
+            likely_converged: false,
+            previous_gradient_norm: previous,
+        };
+        let at = |gradient_norm, model_error| Linearization {
+            gradient_norm,
+            force_scale: 1e4,
+            noise_floor: 0.0,
+            model_error,
+        };
+        let forcing = forcing_term(1e-2, 1e-6, 1e4);
+        assert_eq!(forcing, 1e-3);
+        // Unknown error, or no previous gradient: the forcing term.
+        assert_eq!(solve_tolerance(&at(1e-2, None), &request(Some(1.0))), forcing);
+        assert_eq!(solve_tolerance(&at(1e-2, Some(1e-3)), &request(None)), forcing);
+        // The last step from |g| = 1 missed by 1e-3, so from 1e-2 it should miss by 1e-7:
+        // a solve to 5e-7 absolute converges now.
+        let tightened = solve_tolerance(&at(1e-2, Some(1e-3)), &request(Some(1.0)));
+        assert!((tightened - 5e-5).abs() < 1e-18, "{tightened}");
+        // Missed by 1e-2: the next miss, 1e-6, is too large for that.
+        assert_eq!(solve_tolerance(&at(1e-2, Some(1e-2)), &request(Some(1.0))), forcing);
     }
 }

@@ -48,6 +48,7 @@ impl NonlinearSolver for MixedFem<'_> {
                 max_iterations: settings.max_linear_iterations,
                 candidates: &[],
                 likely_converged: false,
+                previous_gradient_norm: None,
             };
             let t = Instant::now();
             let MixedDirection {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
 use super::{HessianPolicy, NonlinearSolver, Role, SolveReport, Solver, SolverKind};
-use crate::backend::{BudgetRequest, DirectionRequest, NewtonDirection, Stages, forcing_term};
+use crate::backend::{BudgetRequest, DirectionRequest, NewtonDirection, Stages, solve_tolerance};
 use crate::material::Projection;
 
 /// Step-length clamp `l` (m): the paper's 10^3, large enough never to bind in practice.
@@ -96,6 +96,8 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
     let projected_batch: Vec<f64> = first_batch.iter().copied().chain([2.0]).collect();
     let batch_for = |projection| if projection == Projection::Psd { &projected_batch } else { &first_batch };
     let mut likely_converged = false;
+    // `|grad G|` where the last direction was solved, when the iterate is its full step.
+    let mut full_step_from = None;
     loop {
         if report.iterations > 0 && settings.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             // The step's time is spent: the iterate is the best state so far.
@@ -111,6 +113,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             max_iterations: settings.max_linear_iterations,
             candidates: batch_for(projection),
             likely_converged,
+            previous_gradient_norm: full_step_from.take(),
         };
         let t = Instant::now();
         let NewtonDirection { linearization: status, direction, candidates, linearize_time, objective } =
@@ -160,9 +163,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         report.linear_iterations += direction.iterations;
         // A full step along a solve that reached its relative residual leaves a gradient near
         // that residual: at or below half the tolerance, the next check will likely pass.
-        let relative = request
-            .relative_tolerance
-            .unwrap_or_else(|| forcing_term(gradient_norm, settings.tolerance, status.force_scale));
+        let relative = request.relative_tolerance.unwrap_or_else(|| solve_tolerance(&status, &request));
         let mut aimed_below = !direction.negative_curvature
             && direction.iterations < settings.max_linear_iterations
             && relative * gradient_norm <= 0.5 * settings.tolerance * (1.0 + 1e-9);
@@ -233,12 +234,14 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
                 stages.advance(alpha);
                 value = next;
                 after_round_off = false;
+                full_step_from = (alpha == 1.0).then_some(gradient_norm);
                 likely_converged = aimed_below && alpha == 1.0;
             }
             Step::RoundOff { value: next } => {
                 stages.advance(1.0);
                 value = next;
                 after_round_off = true;
+                full_step_from = Some(gradient_norm);
                 likely_converged = aimed_below;
             }
             // No descent along a downhill direction: the iterate is the best safe state.

@@ -72,6 +72,11 @@ pub struct CpuBackend {
     /// step whose element pass, done for that, the buffers hold.
     expected: Option<Option<Projection>>,
     ahead: Option<(f64, Option<Projection>)>,
+    /// `pcg`'s residual is that of `direction`'s solve (not scaled or replaced since).
+    direction_residual: bool,
+    /// The iterate is the last one plus the whole `direction`, with `direction_residual`:
+    /// its gradient tells the Newton model's error (`Linearization::model_error`).
+    full_step: bool,
     /// The state whose element energy and corner gradients `state_corners` holds.
     state: Option<(Vec<[f64; 3]>, f64)>,
     state_corners: Vec<[f64; 3]>,
@@ -114,6 +119,8 @@ impl CpuBackend {
             rotations: element::Rotations::default(),
             state_rotations: element::Rotations::default(),
             evaluated: None,
+            direction_residual: false,
+            full_step: false,
             expected: None,
             ahead: None,
             state: None,
@@ -287,9 +294,20 @@ impl CpuBackend {
             }
             squared = vector::dot(&gradient, &gradient);
         }
+        // g(x + d) = g + H d + e = -r + e: the model error e is g(x + d) + r.
+        let model_error = self.full_step.then(|| {
+            let r = self.pcg.residual();
+            let sum = gradient.iter().zip(r).map(|(g, r)| (0..3).map(|i| (g[i] + r[i]).powi(2)).sum::<f64>());
+            sum.sum::<f64>().sqrt()
+        });
         self.gradient = gradient;
         self.vertex_blocks = vertex_blocks;
-        Linearization { gradient_norm: squared.sqrt(), force_scale, noise_floor: f64::EPSILON * magnitude }
+        Linearization {
+            gradient_norm: squared.sqrt(),
+            force_scale,
+            noise_floor: f64::EPSILON * magnitude,
+            model_error,
+        }
     }
 
     /// The system matrix from the element blocks in hand, the vertex blocks and the lagged
@@ -320,6 +338,7 @@ impl CpuBackend {
 impl Stages for CpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
         (self.evaluated, self.expected, self.ahead) = (None, None, None);
+        self.full_step = false;
         self.start.copy_from_slice(problem.start);
         self.target.copy_from_slice(problem.target);
         self.nodes = problem.nodes.to_vec();
@@ -381,6 +400,7 @@ impl Stages for CpuBackend {
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
         self.x.copy_from_slice(x);
         self.evaluated = None;
+        self.full_step = false;
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {
@@ -415,6 +435,7 @@ impl Stages for CpuBackend {
 
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport {
         self.evaluated = None;
+        (self.direction_residual, self.full_step) = (false, false);
         let mut report = LocalGlobalReport::default();
         let started = std::time::Instant::now();
         let prepared = self.prepare_global(f64::INFINITY);
@@ -494,9 +515,11 @@ impl Stages for CpuBackend {
                     tolerance,
                     max_iterations,
                 );
+                self.direction_residual = !outcome.negative_curvature;
                 self.report(outcome.iterations, outcome.negative_curvature)
             }
             LinearSolver::Cholesky => {
+                self.direction_residual = false;
                 if self.cholesky.is_none() {
                     self.cholesky = cholesky::Cholesky::new(&self.topology);
                 }
@@ -605,12 +628,14 @@ impl Stages for CpuBackend {
 
     fn mixed_advance(&mut self, alpha: f64) {
         vector::axpy(alpha, &self.direction, &mut self.x);
+        self.full_step = false;
         self.mixed.advance(alpha);
         self.mixed.leave_at(&self.x, self.nodes[0]);
         self.evaluated = None;
     }
 
     fn use_negative_gradient(&mut self) -> DirectionReport {
+        self.direction_residual = false;
         for (d, g) in self.direction.iter_mut().zip(&self.gradient) {
             *d = [-g[0], -g[1], -g[2]];
         }
@@ -618,6 +643,7 @@ impl Stages for CpuBackend {
     }
 
     fn scale_direction(&mut self, factor: f64) {
+        self.direction_residual = false;
         for d in &mut self.direction {
             *d = d.map(|c| c * factor);
         }
@@ -656,6 +682,7 @@ impl Stages for CpuBackend {
 
     fn advance(&mut self, alpha: f64) {
         vector::axpy(alpha, &self.direction, &mut self.x);
+        self.full_step = self.direction_residual && alpha == 1.0;
         self.evaluated = match self.ahead.take() {
             Some((evaluated, hessian)) if evaluated == alpha => Some(hessian),
             _ => None,

@@ -255,6 +255,7 @@ fn mixed_step_descends_its_merit_at_the_predicted_slope() {
                 max_iterations: 100,
                 candidates: &[],
                 likely_converged: false,
+                previous_gradient_norm: None,
             };
             let done = backend.mixed_direction(&request);
             let label = format!("{:?} theta {}", material(2e4, 0.3).model(), node.theta);
@@ -276,4 +277,41 @@ fn mixed_step_descends_its_merit_at_the_predicted_slope() {
             );
         }
     }
+}
+
+/// After a whole PCG step, the linearization reports `|g(x + d) - g(x) - H d|`, the part of
+/// the new gradient the linear model missed; after any other move it reports nothing.
+#[test]
+fn model_error_is_what_the_linear_model_missed() {
+    let (mut backend, _) = loaded(Material::corotated(3e4, 0.35), 8);
+    // Projected blocks: a solve on the random state's indefinite Hessian would stop early.
+    let before = backend.linearize(Projection::Psd);
+    assert_eq!(before.model_error, None, "no step taken yet");
+    let g0 = backend.gradient().to_vec();
+    // A loose solve, so that its residual is a large part of the new gradient.
+    backend.solve_direction(LinearSolver::Pcg, 1e-2, 1000);
+    let d = backend.direction().to_vec();
+    let hd = backend.hessian_times(&d);
+    backend.advance(1.0);
+    let after = backend.linearize(Projection::Psd);
+    let missed: f64 = backend
+        .gradient()
+        .iter()
+        .zip(&g0)
+        .zip(&hd)
+        .map(|((g1, g0), hd)| (0..3).map(|c| (g1[c] - g0[c] - hd[c]).powi(2)).sum::<f64>())
+        .sum::<f64>()
+        .sqrt();
+    let error = after.model_error.expect("a whole PCG step");
+    // The residual is part of the new gradient, so the gradient alone would not tell.
+    assert!(missed > 0.0 && (missed - after.gradient_norm).abs() > 1e-3 * missed);
+    assert!((error - missed).abs() <= 1e-9 * missed, "reported {error}, missed {missed}");
+    // Half a step, a scaled direction, or a new iterate: the residual says nothing.
+    backend.solve_direction(LinearSolver::Pcg, 1e-2, 1000);
+    backend.advance(0.5);
+    assert_eq!(backend.linearize(Projection::Psd).model_error, None);
+    backend.solve_direction(LinearSolver::Pcg, 1e-2, 1000);
+    backend.scale_direction(0.9);
+    backend.advance(1.0);
+    assert_eq!(backend.linearize(Projection::Psd).model_error, None);
 }

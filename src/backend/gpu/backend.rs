@@ -411,6 +411,7 @@ impl GpuBackend {
             force_scale: sums[2],
             // The device works in f32: its objective is known to f32 resolution.
             noise_floor: f32::EPSILON as f64 * sums[3],
+            model_error: None,
         }
     }
 

@@ -168,6 +168,7 @@ mod tests {
                 max_iterations: 500,
                 candidates: &[],
                 likely_converged: false,
+                previous_gradient_norm: None,
             };
             let mut cpu = CpuBackend::new(model.clone());
             let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();

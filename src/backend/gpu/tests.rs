@@ -238,6 +238,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         max_iterations: 1000,
         candidates: &alphas,
         likely_converged,
+        previous_gradient_norm: None,
     };
     let mut continued = 0;
     // Newton iterations in lockstep: the forcing term tightens, so the solves lengthen.

@@ -27,8 +27,8 @@ pub struct Model {
     pub(crate) springs: Vec<[u32; 2]>,
     pub(crate) spring_law: Vec<SpringLaw>,
     pub(crate) colliders: Vec<Collider>,
-    /// Penalty stiffness of the colliders (N/m).
-    pub(crate) contact_stiffness: f64,
+    /// How the colliders push back.
+    pub(crate) contact: crate::contact::ContactLaw,
 }
 
 impl Model {
@@ -44,7 +44,7 @@ impl Model {
             springs: Vec::new(),
             spring_law: Vec::new(),
             colliders: Vec::new(),
-            contact_stiffness: 0.0,
+            contact: Default::default(),
         }
     }
 

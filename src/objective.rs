@@ -126,7 +126,7 @@ impl LaggedDamping {
         if ether > 0.0 || colliders.iter().any(|c| c.friction > 0.0) {
             vertex = vec![[0.0; 9]; model.vertex_count()];
             add_ether(ether, dt, &mut vertex);
-            let contact = crate::contact::Contacts { colliders, stiffness: model.contact_stiffness };
+            let contact = crate::contact::Contacts { colliders, law: model.contact };
             let moving = collider_motion.iter().any(|m| m.iter().any(|&c| c != 0.0));
             if moving {
                 vertex_linear = vec![[0.0; 4]; model.vertex_count()];

@@ -67,8 +67,10 @@
 //! frequency = 1.0
 //! until = 2.0
 //!
-//! Colliders take `contact_stiffness` (N/m, default 1e5) for their penalty. An unknown key, a
-//! value of the wrong kind or a missing file is an error that names it.
+//! Colliders take `contact_stiffness` (N/m, default 1e5) for their penalty; with
+//! `barrier_distance` (m) they push back with the barrier instead (`ContactModel::Barrier`,
+//! that distance and `contact_stiffness`). An unknown key, a value of the wrong kind or a
+//! missing file is an error that names it.
 
 use std::path::{Path, PathBuf};
 
@@ -124,6 +126,8 @@ pub struct Scene {
     pub handle: Vec<HandleSpec>,
     #[serde(default = "default_contact_stiffness")]
     pub contact_stiffness: f64,
+    /// The barrier's activation distance (m); penalty contact without it.
+    pub barrier_distance: Option<f64>,
     /// Momentum-preserving damping coefficient.
     pub damping: Option<f64>,
     /// The output folder of `lively run` and `compare`, relative to the scene file.
@@ -617,7 +621,11 @@ impl Scene {
             });
         }
         if !self.collider.is_empty() {
-            builder = builder.contact_model(ContactModel::Penalty { stiffness: self.contact_stiffness });
+            let stiffness = self.contact_stiffness;
+            builder = builder.contact_model(match self.barrier_distance {
+                Some(distance) => ContactModel::Barrier { distance, stiffness },
+                None => ContactModel::Penalty { stiffness },
+            });
         }
         if let Some(coefficient) = self.damping {
             builder = builder.damping(crate::Damping::MomentumPreserving { coefficient });

@@ -319,11 +319,31 @@ impl SimulationBuilder {
             }
             (Some(ContactModel::Penalty { stiffness }), _) => {
                 crate::error::require_positive("penalty stiffness", *stiffness)?;
-                model.contact_stiffness = *stiffness;
+                model.contact = crate::contact::ContactLaw::Penalty { stiffness: *stiffness };
+            }
+            (Some(ContactModel::Barrier { distance, stiffness }), _) => {
+                crate::error::require_positive("barrier distance", *distance)?;
+                crate::error::require_positive("barrier stiffness", *stiffness)?;
+                if self.solver.kind() != crate::solver::SolverKind::Newton {
+                    return Err(Error::Unsupported(
+                        "the barrier contact model needs Newton's solver (its line search keeps \
+                         every step outside the colliders); use Solver::newton() or \
+                         ContactModel::Penalty"
+                            .into(),
+                    ));
+                }
+                if let Some((v, i)) =
+                    crate::contact::first_penetration(&model.colliders, &model.pinned, &model.rest)
+                {
+                    return Err(crate::contact::penetration_error(v, i, &model.rest, "the rest shape puts"));
+                }
+                model.contact =
+                    crate::contact::ContactLaw::Barrier { distance: *distance, stiffness: *stiffness };
             }
             (Some(other), _) => {
                 return Err(Error::Unsupported(format!(
-                    "contact model {other:?} is not implemented yet; use ContactModel::Penalty"
+                    "contact model {other:?} is not implemented yet; use ContactModel::Penalty \
+                     or ContactModel::Barrier"
                 )));
             }
         }
@@ -464,7 +484,18 @@ impl Simulation {
                 self.colliders.len()
             )));
         };
-        self.colliders[index] = collider.translated(glam::DVec3::from(translation));
+        let moved = collider.translated(glam::DVec3::from(translation));
+        if self.model.contact.is_barrier() {
+            let pinned = &self.model.pinned;
+            let positions = &self.state.positions;
+            if let Some((v, _)) =
+                crate::contact::first_penetration(std::slice::from_ref(&moved), pinned, positions)
+            {
+                let what = format!("moving collider {index} by {translation:?} would put");
+                return Err(crate::contact::penetration_error(v, index, positions, &what));
+            }
+        }
+        self.colliders[index] = moved;
         for (m, t) in self.collider_motion[index].iter_mut().zip(translation) {
             *m += t;
         }
@@ -708,6 +739,13 @@ impl Simulation {
             }
             if let Some(v) = values.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
                 return Err(Error::State(format!("{name} of vertex {v} is not finite: {:?}", values[v])));
+            }
+        }
+        if self.model.contact.is_barrier() {
+            if let Some((v, i)) =
+                crate::contact::first_penetration(&self.colliders, &self.model.pinned, positions)
+            {
+                return Err(crate::contact::penetration_error(v, i, positions, "the positions put"));
             }
         }
         // A state outside a material's domain (an inverted neo-Hookean element) has infinite

@@ -31,11 +31,11 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
         .backend(Backend::Cpu)
         .pin(|p| p[0] < 1e-9)
         .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.3))
-        .contact_model(ContactModel::Barrier { distance: 1e-3, stiffness: 1e5 })
+        .contact_model(ContactModel::Projection)
         .build();
     assert!(
         matches!(result, Err(Error::Unsupported(_))),
-        "the barrier contact model is not implemented yet and must say so"
+        "the projection contact model is not implemented yet and must say so"
     );
 
     let mut sim = Simulation::builder()

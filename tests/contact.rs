@@ -15,21 +15,25 @@ const STIFFNESS: f64 = 1e5;
 /// A 0.2 m stable neo-Hookean cube (E 1e5 Pa) whose bottom face lies `height` above the plane
 /// y = 0, with penalty contact of `STIFFNESS` N/m per vertex and friction `mu`.
 fn cube_on_plane(height: f64, mu: f64) -> Simulation {
-    let mesh = TetMesh::bar([CELLS; 3], [SIDE; 3]);
-    let mut sim = Simulation::builder()
-        .tet_body(mesh, Material::stable_neo_hookean(1e5, 0.3), DENSITY)
-        .gravity([0.0, -G, 0.0])
-        .dt(H)
-        .integrator(Integrator::BackwardEuler)
-        .solver(Solver::newton())
-        .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(mu))
-        .contact_model(ContactModel::Penalty { stiffness: STIFFNESS })
-        .build()
-        .expect("valid scene");
+    let mut sim = cube_above(0.0, mu, ContactModel::Penalty { stiffness: STIFFNESS }, H);
     let raised: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1] + height, p[2]]).collect();
     let still = vec![[0.0; 3]; raised.len()];
     sim.set_state(&raised, &still).unwrap();
     sim
+}
+
+/// The cube at rest with the plane `gap` below its bottom face (y = -gap).
+fn cube_above(gap: f64, mu: f64, contact: ContactModel, dt: f64) -> Simulation {
+    Simulation::builder()
+        .tet_body(TetMesh::bar([CELLS; 3], [SIDE; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)
+        .gravity([0.0, -G, 0.0])
+        .dt(dt)
+        .integrator(Integrator::BackwardEuler)
+        .solver(Solver::newton())
+        .collider(Collider::plane([0.0, 1.0, 0.0], -gap).friction(mu))
+        .contact_model(contact)
+        .build()
+        .expect("valid scene")
 }
 
 fn lowest(sim: &Simulation) -> f64 {
@@ -317,4 +321,138 @@ fn a_moving_platform_steps_on_the_gpu_like_on_the_cpu() {
     // Both are converged to 1e-6 N; f32 on the GPU (the whole-step parity tests: 3e-7 of the
     // displacement, here some 0.1 m).
     assert!(difference < 1e-6, "{difference}");
+}
+
+const BARRIER: ContactModel = ContactModel::Barrier { distance: 1e-3, stiffness: 1e4 };
+
+/// With the barrier a cube dropped from 5 cm never touches the plane, at h = 1/60 and 1/30:
+/// every vertex stays strictly above it after every step. It comes to rest inside the
+/// activation distance, held by the barrier.
+#[test]
+fn with_the_barrier_a_dropped_cube_never_touches_the_plane() {
+    for dt in [1.0 / 60.0, H] {
+        let gap = 0.05;
+        let mut sim = cube_above(gap, 0.0, BARRIER, dt);
+        let mut closest = f64::INFINITY;
+        let steps = (2.0 / dt).round() as usize;
+        for _ in 0..steps {
+            let stats = sim.step().unwrap();
+            assert!(stats.converged, "h = {dt}: {stats:?}");
+            closest = closest.min(lowest(&sim) + gap);
+            assert!(closest > 0.0, "h = {dt}: a vertex reached the plane ({closest:e} m above it)");
+        }
+        let resting = lowest(&sim) + gap;
+        let speed = sim.velocities().iter().map(|v| v[1].abs()).fold(0.0, f64::max);
+        println!(
+            "h = {dt:.4}: closest {closest:.2e} m, resting {resting:.2e} m above the plane, {speed:.1e} m/s"
+        );
+        assert!(resting < 1e-3, "h = {dt}: the cube rests {resting} m above the plane, outside the barrier");
+        assert!(speed < 1e-2, "h = {dt}: not at rest, {speed} m/s");
+    }
+}
+
+/// A 0.1 m cube at 20 m/s toward a 5 cm slab, at h = 1/30 s (0.67 m a step). With penalty
+/// contact the first step's prediction lands beyond the slab, where nothing resists, and the
+/// cube passes through; with the barrier every step's path is checked, and it stops in front.
+#[test]
+fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
+    let slab = Collider::cuboid([0.5, 0.0, 0.0], [0.025, 1.0, 1.0]);
+    let projectile = |contact: ContactModel| {
+        let mut sim = Simulation::builder()
+            .tet_body(
+                TetMesh::bar([2, 2, 2], [0.1, 0.1, 0.1]),
+                Material::stable_neo_hookean(1e6, 0.3),
+                DENSITY,
+            )
+            .gravity([0.0; 3])
+            .dt(H)
+            .integrator(Integrator::BackwardEuler)
+            .solver(Solver::newton())
+            .collider(slab.clone())
+            .contact_model(contact)
+            .build()
+            .expect("valid scene");
+        let positions = sim.positions().to_vec();
+        sim.set_state(&positions, &vec![[20.0, 0.0, 0.0]; positions.len()]).unwrap();
+        let mut front = f64::NEG_INFINITY;
+        for _ in 0..10 {
+            sim.step().unwrap();
+            front = front.max(sim.positions().iter().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max));
+        }
+        let back = sim.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
+        (front, back)
+    };
+    let (_, back) = projectile(ContactModel::Penalty { stiffness: STIFFNESS });
+    println!("penalty: the cube's back face ends at x = {back:.3}");
+    assert!(
+        back > 0.525,
+        "the scene does not tunnel with penalty contact (back face at {back}), so it tests nothing"
+    );
+    let (front, back) = projectile(BARRIER);
+    println!("barrier: the cube's front face got to x = {front:.4} (slab face at 0.475), back at {back:.3}");
+    assert!(front < 0.475, "the barrier let a vertex reach x = {front}, into or through the slab");
+}
+
+/// Friction acts through the barrier's normal force as through the penalty's: a cube sliding
+/// at 2 m/s with mu = 0.5 stops within 30 % of the Coulomb distance.
+#[test]
+fn a_cube_sliding_on_the_barrier_stops_at_the_coulomb_distance() {
+    let coulomb = 2.0 * 2.0 / (2.0 * 0.5 * G);
+    let mut sim = cube_above(5e-4, 0.5, BARRIER, H);
+    for _ in 0..30 {
+        sim.step().unwrap();
+    }
+    let positions = sim.positions().to_vec();
+    sim.set_state(&positions, &vec![[2.0, 0.0, 0.0]; positions.len()]).unwrap();
+    let start = mean(sim.positions().iter().map(|p| p[0]));
+    for _ in 0..60 {
+        sim.step().unwrap();
+        assert!(lowest(&sim) > -5e-4, "a vertex reached the plane");
+    }
+    let travelled = mean(sim.positions().iter().map(|p| p[0])) - start;
+    let speed = mean(sim.velocities().iter().map(|v| v[0]));
+    println!("barrier, mu 0.5: slid {travelled:.3} m (Coulomb {coulomb:.3} m), speed now {speed:.1e} m/s");
+    assert!(speed.abs() < 1e-2, "still sliding at {speed} m/s");
+    assert!((travelled - coulomb).abs() < 0.3 * coulomb, "slid {travelled} m, Coulomb distance {coulomb} m");
+}
+
+/// What the barrier refuses, each with an error and the state left as it was: a free vertex
+/// starting inside a collider, a state or a collider move that puts one there, a GPU backend,
+/// and solvers other than Newton.
+#[test]
+fn the_barrier_refuses_states_inside_colliders_and_what_it_cannot_run_on() {
+    let touching = Simulation::builder()
+        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)
+        .collider(Collider::plane([0.0, 1.0, 0.0], 0.0))
+        .contact_model(BARRIER)
+        .build();
+    let message = touching.err().expect("a vertex on the plane").to_string();
+    assert!(message.contains("outside the colliders"), "{message}");
+    let mut sim = cube_above(0.01, 0.0, BARRIER, H);
+    let before = sim.positions().to_vec();
+    let sunk: Vec<[f64; 3]> = before.iter().map(|p| [p[0], p[1] - 0.02, p[2]]).collect();
+    assert!(sim.set_state(&sunk, &vec![[0.0; 3]; sunk.len()]).is_err());
+    assert!(sim.move_collider(0, [0.0, 0.02, 0.0]).is_err());
+    assert_eq!(sim.positions(), &before[..]);
+    assert_eq!(sim.colliders()[0], Collider::plane([0.0, 1.0, 0.0], -0.01));
+    sim.step().expect("the state is as it was");
+    for solver in [Solver::local_global(10), Solver::mixed_fem()] {
+        let built = Simulation::builder()
+            .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+            .solver(solver)
+            .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
+            .contact_model(BARRIER)
+            .build();
+        let message = built.err().expect("only Newton").to_string();
+        assert!(message.contains("Newton"), "{message}");
+    }
+    let gpu = Simulation::builder()
+        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
+        .contact_model(BARRIER)
+        .backend(lively::Backend::Gpu)
+        .build();
+    // Without any adapter the GPU backend is refused for that reason instead.
+    let message = gpu.err().expect("no barrier on the GPU").to_string();
+    assert!(message.contains("CPU backend") || message.contains("adapter"), "{message}");
 }

@@ -393,6 +393,12 @@ pub trait Stages: Send {
     fn use_negative_gradient(&mut self) -> DirectionReport;
     /// Multiplies the direction by `factor`.
     fn scale_direction(&mut self, factor: f64);
+    /// Where the contact model forbids crossing a collider (the barrier): the largest
+    /// fraction of the direction whose straight path keeps every free vertex clear of the
+    /// colliders (`contact::step_bound`). `None` where any step is allowed.
+    fn step_bound(&mut self) -> Option<f64> {
+        None
+    }
     /// `G(x + alpha d)` for each candidate step, in one batch.
     fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64>;
     /// What Newton will ask at the iterate it moves to: a linearization with element Hessians
@@ -473,21 +479,28 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
             previous_gradient_norm: None,
         });
         // Within the tolerance: the rest of the budget would leave the iterate as it is.
-        let Some(direction) = found.direction else { break };
+        let Some(mut direction) = found.direction else { break };
+        // A barrier's collision-free bound (see `Stages::step_bound`), with no extrapolation.
+        let bound = stages.step_bound();
+        let mut ahead = found.candidates;
+        if let Some(factor) = bound.filter(|&b| b < 1.0) {
+            stages.scale_direction(factor);
+            direction.slope *= factor;
+            ahead.clear();
+        }
         solve.iterations += 1;
         solve.linear_iterations += direction.iterations;
         // A backend that pays per evaluation (the CPU) evaluates the candidates as the rule
         // asks for them, the full step's with the next iteration's linearization.
         let last = k + 1 == request.iterations;
         stages.expect_linearization((!last).then_some(request.projection));
-        let ahead = found.candidates;
         let (alpha, next) = choose(
             value,
             direction.slope,
             found.linearization.noise_floor,
             f64::EPSILON,
             request.halvings,
-            request.extrapolate,
+            request.extrapolate && bound.is_none(),
             |j| match ahead.get(j) {
                 Some(&v) if ahead.len() == alphas.len() => v,
                 _ => stages.candidate_objectives(&alphas[j..=j])[0],

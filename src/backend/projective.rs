@@ -111,7 +111,7 @@ pub(crate) fn vertex_diagonal(
             let mut stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
             let touching = |x: &[[f64; 3]]| colliders.iter().any(|c| c.distance(DVec3::from(x[v])).phi < 0.0);
             if touching(problem.start) || touching(problem.target) {
-                stiffness += model.contact_stiffness;
+                stiffness += model.contact.penalty_stiffness();
             }
             // The largest eigenvalue of a damping block, bounded by its largest absolute row sum.
             let damping = damping.as_ref().map_or(0.0, |d| {

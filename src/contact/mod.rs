@@ -1,5 +1,6 @@
-//! Colliders and contact models: static shapes with signed distances, the penalty contact
-//! model, and lagged Coulomb friction.
+//! Colliders and contact models: static shapes with signed distances, the penalty and barrier
+//! contact laws, the step bound that keeps a barrier's vertices from crossing a surface, and
+//! lagged Coulomb friction.
 
 /// A collision shape: static, or kinematic when the application moves it between steps
 /// (`Simulation::move_collider`).
@@ -77,13 +78,96 @@ pub enum ContactModel {
     },
     /// Projection onto the feasible set inside Newton (gradient projection).
     Projection,
-    /// Smooth barrier active within `distance` of a collider.
+    /// IPC's log barrier, `-k (d - d^)^2 ln(d / d^)` for a vertex at distance `d < d^` from a
+    /// collider: zero at the activation distance `d^` with its first two derivatives, infinite
+    /// on the surface, so no step can end inside a collider; every Newton step is also cut
+    /// short where a vertex's straight path would cross a surface (no tunnelling). Needs the
+    /// CPU backend and Newton's solver, and every free vertex outside the colliders at the
+    /// start.
     Barrier {
-        /// Activation distance (m).
+        /// Activation distance `d^` (m).
         distance: f64,
-        /// Barrier stiffness.
+        /// Barrier stiffness `k` (N/m: the barrier's energy is `k` times an area).
         stiffness: f64,
     },
+}
+
+/// The energy of a vertex at signed distance `phi` from a collider, as the model asks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ContactLaw {
+    /// `k/2 phi^2` inside (`phi < 0`).
+    Penalty { stiffness: f64 },
+    /// `-k (phi - d)^2 ln(phi / d)` for `0 < phi < d`, infinite at `phi <= 0`.
+    Barrier { distance: f64, stiffness: f64 },
+}
+
+impl Default for ContactLaw {
+    fn default() -> Self {
+        ContactLaw::Penalty { stiffness: 0.0 }
+    }
+}
+
+impl ContactLaw {
+    /// The penalty stiffness (N/m); zero for a barrier.
+    pub(crate) fn penalty_stiffness(&self) -> f64 {
+        match *self {
+            ContactLaw::Penalty { stiffness } => stiffness,
+            ContactLaw::Barrier { .. } => 0.0,
+        }
+    }
+
+    pub(crate) fn is_barrier(&self) -> bool {
+        matches!(self, ContactLaw::Barrier { .. })
+    }
+
+    /// Whether a vertex at `phi` feels the collider.
+    pub(crate) fn active(&self, phi: f64) -> bool {
+        match *self {
+            ContactLaw::Penalty { .. } => phi < 0.0,
+            ContactLaw::Barrier { distance, .. } => phi < distance,
+        }
+    }
+
+    /// The energy at `phi`.
+    pub(crate) fn energy(&self, phi: f64) -> f64 {
+        match *self {
+            ContactLaw::Penalty { stiffness } => {
+                if phi < 0.0 {
+                    0.5 * stiffness * phi * phi
+                } else {
+                    0.0
+                }
+            }
+            ContactLaw::Barrier { distance, stiffness } => {
+                if phi <= 0.0 {
+                    f64::INFINITY
+                } else if phi < distance {
+                    -stiffness * (phi - distance).powi(2) * (phi / distance).ln()
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// The energy's first and second derivatives in `phi` where [`active`](Self::active).
+    pub(crate) fn derivatives(&self, phi: f64) -> (f64, f64) {
+        match *self {
+            ContactLaw::Penalty { stiffness } => (stiffness * phi, stiffness),
+            ContactLaw::Barrier { distance, stiffness } => {
+                let (gap, log) = (phi - distance, (phi / distance).ln());
+                let first = -stiffness * (2.0 * gap * log + gap * gap / phi);
+                let second = -stiffness * (2.0 * log + 4.0 * gap / phi - gap * gap / (phi * phi));
+                (first, second)
+            }
+        }
+    }
+
+    /// The normal force (N) on a vertex at `phi`: the penalty's `k |phi|` inside, the
+    /// barrier's `-b'(phi)` within its distance.
+    pub(crate) fn normal_force(&self, phi: f64) -> f64 {
+        if self.active(phi) { -self.derivatives(phi).0 } else { 0.0 }
+    }
 }
 
 use glam::{DMat3, DVec3};
@@ -212,18 +296,18 @@ impl Collider {
     }
 }
 
-/// The colliders and the penalty stiffness (N/m) a contact evaluation needs: plain data the
-/// model holds, handed over without the model.
+/// The colliders and the contact law a contact evaluation needs: plain data the model holds,
+/// handed over without the model.
 pub(crate) struct Contacts<'a> {
     pub colliders: &'a [Collider],
-    pub stiffness: f64,
+    pub law: ContactLaw,
 }
 
 /// Below this tangential speed (m/s) lagged friction acts as a stiff viscous stick.
 const STICK_SPEED: f64 = 1e-3;
 
-/// Adds lagged Coulomb friction to the per-vertex lagged quadratics: for a vertex inside a
-/// collider at `x_n`, with normal force `lambda = k |phi|` and tangential velocity `v_t`
+/// Adds lagged Coulomb friction to the per-vertex lagged quadratics: for a vertex touching a
+/// collider at `x_n`, with normal force `lambda` (the law's) and tangential velocity `v_t`
 /// relative to the collider, the pseudo-potential `c/(2h) |P_t (dx - s)|^2`,
 /// `c = mu lambda / max(|v_t|, STICK_SPEED)`, `s` the collider's motion over the step
 /// (`collider_motion`, empty for none), whose force `-c v_t` has the Coulomb magnitude
@@ -247,14 +331,15 @@ pub(crate) fn add_lagged_friction(
         }
         for (j, collider) in contacts.colliders.iter().enumerate().filter(|(_, c)| c.friction > 0.0) {
             let d = collider.distance(DVec3::from(x[i]));
-            if d.phi >= 0.0 {
+            let lambda = contacts.law.normal_force(d.phi);
+            if !(lambda > 0.0) {
                 continue;
             }
             let motion = collider_motion.get(j).map_or(DVec3::ZERO, |m| DVec3::from(*m));
             let n = d.normal.normalize_or_zero();
             let tangent = DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z);
             let v_t = tangent * (DVec3::from(v[i]) - motion / dt);
-            let c = collider.friction * contacts.stiffness * d.phi.abs() / v_t.length().max(STICK_SPEED);
+            let c = collider.friction * lambda / v_t.length().max(STICK_SPEED);
             if motion != DVec3::ZERO {
                 let b = tangent * motion * (c / dt);
                 let l = &mut linear[i];
@@ -268,5 +353,189 @@ pub(crate) fn add_lagged_friction(
                 block[k] += a[k];
             }
         }
+    }
+}
+
+/// The first free vertex on or inside a collider, as `(vertex, collider)`: a state the barrier
+/// cannot start from.
+pub(crate) fn first_penetration(
+    colliders: &[Collider],
+    pinned: &[bool],
+    x: &[[f64; 3]],
+) -> Option<(usize, usize)> {
+    x.iter().enumerate().filter(|&(v, _)| !pinned[v]).find_map(|(v, p)| {
+        colliders.iter().position(|c| c.distance(DVec3::from(*p)).phi <= 0.0).map(|i| (v, i))
+    })
+}
+
+/// The error for a barrier state with vertex `v` on or inside collider `i`.
+pub(crate) fn penetration_error(v: usize, i: usize, x: &[[f64; 3]], what: &str) -> crate::Error {
+    crate::Error::State(format!(
+        "{what} vertex {v} (at {:?}) on or inside collider {i}; the barrier contact model needs \
+         every free vertex outside the colliders",
+        x[v]
+    ))
+}
+
+/// The part of a gap a Newton step may close: a barrier step leaves every vertex at least a
+/// tenth of its distance from each collider, as IPC's line search does.
+pub(crate) const CLOSABLE: f64 = 0.9;
+/// Rounds per vertex and collider before the bound settles for what it has cleared.
+const BOUND_ROUNDS: usize = 64;
+/// A sampled grid's distance can change faster than the point moves (its trilinear gradient
+/// is a unit normal only up to the sampling); its advancement assumes twice.
+const SDF_LIPSCHITZ: f64 = 2.0;
+
+/// The largest `t` in `[0, 1]` (checked, not exact) for which every free vertex's straight
+/// path from `x` to `x + t d` closes at most `closable` of its distance to every collider
+/// (1: the path only has to stay outside). A vertex already on or in a collider bounds the
+/// step to zero.
+pub(crate) fn step_bound(
+    colliders: &[Collider],
+    pinned: &[bool],
+    x: &[[f64; 3]],
+    d: &[[f64; 3]],
+    closable: f64,
+) -> f64 {
+    let mut bound: f64 = 1.0;
+    for (v, (x, d)) in x.iter().zip(d).enumerate() {
+        let (x, d) = (DVec3::from(*x), DVec3::from(*d));
+        if pinned[v] || d == DVec3::ZERO {
+            continue;
+        }
+        for collider in colliders {
+            bound = bound.min(path_bound(collider, x, d, closable, bound));
+            if bound == 0.0 {
+                return 0.0;
+            }
+        }
+    }
+    bound
+}
+
+/// [`step_bound`] for one vertex and collider, no further than `limit`.
+///
+/// The analytic shapes are convex, so their signed distance is convex along any line: Newton's
+/// method on `phi(x + t d) = keep` from `t = 0` moves along tangents that lie below the
+/// function, so every iterate stays short of the first crossing and they converge to it (a
+/// slope that turns upward first means no crossing). A sampled grid may be any shape: there
+/// the bound advances conservatively, by `(phi - keep) / (L |d|)` at a time, which no
+/// surface can be nearer than.
+fn path_bound(collider: &Collider, x: DVec3, d: DVec3, closable: f64, limit: f64) -> f64 {
+    let phi = collider.distance(x).phi;
+    if phi <= 0.0 {
+        return 0.0;
+    }
+    let keep = (1.0 - closable) * phi;
+    let sampled = matches!(collider.shape, Shape::Sdf { .. });
+    let length = d.length();
+    let mut t: f64 = 0.0;
+    for _ in 0..BOUND_ROUNDS {
+        let here = collider.distance(x + d * t);
+        let gap = here.phi - keep;
+        let advance = if sampled {
+            gap / (SDF_LIPSCHITZ * length)
+        } else {
+            let slope = here.normal.dot(d);
+            if slope >= 0.0 {
+                return limit;
+            }
+            gap / -slope
+        };
+        if t + advance >= limit {
+            return limit;
+        }
+        if !(advance > 0.0) {
+            break;
+        }
+        t += advance;
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    const BARRIER: ContactLaw = ContactLaw::Barrier { distance: 0.01, stiffness: 1e4 };
+
+    /// The barrier's derivatives are its energy's, it vanishes with them at the activation
+    /// distance (C2), and it is infinite on the surface.
+    #[test]
+    fn the_barrier_is_smooth_at_its_distance_and_infinite_at_the_surface() {
+        let h = 1e-7;
+        for phi in [1e-4, 1e-3, 4e-3, 9e-3, 0.0099] {
+            let (first, second) = BARRIER.derivatives(phi);
+            let fd_first = (BARRIER.energy(phi + h) - BARRIER.energy(phi - h)) / (2.0 * h);
+            let fd_second = (BARRIER.derivatives(phi + h).0 - BARRIER.derivatives(phi - h).0) / (2.0 * h);
+            assert!(
+                (first - fd_first).abs() < 1e-6 * first.abs().max(1e-3),
+                "phi {phi}: {first} vs {fd_first}"
+            );
+            assert!(
+                (second - fd_second).abs() < 1e-5 * second.abs().max(1.0),
+                "phi {phi}: {second} vs {fd_second}"
+            );
+            assert!(first < 0.0 && second > 0.0, "phi {phi}: it pushes out and is convex");
+            assert_eq!(BARRIER.normal_force(phi), -first);
+        }
+        let (first, second) = BARRIER.derivatives(0.01 * (1.0 - 1e-9));
+        assert!(
+            BARRIER.energy(0.01 * (1.0 - 1e-9)).abs() < 1e-20 && first.abs() < 1e-10 && second.abs() < 1e-3
+        );
+        assert_eq!(BARRIER.energy(0.01), 0.0);
+        assert!(!BARRIER.active(0.02) && BARRIER.normal_force(0.02) == 0.0);
+        assert_eq!(BARRIER.energy(0.0), f64::INFINITY);
+        assert_eq!(BARRIER.energy(-1e-3), f64::INFINITY);
+    }
+
+    /// On random straight paths toward every analytic shape, the bound is safe: the path up
+    /// to it closes no more than the allowed part of the gap (sampled densely), and it is
+    /// tight where the path really closes in (within 1 % of the last safe sample).
+    #[test]
+    fn the_step_bound_never_lets_a_path_cross() {
+        let colliders = [
+            Collider::plane([0.0, 1.0, 0.0], 0.0),
+            Collider::sphere([0.0, 0.5, 0.0], 0.2),
+            Collider::cuboid([0.3, 0.4, 0.0], [0.2, 0.025, 0.3]),
+            Collider::capsule([-0.4, 0.3, -0.2], [-0.2, 0.6, 0.2], 0.05),
+        ];
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut bounded = 0;
+        for _ in 0..2000 {
+            let x = [rng.random_range(-0.6..0.6), rng.random_range(0.0..1.0), rng.random_range(-0.4..0.4)];
+            let d: [f64; 3] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+            if colliders.iter().any(|c| c.distance(DVec3::from(x)).phi <= 0.0) {
+                continue;
+            }
+            for closable in [CLOSABLE, 1.0] {
+                let t = step_bound(&colliders, &[false], &[x], &[d], closable);
+                assert!((0.0..=1.0).contains(&t));
+                bounded += usize::from(t < 1.0);
+                let (x, d) = (DVec3::from(x), DVec3::from(d));
+                for c in &colliders {
+                    let keep = (1.0 - closable) * c.distance(x).phi;
+                    for k in 0..=1000 {
+                        let phi = c.distance(x + d * (t * k as f64 / 1000.0)).phi;
+                        assert!(phi >= keep - 1e-12, "{c:?}: the path to t = {t} reaches {phi} < {keep}");
+                    }
+                }
+                if t < 1.0 && closable == CLOSABLE {
+                    // Some collider is almost reached at the bound.
+                    let reached = colliders.iter().any(|c| {
+                        let keep = (1.0 - closable) * c.distance(x).phi;
+                        c.distance(x + d * t).phi - keep < 0.01 * c.distance(x).phi
+                    });
+                    assert!(reached, "the bound {t} from {x:?} along {d:?} stops short of every collider");
+                }
+            }
+        }
+        assert!(bounded > 200, "only {bounded} paths were bounded: the test would not see a crossing");
+        // A pinned vertex is never bounded; one on a surface allows no step.
+        assert_eq!(step_bound(&colliders, &[true], &[[0.0, -1.0, 0.0]], &[[0.0, -1.0, 0.0]], 1.0), 1.0);
+        assert_eq!(step_bound(&colliders, &[false], &[[0.0, 0.0, 0.0]], &[[0.0, 1.0, 0.0]], 1.0), 0.0);
     }
 }

@@ -349,7 +349,8 @@ impl Stepper<'_> {
 fn no_valid_guess() -> Error {
     Error::Solver(
         "every initial guess puts an element outside its material's domain (an inverted \
-         neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states that invert"
+         neo-Hookean element?), or a vertex inside a collider under the barrier contact model; \
+         use stable_neo_hookean or fixed_corotated for states that invert"
             .into(),
     )
 }

@@ -200,9 +200,20 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             let factor = MAX_STEP / direction.norm;
             stages.scale_direction(factor);
             direction.slope *= factor;
+            direction.norm *= factor;
             known.clear();
             aimed_below = false;
         }
+        // A barrier's collision-free bound; its search never extends past the bound either.
+        let bound = stages.step_bound();
+        if let Some(factor) = bound.filter(|&b| b < 1.0) {
+            stages.scale_direction(factor);
+            direction.slope *= factor;
+            direction.norm *= factor;
+            known.clear();
+            aimed_below = false;
+        }
+        let extrapolate = projection == Projection::Psd && bound.is_none();
 
         // The next iteration linearizes where the line search ends (usually the full step).
         stages.expect_linearization((!aimed_below).then_some(base_projection));
@@ -214,7 +225,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             value,
             direction.slope,
             status.noise_floor,
-            projection == Projection::Psd,
+            extrapolate,
             &known,
         );
         timed(&mut report.times.line_search, t);

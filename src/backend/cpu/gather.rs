@@ -1,5 +1,5 @@
-//! Stage `gather`: everything that lives on one vertex — inertia, gravity, collider penalties
-//! and handle springs — and the gather of element corner gradients into vertex gradients. One
+//! Stage `gather`: everything that lives on one vertex — inertia, gravity, collider contact
+//! (penalty or barrier) and handle springs — and the gather of element corner gradients into vertex gradients. One
 //! invocation per vertex. (The lagged damping matrix, which the GPU gather applies row by row,
 //! is applied here by the backend with the block-sparse product.)
 
@@ -32,14 +32,21 @@ fn outer(u: DVec3) -> DMat3 {
 }
 
 impl VertexTerms<'_> {
-    /// Conservative potential of vertex `v` at `z`: gravity, penalties, handles.
+    /// The colliders vertex `v` feels: all of them, except that a barrier leaves pinned
+    /// vertices alone (they cannot move away, and one on a surface would make every state
+    /// infinitely expensive).
+    fn colliders_of(&self, v: usize) -> &[crate::contact::Collider] {
+        if self.model.contact.is_barrier() && self.model.pinned[v] { &[] } else { self.colliders }
+    }
+
+    /// Conservative potential of vertex `v` at `z`: gravity, contact, handles.
     fn potential(&self, v: usize, z: DVec3) -> f64 {
         let m = self.model;
         let mut u = -m.masses[v] * DVec3::from(m.gravity).dot(z);
-        for collider in self.colliders {
+        for collider in self.colliders_of(v) {
             let phi = collider.distance(z).phi;
-            if phi < 0.0 {
-                u += 0.5 * m.contact_stiffness * phi * phi;
+            if m.contact.active(phi) {
+                u += m.contact.energy(phi);
             }
         }
         for &(k, p) in self.anchors.of(v) {
@@ -53,17 +60,18 @@ impl VertexTerms<'_> {
         let m = self.model;
         let weight = m.masses[v] * DVec3::from(m.gravity);
         let (mut g, mut h, mut magnitude) = (-weight, DMat3::ZERO, weight.length());
-        for collider in self.colliders {
+        for collider in self.colliders_of(v) {
             let d = collider.distance(z);
-            if d.phi < 0.0 {
-                let k = m.contact_stiffness;
-                g += d.normal * (k * d.phi);
-                magnitude += k * d.phi.abs();
-                // Along the normal the penalty has curvature k; across it, k phi kappa <= 0,
-                // which the projection drops.
-                h += outer(d.normal) * k;
+            if m.contact.active(d.phi) {
+                let (first, second) = m.contact.derivatives(d.phi);
+                g += d.normal * first;
+                magnitude += first.abs();
+                // Along the normal the law's own curvature; across it, the surface's curvature
+                // times the law's slope, which pushes outward (first < 0): negative on convex
+                // shapes, and the projection drops it.
+                h += outer(d.normal) * second;
                 if projection == Projection::None {
-                    h += d.hessian * (k * d.phi);
+                    h += d.hessian * first;
                 }
             }
         }

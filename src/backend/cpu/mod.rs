@@ -642,6 +642,48 @@ impl Stages for CpuBackend {
         self.report(0, false)
     }
 
+    fn step_bound(&mut self) -> Option<f64> {
+        let closable = crate::contact::CLOSABLE;
+        self.model.contact.is_barrier().then(|| {
+            crate::contact::step_bound(
+                &self.colliders,
+                &self.model.pinned,
+                &self.x,
+                &self.direction,
+                closable,
+            )
+        })
+    }
+
+    fn objectives_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<f64> {
+        // A barrier admits no guess whose straight path from the step's start crosses a
+        // collider: one that jumped through a thin collider would have a finite objective.
+        let barrier = self.model.contact.is_barrier();
+        let mut path = vec![[0.0; 3]; if barrier { self.start.len() } else { 0 }];
+        points
+            .iter()
+            .map(|x| {
+                if barrier {
+                    for ((d, x), s) in path.iter_mut().zip(x.iter()).zip(&self.start) {
+                        *d = [x[0] - s[0], x[1] - s[1], x[2] - s[2]];
+                    }
+                    let clear = crate::contact::step_bound(
+                        &self.colliders,
+                        &self.model.pinned,
+                        &self.start,
+                        &path,
+                        1.0,
+                    );
+                    if clear < 1.0 {
+                        return f64::INFINITY;
+                    }
+                }
+                self.set_iterate(x);
+                self.objective()
+            })
+            .collect()
+    }
+
     fn scale_direction(&mut self, factor: f64) {
         self.direction_residual = false;
         for d in &mut self.direction {

@@ -34,7 +34,7 @@ pub(crate) fn mixed_model(material: Material) -> Model {
         Collider::capsule([0.55, -0.1, 0.0], [0.65, 0.2, 0.05], 0.04),
         Collider::sdf(sphere_grid([0.2, 0.1, 0.1], 0.06)),
     ];
-    model.contact_stiffness = 3e4;
+    model.contact = crate::contact::ContactLaw::Penalty { stiffness: 3e4 };
     model
 }
 
@@ -116,50 +116,101 @@ const MATERIALS: [fn(f64, f64) -> Material; 6] = [
 fn objective_gradient_and_hessian_match_finite_differences() {
     for (m, material) in MATERIALS.iter().enumerate() {
         let (mut backend, x) = loaded(material(2e4, 0.3), 10 + m as u64);
+        assert_derivatives_match_finite_differences(&mut backend, &x, &format!("material {m}"));
+    }
+}
+
+/// The barrier's vertex terms, on a bar whose bottom vertices hover within the activation
+/// distance of a plane and whose end is near a sphere and a capsule.
+#[test]
+fn barrier_terms_match_finite_differences() {
+    let mut model = Model::empty([0.0, -9.81, 0.0]);
+    let bar = TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]);
+    model.add_tet_body(&bar, &[Material::stable_neo_hookean(2e4, 0.3)], 1000.0).unwrap();
+    model.colliders = vec![
+        Collider::plane([0.0, 1.0, 0.0], -0.003),
+        Collider::sphere([0.36, 0.1, 0.1], 0.055),
+        Collider::capsule([0.0, 0.26, -0.1], [0.0, 0.26, 0.3], 0.055),
+    ];
+    let distance = 0.008;
+    model.contact = crate::contact::ContactLaw::Barrier { distance, stiffness: 1e3 };
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let start = perturbed(&model.rest, 1e-3, &mut rng);
+    let x = perturbed(&start, 1e-3, &mut rng);
+    let near = x
+        .iter()
+        .filter(|p| {
+            let phi = model
+                .colliders
+                .iter()
+                .map(|c| c.distance(glam::DVec3::from(**p)).phi)
+                .fold(f64::INFINITY, f64::min);
+            assert!(phi > 0.0, "a vertex inside a collider");
+            phi < distance
+        })
+        .count();
+    assert!(near >= 10, "only {near} vertices feel the barrier");
+    let mut backend = CpuBackend::new(Arc::new(model));
+    backend.begin_step(StepProblem {
+        start: &start,
+        target: &start,
+        nodes: &[Node { weight: 1.0, theta: 1.0 }],
+        dt: 1.0 / 30.0,
+        vertex_damping: &[],
+        vertex_linear: &[],
+        rayleigh: 0.0,
+        damping_weight: 0.0,
+    });
+    backend.set_iterate(&x);
+    assert_derivatives_match_finite_differences(&mut backend, &x, "barrier");
+}
+
+/// `grad G` and `H d` at `x` against central differences of `G` and `grad G` along a random
+/// direction of the free vertices.
+fn assert_derivatives_match_finite_differences(backend: &mut CpuBackend, x: &[[f64; 3]], label: &str) {
+    backend.linearize(Projection::None);
+    let gradient = backend.gradient().to_vec();
+    let pinned = backend.model.pinned.clone();
+    let mut rng = ChaCha8Rng::seed_from_u64(99);
+    let direction: Vec<[f64; 3]> = (0..x.len())
+        .map(|v| if pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) })
+        .collect();
+    // Directional derivative of G and of grad G along a random direction, central FD.
+    let step = 1e-6;
+    let at = |backend: &mut CpuBackend, s: f64| {
+        let shifted: Vec<[f64; 3]> =
+            x.iter().zip(&direction).map(|(p, d)| std::array::from_fn(|c| p[c] + s * d[c])).collect();
+        backend.set_iterate(&shifted);
+        let value = backend.objective();
         backend.linearize(Projection::None);
-        let gradient = backend.gradient().to_vec();
-        let pinned = backend.model.pinned.clone();
-        let mut rng = ChaCha8Rng::seed_from_u64(99);
-        let direction: Vec<[f64; 3]> = (0..x.len())
-            .map(|v| if pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) })
-            .collect();
-        // Directional derivative of G and of grad G along a random direction, central FD.
-        let step = 1e-6;
-        let at = |backend: &mut CpuBackend, s: f64| {
-            let shifted: Vec<[f64; 3]> =
-                x.iter().zip(&direction).map(|(p, d)| std::array::from_fn(|c| p[c] + s * d[c])).collect();
-            backend.set_iterate(&shifted);
-            let value = backend.objective();
-            backend.linearize(Projection::None);
-            (value, backend.gradient().to_vec())
-        };
-        let (plus, g_plus) = at(&mut backend, step);
-        let (minus, g_minus) = at(&mut backend, -step);
-        backend.set_iterate(&x);
-        backend.linearize(Projection::None);
-        let slope: f64 =
-            gradient.iter().zip(&direction).map(|(g, d)| g[0] * d[0] + g[1] * d[1] + g[2] * d[2]).sum();
-        let fd_slope = (plus - minus) / (2.0 * step);
-        // G ~ 1e3 here; central differences at 1e-6 leave ~1e-12 G / 1e-6 = 1e-6 absolute noise.
-        assert!(
-            (slope - fd_slope).abs() < 1e-6 * slope.abs().max(1.0),
-            "material {m}: slope {slope} vs FD {fd_slope}"
-        );
-        let hv = backend.hessian_times(&direction);
-        let scale = hv.iter().flatten().fold(1.0_f64, |a, b| a.max(b.abs()));
-        for v in 0..x.len() {
-            for c in 0..3 {
-                let fd = (g_plus[v][c] - g_minus[v][c]) / (2.0 * step);
-                let expected = if pinned[v] { direction[v][c] } else { fd };
-                assert!(
-                    (hv[v][c] - expected).abs() < 1e-6 * scale,
-                    "material {m}: (H d)[{v}][{c}] = {} vs FD {expected}",
-                    hv[v][c]
-                );
-            }
-            if pinned[v] {
-                assert_eq!(gradient[v], [0.0; 3], "pinned vertex {v} has a gradient");
-            }
+        (value, backend.gradient().to_vec())
+    };
+    let (plus, g_plus) = at(backend, step);
+    let (minus, g_minus) = at(backend, -step);
+    backend.set_iterate(x);
+    backend.linearize(Projection::None);
+    let slope: f64 =
+        gradient.iter().zip(&direction).map(|(g, d)| g[0] * d[0] + g[1] * d[1] + g[2] * d[2]).sum();
+    let fd_slope = (plus - minus) / (2.0 * step);
+    // G ~ 1e3 here; central differences at 1e-6 leave ~1e-12 G / 1e-6 = 1e-6 absolute noise.
+    assert!(
+        (slope - fd_slope).abs() < 1e-6 * slope.abs().max(1.0),
+        "{label}: slope {slope} vs FD {fd_slope}"
+    );
+    let hv = backend.hessian_times(&direction);
+    let scale = hv.iter().flatten().fold(1.0_f64, |a, b| a.max(b.abs()));
+    for v in 0..x.len() {
+        for c in 0..3 {
+            let fd = (g_plus[v][c] - g_minus[v][c]) / (2.0 * step);
+            let expected = if pinned[v] { direction[v][c] } else { fd };
+            assert!(
+                (hv[v][c] - expected).abs() < 1e-6 * scale,
+                "{label}: (H d)[{v}][{c}] = {} vs FD {expected}",
+                hv[v][c]
+            );
+        }
+        if pinned[v] {
+            assert_eq!(gradient[v], [0.0; 3], "{label}: pinned vertex {v} has a gradient");
         }
     }
 }

@@ -147,6 +147,13 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
+        if model.contact.is_barrier() {
+            return Err(crate::Error::Unsupported(
+                "the barrier contact model runs on the CPU backend only so far; use Backend::Cpu \
+                 (Backend::Auto chooses it) or ContactModel::Penalty"
+                    .into(),
+            ));
+        }
         let projective = projective::check(&model).is_ok();
         let (stages, buffers, recording, groups) = context.guarded(|| {
             let stages = context.stages()?;
@@ -222,7 +229,7 @@ impl GpuBackend {
             weight_1: node(1).weight as f32,
             theta_1: node(1).theta as f32,
             collider_count: self.model.colliders.len() as u32,
-            contact_stiffness: self.model.contact_stiffness as f32,
+            contact_stiffness: self.model.contact.penalty_stiffness() as f32,
             exact_hessian: derivatives.unwrap_or(false) as u32,
             damped: (damped && self.damped) as u32,
             derivatives: derivatives.is_some() as u32,

@@ -129,7 +129,7 @@ pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherPara
         weight_1: NODES[1].weight as f32,
         theta_1: NODES[1].theta as f32,
         collider_count: model.colliders.len() as u32,
-        contact_stiffness: model.contact_stiffness as f32,
+        contact_stiffness: model.contact.penalty_stiffness() as f32,
         exact_hessian: (projection == Projection::None) as u32,
         damped: 0,
         derivatives: 1,

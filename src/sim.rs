@@ -324,6 +324,13 @@ impl SimulationBuilder {
             (Some(ContactModel::Barrier { distance, stiffness }), _) => {
                 crate::error::require_positive("barrier distance", *distance)?;
                 crate::error::require_positive("barrier stiffness", *stiffness)?;
+                if self.integrator.explicit().is_some() {
+                    return Err(Error::Unsupported(format!(
+                        "the barrier contact model needs an implicit integrator (its solve keeps \
+                         every step outside the colliders); {:?} is explicit",
+                        self.integrator
+                    )));
+                }
                 if self.solver.kind() != crate::solver::SolverKind::Newton {
                     return Err(Error::Unsupported(
                         "the barrier contact model needs Newton's solver (its line search keeps \

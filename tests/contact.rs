@@ -15,7 +15,8 @@ const STIFFNESS: f64 = 1e5;
 /// A 0.2 m stable neo-Hookean cube (E 1e5 Pa) whose bottom face lies `height` above the plane
 /// y = 0, with penalty contact of `STIFFNESS` N/m per vertex and friction `mu`.
 fn cube_on_plane(height: f64, mu: f64) -> Simulation {
-    let mut sim = cube_above(0.0, mu, ContactModel::Penalty { stiffness: STIFFNESS }, H);
+    let mut sim =
+        cube_above(0.0, mu, ContactModel::Penalty { stiffness: STIFFNESS }, H, Integrator::BackwardEuler);
     let raised: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1] + height, p[2]]).collect();
     let still = vec![[0.0; 3]; raised.len()];
     sim.set_state(&raised, &still).unwrap();
@@ -23,12 +24,12 @@ fn cube_on_plane(height: f64, mu: f64) -> Simulation {
 }
 
 /// The cube at rest with the plane `gap` below its bottom face (y = -gap).
-fn cube_above(gap: f64, mu: f64, contact: ContactModel, dt: f64) -> Simulation {
+fn cube_above(gap: f64, mu: f64, contact: ContactModel, dt: f64, integrator: Integrator) -> Simulation {
     Simulation::builder()
         .tet_body(TetMesh::bar([CELLS; 3], [SIDE; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)
         .gravity([0.0, -G, 0.0])
         .dt(dt)
-        .integrator(Integrator::BackwardEuler)
+        .integrator(integrator)
         .solver(Solver::newton())
         .collider(Collider::plane([0.0, 1.0, 0.0], -gap).friction(mu))
         .contact_model(contact)
@@ -326,13 +327,15 @@ fn a_moving_platform_steps_on_the_gpu_like_on_the_cpu() {
 const BARRIER: ContactModel = ContactModel::Barrier { distance: 1e-3, stiffness: 1e4 };
 
 /// With the barrier a cube dropped from 5 cm never touches the plane, at h = 1/60 and 1/30:
-/// every vertex stays strictly above it after every step. It comes to rest inside the
-/// activation distance, held by the barrier.
+/// every vertex stays strictly above it after every step. Under backward Euler it comes to
+/// rest inside the activation distance, held by the barrier; the schemes that keep its energy
+/// (midpoint, whose forces act at the step's middle while the barrier holds its end, the
+/// stabilized blend, A-search) bounce it, and never through the plane either.
 #[test]
 fn with_the_barrier_a_dropped_cube_never_touches_the_plane() {
     for dt in [1.0 / 60.0, H] {
         let gap = 0.05;
-        let mut sim = cube_above(gap, 0.0, BARRIER, dt);
+        let mut sim = cube_above(gap, 0.0, BARRIER, dt, Integrator::BackwardEuler);
         let mut closest = f64::INFINITY;
         let steps = (2.0 / dt).round() as usize;
         for _ in 0..steps {
@@ -349,15 +352,29 @@ fn with_the_barrier_a_dropped_cube_never_touches_the_plane() {
         assert!(resting < 1e-3, "h = {dt}: the cube rests {resting} m above the plane, outside the barrier");
         assert!(speed < 1e-2, "h = {dt}: not at rest, {speed} m/s");
     }
+    let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None };
+    for integrator in [Integrator::ImplicitMidpoint, Integrator::Stabilized { epsilon: 0.01 }, a_search] {
+        let gap = 0.05;
+        let mut sim = cube_above(gap, 0.0, BARRIER, H, integrator.clone());
+        let mut closest = f64::INFINITY;
+        for _ in 0..60 {
+            sim.step().unwrap();
+            closest = closest.min(lowest(&sim) + gap);
+            assert!(closest > 0.0, "{integrator:?}: a vertex reached the plane ({closest:e} m above it)");
+        }
+        println!("{integrator:?}: closest {closest:.2e} m above the plane");
+        assert!(closest < 1e-3, "{integrator:?}: the cube never reached the barrier");
+    }
 }
 
 /// A 0.1 m cube at 20 m/s toward a 5 cm slab, at h = 1/30 s (0.67 m a step). With penalty
 /// contact the first step's prediction lands beyond the slab, where nothing resists, and the
-/// cube passes through; with the barrier every step's path is checked, and it stops in front.
+/// cube passes through; with the barrier every step's path is checked, and it stops in front,
+/// under backward Euler, the stabilized blend and A-search alike.
 #[test]
 fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
     let slab = Collider::cuboid([0.5, 0.0, 0.0], [0.025, 1.0, 1.0]);
-    let projectile = |contact: ContactModel| {
+    let projectile = |contact: ContactModel, integrator: Integrator| {
         let mut sim = Simulation::builder()
             .tet_body(
                 TetMesh::bar([2, 2, 2], [0.1, 0.1, 0.1]),
@@ -366,7 +383,7 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
             )
             .gravity([0.0; 3])
             .dt(H)
-            .integrator(Integrator::BackwardEuler)
+            .integrator(integrator)
             .solver(Solver::newton())
             .collider(slab.clone())
             .contact_model(contact)
@@ -382,15 +399,23 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
         let back = sim.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
         (front, back)
     };
-    let (_, back) = projectile(ContactModel::Penalty { stiffness: STIFFNESS });
+    let (_, back) = projectile(ContactModel::Penalty { stiffness: STIFFNESS }, Integrator::BackwardEuler);
     println!("penalty: the cube's back face ends at x = {back:.3}");
     assert!(
         back > 0.525,
         "the scene does not tunnel with penalty contact (back face at {back}), so it tests nothing"
     );
-    let (front, back) = projectile(BARRIER);
-    println!("barrier: the cube's front face got to x = {front:.4} (slab face at 0.475), back at {back:.3}");
-    assert!(front < 0.475, "the barrier let a vertex reach x = {front}, into or through the slab");
+    let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None };
+    for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }, a_search] {
+        let (front, back) = projectile(BARRIER, integrator.clone());
+        println!(
+            "barrier, {integrator:?}: the front face got to x = {front:.4} (slab at 0.475), back at {back:.3}"
+        );
+        assert!(
+            front < 0.475,
+            "{integrator:?}: the barrier let a vertex reach x = {front}, into or through the slab"
+        );
+    }
 }
 
 /// Friction acts through the barrier's normal force as through the penalty's: a cube sliding
@@ -398,7 +423,7 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
 #[test]
 fn a_cube_sliding_on_the_barrier_stops_at_the_coulomb_distance() {
     let coulomb = 2.0 * 2.0 / (2.0 * 0.5 * G);
-    let mut sim = cube_above(5e-4, 0.5, BARRIER, H);
+    let mut sim = cube_above(5e-4, 0.5, BARRIER, H, Integrator::BackwardEuler);
     for _ in 0..30 {
         sim.step().unwrap();
     }
@@ -428,7 +453,7 @@ fn the_barrier_refuses_states_inside_colliders_and_what_it_cannot_run_on() {
         .build();
     let message = touching.err().expect("a vertex on the plane").to_string();
     assert!(message.contains("outside the colliders"), "{message}");
-    let mut sim = cube_above(0.01, 0.0, BARRIER, H);
+    let mut sim = cube_above(0.01, 0.0, BARRIER, H, Integrator::BackwardEuler);
     let before = sim.positions().to_vec();
     let sunk: Vec<[f64; 3]> = before.iter().map(|p| [p[0], p[1] - 0.02, p[2]]).collect();
     assert!(sim.set_state(&sunk, &vec![[0.0; 3]; sunk.len()]).is_err());
@@ -436,6 +461,14 @@ fn the_barrier_refuses_states_inside_colliders_and_what_it_cannot_run_on() {
     assert_eq!(sim.positions(), &before[..]);
     assert_eq!(sim.colliders()[0], Collider::plane([0.0, 1.0, 0.0], -0.01));
     sim.step().expect("the state is as it was");
+    let explicit = Simulation::builder()
+        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+        .integrator(Integrator::SymplecticEuler)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
+        .contact_model(BARRIER)
+        .build();
+    let message = explicit.err().expect("only implicit integrators").to_string();
+    assert!(message.contains("implicit"), "{message}");
     for solver in [Solver::local_global(10), Solver::mixed_fem()] {
         let built = Simulation::builder()
             .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)

@@ -82,7 +82,11 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
         ((midpoint.x, midpoint.v), (backward.x, backward.v), 1.0)
     } else {
         let forward = forward_euler::step(&stepper.input);
-        if candidates(stepper, std::slice::from_ref(&forward), target)[0].error < 0.0 {
+        // Under the barrier, blends toward forward Euler, which no solve kept outside the
+        // colliders, could end in or beyond one: midpoint's solve is kept instead.
+        if stepper.model.contact.is_barrier()
+            || candidates(stepper, std::slice::from_ref(&forward), target)[0].error < 0.0
+        {
             // Not even forward Euler reaches the target. Its step taken whole would be an
             // explicit step at the game's step size, repeated every step until the energy
             // climbs to the target: keep midpoint's, which loses energy only as damping does.

@@ -32,22 +32,58 @@ fn outer(u: DVec3) -> DMat3 {
 }
 
 impl VertexTerms<'_> {
-    /// The colliders vertex `v` feels: all of them, except that a barrier leaves pinned
-    /// vertices alone (they cannot move away, and one on a surface would make every state
-    /// infinitely expensive).
-    fn colliders_of(&self, v: usize) -> &[crate::contact::Collider] {
-        if self.model.contact.is_barrier() && self.model.pinned[v] { &[] } else { self.colliders }
+    /// Contact energy at `z`.
+    fn contact(&self, z: DVec3) -> f64 {
+        let law = self.model.contact;
+        self.colliders
+            .iter()
+            .map(|c| c.distance(z).phi)
+            .filter(|&phi| law.active(phi))
+            .map(|phi| law.energy(phi))
+            .sum()
     }
 
-    /// Conservative potential of vertex `v` at `z`: gravity, contact, handles.
+    /// Gradient, Hessian and force magnitude of [`contact`](Self::contact).
+    fn contact_derivatives(&self, z: DVec3, projection: Projection) -> (DVec3, DMat3, f64) {
+        let law = self.model.contact;
+        let (mut g, mut h, mut magnitude) = (DVec3::ZERO, DMat3::ZERO, 0.0);
+        for collider in self.colliders {
+            let d = collider.distance(z);
+            if law.active(d.phi) {
+                let (first, second) = law.derivatives(d.phi);
+                g += d.normal * first;
+                magnitude += first.abs();
+                // Along the normal the law's own curvature; across it, the surface's curvature
+                // times the law's slope, which pushes outward (first < 0): negative on convex
+                // shapes, and the projection drops it.
+                h += outer(d.normal) * second;
+                if projection == Projection::None {
+                    h += d.hessian * first;
+                }
+            }
+        }
+        (g, h, magnitude)
+    }
+
+    /// The weight of a barrier's contact energy, which is evaluated at the end positions `x`
+    /// and not at the nodes `z`: a midpoint-like node keeps `z` outside the colliders while
+    /// `x` goes on, into them. The weight is the nodes' `sum w theta`, so that the contact
+    /// force enters `grad G` as a node's force would (1 for backward Euler and the potential).
+    /// Zero for pinned vertices (they cannot move away, and one on a surface would make every
+    /// state infinitely expensive) and for the penalty, which acts at the nodes.
+    fn end_contact_weight(&self, v: usize) -> f64 {
+        if !self.model.contact.is_barrier() || self.model.pinned[v] {
+            return 0.0;
+        }
+        self.nodes.iter().map(|node| node.weight * node.theta).sum()
+    }
+
+    /// Conservative potential of vertex `v` at `z`: gravity, penalty contact, handles.
     fn potential(&self, v: usize, z: DVec3) -> f64 {
         let m = self.model;
         let mut u = -m.masses[v] * DVec3::from(m.gravity).dot(z);
-        for collider in self.colliders_of(v) {
-            let phi = collider.distance(z).phi;
-            if m.contact.active(phi) {
-                u += m.contact.energy(phi);
-            }
+        if !m.contact.is_barrier() {
+            u += self.contact(z);
         }
         for &(k, p) in self.anchors.of(v) {
             u += 0.5 * k * (z - p).length_squared();
@@ -60,20 +96,9 @@ impl VertexTerms<'_> {
         let m = self.model;
         let weight = m.masses[v] * DVec3::from(m.gravity);
         let (mut g, mut h, mut magnitude) = (-weight, DMat3::ZERO, weight.length());
-        for collider in self.colliders_of(v) {
-            let d = collider.distance(z);
-            if m.contact.active(d.phi) {
-                let (first, second) = m.contact.derivatives(d.phi);
-                g += d.normal * first;
-                magnitude += first.abs();
-                // Along the normal the law's own curvature; across it, the surface's curvature
-                // times the law's slope, which pushes outward (first < 0): negative on convex
-                // shapes, and the projection drops it.
-                h += outer(d.normal) * second;
-                if projection == Projection::None {
-                    h += d.hessian * first;
-                }
-            }
+        if !m.contact.is_barrier() {
+            let (gc, hc, fc) = self.contact_derivatives(z, projection);
+            (g, h, magnitude) = (g + gc, h + hc, magnitude + fc);
         }
         for &(k, p) in self.anchors.of(v) {
             g += (z - p) * k;
@@ -94,6 +119,10 @@ impl VertexTerms<'_> {
         for node in self.nodes {
             sum += node.weight * self.potential(v, x * node.theta + start * (1.0 - node.theta));
         }
+        let end = self.end_contact_weight(v);
+        if end > 0.0 {
+            sum += end * self.contact(x);
+        }
         sum
     }
 
@@ -110,6 +139,11 @@ impl VertexTerms<'_> {
             g += gz * (node.weight * node.theta);
             h += hz * (node.weight * node.theta * node.theta);
             magnitude += fz * node.weight * node.theta;
+        }
+        let end = self.end_contact_weight(v);
+        if end > 0.0 {
+            let (gc, hc, fc) = self.contact_derivatives(x, projection);
+            (g, h, magnitude) = (g + gc * end, h + hc * end, magnitude + fc * end);
         }
         (g, h, magnitude)
     }

@@ -154,7 +154,8 @@ fn barrier_terms_match_finite_differences() {
     backend.begin_step(StepProblem {
         start: &start,
         target: &start,
-        nodes: &[Node { weight: 1.0, theta: 1.0 }],
+        // Two nodes, one of them midpoint-like: the barrier acts at the end positions.
+        nodes: &[Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }],
         dt: 1.0 / 30.0,
         vertex_damping: &[],
         vertex_linear: &[],

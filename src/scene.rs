@@ -67,10 +67,10 @@
 //! frequency = 1.0
 //! until = 2.0
 //!
-//! Colliders take `contact_stiffness` (N/m, default 1e5) for their penalty; with
-//! `barrier_distance` (m) they push back with the barrier instead (`ContactModel::Barrier`,
-//! that distance and `contact_stiffness`). An unknown key, a value of the wrong kind or a
-//! missing file is an error that names it.
+//! Colliders push back by `contact = "penalty"` (the default, `contact_stiffness` N/m,
+//! default 1e5), `"barrier"` (`ContactModel::Barrier`: `barrier_distance` m, default 1e-3, and
+//! `contact_stiffness`) or `"projection"` (`ContactModel::Projection`). An unknown key, a
+//! value of the wrong kind or a missing file is an error that names it.
 
 use std::path::{Path, PathBuf};
 
@@ -126,7 +126,9 @@ pub struct Scene {
     pub handle: Vec<HandleSpec>,
     #[serde(default = "default_contact_stiffness")]
     pub contact_stiffness: f64,
-    /// The barrier's activation distance (m); penalty contact without it.
+    /// `"penalty"` (default), `"barrier"` or `"projection"`.
+    pub contact: Option<String>,
+    /// The barrier's activation distance (m).
     pub barrier_distance: Option<f64>,
     /// Momentum-preserving damping coefficient.
     pub damping: Option<f64>,
@@ -622,9 +624,17 @@ impl Scene {
         }
         if !self.collider.is_empty() {
             let stiffness = self.contact_stiffness;
-            builder = builder.contact_model(match self.barrier_distance {
-                Some(distance) => ContactModel::Barrier { distance, stiffness },
-                None => ContactModel::Penalty { stiffness },
+            builder = builder.contact_model(match self.contact.as_deref().unwrap_or("penalty") {
+                "penalty" => ContactModel::Penalty { stiffness },
+                "barrier" => {
+                    ContactModel::Barrier { distance: self.barrier_distance.unwrap_or(1e-3), stiffness }
+                }
+                "projection" => ContactModel::Projection,
+                other => {
+                    return Err(Error::Parameter(format!(
+                        "contact = {other:?}: use \"penalty\", \"barrier\" or \"projection\""
+                    )));
+                }
             });
         }
         if let Some(coefficient) = self.damping {

@@ -324,34 +324,54 @@ impl SimulationBuilder {
             (Some(ContactModel::Barrier { distance, stiffness }), _) => {
                 crate::error::require_positive("barrier distance", *distance)?;
                 crate::error::require_positive("barrier stiffness", *stiffness)?;
-                if self.integrator.explicit().is_some() {
-                    return Err(Error::Unsupported(format!(
-                        "the barrier contact model needs an implicit integrator (its solve keeps \
-                         every step outside the colliders); {:?} is explicit",
-                        self.integrator
-                    )));
-                }
-                if self.solver.kind() != crate::solver::SolverKind::Newton {
-                    return Err(Error::Unsupported(
-                        "the barrier contact model needs Newton's solver (its line search keeps \
-                         every step outside the colliders); use Solver::newton() or \
-                         ContactModel::Penalty"
-                            .into(),
-                    ));
-                }
-                if let Some((v, i)) =
-                    crate::contact::first_penetration(&model.colliders, &model.pinned, &model.rest)
-                {
-                    return Err(crate::contact::penetration_error(v, i, &model.rest, "the rest shape puts"));
-                }
                 model.contact =
                     crate::contact::ContactLaw::Barrier { distance: *distance, stiffness: *stiffness };
             }
-            (Some(other), _) => {
+            (Some(ContactModel::Projection), _) => {
+                if let Some(i) = model.colliders.iter().position(|c| c.friction > 0.0) {
+                    return Err(Error::Unsupported(format!(
+                        "collider {i} has friction; the projection contact model is frictionless so \
+                         far: use ContactModel::Barrier or ContactModel::Penalty for friction"
+                    )));
+                }
+                if matches!(self.integrator, Integrator::A1 | Integrator::ASearch { .. }) {
+                    // Their velocity correction assumes backward Euler's w = v_n - h M^-1 grad P(x),
+                    // which the colliders' constraint forces break (a projectile's energy jumped
+                    // between 1 and 290 J against a 200 J target).
+                    return Err(Error::Unsupported(
+                        "A-1 and A-search correct velocities by the potential's forces, which leave \
+                         out the projection's constraint forces; use ContactModel::Barrier with them"
+                            .into(),
+                    ));
+                }
+                model.contact = crate::contact::ContactLaw::Projection;
+            }
+        }
+        if let Some(floor) = model.contact.floor() {
+            let name = model.contact.name();
+            if self.integrator.explicit().is_some() {
                 return Err(Error::Unsupported(format!(
-                    "contact model {other:?} is not implemented yet; use ContactModel::Penalty \
-                     or ContactModel::Barrier"
+                    "the {name} contact model needs an implicit integrator (its solve keeps every \
+                     step outside the colliders); {:?} is explicit",
+                    self.integrator
                 )));
+            }
+            if self.solver.kind() != crate::solver::SolverKind::Newton {
+                return Err(Error::Unsupported(format!(
+                    "the {name} contact model needs Newton's solver (its line search keeps every step \
+                     outside the colliders); use Solver::newton() or ContactModel::Penalty"
+                )));
+            }
+            if let Some((v, i)) =
+                crate::contact::first_penetration(&model.colliders, &model.pinned, &model.rest, floor)
+            {
+                return Err(crate::contact::penetration_error(
+                    v,
+                    i,
+                    &model.rest,
+                    "the rest shape puts",
+                    name,
+                ));
             }
         }
         if let crate::solver::SolverKind::LocalGlobal { .. } = self.solver.kind() {
@@ -492,14 +512,14 @@ impl Simulation {
             )));
         };
         let moved = collider.translated(glam::DVec3::from(translation));
-        if self.model.contact.is_barrier() {
-            let pinned = &self.model.pinned;
-            let positions = &self.state.positions;
+        if let Some(floor) = self.model.contact.floor() {
+            let (pinned, positions) = (&self.model.pinned, &self.state.positions);
             if let Some((v, _)) =
-                crate::contact::first_penetration(std::slice::from_ref(&moved), pinned, positions)
+                crate::contact::first_penetration(std::slice::from_ref(&moved), pinned, positions, floor)
             {
                 let what = format!("moving collider {index} by {translation:?} would put");
-                return Err(crate::contact::penetration_error(v, index, positions, &what));
+                let name = self.model.contact.name();
+                return Err(crate::contact::penetration_error(v, index, positions, &what, name));
             }
         }
         self.colliders[index] = moved;
@@ -748,11 +768,12 @@ impl Simulation {
                 return Err(Error::State(format!("{name} of vertex {v} is not finite: {:?}", values[v])));
             }
         }
-        if self.model.contact.is_barrier() {
+        if let Some(floor) = self.model.contact.floor() {
             if let Some((v, i)) =
-                crate::contact::first_penetration(&self.colliders, &self.model.pinned, positions)
+                crate::contact::first_penetration(&self.colliders, &self.model.pinned, positions, floor)
             {
-                return Err(crate::contact::penetration_error(v, i, positions, "the positions put"));
+                let name = self.model.contact.name();
+                return Err(crate::contact::penetration_error(v, i, positions, "the positions put", name));
             }
         }
         // A state outside a material's domain (an inverted neo-Hookean element) has infinite

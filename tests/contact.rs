@@ -406,6 +406,9 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
         "the scene does not tunnel with penalty contact (back face at {back}), so it tests nothing"
     );
     let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None };
+    let (front, back) = projectile(ContactModel::Projection, Integrator::BackwardEuler);
+    println!("projection: the front face got to x = {front:.6} (slab at 0.475), back at {back:.3}");
+    assert!(front <= 0.475 + 1e-9, "the projection let a vertex reach x = {front}, into or through the slab");
     for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }, a_search] {
         let (front, back) = projectile(BARRIER, integrator.clone());
         println!(
@@ -415,6 +418,43 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
             front < 0.475,
             "{integrator:?}: the barrier let a vertex reach x = {front}, into or through the slab"
         );
+    }
+}
+
+/// With the projection model a cube dropped from 5 cm comes to rest exactly on the plane
+/// (every step converged, no vertex ever below it), at h = 1/60 and 1/30; pushed sideways at
+/// 2 m/s it slides on along the plane, frictionless, without sinking or stopping.
+#[test]
+fn with_projection_a_dropped_cube_rests_exactly_on_the_plane_and_slides_along_it() {
+    for dt in [1.0 / 60.0, H] {
+        let gap = 0.05;
+        let mut sim = cube_above(gap, 0.0, ContactModel::Projection, dt, Integrator::BackwardEuler);
+        let mut deepest: f64 = 0.0;
+        for _ in 0..(1.5 / dt).round() as usize {
+            let stats = sim.step().unwrap();
+            assert!(stats.converged, "h = {dt}: {stats:?}");
+            deepest = deepest.min(lowest(&sim) + gap);
+        }
+        let resting = lowest(&sim) + gap;
+        let speed = sim.velocities().iter().map(|v| v[1].abs()).fold(0.0, f64::max);
+        println!(
+            "h = {dt:.4}: deepest {deepest:.1e} m, resting {resting:.1e} m above the plane, {speed:.1e} m/s"
+        );
+        assert!(deepest > -1e-9, "h = {dt}: a vertex went {deepest:e} m into the plane");
+        assert!(resting < 1e-9, "h = {dt}: the cube rests {resting} m above the plane");
+        assert!(speed < 1e-2, "h = {dt}: not at rest, {speed} m/s");
+        let positions = sim.positions().to_vec();
+        sim.set_state(&positions, &vec![[2.0, 0.0, 0.0]; positions.len()]).unwrap();
+        let start = mean(sim.positions().iter().map(|p| p[0]));
+        for _ in 0..(1.0 / dt).round() as usize {
+            assert!(sim.step().unwrap().converged);
+            deepest = deepest.min(lowest(&sim) + gap);
+        }
+        let travelled = mean(sim.positions().iter().map(|p| p[0])) - start;
+        let speed = mean(sim.velocities().iter().map(|v| v[0]));
+        println!("h = {dt:.4}: slid {travelled:.3} m in 1 s, speed {speed:.3} m/s, deepest {deepest:.1e} m");
+        assert!(deepest > -1e-9, "h = {dt}: sliding, a vertex went {deepest:e} m into the plane");
+        assert!((speed - 2.0).abs() < 0.05 && (travelled - 2.0).abs() < 0.1, "h = {dt}: slid {travelled} m");
     }
 }
 
@@ -461,6 +501,21 @@ fn the_barrier_refuses_states_inside_colliders_and_what_it_cannot_run_on() {
     assert_eq!(sim.positions(), &before[..]);
     assert_eq!(sim.colliders()[0], Collider::plane([0.0, 1.0, 0.0], -0.01));
     sim.step().expect("the state is as it was");
+    let rubbing = Simulation::builder()
+        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.01).friction(0.5))
+        .contact_model(ContactModel::Projection)
+        .build();
+    let message = rubbing.err().expect("frictionless so far").to_string();
+    assert!(message.contains("frictionless"), "{message}");
+    let corrected = Simulation::builder()
+        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+        .integrator(Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None })
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
+        .contact_model(ContactModel::Projection)
+        .build();
+    let message = corrected.err().expect("no velocity correction under projection").to_string();
+    assert!(message.contains("Barrier"), "{message}");
     let explicit = Simulation::builder()
         .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
         .integrator(Integrator::SymplecticEuler)
@@ -479,13 +534,15 @@ fn the_barrier_refuses_states_inside_colliders_and_what_it_cannot_run_on() {
         let message = built.err().expect("only Newton").to_string();
         assert!(message.contains("Newton"), "{message}");
     }
-    let gpu = Simulation::builder()
-        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
-        .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
-        .contact_model(BARRIER)
-        .backend(lively::Backend::Gpu)
-        .build();
-    // Without any adapter the GPU backend is refused for that reason instead.
-    let message = gpu.err().expect("no barrier on the GPU").to_string();
-    assert!(message.contains("CPU backend") || message.contains("adapter"), "{message}");
+    for contact in [BARRIER, ContactModel::Projection] {
+        let gpu = Simulation::builder()
+            .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+            .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
+            .contact_model(contact)
+            .backend(lively::Backend::Gpu)
+            .build();
+        // Without any adapter the GPU backend is refused for that reason instead.
+        let message = gpu.err().expect("not on the GPU yet").to_string();
+        assert!(message.contains("CPU backend") || message.contains("adapter"), "{message}");
+    }
 }

@@ -76,7 +76,12 @@ pub enum ContactModel {
         /// Penalty stiffness (N/m).
         stiffness: f64,
     },
-    /// Projection onto the feasible set inside Newton (gradient projection).
+    /// Exact non-penetration as a constraint, with no contact energy (the optimization
+    /// integrator's projection, section 3.2, CPU and Newton only so far): every trial position
+    /// of a vertex stops where its straight path from the last iterate first meets a collider
+    /// (a curved line search, so nothing tunnels), and a vertex resting on a collider moves
+    /// only along it while the objective presses it in: the normal parts of its gradient and
+    /// of its Newton step are removed. Frictionless so far.
     Projection,
     /// IPC's log barrier, `-k (d - d^)^2 ln(d / d^)` for a vertex at distance `d < d^` from a
     /// collider: zero at the activation distance `d^` with its first two derivatives, infinite
@@ -99,6 +104,8 @@ pub(crate) enum ContactLaw {
     Penalty { stiffness: f64 },
     /// `-k (phi - d)^2 ln(phi / d)` for `0 < phi < d`, infinite at `phi <= 0`.
     Barrier { distance: f64, stiffness: f64 },
+    /// No energy: the positions are kept outside (see `ContactModel::Projection`).
+    Projection,
 }
 
 impl Default for ContactLaw {
@@ -112,7 +119,7 @@ impl ContactLaw {
     pub(crate) fn penalty_stiffness(&self) -> f64 {
         match *self {
             ContactLaw::Penalty { stiffness } => stiffness,
-            ContactLaw::Barrier { .. } => 0.0,
+            ContactLaw::Barrier { .. } | ContactLaw::Projection => 0.0,
         }
     }
 
@@ -120,11 +127,36 @@ impl ContactLaw {
         matches!(self, ContactLaw::Barrier { .. })
     }
 
-    /// Whether a vertex at `phi` feels the collider.
+    pub(crate) fn is_projection(&self) -> bool {
+        matches!(self, ContactLaw::Projection)
+    }
+
+    /// For the laws that keep vertices out of the colliders, the signed distance at or below
+    /// which a free vertex counts as inside: the barrier's surface, or just below the
+    /// projection's (which lets a vertex rest on it).
+    pub(crate) fn floor(&self) -> Option<f64> {
+        match self {
+            ContactLaw::Penalty { .. } => None,
+            ContactLaw::Barrier { .. } => Some(0.0),
+            ContactLaw::Projection => Some(-RESTING_GAP),
+        }
+    }
+
+    /// The contact model's name, for messages.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            ContactLaw::Penalty { .. } => "penalty",
+            ContactLaw::Barrier { .. } => "barrier",
+            ContactLaw::Projection => "projection",
+        }
+    }
+
+    /// Whether a vertex at `phi` feels the collider's energy.
     pub(crate) fn active(&self, phi: f64) -> bool {
         match *self {
             ContactLaw::Penalty { .. } => phi < 0.0,
             ContactLaw::Barrier { distance, .. } => phi < distance,
+            ContactLaw::Projection => false,
         }
     }
 
@@ -147,6 +179,7 @@ impl ContactLaw {
                     0.0
                 }
             }
+            ContactLaw::Projection => 0.0,
         }
     }
 
@@ -160,6 +193,7 @@ impl ContactLaw {
                 let second = -stiffness * (2.0 * log + 4.0 * gap / phi - gap * gap / (phi * phi));
                 (first, second)
             }
+            ContactLaw::Projection => (0.0, 0.0),
         }
     }
 
@@ -356,25 +390,65 @@ pub(crate) fn add_lagged_friction(
     }
 }
 
-/// The first free vertex on or inside a collider, as `(vertex, collider)`: a state the barrier
-/// cannot start from.
+/// The first free vertex at a signed distance at most `floor` from a collider (see
+/// [`ContactLaw::floor`]), as `(vertex, collider)`: a state the law cannot start from.
 pub(crate) fn first_penetration(
     colliders: &[Collider],
     pinned: &[bool],
     x: &[[f64; 3]],
+    floor: f64,
 ) -> Option<(usize, usize)> {
     x.iter().enumerate().filter(|&(v, _)| !pinned[v]).find_map(|(v, p)| {
-        colliders.iter().position(|c| c.distance(DVec3::from(*p)).phi <= 0.0).map(|i| (v, i))
+        colliders.iter().position(|c| c.distance(DVec3::from(*p)).phi <= floor).map(|i| (v, i))
     })
 }
 
-/// The error for a barrier state with vertex `v` on or inside collider `i`.
-pub(crate) fn penetration_error(v: usize, i: usize, x: &[[f64; 3]], what: &str) -> crate::Error {
+/// The error for a state with vertex `v` inside collider `i`, under contact law `name`.
+pub(crate) fn penetration_error(v: usize, i: usize, x: &[[f64; 3]], what: &str, name: &str) -> crate::Error {
     crate::Error::State(format!(
-        "{what} vertex {v} (at {:?}) on or inside collider {i}; the barrier contact model needs \
-         every free vertex outside the colliders",
+        "{what} vertex {v} (at {:?}) inside collider {i}; the {name} contact model needs every \
+         free vertex outside the colliders",
         x[v]
     ))
+}
+
+/// A vertex this close to a collider (m) rests on it, for the projection model.
+pub(crate) const RESTING_GAP: f64 = 1e-9;
+
+/// The projection model's trial positions, for each free vertex moving from `x` to `y`: a
+/// vertex resting on a collider slides along it (its move loses the part into the
+/// collider); the move then stops where its straight path first meets a collider, if it
+/// does, so nothing tunnels; and a point that rounding left just inside goes back out along
+/// the normal.
+pub(crate) fn stop_at_contact(colliders: &[Collider], pinned: &[bool], x: &[[f64; 3]], y: &mut [[f64; 3]]) {
+    for (v, (x, y)) in x.iter().zip(y.iter_mut()).enumerate() {
+        let from = DVec3::from(*x);
+        let mut d = DVec3::from(*y) - from;
+        if pinned[v] || d == DVec3::ZERO {
+            continue;
+        }
+        if let Some(n) = resting_normal(colliders, *x) {
+            d -= n * d.dot(n).min(0.0);
+        }
+        let t = colliders.iter().fold(1.0, |t: f64, c| t.min(path_bound(c, from, d, 1.0, t)));
+        let mut stop = from + d * t;
+        for collider in colliders {
+            let at = collider.distance(stop);
+            if at.phi < 0.0 {
+                stop -= at.normal * at.phi;
+            }
+        }
+        *y = stop.to_array();
+    }
+}
+
+/// The outward normal of the collider vertex `x` rests on, if it rests on one.
+pub(crate) fn resting_normal(colliders: &[Collider], x: [f64; 3]) -> Option<DVec3> {
+    colliders
+        .iter()
+        .map(|c| c.distance(DVec3::from(x)))
+        .find(|d| d.phi <= RESTING_GAP)
+        .map(|d| d.normal.normalize())
 }
 
 /// The part of a gap a Newton step may close: a barrier step leaves every vertex at least a
@@ -420,33 +494,35 @@ pub(crate) fn step_bound(
 /// function, so every iterate stays short of the first crossing and they converge to it (a
 /// slope that turns upward first means no crossing). A sampled grid may be any shape: there
 /// the bound advances conservatively, by `(phi - keep) / (L |d|)` at a time, which no
-/// surface can be nearer than.
+/// surface can be nearer than. A vertex resting on a surface (`closable` 1, `phi <= 0`) may
+/// move along it or away, not in.
 fn path_bound(collider: &Collider, x: DVec3, d: DVec3, closable: f64, limit: f64) -> f64 {
     let phi = collider.distance(x).phi;
-    if phi <= 0.0 {
+    if phi <= 0.0 && closable < 1.0 {
         return 0.0;
     }
-    let keep = (1.0 - closable) * phi;
+    let keep = (1.0 - closable) * phi.max(0.0);
     let sampled = matches!(collider.shape, Shape::Sdf { .. });
     let length = d.length();
+    // Slopes this small are a tangent's round-off.
+    let level = -1e-9 * length;
     let mut t: f64 = 0.0;
     for _ in 0..BOUND_ROUNDS {
         let here = collider.distance(x + d * t);
+        let slope = here.normal.dot(d);
         let gap = here.phi - keep;
+        if gap <= 0.0 {
+            return if t == 0.0 && slope >= level { limit } else { t };
+        }
         let advance = if sampled {
             gap / (SDF_LIPSCHITZ * length)
+        } else if slope >= level {
+            return limit;
         } else {
-            let slope = here.normal.dot(d);
-            if slope >= 0.0 {
-                return limit;
-            }
             gap / -slope
         };
         if t + advance >= limit {
             return limit;
-        }
-        if !(advance > 0.0) {
-            break;
         }
         t += advance;
     }
@@ -534,8 +610,53 @@ mod tests {
             }
         }
         assert!(bounded > 200, "only {bounded} paths were bounded: the test would not see a crossing");
-        // A pinned vertex is never bounded; one on a surface allows no step.
+        // A pinned vertex is never bounded. One resting on the plane may leave it (up to the
+        // sphere above) or slide along it, not go in; a barrier allows it no step at all.
         assert_eq!(step_bound(&colliders, &[true], &[[0.0, -1.0, 0.0]], &[[0.0, -1.0, 0.0]], 1.0), 1.0);
-        assert_eq!(step_bound(&colliders, &[false], &[[0.0, 0.0, 0.0]], &[[0.0, 1.0, 0.0]], 1.0), 0.0);
+        let resting = [[0.5, 0.0, 0.0]];
+        assert!(
+            (step_bound(&colliders, &[false], &[[0.0, 0.0, 0.0]], &[[0.0, 1.0, 0.0]], 1.0) - 0.3).abs()
+                < 1e-12
+        );
+        assert_eq!(step_bound(&colliders, &[false], &resting, &[[0.0, 0.0, 0.3]], 1.0), 1.0);
+        assert_eq!(step_bound(&colliders, &[false], &resting, &[[0.0, -0.1, 0.3]], 1.0), 0.0);
+        assert_eq!(step_bound(&colliders, &[false], &resting, &[[0.0, 0.0, 0.3]], CLOSABLE), 0.0);
+    }
+
+    /// The projection's trial positions: never inside a collider, never through one (a 5 cm
+    /// slab crossed in one move stops at its near face), and a vertex resting on a surface
+    /// keeps the part of its move along it.
+    #[test]
+    fn trial_positions_stop_at_contact_and_slide_along_it() {
+        let colliders = [
+            Collider::plane([0.0, 1.0, 0.0], 0.0),
+            Collider::sphere([0.0, 0.5, 0.0], 0.2),
+            Collider::cuboid([0.5, 0.5, 0.0], [0.025, 0.4, 0.4]),
+        ];
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for _ in 0..2000 {
+            let x = [rng.random_range(-0.6..0.6), rng.random_range(0.0..1.0), rng.random_range(-0.4..0.4)];
+            if colliders.iter().any(|c| c.distance(DVec3::from(x)).phi < 0.0) {
+                continue;
+            }
+            let mut y = [std::array::from_fn(|c| x[c] + rng.random_range(-1.0..1.0))];
+            stop_at_contact(&colliders, &[false], &[x], &mut y);
+            for c in &colliders {
+                let phi = c.distance(DVec3::from(y[0])).phi;
+                assert!(phi >= -1e-12, "{c:?}: {x:?} moved to {:?}, {phi} inside", y[0]);
+            }
+            // Never across the slab: a path that stays within its height and depth (both ends
+            // do, and the slab's cross-section is convex) ends on the side it started.
+            let across = |p: [f64; 3]| (p[1] - 0.5).abs() < 0.4 && p[2].abs() < 0.4;
+            if across(x) && across(y[0]) {
+                assert_eq!(x[0] < 0.5, y[0][0] < 0.5, "{x:?} went through the slab to {:?}", y[0]);
+            }
+        }
+        let mut y = [[0.3, -0.2, 0.1]];
+        stop_at_contact(&colliders, &[false], &[[0.0, 0.0, 0.0]], &mut y);
+        assert_eq!(y, [[0.3, 0.0, 0.1]], "a resting vertex slides");
+        let mut y = [[0.8, 0.5, 0.0]];
+        stop_at_contact(&colliders, &[false], &[[0.2, 0.5, 0.0]], &mut y);
+        assert!((y[0][0] - 0.475).abs() < 1e-12 && y[0][1] == 0.5, "stopped at the slab's face: {y:?}");
     }
 }

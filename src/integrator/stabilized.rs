@@ -82,9 +82,9 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
         ((midpoint.x, midpoint.v), (backward.x, backward.v), 1.0)
     } else {
         let forward = forward_euler::step(&stepper.input);
-        // Under the barrier, blends toward forward Euler, which no solve kept outside the
-        // colliders, could end in or beyond one: midpoint's solve is kept instead.
-        if stepper.model.contact.is_barrier()
+        // Under the barrier or projection, blends toward forward Euler, which no solve kept
+        // outside the colliders, could end in or beyond one: midpoint's solve is kept instead.
+        if stepper.model.contact.floor().is_some()
             || candidates(stepper, std::slice::from_ref(&forward), target)[0].error < 0.0
         {
             // Not even forward Euler reaches the target. Its step taken whole would be an

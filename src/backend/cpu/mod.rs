@@ -72,6 +72,9 @@ pub struct CpuBackend {
     /// step whose element pass, done for that, the buffers hold.
     expected: Option<Option<Projection>>,
     ahead: Option<(f64, Option<Projection>)>,
+    /// Under the projection model, the outward normal of the collider each vertex rests on
+    /// and is pressed against at the iterate (empty otherwise).
+    pressed: Vec<Option<glam::DVec3>>,
     /// `pcg`'s residual is that of `direction`'s solve (not scaled or replaced since).
     direction_residual: bool,
     /// The iterate is the last one plus the whole `direction`, with `direction_residual`:
@@ -119,6 +122,7 @@ impl CpuBackend {
             rotations: element::Rotations::default(),
             state_rotations: element::Rotations::default(),
             evaluated: None,
+            pressed: Vec::new(),
             direction_residual: false,
             full_step: false,
             expected: None,
@@ -216,6 +220,15 @@ impl CpuBackend {
         )
     }
 
+    /// `x + alpha d` into `out`, each vertex stopped where its path first meets a collider
+    /// under the projection model (its curved line search).
+    fn trial(&self, alpha: f64, out: &mut [[f64; 3]]) {
+        vector::offset(&self.x, alpha, &self.direction, out);
+        if self.model.contact.is_projection() {
+            crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.x, out);
+        }
+    }
+
     fn objective_at(&self, x: &[[f64; 3]]) -> f64 {
         element::energy(&self.model, x, &self.start, &self.nodes, Some(&self.rotations))
             + self.vertex_objective(x)
@@ -294,6 +307,9 @@ impl CpuBackend {
             }
             squared = vector::dot(&gradient, &gradient);
         }
+        if self.model.contact.is_projection() {
+            squared = self.press_against_colliders(&mut gradient);
+        }
         // g(x + d) = g + H d + e = -r + e: the model error e is g(x + d) + r.
         let model_error = self.full_step.then(|| {
             let r = self.pcg.residual();
@@ -310,6 +326,29 @@ impl CpuBackend {
         }
     }
 
+    /// The projection model's active set: a vertex resting on a collider whose gradient
+    /// presses it in (`g . n > 0`) loses the gradient's normal part, which the collider
+    /// balances; one the objective pulls away is free to leave. Returns the new `|g|^2`.
+    fn press_against_colliders(&mut self, gradient: &mut [[f64; 3]]) -> f64 {
+        let (colliders, pinned) = (&self.colliders, &self.model.pinned);
+        self.pressed = self
+            .x
+            .iter()
+            .zip(gradient.iter_mut())
+            .enumerate()
+            .map(|(v, (x, g))| {
+                let n = crate::contact::resting_normal(colliders, *x).filter(|_| !pinned[v])?;
+                let gv = glam::DVec3::from(*g);
+                let pressing = gv.dot(n);
+                (pressing > 0.0).then(|| {
+                    *g = (gv - n * pressing).to_array();
+                    n
+                })
+            })
+            .collect();
+        vector::dot(gradient, gradient)
+    }
+
     /// The system matrix from the element blocks in hand, the vertex blocks and the lagged
     /// damping.
     fn assemble_system(&mut self) {
@@ -322,6 +361,60 @@ impl CpuBackend {
             extra,
             &mut self.blocks,
         );
+        if self.model.contact.is_projection() && self.pressed.iter().any(Option::is_some) {
+            self.constrain_pressed();
+        }
+    }
+
+    /// Removes the normal part of the direction at pressed vertices: the constrained system
+    /// has none, but a preconditioner (the factored local/global matrix) lets some in.
+    fn keep_pressed_on_colliders(&mut self) {
+        if !self.model.contact.is_projection() {
+            return;
+        }
+        for (d, n) in self.direction.iter_mut().zip(&self.pressed) {
+            if let Some(n) = n {
+                let dv = glam::DVec3::from(*d);
+                *d = (dv - *n * dv.dot(*n)).to_array();
+                self.direction_residual = false;
+            }
+        }
+    }
+
+    /// Restricts the system to steps that keep pressed vertices on their colliders: every
+    /// block `B_ij` becomes `P_i B_ij P_j`, `P = I - n n^T` at a pressed vertex (`I`
+    /// elsewhere), and a pressed vertex's diagonal block gets `c n n^T`, `c` its mean diagonal
+    /// entry, so that the matrix stays definite and the step's normal part is zero (the
+    /// right-hand side has none).
+    fn constrain_pressed(&mut self) {
+        use glam::DMat3;
+        let projector =
+            |v: usize| self.pressed[v].map(|n| DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z));
+        let topology = &self.topology;
+        for row in 0..self.x.len() {
+            let p_row = projector(row);
+            for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
+                let column = topology.columns[index] as usize;
+                let p_column = projector(column);
+                if p_row.is_none() && p_column.is_none() {
+                    continue;
+                }
+                // Blocks are stored row-major: the transpose of glam's column-major layout.
+                let mut b = DMat3::from_cols_array(&self.blocks[index]).transpose();
+                if let Some(p) = p_row {
+                    b = p * b;
+                }
+                if let Some(p) = p_column {
+                    b *= p;
+                }
+                if column == row {
+                    let n = self.pressed[row].expect("a projector");
+                    let c = (b.x_axis.x + b.y_axis.y + b.z_axis.z) / 2.0;
+                    b += DMat3::from_cols(n * n.x, n * n.y, n * n.z) * c.max(f64::MIN_POSITIVE);
+                }
+                self.blocks[index] = b.transpose().to_cols_array();
+            }
+        }
     }
 
     fn report(&self, iterations: usize, negative_curvature: bool) -> DirectionReport {
@@ -399,6 +492,11 @@ impl Stages for CpuBackend {
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
         self.x.copy_from_slice(x);
+        // Under the projection model an iterate (an initial guess) is where each vertex's path
+        // from the step's start first meets a collider, if it does.
+        if self.model.contact.is_projection() {
+            crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.start, &mut self.x);
+        }
         self.evaluated = None;
         self.full_step = false;
     }
@@ -516,6 +614,7 @@ impl Stages for CpuBackend {
                     max_iterations,
                 );
                 self.direction_residual = !outcome.negative_curvature;
+                self.keep_pressed_on_colliders();
                 self.report(outcome.iterations, outcome.negative_curvature)
             }
             LinearSolver::Cholesky => {
@@ -528,7 +627,10 @@ impl Stages for CpuBackend {
                     .as_mut()
                     .and_then(|c| c.solve(&self.blocks, &self.scratch, &mut self.direction));
                 match solved {
-                    Some(outcome) => self.report(1, outcome.indefinite),
+                    Some(outcome) => {
+                        self.keep_pressed_on_colliders();
+                        self.report(1, outcome.indefinite)
+                    }
                     // Not even a shifted factorization worked: fall back to steepest descent.
                     None => self.use_negative_gradient(),
                 }
@@ -696,7 +798,7 @@ impl Stages for CpuBackend {
         let values = alphas
             .iter()
             .map(|&alpha| {
-                vector::offset(&self.x, alpha, &self.direction, &mut candidate);
+                self.trial(alpha, &mut candidate);
                 // The first candidate (the full step, which Newton usually takes) gets the
                 // element pass the next linearization needs, energies included.
                 match self.expected.take() {
@@ -723,7 +825,14 @@ impl Stages for CpuBackend {
     }
 
     fn advance(&mut self, alpha: f64) {
-        vector::axpy(alpha, &self.direction, &mut self.x);
+        if self.model.contact.is_projection() {
+            let mut next = std::mem::take(&mut self.scratch);
+            self.trial(alpha, &mut next);
+            std::mem::swap(&mut self.x, &mut next);
+            self.scratch = next;
+        } else {
+            vector::axpy(alpha, &self.direction, &mut self.x);
+        }
         self.full_step = self.direction_residual && alpha == 1.0;
         self.evaluated = match self.ahead.take() {
             Some((evaluated, hessian)) if evaluated == alpha => Some(hessian),

@@ -147,12 +147,12 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        if model.contact.is_barrier() {
-            return Err(crate::Error::Unsupported(
-                "the barrier contact model runs on the CPU backend only so far; use Backend::Cpu \
-                 (Backend::Auto chooses it) or ContactModel::Penalty"
-                    .into(),
-            ));
+        if model.contact.floor().is_some() {
+            return Err(crate::Error::Unsupported(format!(
+                "the {} contact model runs on the CPU backend only so far; use Backend::Cpu \
+                 (Backend::Auto chooses it) or ContactModel::Penalty",
+                model.contact.name()
+            )));
         }
         let projective = projective::check(&model).is_ok();
         let (stages, buffers, recording, groups) = context.guarded(|| {

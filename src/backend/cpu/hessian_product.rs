@@ -49,6 +49,34 @@ fn curvature_term(p: [f64; 3], out: [f64; 3]) -> f64 {
     p[0] * out[0] + p[1] * out[1] + p[2] * out[2]
 }
 
+/// The rows loop both forms share: `add` accumulates one block's products into the row's
+/// accumulator, `total` turns it into the row's three entries.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn rows_by<A: Copy>(
+    topology: &Topology,
+    blocks: &[[f64; 9]],
+    v: &[[f64; 3]],
+    first: usize,
+    out: &mut [[f64; 3]],
+    zero: A,
+    add: impl Fn(A, &[f64; 9], &[f64; 3]) -> A,
+    total: impl Fn(A) -> [f64; 3],
+) -> f64 {
+    let mut curvature = 0.0;
+    for (k, o) in out.iter_mut().enumerate() {
+        let row = first + k;
+        let range = topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize;
+        let mut accumulator = zero;
+        for (b, &column) in blocks[range.clone()].iter().zip(&topology.columns[range]) {
+            accumulator = add(accumulator, b, &v[column as usize]);
+        }
+        *o = total(accumulator);
+        curvature += curvature_term(v[row], *o);
+    }
+    curvature
+}
+
 fn rows_portable(
     topology: &Topology,
     blocks: &[[f64; 9]],
@@ -56,24 +84,16 @@ fn rows_portable(
     first: usize,
     out: &mut [[f64; 3]],
 ) -> f64 {
-    let mut curvature = 0.0;
-    for (k, o) in out.iter_mut().enumerate() {
-        let row = first + k;
-        let (mut low, mut high, mut last) = ([0.0; 4], [0.0; 4], 0.0);
-        for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
-            let b = &blocks[index];
-            let x = &v[topology.columns[index] as usize];
-            let (x_low, x_high) = ([x[0], x[1], x[2], x[0]], [x[1], x[2], x[0], x[1]]);
-            for k in 0..4 {
-                low[k] += b[k] * x_low[k];
-                high[k] += b[4 + k] * x_high[k];
-            }
-            last += b[8] * x[2];
+    let add = |(mut low, mut high, last): ([f64; 4], [f64; 4], f64), b: &[f64; 9], x: &[f64; 3]| {
+        let (x_low, x_high) = ([x[0], x[1], x[2], x[0]], [x[1], x[2], x[0], x[1]]);
+        for k in 0..4 {
+            low[k] += b[k] * x_low[k];
+            high[k] += b[4 + k] * x_high[k];
         }
-        *o = finish(low, high, last);
-        curvature += curvature_term(v[row], *o);
-    }
-    curvature
+        (low, high, last + b[8] * x[2])
+    };
+    let total = |(low, high, last)| finish(low, high, last);
+    rows_by(topology, blocks, v, first, out, ([0.0; 4], [0.0; 4], 0.0), add, total)
 }
 
 /// [`rows_portable`] in AVX2 registers.
@@ -87,35 +107,30 @@ fn rows_avx2(
     out: &mut [[f64; 3]],
 ) -> f64 {
     use std::arch::x86_64::*;
-    let mut curvature = 0.0;
-    for (k, o) in out.iter_mut().enumerate() {
-        let row = first + k;
-        let range = topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize;
-        let (mut low, mut high, mut last) = (_mm256_setzero_pd(), _mm256_setzero_pd(), 0.0);
-        for (b, &column) in blocks[range.clone()].iter().zip(&topology.columns[range]) {
-            let x = &v[column as usize];
-            // SAFETY: a vertex is three f64, of which the first two are read.
-            let pairs = unsafe { _mm256_broadcast_pd(&*(x.as_ptr() as *const __m128d)) };
-            let x012 = _mm256_blend_pd::<0b0100>(pairs, _mm256_broadcast_sd(&x[2]));
-            let x_low = _mm256_permute4x64_pd::<0b00_10_01_00>(x012);
-            let x_high = _mm256_permute4x64_pd::<0b01_00_10_01>(x012);
-            // SAFETY: a block is nine f64, read as four, four and one.
-            let (b_low, b_high) =
-                unsafe { (_mm256_loadu_pd(b.as_ptr()), _mm256_loadu_pd(b.as_ptr().add(4))) };
-            low = _mm256_add_pd(low, _mm256_mul_pd(b_low, x_low));
-            high = _mm256_add_pd(high, _mm256_mul_pd(b_high, x_high));
-            last += b[8] * x[2];
-        }
+    let add = |(low, high, last): (__m256d, __m256d, f64), b: &[f64; 9], x: &[f64; 3]| {
+        // SAFETY: a vertex is three f64, of which the first two are read; a block is nine,
+        // read as four and four (and one).
+        let (pairs, b_low, b_high) = unsafe {
+            let pairs = _mm256_broadcast_pd(&*(x.as_ptr() as *const __m128d));
+            (pairs, _mm256_loadu_pd(b.as_ptr()), _mm256_loadu_pd(b.as_ptr().add(4)))
+        };
+        let x012 = _mm256_blend_pd::<0b0100>(pairs, _mm256_broadcast_sd(&x[2]));
+        let x_low = _mm256_permute4x64_pd::<0b00_10_01_00>(x012);
+        let x_high = _mm256_permute4x64_pd::<0b01_00_10_01>(x012);
+        let low = _mm256_add_pd(low, _mm256_mul_pd(b_low, x_low));
+        let high = _mm256_add_pd(high, _mm256_mul_pd(b_high, x_high));
+        (low, high, last + b[8] * x[2])
+    };
+    let total = |(low, high, last): (__m256d, __m256d, f64)| {
         let (mut low_lanes, mut high_lanes) = ([0.0; 4], [0.0; 4]);
         // SAFETY: four f64 each.
         unsafe {
             _mm256_storeu_pd(low_lanes.as_mut_ptr(), low);
             _mm256_storeu_pd(high_lanes.as_mut_ptr(), high);
         }
-        *o = finish(low_lanes, high_lanes, last);
-        curvature += curvature_term(v[row], *o);
-    }
-    curvature
+        finish(low_lanes, high_lanes, last)
+    };
+    rows_by(topology, blocks, v, first, out, (_mm256_setzero_pd(), _mm256_setzero_pd(), 0.0), add, total)
 }
 
 #[cfg(test)]

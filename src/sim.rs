@@ -768,13 +768,12 @@ impl Simulation {
                 return Err(Error::State(format!("{name} of vertex {v} is not finite: {:?}", values[v])));
             }
         }
-        if let Some(floor) = self.model.contact.floor() {
-            if let Some((v, i)) =
+        if let Some(floor) = self.model.contact.floor()
+            && let Some((v, i)) =
                 crate::contact::first_penetration(&self.colliders, &self.model.pinned, positions, floor)
-            {
-                let name = self.model.contact.name();
-                return Err(crate::contact::penetration_error(v, i, positions, "the positions put", name));
-            }
+        {
+            let name = self.model.contact.name();
+            return Err(crate::contact::penetration_error(v, i, positions, "the positions put", name));
         }
         // A state outside a material's domain (an inverted neo-Hookean element) has infinite
         // energy: no step can start from it.

@@ -366,7 +366,7 @@ pub(crate) fn add_lagged_friction(
         for (j, collider) in contacts.colliders.iter().enumerate().filter(|(_, c)| c.friction > 0.0) {
             let d = collider.distance(DVec3::from(x[i]));
             let lambda = contacts.law.normal_force(d.phi);
-            if !(lambda > 0.0) {
+            if lambda <= 0.0 || lambda.is_nan() {
                 continue;
             }
             let motion = collider_motion.get(j).map_or(DVec3::ZERO, |m| DVec3::from(*m));

@@ -58,7 +58,6 @@
 //! normal = [0, 1, 0]
 //! offset = 0.0
 //! friction = 0.3
-//! ```
 //!
 //! [[handle]]             # the vertex nearest `near` (rest), pulled by a spring of
 //! near = [0, 1, 0]       # `stiffness` N/m toward its rest place plus
@@ -66,6 +65,7 @@
 //! amplitude = [0, 0, 0.2]
 //! frequency = 1.0
 //! until = 2.0
+//! ```
 //!
 //! Colliders push back by `contact = "penalty"` (the default, `contact_stiffness` N/m,
 //! default 1e5), `"barrier"` (`ContactModel::Barrier`: `barrier_distance` m, default 1e-3, and

@@ -137,7 +137,7 @@ pub struct DirectionRequest<'a> {
     /// a backend may evaluate it first and the Hessian only if it is not.
     pub likely_converged: bool,
     /// `|grad G|` at the last iterate, when the iterate is its full Newton step: with the
-    /// linearization's model error it predicts convergence (see [`solve_tolerance`]).
+    /// linearization's model error it predicts convergence (see `solve_tolerance`).
     pub previous_gradient_norm: Option<f64>,
 }
 
@@ -374,7 +374,7 @@ pub trait Stages: Send {
     }
     /// Local/global (projective dynamics) iterations from the iterate: each evaluates the
     /// projections and `grad G`, then takes the global step `x -= A^-1 grad G` with the fixed
-    /// matrix of [`projective`]. A GPU records every iteration into one submission.
+    /// matrix of `projective`. A GPU records every iteration into one submission.
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport;
     /// Mixed FEM (mixed-fem-sqp.md): readies the tets' stretches for a solve of this step's
     /// objective, which has one quadrature node. They are kept where the last solve left

@@ -103,7 +103,10 @@ pub struct LaggedDamping {
 
 impl LaggedDamping {
     /// The damping of a step of `dt` from the state `(x, v)`, the colliders moving by
-    /// `collider_motion` (one translation per collider; empty for static ones) over it.
+    /// `collider_motion` (one translation per collider; empty for static ones) over it;
+    /// `pressing` holds the projection contact model's normal forces at `x` (see
+    /// `Stages::pressing_forces`).
+    #[allow(clippy::too_many_arguments)]
     pub fn at_step_start(
         model: &Model,
         colliders: &[crate::contact::Collider],
@@ -112,6 +115,7 @@ impl LaggedDamping {
         x: &[[f64; 3]],
         v: &[[f64; 3]],
         dt: f64,
+        pressing: &[f64],
     ) -> Self {
         let ether: f64 = damping
             .iter()
@@ -126,7 +130,7 @@ impl LaggedDamping {
         if ether > 0.0 || colliders.iter().any(|c| c.friction > 0.0) {
             vertex = vec![[0.0; 9]; model.vertex_count()];
             add_ether(ether, dt, &mut vertex);
-            let contact = crate::contact::Contacts { colliders, law: model.contact };
+            let contact = crate::contact::Contacts { colliders, law: model.contact, pressing };
             let moving = collider_motion.iter().any(|m| m.iter().any(|&c| c != 0.0));
             if moving {
                 vertex_linear = vec![[0.0; 4]; model.vertex_count()];

@@ -328,12 +328,6 @@ impl SimulationBuilder {
                     crate::contact::ContactLaw::Barrier { distance: *distance, stiffness: *stiffness };
             }
             (Some(ContactModel::Projection), _) => {
-                if let Some(i) = model.colliders.iter().position(|c| c.friction > 0.0) {
-                    return Err(Error::Unsupported(format!(
-                        "collider {i} has friction; the projection contact model is frictionless so \
-                         far: use ContactModel::Barrier or ContactModel::Penalty for friction"
-                    )));
-                }
                 if matches!(self.integrator, Integrator::A1 | Integrator::ASearch { .. }) {
                     // Their velocity correction assumes backward Euler's w = v_n - h M^-1 grad P(x),
                     // which the colliders' constraint forces break (a projectile's energy jumped
@@ -546,6 +540,7 @@ impl Simulation {
         self.stages.potential_gradient(&self.state.positions, &mut gradient);
         let acceleration: Vec<[f64; 3]> =
             gradient.iter().zip(&self.model.masses).map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m]).collect();
+        let pressing = self.stages.pressing_forces();
         let damping = LaggedDamping::at_step_start(
             &self.model,
             &self.colliders,
@@ -554,6 +549,7 @@ impl Simulation {
             &self.state.positions,
             &self.state.velocities,
             h,
+            &pressing,
         );
         let device_before = self.stages.device_counts();
         let previous = self.state.previous.as_ref().map(|(x, v)| (x.as_slice(), v.as_slice()));

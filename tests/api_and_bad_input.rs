@@ -28,14 +28,14 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
         .gravity([0.0, -9.81, 0.0])
         .integrator(Integrator::Avf)
         .solver(Solver::newton().tolerance(1e-8).max_iterations(50))
-        .backend(Backend::Cpu)
+        .backend(Backend::Gpu)
         .pin(|p| p[0] < 1e-9)
         .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.3))
         .contact_model(ContactModel::Projection)
         .build();
     assert!(
-        matches!(result, Err(Error::Unsupported(_))),
-        "the projection contact model has no friction yet and must say so"
+        matches!(result, Err(Error::Unsupported(_) | Error::NoGpu(_))),
+        "the projection contact model has no GPU twin yet and must say so"
     );
 
     let mut sim = Simulation::builder()

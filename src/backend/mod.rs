@@ -393,6 +393,12 @@ pub trait Stages: Send {
     fn use_negative_gradient(&mut self) -> DirectionReport;
     /// Multiplies the direction by `factor`.
     fn scale_direction(&mut self, factor: f64);
+    /// Under the projection contact model, the normal force (N) on each vertex that the last
+    /// solve's iterate pressed against a collider, zero elsewhere: what friction at the next
+    /// step's start needs. Empty otherwise.
+    fn pressing_forces(&self) -> Vec<f64> {
+        Vec::new()
+    }
     /// Where the contact model forbids crossing a collider (the barrier): the largest
     /// fraction of the direction whose straight path keeps every free vertex clear of the
     /// colliders (`contact::step_bound`). `None` where any step is allowed.

@@ -81,7 +81,8 @@ pub enum ContactModel {
     /// of a vertex stops where its straight path from the last iterate first meets a collider
     /// (a curved line search, so nothing tunnels), and a vertex resting on a collider moves
     /// only along it while the objective presses it in: the normal parts of its gradient and
-    /// of its Newton step are removed. Frictionless so far.
+    /// of its Newton step are removed, and the part removed is the normal force that lagged
+    /// friction uses at the next step.
     Projection,
     /// IPC's log barrier, `-k (d - d^)^2 ln(d / d^)` for a vertex at distance `d < d^` from a
     /// collider: zero at the activation distance `d^` with its first two derivatives, infinite
@@ -331,10 +332,13 @@ impl Collider {
 }
 
 /// The colliders and the contact law a contact evaluation needs: plain data the model holds,
-/// handed over without the model.
+/// handed over without the model; under the projection model, which has no contact energy to
+/// differentiate, the normal force (N) on each vertex its last solve pressed against a
+/// collider (empty otherwise).
 pub(crate) struct Contacts<'a> {
     pub colliders: &'a [Collider],
     pub law: ContactLaw,
+    pub pressing: &'a [f64],
 }
 
 /// Below this tangential speed (m/s) lagged friction acts as a stiff viscous stick.
@@ -365,7 +369,11 @@ pub(crate) fn add_lagged_friction(
         }
         for (j, collider) in contacts.colliders.iter().enumerate().filter(|(_, c)| c.friction > 0.0) {
             let d = collider.distance(DVec3::from(x[i]));
-            let lambda = contacts.law.normal_force(d.phi);
+            let lambda = if contacts.law.is_projection() {
+                if d.phi <= RESTING_GAP { contacts.pressing.get(i).copied().unwrap_or(0.0) } else { 0.0 }
+            } else {
+                contacts.law.normal_force(d.phi)
+            };
             if lambda <= 0.0 || lambda.is_nan() {
                 continue;
             }

@@ -73,8 +73,10 @@ pub struct CpuBackend {
     expected: Option<Option<Projection>>,
     ahead: Option<(f64, Option<Projection>)>,
     /// Under the projection model, the outward normal of the collider each vertex rests on
-    /// and is pressed against at the iterate (empty otherwise).
+    /// and is pressed against at the iterate, and the normal force pressing it (empty
+    /// otherwise).
     pressed: Vec<Option<glam::DVec3>>,
+    pressing: Vec<f64>,
     /// `pcg`'s residual is that of `direction`'s solve (not scaled or replaced since).
     direction_residual: bool,
     /// The iterate is the last one plus the whole `direction`, with `direction_residual`:
@@ -123,6 +125,7 @@ impl CpuBackend {
             state_rotations: element::Rotations::default(),
             evaluated: None,
             pressed: Vec::new(),
+            pressing: Vec::new(),
             direction_residual: false,
             full_step: false,
             expected: None,
@@ -331,19 +334,18 @@ impl CpuBackend {
     /// balances; one the objective pulls away is free to leave. Returns the new `|g|^2`.
     fn press_against_colliders(&mut self, gradient: &mut [[f64; 3]]) -> f64 {
         let (colliders, pinned) = (&self.colliders, &self.model.pinned);
+        self.pressing.clear();
         self.pressed = self
             .x
             .iter()
             .zip(gradient.iter_mut())
             .enumerate()
             .map(|(v, (x, g))| {
-                let n = crate::contact::resting_normal(colliders, *x).filter(|_| !pinned[v])?;
+                let n = crate::contact::resting_normal(colliders, *x).filter(|_| !pinned[v]);
                 let gv = glam::DVec3::from(*g);
-                let pressing = gv.dot(n);
-                (pressing > 0.0).then(|| {
-                    *g = (gv - n * pressing).to_array();
-                    n
-                })
+                let pressing = n.map_or(0.0, |n| gv.dot(n).max(0.0));
+                self.pressing.push(pressing);
+                n.filter(|_| pressing > 0.0).inspect(|&n| *g = (gv - n * pressing).to_array())
             })
             .collect();
         vector::dot(gradient, gradient)
@@ -742,6 +744,10 @@ impl Stages for CpuBackend {
             *d = [-g[0], -g[1], -g[2]];
         }
         self.report(0, false)
+    }
+
+    fn pressing_forces(&self) -> Vec<f64> {
+        self.pressing.clone()
     }
 
     fn step_bound(&mut self) -> Option<f64> {

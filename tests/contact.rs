@@ -370,11 +370,12 @@ fn with_the_barrier_a_dropped_cube_never_touches_the_plane() {
 /// A 0.1 m cube at 20 m/s toward a 5 cm slab, at h = 1/30 s (0.67 m a step). With penalty
 /// contact the first step's prediction lands beyond the slab, where nothing resists, and the
 /// cube passes through; with the barrier every step's path is checked, and it stops in front,
-/// under backward Euler, the stabilized blend and A-search alike.
+/// under backward Euler, the stabilized blend and A-search alike, and with a real-time budget
+/// (2 Newton x 40 CG iterations) too.
 #[test]
-fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
+fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the_projection() {
     let slab = Collider::cuboid([0.5, 0.0, 0.0], [0.025, 1.0, 1.0]);
-    let projectile = |contact: ContactModel, integrator: Integrator| {
+    let projectile = |contact: ContactModel, integrator: Integrator, solver: Solver| {
         let mut sim = Simulation::builder()
             .tet_body(
                 TetMesh::bar([2, 2, 2], [0.1, 0.1, 0.1]),
@@ -384,7 +385,7 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
             .gravity([0.0; 3])
             .dt(H)
             .integrator(integrator)
-            .solver(Solver::newton())
+            .solver(solver)
             .collider(slab.clone())
             .contact_model(contact)
             .build()
@@ -399,18 +400,22 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
         let back = sim.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
         (front, back)
     };
-    let (_, back) = projectile(ContactModel::Penalty { stiffness: STIFFNESS }, Integrator::BackwardEuler);
+    let (_, back) = projectile(
+        ContactModel::Penalty { stiffness: STIFFNESS },
+        Integrator::BackwardEuler,
+        Solver::newton(),
+    );
     println!("penalty: the cube's back face ends at x = {back:.3}");
     assert!(
         back > 0.525,
         "the scene does not tunnel with penalty contact (back face at {back}), so it tests nothing"
     );
     let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None };
-    let (front, back) = projectile(ContactModel::Projection, Integrator::BackwardEuler);
+    let (front, back) = projectile(ContactModel::Projection, Integrator::BackwardEuler, Solver::newton());
     println!("projection: the front face got to x = {front:.6} (slab at 0.475), back at {back:.3}");
     assert!(front <= 0.475 + 1e-9, "the projection let a vertex reach x = {front}, into or through the slab");
     for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }, a_search] {
-        let (front, back) = projectile(BARRIER, integrator.clone());
+        let (front, back) = projectile(BARRIER, integrator.clone(), Solver::newton());
         println!(
             "barrier, {integrator:?}: the front face got to x = {front:.4} (slab at 0.475), back at {back:.3}"
         );
@@ -418,6 +423,12 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier() {
             front < 0.475,
             "{integrator:?}: the barrier let a vertex reach x = {front}, into or through the slab"
         );
+    }
+    for contact in [BARRIER, ContactModel::Projection] {
+        let (front, _) =
+            projectile(contact.clone(), Integrator::BackwardEuler, Solver::newton().budget(2, 40));
+        println!("{contact:?}, 2 x 40 budget: the front face got to x = {front:.6}");
+        assert!(front <= 0.475 + 1e-9, "{contact:?} on a budget let a vertex reach x = {front}");
     }
 }
 

@@ -328,15 +328,30 @@ impl SimulationBuilder {
                     crate::contact::ContactLaw::Barrier { distance: *distance, stiffness: *stiffness };
             }
             (Some(ContactModel::Projection), _) => {
-                if matches!(self.integrator, Integrator::A1 | Integrator::ASearch { .. }) {
-                    // Their velocity correction assumes backward Euler's w = v_n - h M^-1 grad P(x),
-                    // which the colliders' constraint forces break (a projectile's energy jumped
-                    // between 1 and 290 J against a 200 J target).
-                    return Err(Error::Unsupported(
-                        "A-1 and A-search correct velocities by the potential's forces, which leave \
-                         out the projection's constraint forces; use ContactModel::Barrier with them"
-                            .into(),
-                    ));
+                if matches!(
+                    self.integrator,
+                    Integrator::A1 | Integrator::ASearch { .. } | Integrator::Newmark
+                ) {
+                    // Their velocities come from the potential's forces (A-1 and A-search's
+                    // correction, Newmark's end acceleration), which leave out the colliders'
+                    // constraint forces: a projectile's A-search energy jumped between 1 and
+                    // 290 J against a 200 J target, and Newmark's on a sphere reached 1e23 J.
+                    return Err(Error::Unsupported(format!(
+                        "{:?} takes velocities from the potential's forces, which leave out the \
+                         projection's constraint forces; use ContactModel::Barrier with it",
+                        self.integrator
+                    )));
+                }
+                if let Some(i) =
+                    model.colliders.iter().position(|c| matches!(c.shape, crate::contact::Shape::Sdf { .. }))
+                {
+                    // A sampled distance's normals are approximate: projecting onto them fed
+                    // energy in (a cube on a sampled sphere gained hundreds of joules).
+                    return Err(Error::Unsupported(format!(
+                        "collider {i} is a sampled signed-distance grid; the projection contact model \
+                         needs exact distances (plane, sphere, cuboid, capsule): use \
+                         ContactModel::Barrier with grids"
+                    )));
                 }
                 model.contact = crate::contact::ContactLaw::Projection;
             }

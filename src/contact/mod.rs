@@ -66,6 +66,12 @@ impl Collider {
         self.friction = mu;
         self
     }
+
+    /// Signed distance (m) from `point` to the collider's surface, negative inside: what the
+    /// contact models act on.
+    pub fn signed_distance(&self, point: [f64; 3]) -> f64 {
+        self.distance(DVec3::from(point)).phi
+    }
 }
 
 /// How contact with colliders is enforced.
@@ -77,7 +83,9 @@ pub enum ContactModel {
         stiffness: f64,
     },
     /// Exact non-penetration as a constraint, with no contact energy (the optimization
-    /// integrator's projection, section 3.2, CPU and Newton only so far): every trial position
+    /// integrator's projection, section 3.2, CPU and Newton only so far; analytic colliders
+    /// only, and not with A-1, A-search or Newmark, whose velocities leave out the constraint
+    /// forces): every trial position
     /// of a vertex stops where its straight path from the last iterate first meets a collider
     /// (a curved line search, so nothing tunnels), and a vertex resting on a collider moves
     /// only along it while the objective presses it in: the normal parts of its gradient and

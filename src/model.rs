@@ -28,7 +28,7 @@ pub struct Model {
     pub(crate) spring_law: Vec<SpringLaw>,
     pub(crate) colliders: Vec<Collider>,
     /// How the colliders push back.
-    pub(crate) contact: crate::contact::ContactLaw,
+    pub(crate) contact: crate::contact::ContactModel,
 }
 
 impl Model {
@@ -44,7 +44,7 @@ impl Model {
             springs: Vec::new(),
             spring_law: Vec::new(),
             colliders: Vec::new(),
-            contact: Default::default(),
+            contact: crate::contact::ContactModel::Penalty { stiffness: 0.0 },
         }
     }
 

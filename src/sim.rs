@@ -319,13 +319,10 @@ impl SimulationBuilder {
             }
             (Some(ContactModel::Penalty { stiffness }), _) => {
                 crate::error::require_positive("penalty stiffness", *stiffness)?;
-                model.contact = crate::contact::ContactLaw::Penalty { stiffness: *stiffness };
             }
             (Some(ContactModel::Barrier { distance, stiffness }), _) => {
                 crate::error::require_positive("barrier distance", *distance)?;
                 crate::error::require_positive("barrier stiffness", *stiffness)?;
-                model.contact =
-                    crate::contact::ContactLaw::Barrier { distance: *distance, stiffness: *stiffness };
             }
             (Some(ContactModel::Projection), _) => {
                 if matches!(
@@ -353,8 +350,10 @@ impl SimulationBuilder {
                          ContactModel::Barrier with grids"
                     )));
                 }
-                model.contact = crate::contact::ContactLaw::Projection;
             }
+        }
+        if let Some(contact) = self.contact_model {
+            model.contact = contact;
         }
         if let Some(floor) = model.contact.floor() {
             let name = model.contact.name();

@@ -426,7 +426,7 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the
     }
     for contact in [BARRIER, ContactModel::Projection] {
         let (front, _) =
-            projectile(contact.clone(), Integrator::BackwardEuler, Solver::newton().budget(2, 40));
+            projectile(contact, Integrator::BackwardEuler, Solver::newton().budget(2, 40));
         println!("{contact:?}, 2 x 40 budget: the front face got to x = {front:.6}");
         assert!(front <= 0.475 + 1e-9, "{contact:?} on a budget let a vertex reach x = {front}");
     }
@@ -476,7 +476,7 @@ fn with_projection_a_dropped_cube_rests_exactly_on_the_plane_and_slides_along_it
 fn a_cube_sliding_on_the_barrier_or_the_projection_stops_at_the_coulomb_distance() {
     let coulomb = 2.0 * 2.0 / (2.0 * 0.5 * G);
     for contact in [BARRIER, ContactModel::Projection] {
-        let mut sim = cube_above(5e-4, 0.5, contact.clone(), H, Integrator::BackwardEuler);
+        let mut sim = cube_above(5e-4, 0.5, contact, H, Integrator::BackwardEuler);
         for _ in 0..30 {
             sim.step().unwrap();
         }
@@ -605,7 +605,7 @@ fn every_collider_shape_keeps_a_thrown_cube_outside() {
                 .integrator(Integrator::BackwardEuler)
                 .solver(Solver::newton())
                 .collider(shape.clone())
-                .contact_model(contact.clone())
+                .contact_model(contact)
                 .build()
                 .expect("valid scene");
             let raised: Vec<[f64; 3]> = sim.positions().iter().map(|p| [p[0], p[1] + 0.05, p[2]]).collect();

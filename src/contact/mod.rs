@@ -1,5 +1,5 @@
-//! Colliders and contact models: static shapes with signed distances, the penalty and barrier
-//! contact laws, the step bound that keeps a barrier's vertices from crossing a surface, and
+//! Colliders and contact models: static shapes with signed distances, the penalty, barrier
+//! and projection models, the path bounds that keep vertices from crossing a surface, and
 //! lagged Coulomb friction.
 
 /// A collision shape: static, or kinematic when the application moves it between steps
@@ -75,7 +75,7 @@ impl Collider {
 }
 
 /// How contact with colliders is enforced.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ContactModel {
     /// Quadratic penalty on penetration.
     Penalty {
@@ -106,38 +106,22 @@ pub enum ContactModel {
     },
 }
 
-/// The energy of a vertex at signed distance `phi` from a collider, as the model asks.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum ContactLaw {
-    /// `k/2 phi^2` inside (`phi < 0`).
-    Penalty { stiffness: f64 },
-    /// `-k (phi - d)^2 ln(phi / d)` for `0 < phi < d`, infinite at `phi <= 0`.
-    Barrier { distance: f64, stiffness: f64 },
-    /// No energy: the positions are kept outside (see `ContactModel::Projection`).
-    Projection,
-}
-
-impl Default for ContactLaw {
-    fn default() -> Self {
-        ContactLaw::Penalty { stiffness: 0.0 }
-    }
-}
-
-impl ContactLaw {
-    /// The penalty stiffness (N/m); zero for a barrier.
+/// What each contact model does with a vertex at signed distance `phi` from a collider.
+impl ContactModel {
+    /// The penalty stiffness (N/m); zero for the other models.
     pub(crate) fn penalty_stiffness(&self) -> f64 {
         match *self {
-            ContactLaw::Penalty { stiffness } => stiffness,
-            ContactLaw::Barrier { .. } | ContactLaw::Projection => 0.0,
+            ContactModel::Penalty { stiffness } => stiffness,
+            ContactModel::Barrier { .. } | ContactModel::Projection => 0.0,
         }
     }
 
     pub(crate) fn is_barrier(&self) -> bool {
-        matches!(self, ContactLaw::Barrier { .. })
+        matches!(self, ContactModel::Barrier { .. })
     }
 
     pub(crate) fn is_projection(&self) -> bool {
-        matches!(self, ContactLaw::Projection)
+        matches!(self, ContactModel::Projection)
     }
 
     /// For the laws that keep vertices out of the colliders, the signed distance at or below
@@ -145,41 +129,41 @@ impl ContactLaw {
     /// projection's (which lets a vertex rest on it).
     pub(crate) fn floor(&self) -> Option<f64> {
         match self {
-            ContactLaw::Penalty { .. } => None,
-            ContactLaw::Barrier { .. } => Some(0.0),
-            ContactLaw::Projection => Some(-RESTING_GAP),
+            ContactModel::Penalty { .. } => None,
+            ContactModel::Barrier { .. } => Some(0.0),
+            ContactModel::Projection => Some(-RESTING_GAP),
         }
     }
 
     /// The contact model's name, for messages.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            ContactLaw::Penalty { .. } => "penalty",
-            ContactLaw::Barrier { .. } => "barrier",
-            ContactLaw::Projection => "projection",
+            ContactModel::Penalty { .. } => "penalty",
+            ContactModel::Barrier { .. } => "barrier",
+            ContactModel::Projection => "projection",
         }
     }
 
     /// Whether a vertex at `phi` feels the collider's energy.
     pub(crate) fn active(&self, phi: f64) -> bool {
         match *self {
-            ContactLaw::Penalty { .. } => phi < 0.0,
-            ContactLaw::Barrier { distance, .. } => phi < distance,
-            ContactLaw::Projection => false,
+            ContactModel::Penalty { .. } => phi < 0.0,
+            ContactModel::Barrier { distance, .. } => phi < distance,
+            ContactModel::Projection => false,
         }
     }
 
     /// The energy at `phi`.
     pub(crate) fn energy(&self, phi: f64) -> f64 {
         match *self {
-            ContactLaw::Penalty { stiffness } => {
+            ContactModel::Penalty { stiffness } => {
                 if phi < 0.0 {
                     0.5 * stiffness * phi * phi
                 } else {
                     0.0
                 }
             }
-            ContactLaw::Barrier { distance, stiffness } => {
+            ContactModel::Barrier { distance, stiffness } => {
                 if phi <= 0.0 {
                     f64::INFINITY
                 } else if phi < distance {
@@ -188,21 +172,21 @@ impl ContactLaw {
                     0.0
                 }
             }
-            ContactLaw::Projection => 0.0,
+            ContactModel::Projection => 0.0,
         }
     }
 
     /// The energy's first and second derivatives in `phi` where [`active`](Self::active).
     pub(crate) fn derivatives(&self, phi: f64) -> (f64, f64) {
         match *self {
-            ContactLaw::Penalty { stiffness } => (stiffness * phi, stiffness),
-            ContactLaw::Barrier { distance, stiffness } => {
+            ContactModel::Penalty { stiffness } => (stiffness * phi, stiffness),
+            ContactModel::Barrier { distance, stiffness } => {
                 let (gap, log) = (phi - distance, (phi / distance).ln());
                 let first = -stiffness * (2.0 * gap * log + gap * gap / phi);
                 let second = -stiffness * (2.0 * log + 4.0 * gap / phi - gap * gap / (phi * phi));
                 (first, second)
             }
-            ContactLaw::Projection => (0.0, 0.0),
+            ContactModel::Projection => (0.0, 0.0),
         }
     }
 
@@ -345,7 +329,7 @@ impl Collider {
 /// collider (empty otherwise).
 pub(crate) struct Contacts<'a> {
     pub colliders: &'a [Collider],
-    pub law: ContactLaw,
+    pub law: ContactModel,
     pub pressing: &'a [f64],
 }
 
@@ -407,7 +391,7 @@ pub(crate) fn add_lagged_friction(
 }
 
 /// The first free vertex at a signed distance at most `floor` from a collider (see
-/// [`ContactLaw::floor`]), as `(vertex, collider)`: a state the law cannot start from.
+/// [`ContactModel::floor`]), as `(vertex, collider)`: a state the law cannot start from.
 pub(crate) fn first_penetration(
     colliders: &[Collider],
     pinned: &[bool],
@@ -552,7 +536,7 @@ mod tests {
 
     use super::*;
 
-    const BARRIER: ContactLaw = ContactLaw::Barrier { distance: 0.01, stiffness: 1e4 };
+    const BARRIER: ContactModel = ContactModel::Barrier { distance: 0.01, stiffness: 1e4 };
 
     /// The barrier's derivatives are its energy's, it vanishes with them at the activation
     /// distance (C2), and it is infinite on the surface.

@@ -34,7 +34,7 @@ pub(crate) fn mixed_model(material: Material) -> Model {
         Collider::capsule([0.55, -0.1, 0.0], [0.65, 0.2, 0.05], 0.04),
         Collider::sdf(sphere_grid([0.2, 0.1, 0.1], 0.06)),
     ];
-    model.contact = crate::contact::ContactLaw::Penalty { stiffness: 3e4 };
+    model.contact = crate::contact::ContactModel::Penalty { stiffness: 3e4 };
     model
 }
 
@@ -133,7 +133,7 @@ fn barrier_terms_match_finite_differences() {
         Collider::capsule([0.0, 0.26, -0.1], [0.0, 0.26, 0.3], 0.055),
     ];
     let distance = 0.008;
-    model.contact = crate::contact::ContactLaw::Barrier { distance, stiffness: 1e3 };
+    model.contact = crate::contact::ContactModel::Barrier { distance, stiffness: 1e3 };
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     let start = perturbed(&model.rest, 1e-3, &mut rng);
     let x = perturbed(&start, 1e-3, &mut rng);

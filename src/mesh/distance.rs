@@ -7,103 +7,30 @@ use glam::DVec3;
 use rayon::prelude::*;
 
 use super::TriMesh;
+use super::bvh::{Aabb, Bvh};
 use crate::error::{Error, Result};
 
-/// Triangles per leaf: small enough that a query visits few triangles, large enough that the
-/// tree stays shallow.
-const LEAF_SIZE: usize = 4;
-
-/// An axis-aligned bounding-box tree over a surface's triangles.
+/// A bounding-box tree over a surface's triangles.
 pub(crate) struct SurfaceTree<'a> {
     surface: &'a TriMesh,
-    /// Depth-first: an inner node's left child follows it, `right` names the other.
-    nodes: Vec<Node>,
-    /// Triangle indices, each leaf a contiguous run.
-    order: Vec<u32>,
-}
-
-struct Node {
-    lo: DVec3,
-    hi: DVec3,
-    /// Leaf: its triangles are `order[first..first + count]`. Inner: `count == 0`, and
-    /// `first` is the right child.
-    first: u32,
-    count: u32,
+    tree: Bvh,
 }
 
 impl<'a> SurfaceTree<'a> {
     pub(crate) fn new(surface: &'a TriMesh) -> SurfaceTree<'a> {
-        let centroids: Vec<DVec3> =
-            (0..surface.triangles().len()).map(|t| corners(surface, t).iter().sum::<DVec3>() / 3.0).collect();
-        let mut order: Vec<u32> = (0..surface.triangles().len() as u32).collect();
-        let mut tree = SurfaceTree {
-            surface,
-            nodes: Vec::with_capacity(2 * order.len() / LEAF_SIZE + 1),
-            order: vec![],
-        };
-        tree.build(&mut order, 0, &centroids);
-        tree.order = order;
-        tree
-    }
-
-    fn build(&mut self, order: &mut [u32], offset: usize, centroids: &[DVec3]) -> usize {
-        let (mut lo, mut hi) = (DVec3::INFINITY, DVec3::NEG_INFINITY);
-        for &t in order.iter() {
-            for p in corners(self.surface, t as usize) {
-                lo = lo.min(p);
-                hi = hi.max(p);
-            }
-        }
-        let index = self.nodes.len();
-        self.nodes.push(Node { lo, hi, first: offset as u32, count: order.len() as u32 });
-        if order.len() <= LEAF_SIZE {
-            return index;
-        }
-        // Split at the median centroid along the widest axis of the centroids.
-        let (clo, chi) = order.iter().fold((DVec3::INFINITY, DVec3::NEG_INFINITY), |(l, h), &t| {
-            (l.min(centroids[t as usize]), h.max(centroids[t as usize]))
-        });
-        let axis = (chi - clo).max_position();
-        let half = order.len() / 2;
-        order.select_nth_unstable_by(half, |&a, &b| {
-            centroids[a as usize][axis].total_cmp(&centroids[b as usize][axis])
-        });
-        let (left, right) = order.split_at_mut(half);
-        self.build(left, offset, centroids);
-        let right_index = self.build(right, offset + half, centroids);
-        self.nodes[index].count = 0;
-        self.nodes[index].first = right_index as u32;
-        index
+        let boxes: Vec<Aabb> =
+            (0..surface.triangles().len()).map(|t| Aabb::of(corners(surface, t))).collect();
+        SurfaceTree { surface, tree: Bvh::new(&boxes) }
     }
 
     /// Distance from `point` to the surface.
     pub(crate) fn distance(&self, point: [f64; 3]) -> f64 {
         let p = DVec3::from(point);
-        let mut best = f64::INFINITY;
-        let mut stack = vec![0usize];
-        while let Some(n) = stack.pop() {
-            let node = &self.nodes[n];
-            if box_distance_squared(node, p) >= best {
-                continue;
-            }
-            if node.count > 0 {
-                for &t in &self.order[node.first as usize..(node.first + node.count) as usize] {
-                    let [a, b, c] = corners(self.surface, t as usize);
-                    best = best.min((closest_on_triangle(p, a, b, c) - p).length_squared());
-                }
-            } else {
-                // Nearer child last, so it is searched first.
-                let (left, right) = (n + 1, node.first as usize);
-                let (dl, dr) =
-                    (box_distance_squared(&self.nodes[left], p), box_distance_squared(&self.nodes[right], p));
-                if dl < dr {
-                    stack.extend([right, left]);
-                } else {
-                    stack.extend([left, right]);
-                }
-            }
-        }
-        best.sqrt()
+        let nearest = self.tree.nearest(p, |t| {
+            let [a, b, c] = corners(self.surface, t as usize);
+            Some((closest_on_triangle(p, a, b, c) - p).length_squared())
+        });
+        nearest.map_or(f64::INFINITY, |(_, d)| d.sqrt())
     }
 
     /// Where the segment from `a` to `b` first crosses the surface, as the fraction of the way
@@ -111,25 +38,13 @@ impl<'a> SurfaceTree<'a> {
     /// round-off can hide).
     pub(crate) fn first_crossing(&self, a: [f64; 3], b: [f64; 3]) -> Option<f64> {
         let (a, b) = (DVec3::from(a), DVec3::from(b));
-        let (lo, hi) = (a.min(b), a.max(b));
         let mut first: Option<f64> = None;
-        let mut stack = vec![0usize];
-        while let Some(n) = stack.pop() {
-            let node = &self.nodes[n];
-            if node.lo.cmpgt(hi).any() || node.hi.cmplt(lo).any() {
-                continue;
+        self.tree.overlapping(&Aabb::of([a, b]), |t| {
+            let [p, q, r] = corners(self.surface, t as usize);
+            if let Some(s) = segment_triangle(a, b, p, q, r) {
+                first = Some(first.map_or(s, |f| f.min(s)));
             }
-            if node.count > 0 {
-                for &t in &self.order[node.first as usize..(node.first + node.count) as usize] {
-                    let [p, q, r] = corners(self.surface, t as usize);
-                    if let Some(s) = segment_triangle(a, b, p, q, r) {
-                        first = Some(first.map_or(s, |f| f.min(s)));
-                    }
-                }
-            } else {
-                stack.extend([n + 1, node.first as usize]);
-            }
-        }
+        });
         first
     }
 }
@@ -138,42 +53,48 @@ fn corners(surface: &TriMesh, t: usize) -> [DVec3; 3] {
     surface.triangles()[t].map(|v| DVec3::from(surface.positions()[v as usize]))
 }
 
-fn box_distance_squared(node: &Node, p: DVec3) -> f64 {
-    (node.lo - p).max(p - node.hi).max(DVec3::ZERO).length_squared()
+/// The point of triangle `abc` closest to `p`.
+pub(crate) fn closest_on_triangle(p: DVec3, a: DVec3, b: DVec3, c: DVec3) -> DVec3 {
+    let [u, v, w] = closest_weights_on_triangle(p, a, b, c);
+    a * u + b * v + c * w
 }
 
-/// The point of triangle `abc` closest to `p`, by the Voronoi region `p` falls in (Ericson,
-/// Real-Time Collision Detection, 5.1.5).
-pub(crate) fn closest_on_triangle(p: DVec3, a: DVec3, b: DVec3, c: DVec3) -> DVec3 {
+/// The barycentric weights of the point of triangle `abc` closest to `p`, by the Voronoi
+/// region `p` falls in (Ericson, Real-Time Collision Detection, 5.1.5).
+pub(crate) fn closest_weights_on_triangle(p: DVec3, a: DVec3, b: DVec3, c: DVec3) -> [f64; 3] {
     let (ab, ac, ap) = (b - a, c - a, p - a);
     let (d1, d2) = (ab.dot(ap), ac.dot(ap));
     if d1 <= 0.0 && d2 <= 0.0 {
-        return a;
+        return [1.0, 0.0, 0.0];
     }
     let bp = p - b;
     let (d3, d4) = (ab.dot(bp), ac.dot(bp));
     if d3 >= 0.0 && d4 <= d3 {
-        return b;
+        return [0.0, 1.0, 0.0];
     }
     let vc = d1 * d4 - d3 * d2;
     if vc <= 0.0 && d1 >= 0.0 && d3 <= 0.0 {
-        return a + ab * (d1 / (d1 - d3));
+        let t = d1 / (d1 - d3);
+        return [1.0 - t, t, 0.0];
     }
     let cp = p - c;
     let (d5, d6) = (ab.dot(cp), ac.dot(cp));
     if d6 >= 0.0 && d5 <= d6 {
-        return c;
+        return [0.0, 0.0, 1.0];
     }
     let vb = d5 * d2 - d1 * d6;
     if vb <= 0.0 && d2 >= 0.0 && d6 <= 0.0 {
-        return a + ac * (d2 / (d2 - d6));
+        let t = d2 / (d2 - d6);
+        return [1.0 - t, 0.0, t];
     }
     let va = d3 * d6 - d5 * d4;
     if va <= 0.0 && d4 - d3 >= 0.0 && d5 - d6 >= 0.0 {
-        return b + (c - b) * ((d4 - d3) / ((d4 - d3) + (d5 - d6)));
+        let t = (d4 - d3) / ((d4 - d3) + (d5 - d6));
+        return [0.0, 1.0 - t, t];
     }
     let denominator = 1.0 / (va + vb + vc);
-    a + ab * (vb * denominator) + ac * (vc * denominator)
+    let (v, w) = (vb * denominator, vc * denominator);
+    [1.0 - v - w, v, w]
 }
 
 /// The fraction of the way from `a` to `b` at which the segment meets triangle `pqr`

@@ -1,6 +1,7 @@
 //! Meshes: tetrahedral bodies and mass-spring bodies, their generators and validation, and
 //! their readers and writers.
 
+pub(crate) mod bvh;
 mod distance;
 mod embedding;
 mod io;
@@ -11,6 +12,7 @@ mod tri_mesh;
 mod write;
 
 pub use distance::SignedDistanceGrid;
+pub(crate) use distance::closest_weights_on_triangle;
 pub use embedding::Embedding;
 pub use spring_mesh::{Spring, SpringKind, SpringMesh};
 pub(crate) use tet_mesh::boundary_triangles;

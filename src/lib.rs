@@ -46,7 +46,7 @@ mod state;
 pub mod viewer;
 
 pub use backend::LinearSolver;
-pub use contact::{Collider, ContactModel, Shape};
+pub use contact::{Collider, ContactModel, SelfCollision, Shape};
 pub use damping::Damping;
 pub use error::{Error, Result};
 pub use integrator::{Decay, EnergyLedger, Integrator};

@@ -29,6 +29,8 @@ pub struct Model {
     pub(crate) colliders: Vec<Collider>,
     /// How the colliders push back.
     pub(crate) contact: crate::contact::ContactModel,
+    /// The tet bodies' contact with themselves and each other, if asked for.
+    pub(crate) self_collision: Option<crate::contact::self_contact::SelfContact>,
 }
 
 impl Model {
@@ -45,6 +47,7 @@ impl Model {
             spring_law: Vec::new(),
             colliders: Vec::new(),
             contact: crate::contact::ContactModel::Penalty { stiffness: 0.0 },
+            self_collision: None,
         }
     }
 
@@ -139,6 +142,33 @@ impl Model {
         triangles
     }
 
+    /// How deep the tet bodies are in each other at `positions`: the largest distance from a
+    /// boundary vertex inside a tet (of another body, or of a far part of its own) to the
+    /// nearest boundary of the body it is in (m); zero when none is. A diagnostic, with or
+    /// without self-collision.
+    pub fn self_penetration(&self, positions: &[[f64; 3]]) -> crate::Result<f64> {
+        if positions.len() != self.vertex_count() {
+            return Err(Error::Parameter(format!(
+                "{} positions for a model of {} vertices",
+                positions.len(),
+                self.vertex_count()
+            )));
+        }
+        if positions.iter().flatten().any(|c| !c.is_finite()) {
+            return Err(Error::Parameter("positions must be finite".into()));
+        }
+        let settings = crate::SelfCollision { stiffness: 1.0, friction: 0.0 };
+        let built;
+        let detection = match &self.self_collision {
+            Some(detection) => detection,
+            None => {
+                built = crate::contact::self_contact::SelfContact::new(self, settings);
+                &built
+            }
+        };
+        Ok(detection.contacts(self, positions).iter().map(|c| c.offset.length()).fold(0.0, f64::max))
+    }
+
     /// Number of vertices over all bodies.
     pub fn vertex_count(&self) -> usize {
         self.rest.len()
@@ -167,6 +197,12 @@ impl Model {
     /// Static colliders.
     pub fn colliders(&self) -> &[Collider] {
         &self.colliders
+    }
+
+    /// The bodies' contact with themselves and each other
+    /// (`SimulationBuilder::self_collision`), `None` without.
+    pub fn self_collision(&self) -> Option<crate::SelfCollision> {
+        self.self_collision.as_ref().map(|s| s.settings)
     }
 
     /// Gravitational acceleration (m/s^2).

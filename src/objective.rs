@@ -48,10 +48,43 @@ pub struct StepProblem<'a> {
     /// Lagged Rayleigh damping `k/(2h) dx^T K dx`, `K` the PSD-projected stiffness at `x_n`:
     /// this is `k` (s); zero for none.
     pub rayleigh: f64,
+    /// Lagged damping between vertices of no common element (friction between bodies in
+    /// self-contact), beside the per-vertex blocks; empty for none.
+    pub couplings: &'a [Coupling],
     /// How the scheme weights a force acting at the end of the step (1 for backward Euler,
     /// 1/2 for the trapezoidal family, 4/9 for BDF2); the damping pseudo-potential enters the
     /// objective with this weight so that every scheme applies the same damping force.
     pub damping_weight: f64,
+}
+
+/// A quadratic form on four vertices, `1/2 |sum_i c_i x_(v_i)|^2_K`: its Hessian is
+/// `(c c^T) (x) K`. Self-contact's Hessian and the lagged friction between bodies take this
+/// form; it couples a vertex with a triangle's corners, which need not share an element, so
+/// the products apply it from a list, not from the block pattern.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coupling {
+    /// The vertices.
+    pub vertices: [u32; 4],
+    /// `c`, zero for pinned vertices.
+    pub coefficients: [f64; 4],
+    /// `K`, symmetric, row-major.
+    pub block: [f64; 9],
+}
+
+impl Coupling {
+    /// The same form times `factor`.
+    pub fn scaled(&self, factor: f64) -> Coupling {
+        Coupling { block: self.block.map(|k| k * factor), ..*self }
+    }
+
+    /// Adds its diagonal blocks `c_i^2 K` to `blocks` (one per vertex).
+    pub fn add_diagonal(&self, blocks: &mut [[f64; 9]]) {
+        for (&v, &c) in self.vertices.iter().zip(&self.coefficients) {
+            for (b, k) in blocks[v as usize].iter_mut().zip(&self.block) {
+                *b += c * c * k;
+            }
+        }
+    }
 }
 
 /// The lagged damping matrix `D = w (k/h K(x_n) + diag(A_v))` as both backends build it: the
@@ -69,7 +102,7 @@ pub struct DampingMatrix {
 impl StepProblem<'_> {
     /// The step has lagged damping.
     pub fn damped(&self) -> bool {
-        self.rayleigh > 0.0 || !self.vertex_damping.is_empty()
+        self.rayleigh > 0.0 || !self.vertex_damping.is_empty() || !self.couplings.is_empty()
     }
 
     /// The ingredients of `D` for `vertex_count` vertices, `None` without damping.
@@ -78,11 +111,16 @@ impl StepProblem<'_> {
             return None;
         }
         let w = self.damping_weight;
-        let vertex_blocks = if self.vertex_damping.is_empty() {
+        let mut vertex_blocks = if self.vertex_damping.is_empty() {
             vec![[0.0; 9]; vertex_count]
         } else {
             self.vertex_damping.iter().map(|a| a.map(|c| c * w)).collect()
         };
+        // The couplings' diagonal blocks join the per-vertex ones; the blocks between their
+        // vertices are applied from the list.
+        for coupling in self.couplings {
+            coupling.scaled(w).add_diagonal(&mut vertex_blocks);
+        }
         let vertex_linear = self.vertex_linear.iter().map(|l| l.map(|c| c * w)).collect();
         Some(DampingMatrix { stiffness_scale: w * self.rayleigh / self.dt, vertex_blocks, vertex_linear })
     }
@@ -99,6 +137,8 @@ pub struct LaggedDamping {
     pub vertex_linear: Vec<[f64; 4]>,
     /// The Rayleigh coefficient `k` (s), summed over the models.
     pub rayleigh: f64,
+    /// Friction between bodies in self-contact; empty for none.
+    pub couplings: Vec<Coupling>,
 }
 
 impl LaggedDamping {
@@ -146,7 +186,9 @@ impl LaggedDamping {
                 &mut vertex_linear,
             );
         }
-        LaggedDamping { vertex, vertex_linear, rayleigh }
+        let couplings =
+            model.self_collision.as_ref().map_or(Vec::new(), |c| c.lagged_friction(model, x, v, dt));
+        LaggedDamping { vertex, vertex_linear, rayleigh, couplings }
     }
 
     /// The work the moving colliders' friction did on the bodies over a step from `start` to

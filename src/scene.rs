@@ -29,6 +29,8 @@
 //! youngs = 1e5
 //! poisson = 0.3
 //! density = 1000
+//! copies = 3              # tet bodies only: this many, each `copy_offset` (m) from the last
+//! copy_offset = [0.01, 0.21, 0.01]
 //!
 //! [start]                # about the rest shape's centroid, applied in this order
 //! stretch = [1.3, 1, 1]  # scale per axis
@@ -69,7 +71,9 @@
 //!
 //! Colliders push back by `contact = "penalty"` (the default, `contact_stiffness` N/m,
 //! default 1e5), `"barrier"` (`ContactModel::Barrier`: `barrier_distance` m, default 1e-3, and
-//! `contact_stiffness`) or `"projection"` (`ContactModel::Projection`). An unknown key, a
+//! `contact_stiffness`) or `"projection"` (`ContactModel::Projection`). `self_collision = 1e7`
+//! keeps the tet bodies out of themselves and each other (`SelfCollision`, that stiffness in
+//! N/m^2, with `self_friction`, default 0). An unknown key, a
 //! value of the wrong kind or a missing file is an error that names it.
 
 use std::path::{Path, PathBuf};
@@ -130,6 +134,11 @@ pub struct Scene {
     pub contact: Option<String>,
     /// The barrier's activation distance (m).
     pub barrier_distance: Option<f64>,
+    /// The self-collision penalty's stiffness (N/m^2); none without.
+    pub self_collision: Option<f64>,
+    /// Coulomb friction between bodies in self-contact.
+    #[serde(default)]
+    pub self_friction: f64,
     /// Momentum-preserving damping coefficient.
     pub damping: Option<f64>,
     /// The output folder of `lively run` and `compare`, relative to the scene file.
@@ -182,6 +191,14 @@ pub struct Body {
     pub poisson: Option<f64>,
     #[serde(default = "default_density")]
     pub density: f64,
+    /// How many copies of a tet body, each `copy_offset` from the last (default one).
+    #[serde(default = "default_copies")]
+    pub copies: usize,
+    pub copy_offset: Option<[f64; 3]>,
+}
+
+fn default_copies() -> usize {
+    1
 }
 
 fn default_density() -> f64 {
@@ -484,6 +501,9 @@ impl Scene {
         if !matches!(body.kind.as_str(), "cloth" | "spring") {
             return Ok(None);
         }
+        if body.copies != 1 {
+            return Err(Error::Parameter(format!("body: copies are for tet bodies, not a {}", body.kind)));
+        }
         if body.material.is_some() || body.youngs.is_some() || body.poisson.is_some() {
             return Err(Error::Parameter(format!(
                 "body: a {} takes no material (its springs have their own stiffness)",
@@ -567,15 +587,34 @@ impl Scene {
         if let Some(context) = context {
             builder = builder.gpu_context(context);
         }
-        let (builder, rest) = if let Some(springs) = self.spring_body()? {
+        let (mut builder, rest) = if let Some(springs) = self.spring_body()? {
             let rest = springs.positions().to_vec();
             (builder.spring_body(springs), rest)
         } else {
             let mesh = self.mesh()?;
-            let rest = mesh.positions().to_vec();
-            let materials = self.tet_materials(&mesh)?;
-            (builder.tet_body_per_tet(mesh, materials, self.body.density), rest)
+            let offset = match (self.body.copies, self.body.copy_offset) {
+                (0, _) => return Err(Error::Parameter("body.copies: at least 1".into())),
+                (1, _) => [0.0; 3],
+                (_, Some(offset)) => offset,
+                (_, None) => return Err(Error::Parameter("body: copies needs copy_offset".into())),
+            };
+            let mut builder = builder;
+            let mut rest = Vec::new();
+            for k in 0..self.body.copies {
+                let shift = offset.map(|c| c * k as f64);
+                let positions =
+                    mesh.positions().iter().map(|p| std::array::from_fn(|i| p[i] + shift[i])).collect();
+                let copy = TetMesh::new(positions, mesh.tets().to_vec())?;
+                rest.extend_from_slice(copy.positions());
+                let materials = self.tet_materials(&copy)?;
+                builder = builder.tet_body_per_tet(copy, materials, self.body.density);
+            }
+            (builder, rest)
         };
+        if let Some(stiffness) = self.self_collision {
+            builder =
+                builder.self_collision(crate::SelfCollision { stiffness, friction: self.self_friction });
+        }
         let solver = self.solver_settings()?;
         let mut builder = builder
             .dt(self.dt)

@@ -1,6 +1,10 @@
 //! Colliders and contact models: static shapes with signed distances, the penalty, barrier
 //! and projection models, the path bounds that keep vertices from crossing a surface, and
-//! lagged Coulomb friction.
+//! lagged Coulomb friction; self-collision and contact between bodies in `self_contact`.
+
+pub(crate) mod self_contact;
+
+pub use self_contact::SelfCollision;
 
 /// A collision shape: static, or kinematic when the application moves it between steps
 /// (`Simulation::move_collider`).

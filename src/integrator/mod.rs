@@ -286,6 +286,7 @@ impl Stepper<'_> {
             vertex_damping: &self.damping.vertex,
             vertex_linear: &self.damping.vertex_linear,
             rayleigh: self.damping.rayleigh,
+            couplings: &self.damping.couplings,
             damping_weight: scheme.damping_weight(input),
         });
         // The optimization integrator's two guesses: inertia alone, and the explicit

@@ -147,6 +147,7 @@ fn solve(
         vertex_damping: &[],
         vertex_linear: &[],
         rayleigh: 0.0,
+        couplings: &[],
         damping_weight: 1.0,
     });
     let crate::backend::Start::Known { objective: value, .. } =

@@ -8,9 +8,11 @@
 //! 14 to 5 us). The AVX2 and portable forms do the same operations in the same order, so
 //! their results are identical.
 
+use glam::{DMat3, DVec3};
 use rayon::prelude::*;
 
 use crate::backend::topology::Topology;
+use crate::objective::Coupling;
 
 /// Rows `first..first + out.len()` of `H v` into `out`; returns `sum_rows v_row . out_row`
 /// (PCG's curvature), summed in row order.
@@ -35,6 +37,26 @@ pub(crate) fn apply(topology: &Topology, blocks: &[[f64; 9]], v: &[[f64; 3]], ou
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
         rows(topology, blocks, v, c * CHUNK, o);
     });
+}
+
+/// Adds the couplings' blocks between different vertices, `c_i c_j K` for `i != j`, times
+/// `v` to `out` (their diagonal blocks are in the assembled matrix); returns their part of
+/// `v . A v`. Serial: there are few, and their rows are anyone's.
+pub(crate) fn couplings(couplings: &[Coupling], v: &[[f64; 3]], out: &mut [[f64; 3]]) -> f64 {
+    let mut curvature = 0.0;
+    for coupling in couplings {
+        let block = DMat3::from_cols_array(&coupling.block);
+        let scaled: [DVec3; 4] =
+            std::array::from_fn(|i| DVec3::from(v[coupling.vertices[i] as usize]) * coupling.coefficients[i]);
+        let sum: DVec3 = scaled.iter().sum();
+        for (i, &vertex) in coupling.vertices.iter().enumerate() {
+            let push = block * (sum - scaled[i]);
+            let o = &mut out[vertex as usize];
+            *o = (DVec3::from(*o) + push * coupling.coefficients[i]).to_array();
+            curvature += scaled[i].dot(push);
+        }
+    }
+    curvature
 }
 
 /// The three entries of a block row from its accumulated products `(b0 x0, b1 x1, b2 x2,
@@ -142,6 +164,34 @@ mod tests {
     use crate::material::Material;
     use crate::mesh::TetMesh;
     use crate::model::Model;
+
+    #[test]
+    fn couplings_add_the_blocks_between_their_vertices() {
+        let coupling = Coupling {
+            vertices: [0, 2, 3, 1],
+            coefficients: [1.0, -0.2, -0.5, -0.3],
+            block: [2.0, 0.3, -0.1, 0.3, 1.5, 0.2, -0.1, 0.2, 3.0],
+        };
+        let v = [[0.3, -1.0, 2.0], [0.5, 0.1, -0.7], [1.5, 0.2, 0.4], [-0.6, 0.9, 0.3]];
+        let mut out = [[0.0; 3]; 4];
+        let curvature = couplings(&[coupling], &v, &mut out);
+        // The dense form: row i is sum over j != i of c_i c_j K v_j.
+        let k = DMat3::from_cols_array(&coupling.block);
+        let mut expected_curvature = 0.0;
+        for (i, &vi) in coupling.vertices.iter().enumerate() {
+            let mut row = DVec3::ZERO;
+            for (j, &vj) in coupling.vertices.iter().enumerate() {
+                if i != j {
+                    row += k
+                        * DVec3::from(v[vj as usize])
+                        * (coupling.coefficients[i] * coupling.coefficients[j]);
+                }
+            }
+            assert!((row - DVec3::from(out[vi as usize])).length() < 1e-14);
+            expected_curvature += row.dot(DVec3::from(v[vi as usize]));
+        }
+        assert!((curvature - expected_curvature).abs() < 1e-13 && curvature != 0.0);
+    }
 
     /// On random blocks and a random vector: the product is the dense one to round-off, and
     /// the AVX2 form (where the CPU has it) gives the portable form's numbers exactly.

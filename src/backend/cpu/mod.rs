@@ -77,6 +77,10 @@ pub struct CpuBackend {
     /// otherwise).
     pressed: Vec<Option<glam::DVec3>>,
     pressing: Vec<f64>,
+    /// The step's lagged friction between bodies, times the damping weight, and the couplings
+    /// of the system at the iterate: those and self-contact's Hessian (from the last gather).
+    friction_couplings: Vec<crate::objective::Coupling>,
+    couplings: Vec<crate::objective::Coupling>,
     /// `pcg`'s residual is that of `direction`'s solve (not scaled or replaced since).
     direction_residual: bool,
     /// The iterate is the last one plus the whole `direction`, with `direction_residual`:
@@ -126,6 +130,8 @@ impl CpuBackend {
             evaluated: None,
             pressed: Vec::new(),
             pressing: Vec::new(),
+            friction_couplings: Vec::new(),
+            couplings: Vec::new(),
             direction_residual: false,
             full_step: false,
             expected: None,
@@ -172,6 +178,7 @@ impl CpuBackend {
         let dx: Vec<[f64; 3]> =
             x.iter().zip(&self.start).map(|(a, b)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]]).collect();
         hessian_product::apply(&self.topology, &self.damping, &dx, out);
+        hessian_product::couplings(&self.friction_couplings, &dx, out);
         let mut value = 0.5 * vector::dot(&dx, out);
         // A pinned vertex never moves: its linear term is no force, and (as in the GPU twin) no
         // energy.
@@ -237,9 +244,13 @@ impl CpuBackend {
             + self.vertex_objective(x)
     }
 
-    /// The part of `G` that is not element energy: the vertex terms and the lagged damping.
+    /// The part of `G` that is not element energy: the vertex terms, self-contact and the
+    /// lagged damping.
     fn vertex_objective(&self, x: &[[f64; 3]]) -> f64 {
         let mut value = gather::vertex_energy(&self.vertex_terms(), x);
+        if let Some(contact) = &self.model.self_collision {
+            value += contact.energy_at_nodes(&self.model, x, &self.start, &self.nodes);
+        }
         if !self.damping.is_empty() {
             value += self.damping_term(x, &mut vec![[0.0; 3]; x.len()]);
         }
@@ -263,6 +274,7 @@ impl CpuBackend {
     pub(crate) fn hessian_times(&self, v: &[[f64; 3]]) -> Vec<[f64; 3]> {
         let mut out = vec![[0.0; 3]; v.len()];
         hessian_product::apply(&self.topology, &self.blocks, v, &mut out);
+        hessian_product::couplings(&self.couplings, v, &mut out);
         out
     }
 
@@ -296,6 +308,22 @@ impl CpuBackend {
             &mut gradient,
             &mut vertex_blocks,
         );
+        self.couplings.clone_from(&self.friction_couplings);
+        if let Some(contact) = &self.model.self_collision {
+            let (couplings, forces) = contact.derivatives_at_nodes(
+                &self.model,
+                &self.x,
+                &self.start,
+                &self.nodes,
+                &mut gradient,
+                &mut vertex_blocks,
+            );
+            self.couplings.extend(couplings);
+            force_scale += forces;
+            magnitude +=
+                forces * self.x.iter().map(|x| glam::DVec3::from(*x).abs().max_element()).fold(0.0, f64::max);
+            squared = vector::dot(&gradient, &gradient);
+        }
         if !self.damping.is_empty() {
             let mut damping = vec![[0.0; 3]; self.x.len()];
             self.damping_term(&self.x, &mut damping);
@@ -443,6 +471,8 @@ impl Stages for CpuBackend {
             super::projective::vertex_diagonal(&self.model, &self.colliders, &self.anchors, &problem);
         self.damping.clear();
         self.damping_linear.clear();
+        self.friction_couplings =
+            problem.couplings.iter().map(|c| c.scaled(problem.damping_weight)).collect();
         let Some(matrix) = problem.damping_matrix(self.x.len()) else { return };
         self.damping_linear = matrix.vertex_linear.clone();
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
@@ -598,9 +628,11 @@ impl Stages for CpuBackend {
         }
         match solver {
             LinearSolver::Pcg | LinearSolver::PcgProjective => {
-                // Only a small factor is worth its solves (and its numeric factorization).
-                let factored =
-                    solver == LinearSolver::PcgProjective && self.prepare_global(MAX_PRECONDITIONER_FILL);
+                // Only a small factor is worth its solves (and its numeric factorization), and
+                // only without self-contact, whose stiffness it leaves out (Jacobi has it).
+                let factored = solver == LinearSolver::PcgProjective
+                    && self.couplings.is_empty()
+                    && self.prepare_global(MAX_PRECONDITIONER_FILL);
                 let preconditioner = match self.global.as_mut() {
                     Some(global) if factored => pcg::Preconditioner::Factored(global),
                     _ => pcg::Preconditioner::Jacobi,
@@ -608,6 +640,7 @@ impl Stages for CpuBackend {
                 let outcome = pcg::solve(
                     &self.topology,
                     &self.blocks,
+                    &self.couplings,
                     &self.scratch,
                     &mut self.direction,
                     &mut self.pcg,
@@ -847,7 +880,12 @@ impl Stages for CpuBackend {
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
-        self.state_elements(x) + gather::vertex_energy(&self.potential_terms(x), x)
+        let self_contact = self
+            .model
+            .self_collision
+            .as_ref()
+            .map_or(0.0, |c| c.energy_at_nodes(&self.model, x, x, &Node::POTENTIAL));
+        self.state_elements(x) + gather::vertex_energy(&self.potential_terms(x), x) + self_contact
     }
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
@@ -862,6 +900,9 @@ impl Stages for CpuBackend {
             out,
             &mut vertex_blocks,
         );
+        if let Some(contact) = &self.model.self_collision {
+            contact.derivatives_at_nodes(&self.model, x, x, &Node::POTENTIAL, out, &mut vertex_blocks);
+        }
         self.vertex_blocks = vertex_blocks;
     }
 }

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use super::global::GlobalSolve;
 use super::hessian_product;
 use crate::backend::topology::Topology;
+use crate::objective::Coupling;
 
 /// What `z = P r` applies.
 pub(crate) enum Preconditioner<'a> {
@@ -71,11 +72,14 @@ fn ordered_sum<const K: usize>(partials: Vec<[f64; K]>) -> [f64; K] {
     partials.iter().fold([0.0; K], |acc, p| std::array::from_fn(|k| acc[k] + p[k]))
 }
 
-/// Solves `A x = b` to `|r| <= tolerance |b|`, at most `max_iterations` iterations.
+/// Solves `A x = b` to `|r| <= tolerance |b|`, at most `max_iterations` iterations. `A` is
+/// the block-sparse matrix plus the couplings' blocks between vertices of no common element
+/// (self-contact; their diagonal blocks are in `blocks`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn solve(
     topology: &Topology,
     blocks: &[[f64; 9]],
+    couplings: &[Coupling],
     b: &[[f64; 3]],
     x: &mut [[f64; 3]],
     scratch: &mut Scratch,
@@ -125,12 +129,15 @@ pub(crate) fn solve(
     let mut residual = 1.0;
     for iteration in 0..max_iterations {
         // Pass 1: Ap and p.Ap.
-        let [curvature] = ordered_sum(
+        let [mut curvature] = ordered_sum(
             ap.par_chunks_mut(CHUNK)
                 .enumerate()
                 .map(|(c, ap)| [hessian_product::rows(topology, blocks, p, c * CHUNK, ap)])
                 .collect(),
         );
+        if !couplings.is_empty() {
+            curvature += hessian_product::couplings(couplings, p, ap);
+        }
         if !(curvature > 0.0) {
             if iteration == 0 {
                 x.copy_from_slice(b);

@@ -97,6 +97,7 @@ fn loaded_with(material: Material, seed: u64, nodes: &[Node]) -> (CpuBackend, Ve
         vertex_damping: &damping,
         vertex_linear: &linear,
         rayleigh: 0.01,
+        couplings: &[],
         damping_weight: 0.7,
     });
     backend.set_iterate(&x);
@@ -160,6 +161,7 @@ fn barrier_terms_match_finite_differences() {
         vertex_damping: &[],
         vertex_linear: &[],
         rayleigh: 0.0,
+        couplings: &[],
         damping_weight: 0.0,
     });
     backend.set_iterate(&x);
@@ -260,6 +262,7 @@ fn pcg_stops_at_negative_curvature_with_a_descent_direction() {
         vertex_damping: &[],
         vertex_linear: &[],
         rayleigh: 0.0,
+        couplings: &[],
         damping_weight: 1.0,
     });
     backend.set_iterate(&squeezed);

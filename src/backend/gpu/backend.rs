@@ -154,6 +154,13 @@ impl GpuBackend {
                 model.contact.name()
             )));
         }
+        if model.self_collision.is_some() {
+            return Err(crate::Error::Unsupported(
+                "self-collision runs on the CPU backend only so far; use Backend::Cpu \
+                 (Backend::Auto chooses it)"
+                    .into(),
+            ));
+        }
         let projective = projective::check(&model).is_ok();
         let (stages, buffers, recording, groups) = context.guarded(|| {
             let stages = context.stages()?;

@@ -157,6 +157,7 @@ mod tests {
                 vertex_damping: &[],
                 vertex_linear: &[],
                 rayleigh: 0.0,
+                couplings: &[],
                 damping_weight: 1.0,
             };
             let request = DirectionRequest {

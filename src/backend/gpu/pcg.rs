@@ -311,6 +311,7 @@ mod tests {
         let cpu_outcome = pcg::solve(
             &topology,
             &cpu.blocks,
+            &[],
             &b,
             &mut cpu_x,
             &mut pcg::Scratch::default(),

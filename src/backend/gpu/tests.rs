@@ -29,6 +29,7 @@ fn batched_line_search_candidates_match_one_at_a_time() {
         vertex_damping: &[],
         vertex_linear: &[],
         rayleigh: 0.0,
+        couplings: &[],
         damping_weight: 0.5,
     });
     gpu.set_iterate(&x);
@@ -131,6 +132,7 @@ impl DampedContact {
             vertex_damping: &self.vertex_damping,
             vertex_linear: &self.vertex_linear,
             rayleigh: 0.02,
+            couplings: &[],
             damping_weight: 0.5,
         }
     }
@@ -212,6 +214,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
             vertex_damping: &[],
             vertex_linear: &[],
             rayleigh: 0.01,
+            couplings: &[],
             damping_weight: 0.5,
         });
         gpu.set_iterate(&rest);
@@ -345,6 +348,7 @@ fn dispatches_split_into_rows_give_the_same_bits() {
             vertex_damping: &[],
             vertex_linear: &[],
             rayleigh: 0.01,
+            couplings: &[],
             damping_weight: 1.0,
         });
         gpu.set_iterate(&x);

@@ -425,8 +425,7 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the
         );
     }
     for contact in [BARRIER, ContactModel::Projection] {
-        let (front, _) =
-            projectile(contact, Integrator::BackwardEuler, Solver::newton().budget(2, 40));
+        let (front, _) = projectile(contact, Integrator::BackwardEuler, Solver::newton().budget(2, 40));
         println!("{contact:?}, 2 x 40 budget: the front face got to x = {front:.6}");
         assert!(front <= 0.475 + 1e-9, "{contact:?} on a budget let a vertex reach x = {front}");
     }

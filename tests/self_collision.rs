@@ -226,6 +226,9 @@ fn self_collision_refuses_what_it_cannot_run_on() {
     );
     refused(base().self_collision(settings).contact_model(ContactModel::Projection), "projection");
     refused(base().self_collision(settings).backend(Backend::Gpu), "CPU");
+    for integrator in [Integrator::A1, Integrator::Newmark, Integrator::ImplicitMidpoint] {
+        refused(base().self_collision(settings).integrator(integrator), "blows up");
+    }
     // Backend::Auto falls back to the CPU.
     let sim = base().self_collision(settings).backend(Backend::Auto).build().unwrap();
     assert_eq!(sim.backend(), Backend::Cpu);

@@ -319,7 +319,11 @@ impl Stepper<'_> {
             None
         } else {
             // A GPU picks the start on the device; its objective comes with the solver's first
-            // linearization.
+            // linearization. Newton linearizes at the start it picks: a CPU evaluates the first
+            // guess (the explicit one, nearly always the lowest) with its Hessian right away.
+            if self.solver.kind() == crate::solver::SolverKind::Newton {
+                self.stages.expect_linearization(Some(self.solver.base_projection()));
+            }
             match self.stages.start_from_best(&with_fallback) {
                 Start::Known { objective, .. } => Some(objective),
                 Start::Pending => None,

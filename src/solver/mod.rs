@@ -334,6 +334,14 @@ impl Solver {
         !matches!(self.kind, SolverKind::LocalGlobal { .. })
     }
 
+    /// The element Hessians Newton linearizes with first at every iterate.
+    pub(crate) fn base_projection(&self) -> crate::material::Projection {
+        match self.hessian {
+            HessianPolicy::AlwaysProject => crate::material::Projection::Psd,
+            HessianPolicy::ProjectOnNegativeCurvature => crate::material::Projection::None,
+        }
+    }
+
     /// Minimizes the step objective from the backend's iterate (of objective `start`, when
     /// known) with this solver.
     pub(crate) fn minimize(&self, stages: &mut dyn Stages, role: Role, start: Option<f64>) -> SolveReport {

@@ -78,10 +78,7 @@ impl NonlinearSolver for Newton<'_> {
 pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option<f64>) -> SolveReport {
     let mut report = SolveReport::default();
     let timed = |slot: &mut Duration, start: Instant| *slot += start.elapsed();
-    let base_projection = match settings.hessian {
-        HessianPolicy::AlwaysProject => Projection::Psd,
-        HessianPolicy::ProjectOnNegativeCurvature => Projection::None,
-    };
+    let base_projection = settings.base_projection();
     // Without `start`, the objective comes with the first linearization (a backend that
     // chose the iterate on the device reports it there), else is evaluated then.
     let mut value = start.unwrap_or(f64::NAN);

@@ -72,6 +72,8 @@ pub struct CpuBackend {
     /// step whose element pass, done for that, the buffers hold.
     expected: Option<Option<Projection>>,
     ahead: Option<(f64, Option<Projection>)>,
+    /// The initial guess whose element pass, done for that, the buffers hold.
+    guess_ahead: Option<(Vec<[f64; 3]>, Option<Projection>)>,
     /// Under the projection model, the outward normal of the collider each vertex rests on
     /// and is pressed against at the iterate, and the normal force pressing it (empty
     /// otherwise).
@@ -136,6 +138,7 @@ impl CpuBackend {
             full_step: false,
             expected: None,
             ahead: None,
+            guess_ahead: None,
             state: None,
             state_corners: vec![[0.0; 3]; corners],
             mixed: mixed::MixedElements::default(),
@@ -218,6 +221,7 @@ impl CpuBackend {
     /// The element pass at `x` (the iterate, or a candidate in `scratch`): energies, corner
     /// gradients and, with a projection, Hessian blocks. Returns the elements' energy.
     fn element_pass(&mut self, x: &[[f64; 3]], hessian: Option<Projection>) -> f64 {
+        self.guess_ahead = None;
         element::derivatives(
             &self.model,
             x,
@@ -460,7 +464,7 @@ impl CpuBackend {
 
 impl Stages for CpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
-        (self.evaluated, self.expected, self.ahead) = (None, None, None);
+        (self.evaluated, self.expected, self.ahead, self.guess_ahead) = (None, None, None, None);
         self.full_step = false;
         self.start.copy_from_slice(problem.start);
         self.target.copy_from_slice(problem.target);
@@ -529,7 +533,12 @@ impl Stages for CpuBackend {
         if self.model.contact.is_projection() {
             crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.start, &mut self.x);
         }
-        self.evaluated = None;
+        // Evaluating other guesses leaves the buffers alone: the guess evaluated ahead keeps
+        // its pass until the step ends.
+        self.evaluated = match &self.guess_ahead {
+            Some((guess, hessian)) if *guess == self.x => Some(*hessian),
+            _ => None,
+        };
         self.full_step = false;
     }
 
@@ -820,7 +829,18 @@ impl Stages for CpuBackend {
                     }
                 }
                 self.set_iterate(x);
-                self.objective()
+                // The first guess gets the element pass Newton's first linearization needs
+                // (`expect_linearization`), energies included.
+                match self.expected.take() {
+                    Some(hessian) => {
+                        let iterate = std::mem::take(&mut self.x);
+                        let value = self.element_pass(&iterate, hessian) + self.vertex_objective(&iterate);
+                        self.x = iterate;
+                        self.guess_ahead = Some((self.x.clone(), hessian));
+                        value
+                    }
+                    None => self.objective(),
+                }
             })
             .collect()
     }

@@ -1,5 +1,5 @@
-// Stage `gather`: everything that lives on one vertex — inertia, gravity, collider penalties,
-// handle springs and the lagged damping — and the gather of element corner gradients into
+// Stage `gather`: everything that lives on one vertex — inertia, gravity, collider contact
+// (penalty or barrier), handle springs and the lagged damping — and the gather of element corner gradients into
 // vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
 // workgroup it writes, in fixed tree order, the partial sums
 // (vertex energy, |grad|^2, force scale, noise magnitude).
@@ -38,6 +38,12 @@ struct Params {
     derivatives: u32,
     tet_count: u32,
     spring_count: u32,
+    // The barrier's activation distance and stiffness (stiffness 0: no barrier).
+    barrier_distance: f32,
+    barrier_stiffness: f32,
+    // The barrier acts at the end positions x with the nodes' sum w theta (see
+    // `end_contact_weight` in the CPU twin).
+    end_contact_weight: f32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -103,7 +109,7 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
     let weight = masses[v] * vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z);
     var out = Potential(-dot(weight, z), -weight, mat3x3<f32>(), length(weight));
     let k = params.contact_stiffness;
-    for (var c = 0u; c < params.collider_count; c++) {
+    for (var c = 0u; c < params.collider_count && k > 0.0; c++) {
         let d = collider_distance(colliders[c], z);
         if (d.phi < 0.0) {
             out.value += 0.5 * k * d.phi * d.phi;
@@ -124,6 +130,34 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
         out.gradient += stretch * spring.w;
         out.forces += spring.w * length(stretch);
         out.hessian += IDENTITY3 * spring.w;
+    }
+    return out;
+}
+
+// IPC's log barrier -k (phi - d)^2 ln(phi / d) of every collider within its distance d of z
+// (the twin of `ContactModel::energy` and `derivatives`): infinite energy inside a collider,
+// where its derivatives are left out (no iterate is ever there).
+fn barrier(z: vec3<f32>) -> Potential {
+    var out = Potential(0.0, vec3<f32>(0.0), mat3x3<f32>(), 0.0);
+    let reach = params.barrier_distance;
+    let k = params.barrier_stiffness;
+    for (var c = 0u; c < params.collider_count; c++) {
+        let d = collider_distance(colliders[c], z);
+        if (d.phi <= 0.0) {
+            out.value = bitcast<f32>(0x7f800000u);
+        } else if (d.phi < reach) {
+            let gap = d.phi - reach;
+            let log_ratio = log(d.phi / reach);
+            let first = -k * (2.0 * gap * log_ratio + gap * gap / d.phi);
+            let second = -k * (2.0 * log_ratio + 4.0 * gap / d.phi - gap * gap / (d.phi * d.phi));
+            out.value -= k * gap * gap * log_ratio;
+            out.gradient += d.normal * first;
+            out.forces += abs(first);
+            out.hessian += outer3(d.normal, d.normal) * second;
+            if (params.exact_hessian != 0u) {
+                out.hessian += d.hessian * first;
+            }
+        }
     }
     return out;
 }
@@ -173,6 +207,14 @@ fn vertex(v: u32) -> vec4<f32> {
         acc += u.gradient * (cw.x * cw.y);
         block += u.hessian * (cw.x * cw.y * cw.y);
         forces += u.forces * cw.x * cw.y;
+    }
+    if (params.barrier_stiffness > 0.0) {
+        let w = params.end_contact_weight;
+        let b = barrier(at + xv);
+        energy += w * b.value;
+        acc += b.gradient * w;
+        block += b.hessian * w;
+        forces += b.forces * w;
     }
     if (params.damped != 0u) {
         // Row v of D dx.

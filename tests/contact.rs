@@ -25,16 +25,26 @@ fn cube_on_plane(height: f64, mu: f64) -> Simulation {
 
 /// The cube at rest with the plane `gap` below its bottom face (y = -gap).
 fn cube_above(gap: f64, mu: f64, contact: ContactModel, dt: f64, integrator: Integrator) -> Simulation {
-    Simulation::builder()
+    cube_above_on(gap, mu, contact, dt, integrator, lively::Backend::Cpu)
+}
+
+fn cube_above_on(
+    gap: f64,
+    mu: f64,
+    contact: ContactModel,
+    dt: f64,
+    integrator: Integrator,
+    backend: lively::Backend,
+) -> Simulation {
+    let builder = Simulation::builder()
         .tet_body(TetMesh::bar([CELLS; 3], [SIDE; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)
         .gravity([0.0, -G, 0.0])
         .dt(dt)
         .integrator(integrator)
         .solver(Solver::newton())
         .collider(Collider::plane([0.0, 1.0, 0.0], -gap).friction(mu))
-        .contact_model(contact)
-        .build()
-        .expect("valid scene")
+        .contact_model(contact);
+    common::on_backend(builder, backend).build().expect("valid scene")
 }
 
 fn lowest(sim: &Simulation) -> f64 {
@@ -367,16 +377,77 @@ fn with_the_barrier_a_dropped_cube_never_touches_the_plane() {
     }
 }
 
+/// The barrier on the GPU (its terms in the gather stage, its step bound in the contact
+/// stage): the dropped cube never touches the plane and steps as on the CPU, under backward
+/// Euler, the stabilized blend and A-search.
+#[test]
+fn the_barrier_steps_on_the_gpu_like_on_the_cpu() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None };
+    for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }, a_search] {
+        let gap = 0.05;
+        let start = |backend| {
+            let mut sim = cube_above_on(gap, 0.5, BARRIER, H, integrator.clone(), backend);
+            let positions = sim.positions().to_vec();
+            sim.set_state(&positions, &vec![[0.5, 0.0, 0.0]; positions.len()]).unwrap();
+            sim
+        };
+        let (mut cpu, mut gpu) = (start(lively::Backend::Cpu), start(lively::Backend::Gpu));
+        let largest = |a: &[[f64; 3]], b: &[[f64; 3]]| {
+            a.iter().zip(b).flat_map(|(p, q)| (0..3).map(move |c| (p[c] - q[c]).abs())).fold(0.0, f64::max)
+        };
+        let rest = cpu.positions().to_vec();
+        let (mut closest, mut history, mut work) = (f64::INFINITY, Vec::new(), [0u64; 3]);
+        for _ in 0..20 {
+            for (sim, backend) in [(&mut cpu, "CPU"), (&mut gpu, "GPU")] {
+                let stats = sim.step().unwrap_or_else(|e| panic!("{integrator:?} on the {backend}: {e}"));
+                assert!(stats.converged, "{integrator:?} on the {backend}: {stats:?}");
+                if let Some(device) = stats.device {
+                    let newton = (stats.iterations + stats.projected_iterations) as u64;
+                    work = [work[0] + newton, work[1] + device.readbacks, work[2] + device.submissions];
+                }
+                closest = closest.min(lowest(sim) + gap);
+                assert!(closest > 0.0, "{integrator:?} on the {backend}: a vertex reached the plane");
+            }
+            history.push(largest(cpu.positions(), gpu.positions()) / largest(cpu.positions(), &rest));
+        }
+        println!(
+            "barrier, {integrator:?}: GPU vs CPU per step, relative to the displacement: {}; closest \
+             {closest:.2e} m above the plane; on the GPU {} Newton iterations, {} readbacks, {} \
+             submissions in 20 steps",
+            history.iter().map(|d| format!("{d:.1e}")).collect::<Vec<_>>().join(" "),
+            work[0],
+            work[1],
+            work[2]
+        );
+        assert!(closest < 1e-3, "{integrator:?}: the cube never reached the barrier");
+        // Both solves stop at 1e-6 N, which leaves the lightest vertex (8 g, m / h^2 = 7 N/m)
+        // free by up to 1.4e-7 m, 2e-6 of the displacement: each step may add that much, and
+        // the bounce carries it on (measured at step 20: 1.3e-6 backward Euler, 2.2e-6
+        // stabilized, 7.5e-6 A-search, growing smoothly from 5e-8 before the landing). A
+        // missing barrier lets the cube into the plane; a wrong one rests it elsewhere.
+        for (k, &difference) in history.iter().enumerate() {
+            let bound = 2e-6 * (k + 1) as f64;
+            assert!(
+                difference <= bound,
+                "{integrator:?}, step {k}: GPU off by {difference:e} of the displacement"
+            );
+        }
+    }
+}
+
 /// A 0.1 m cube at 20 m/s toward a 5 cm slab, at h = 1/30 s (0.67 m a step). With penalty
 /// contact the first step's prediction lands beyond the slab, where nothing resists, and the
 /// cube passes through; with the barrier every step's path is checked, and it stops in front,
 /// under backward Euler, the stabilized blend and A-search alike, and with a real-time budget
-/// (2 Newton x 40 CG iterations) too.
+/// (2 Newton x 40 CG iterations) too; the barrier on the GPU as well.
 #[test]
 fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the_projection() {
     let slab = Collider::cuboid([0.5, 0.0, 0.0], [0.025, 1.0, 1.0]);
-    let projectile = |contact: ContactModel, integrator: Integrator, solver: Solver| {
-        let mut sim = Simulation::builder()
+    let projectile_on = |backend, contact: ContactModel, integrator: Integrator, solver: Solver| {
+        let builder = Simulation::builder()
             .tet_body(
                 TetMesh::bar([2, 2, 2], [0.1, 0.1, 0.1]),
                 Material::stable_neo_hookean(1e6, 0.3),
@@ -387,9 +458,8 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the
             .integrator(integrator)
             .solver(solver)
             .collider(slab.clone())
-            .contact_model(contact)
-            .build()
-            .expect("valid scene");
+            .contact_model(contact);
+        let mut sim = common::on_backend(builder, backend).build().expect("valid scene");
         let positions = sim.positions().to_vec();
         sim.set_state(&positions, &vec![[20.0, 0.0, 0.0]; positions.len()]).unwrap();
         let mut front = f64::NEG_INFINITY;
@@ -400,6 +470,8 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the
         let back = sim.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
         (front, back)
     };
+    let projectile =
+        |contact, integrator, solver| projectile_on(lively::Backend::Cpu, contact, integrator, solver);
     let (_, back) = projectile(
         ContactModel::Penalty { stiffness: STIFFNESS },
         Integrator::BackwardEuler,
@@ -428,6 +500,24 @@ fn a_fast_projectile_does_not_tunnel_through_a_thin_slab_with_the_barrier_or_the
         let (front, _) = projectile(contact, Integrator::BackwardEuler, Solver::newton().budget(2, 40));
         println!("{contact:?}, 2 x 40 budget: the front face got to x = {front:.6}");
         assert!(front <= 0.475 + 1e-9, "{contact:?} on a budget let a vertex reach x = {front}");
+    }
+    if common::gpu().is_some() {
+        let a_search = Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None };
+        for (integrator, solver) in [
+            (Integrator::BackwardEuler, Solver::newton()),
+            (Integrator::Stabilized { epsilon: 0.01 }, Solver::newton()),
+            (a_search, Solver::newton()),
+            (Integrator::BackwardEuler, Solver::newton().budget(2, 40)),
+        ] {
+            let (front, back) = projectile_on(lively::Backend::Gpu, BARRIER, integrator.clone(), solver);
+            println!(
+                "barrier on the GPU, {integrator:?}: the front face got to x = {front:.4}, back at {back:.3}"
+            );
+            assert!(
+                front < 0.475,
+                "{integrator:?} on the GPU: a vertex reached x = {front}, into or through the slab"
+            );
+        }
     }
 }
 
@@ -559,17 +649,15 @@ fn the_barrier_refuses_states_inside_colliders_and_what_it_cannot_run_on() {
         let message = built.err().expect("only Newton").to_string();
         assert!(message.contains("Newton"), "{message}");
     }
-    for contact in [BARRIER, ContactModel::Projection] {
-        let gpu = Simulation::builder()
-            .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
-            .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
-            .contact_model(contact)
-            .backend(lively::Backend::Gpu)
-            .build();
-        // Without any adapter the GPU backend is refused for that reason instead.
-        let message = gpu.err().expect("not on the GPU yet").to_string();
-        assert!(message.contains("CPU backend") || message.contains("adapter"), "{message}");
-    }
+    let gpu = Simulation::builder()
+        .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::corotated(1e5, 0.3), DENSITY)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.01))
+        .contact_model(ContactModel::Projection)
+        .backend(lively::Backend::Gpu)
+        .build();
+    // Without any adapter the GPU backend is refused for that reason instead.
+    let message = gpu.err().expect("not on the GPU yet").to_string();
+    assert!(message.contains("CPU backend") || message.contains("adapter"), "{message}");
 }
 
 /// A cube thrown sideways onto each kind of collider (a sphere, a capsule, a cuboid's edge, a

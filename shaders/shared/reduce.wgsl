@@ -20,3 +20,19 @@ fn workgroup_sum(lid: u32, value: vec4<f32>) -> vec4<f32> {
     workgroupBarrier();
     return total;
 }
+
+// The least `value` over the workgroup (min is exact, so any order gives the same bits); every
+// invocation must call it and all receive the result.
+fn workgroup_min(lid: u32, value: f32) -> f32 {
+    reduction[lid] = vec4<f32>(value, 0.0, 0.0, 0.0);
+    workgroupBarrier();
+    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            reduction[lid].x = min(reduction[lid].x, reduction[lid + stride].x);
+        }
+        workgroupBarrier();
+    }
+    let least = reduction[0].x;
+    workgroupBarrier();
+    return least;
+}

@@ -99,9 +99,9 @@ pub enum ContactModel {
     /// IPC's log barrier, `-k (d - d^)^2 ln(d / d^)` for a vertex at distance `d < d^` from a
     /// collider: zero at the activation distance `d^` with its first two derivatives, infinite
     /// on the surface, so no step can end inside a collider; every Newton step is also cut
-    /// short where a vertex's straight path would cross a surface (no tunnelling). Needs the
-    /// CPU backend and Newton's solver, and every free vertex outside the colliders at the
-    /// start.
+    /// short where a vertex's straight path would cross a surface (no tunnelling). Needs
+    /// Newton's solver (on the CPU or the GPU) and every free vertex outside the colliders at
+    /// the start.
     Barrier {
         /// Activation distance `d^` (m).
         distance: f64,
@@ -489,6 +489,20 @@ pub(crate) fn step_bound(
         }
     }
     bound
+}
+
+/// Whether every free vertex's straight path from `from` to `to` stays outside the colliders:
+/// under the barrier, a state reached by jumping through a thin collider would have a finite
+/// objective, so an initial guess must pass this too.
+pub(crate) fn path_clear(
+    colliders: &[Collider],
+    pinned: &[bool],
+    from: &[[f64; 3]],
+    to: &[[f64; 3]],
+) -> bool {
+    let path: Vec<[f64; 3]> =
+        from.iter().zip(to).map(|(a, b)| [b[0] - a[0], b[1] - a[1], b[2] - a[2]]).collect();
+    step_bound(colliders, pinned, from, &path, 1.0) == 1.0
 }
 
 /// [`step_bound`] for one vertex and collider, no further than `limit`.

@@ -807,26 +807,14 @@ impl Stages for CpuBackend {
 
     fn objectives_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<f64> {
         // A barrier admits no guess whose straight path from the step's start crosses a
-        // collider: one that jumped through a thin collider would have a finite objective.
+        // collider.
         let barrier = self.model.contact.is_barrier();
-        let mut path = vec![[0.0; 3]; if barrier { self.start.len() } else { 0 }];
         points
             .iter()
             .map(|x| {
-                if barrier {
-                    for ((d, x), s) in path.iter_mut().zip(x.iter()).zip(&self.start) {
-                        *d = [x[0] - s[0], x[1] - s[1], x[2] - s[2]];
-                    }
-                    let clear = crate::contact::step_bound(
-                        &self.colliders,
-                        &self.model.pinned,
-                        &self.start,
-                        &path,
-                        1.0,
-                    );
-                    if clear < 1.0 {
-                        return f64::INFINITY;
-                    }
+                if barrier && !crate::contact::path_clear(&self.colliders, &self.model.pinned, &self.start, x)
+                {
+                    return f64::INFINITY;
                 }
                 self.set_iterate(x);
                 // The first guess gets the element pass Newton's first linearization needs

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::assemble::{AssembleGroups, Target};
 use super::buffers::GpuBuffers;
+use super::contact::WgContact;
 use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
@@ -45,6 +46,7 @@ struct Groups {
     local: super::local::LocalGroups,
     mixed: super::mixed::MixedGroups,
     gather: GatherGroups,
+    contact: super::contact::ContactGroups,
     line_search: LineSearchGroups,
     assemble: AssembleGroups,
     pcg: PcgGroups,
@@ -64,6 +66,7 @@ impl Groups {
             local: stages.local.bind(context, recording, buffers)?,
             mixed: stages.mixed.bind(context, recording, model, buffers, &stages.element, &stages.gather)?,
             gather: stages.gather.bind(context, recording, buffers)?,
+            contact: stages.contact.bind(context, recording, buffers)?,
             line_search: stages.line_search.bind(
                 context,
                 recording,
@@ -126,6 +129,9 @@ pub struct GpuBackend {
     iterate_read: Option<IterateRead>,
     /// The search record of a start chosen on the device, for the next Newton readback.
     pending_start: Option<Staged>,
+    /// Under the barrier, the collision-free bound on the current direction from the
+    /// iterate, read with the direction (until either changes).
+    step_bound: Option<f64>,
 }
 
 /// The iterate as read back, and the damping pseudo-potential there when read with it.
@@ -147,12 +153,13 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        if model.contact.floor().is_some() {
-            return Err(crate::Error::Unsupported(format!(
-                "the {} contact model runs on the CPU backend only so far; use Backend::Cpu \
-                 (Backend::Auto chooses it) or ContactModel::Penalty",
-                model.contact.name()
-            )));
+        if model.contact.is_projection() {
+            return Err(crate::Error::Unsupported(
+                "the projection contact model runs on the CPU backend only so far; use \
+                 Backend::Cpu (Backend::Auto chooses it), ContactModel::Barrier or \
+                 ContactModel::Penalty"
+                    .into(),
+            ));
         }
         if model.self_collision.is_some() {
             return Err(crate::Error::Unsupported(
@@ -197,6 +204,7 @@ impl GpuBackend {
             potential_at: None,
             iterate_read: None,
             pending_start: None,
+            step_bound: None,
         })
     }
 
@@ -223,6 +231,11 @@ impl GpuBackend {
     ) -> GatherParams {
         let node = |q: usize| nodes.get(q).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let g = self.model.gravity;
+        let (barrier_distance, barrier_stiffness) = match self.model.contact {
+            crate::contact::ContactModel::Barrier { distance, stiffness } => (distance, stiffness),
+            _ => (0.0, 0.0),
+        };
+        let end_contact_weight: f64 = nodes.iter().map(|q| q.weight * q.theta).sum();
         GatherParams {
             vertex_count: self.model.vertex_count() as u32,
             node_count: nodes.len() as u32,
@@ -242,7 +255,36 @@ impl GpuBackend {
             derivatives: derivatives.is_some() as u32,
             tet_count: self.model.tets.len() as u32,
             spring_count: self.model.springs.len() as u32,
+            barrier_distance: barrier_distance as f32,
+            barrier_stiffness: barrier_stiffness as f32,
+            end_contact_weight: end_contact_weight as f32,
         }
+    }
+
+    /// Under the barrier, whether the straight path from the step's start to `x` crosses a
+    /// collider.
+    fn path_blocked(&self, x: &[[f64; 3]]) -> bool {
+        self.model.contact.is_barrier()
+            && !crate::contact::path_clear(&self.colliders, &self.model.pinned, &self.start, x)
+    }
+
+    /// Under the barrier, records the bound on the step along the direction (see
+    /// `Stages::step_bound`) and stages its partials.
+    fn record_step_bound(&mut self) -> Result<Option<Staged>> {
+        if !self.model.contact.is_barrier() {
+            return Ok(None);
+        }
+        let (c, rec) = (&self.context, &mut self.recording);
+        let colliders = self.colliders.len();
+        let staged = self.stages.contact.step_bound(
+            c,
+            rec,
+            &self.groups.contact,
+            &self.buffers,
+            colliders,
+            crate::contact::CLOSABLE,
+        )?;
+        Ok(Some(staged))
     }
 
     /// Keeps the first failure and substitutes `fallback` (NaN stops the solver at once).
@@ -257,7 +299,7 @@ impl GpuBackend {
     fn write_positions(&mut self, at: Positions, values: &[[f64; 3]]) {
         let name = if at == Positions::Iterate { "x" } else { "aux" };
         if at == Positions::Iterate {
-            self.iterate_read = None;
+            (self.iterate_read, self.step_bound) = (None, None);
         }
         let displacements = self.buffers.displacements(values);
         self.recording.upload(
@@ -577,6 +619,7 @@ impl GpuBackend {
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
         // A start chosen on the device reports its objective with this readback.
         let start = self.pending_start.take();
+        self.step_bound = None;
         self.record_linearization(request.projection)?;
         let lin = self.stage_gather()?;
         // Where the step likely ends here, the state's potential, forces and positions come
@@ -602,13 +645,19 @@ impl GpuBackend {
         let chunk = self.first_chunk(params.max_iterations);
         let (status, solve) = self.record_solve(params, chunk)?;
         let dots = self.dots()?;
+        let bound = self.record_step_bound()?;
         let candidates = self.record_candidates(alphas)?;
         let mut staged = vec![lin, status, dots];
         staged.extend(start);
         if ends {
             staged.extend(self.record_end_state()?);
         }
+        let bound_at = staged.len();
+        staged.extend(bound);
         let (results, mut values) = self.read_candidates(&staged, candidates)?;
+        if bound.is_some() {
+            self.step_bound = Some(WgContact::bound(&results[bound_at]));
+        }
         let objective = start.map(|_| Self::start_objective(&results[3]));
         if ends {
             self.remember_end_state(&results[3 + usize::from(start.is_some())..]);
@@ -632,10 +681,14 @@ impl GpuBackend {
                 self.vector("gradient_from_rhs", 0.0)?;
             }
             let staged_dots = self.dots()?;
+            let bound = self.record_step_bound()?;
             let candidates = self.record_candidates(alphas)?;
-            let (results, again) = self.read_candidates(&[staged_dots], candidates)?;
+            let mut staged = vec![staged_dots];
+            staged.extend(bound);
+            let (results, again) = self.read_candidates(&staged, candidates)?;
             dots = results[0].clone();
             values = again;
+            self.step_bound = bound.map(|_| WgContact::bound(&results[1]));
         }
         let direction = Self::report(&dots, status.iterations.max(1) as usize, status.negative_curvature());
         Ok(NewtonDirection {
@@ -655,7 +708,7 @@ const MAX_BUDGET_ITERATIONS: usize = 64;
 impl GpuBackend {
     fn decide(&mut self, decision: Decision) -> Result<()> {
         if matches!(decision, Decision::TakeGuess(_) | Decision::Advance) {
-            self.iterate_read = None;
+            (self.iterate_read, self.step_bound) = (None, None);
         }
         let (c, rec) = (&self.context, &mut self.recording);
         self.stages.line_search.queue(c, rec, &self.groups.line_search, decision)
@@ -981,7 +1034,7 @@ impl GpuBackend {
 }
 
 /// Bytes staged by the largest readback: a Newton iteration's gather partials, PCG status,
-/// dot partials and a full batch of line-search candidates, or a local/global solve's batch
+/// dot partials, step bound partials and a full batch of line-search candidates, or a local/global solve's batch
 /// of PCG statuses and objectives.
 fn staging_bytes(model: &Model) -> u64 {
     let group = super::stage::WORKGROUP as usize;
@@ -990,7 +1043,12 @@ fn staging_bytes(model: &Model) -> u64 {
     let status = std::mem::size_of::<PcgStatus>();
     // The state a step ends in: the iterate, the gradient, the potential's partials.
     let end = 24 * model.vertex_count() + candidate;
-    let newton = 2 * 16 * vertex_partials + STATUS_BATCH * status + MAX_BATCH * candidate + 64 + end;
+    let newton = 2 * 16 * vertex_partials
+        + 4 * vertex_partials
+        + STATUS_BATCH * status
+        + MAX_BATCH * candidate
+        + 64
+        + end;
     // A budgeted solve's end state, last linearization and dissipation, and a record and
     // status per iteration.
     let record = std::mem::size_of::<SearchRecord>();
@@ -1009,7 +1067,7 @@ fn sums<const K: usize>(bytes: &[u8]) -> [f64; K] {
 impl Stages for GpuBackend {
     fn begin_step(&mut self, problem: StepProblem<'_>) {
         // The damping and the start change: what was read of the iterate no longer holds.
-        self.iterate_read = None;
+        (self.iterate_read, self.step_bound) = (None, None);
         if !self.solve_lengths.is_empty() {
             self.previous_solve_lengths = std::mem::take(&mut self.solve_lengths);
         }
@@ -1210,6 +1268,9 @@ impl Stages for GpuBackend {
 
     fn objectives_at(&mut self, points: &[&[[f64; 3]]]) -> Vec<f64> {
         let nodes = self.nodes.clone();
+        // A barrier admits no guess whose straight path from the step's start crosses a
+        // collider (checked here, in f64: the guesses are the host's).
+        let blocked: Vec<bool> = points.iter().map(|x| self.path_blocked(x)).collect();
         let result = (|| {
             let mut staged = Vec::with_capacity(2 * points.len());
             for x in points {
@@ -1217,7 +1278,8 @@ impl Stages for GpuBackend {
                 let (e, g) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
                 staged.extend([e, g]);
             }
-            Ok(Self::candidate_values(&self.recording.read(&self.context, &staged)?))
+            let values = Self::candidate_values(&self.recording.read(&self.context, &staged)?);
+            Ok(values.into_iter().zip(&blocked).map(|(v, &b)| if b { f64::INFINITY } else { v }).collect())
         })();
         self.settle(result, vec![f64::NAN; points.len()])
     }
@@ -1254,6 +1316,7 @@ impl Stages for GpuBackend {
         max_iterations: usize,
     ) -> DirectionReport {
         // The GPU always solves with PCG; the direct solver is a CPU option.
+        self.step_bound = None;
         let params = self.pcg_params(Some(tolerance), 0.0, max_iterations);
         let result = (|| {
             let status = self.solve(params)?;
@@ -1265,6 +1328,7 @@ impl Stages for GpuBackend {
     }
 
     fn use_negative_gradient(&mut self) -> DirectionReport {
+        self.step_bound = None;
         let result = (|| {
             self.vector("use_gradient", 0.0)?;
             let dots = self.dots()?;
@@ -1274,8 +1338,24 @@ impl Stages for GpuBackend {
     }
 
     fn scale_direction(&mut self, factor: f64) {
+        self.step_bound = None;
         let result = self.vector("scale", factor);
         self.settle(result, ());
+    }
+
+    fn step_bound(&mut self) -> Option<f64> {
+        if !self.model.contact.is_barrier() {
+            return None;
+        }
+        if self.step_bound.is_none() {
+            let result = (|| {
+                let staged = self.record_step_bound()?.expect("the model has a barrier");
+                Ok(WgContact::bound(&self.recording.read(&self.context, &[staged])?[0]))
+            })();
+            // A failed read allows no step.
+            self.step_bound = Some(self.settle(result, 0.0));
+        }
+        self.step_bound
     }
 
     fn candidate_objectives(&mut self, alphas: &[f64]) -> Vec<f64> {
@@ -1297,6 +1377,7 @@ impl Stages for GpuBackend {
     }
 
     fn advance(&mut self, alpha: f64) {
+        self.step_bound = None;
         let result = self.vector("save", 0.0).and_then(|()| self.vector("offset", alpha));
         self.settle(result, ());
     }
@@ -1352,7 +1433,12 @@ impl Stages for GpuBackend {
         if guesses.len() > super::buffers::GUESSES {
             return crate::backend::start_from_best_by_stages(self, guesses);
         }
-        match self.record_start(guesses) {
+        // The device picks among the guesses a barrier admits; the last, the fallback (the
+        // step's start), always is.
+        let (fallback, primary) = guesses.split_last().expect("the fallback guess");
+        let admitted: Vec<&[[f64; 3]]> =
+            primary.iter().copied().filter(|x| !self.path_blocked(x)).chain([*fallback]).collect();
+        match self.record_start(&admitted) {
             Ok(staged) => {
                 self.pending_start = Some(staged);
                 Start::Pending
@@ -1365,7 +1451,11 @@ impl Stages for GpuBackend {
     }
 
     fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {
-        if request.iterations > MAX_BUDGET_ITERATIONS || request.guesses.len() > super::buffers::GUESSES {
+        // The barrier's step bound is applied on the host, between the iterations.
+        if request.iterations > MAX_BUDGET_ITERATIONS
+            || request.guesses.len() > super::buffers::GUESSES
+            || self.model.contact.is_barrier()
+        {
             return crate::backend::budget_solve_by_stages(self, request);
         }
         let result = self.budget_on_device(request);

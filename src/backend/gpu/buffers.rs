@@ -188,6 +188,7 @@ impl GpuBuffers {
         w.set("vertex_blocks", c.scratch::<f32>("vertex_blocks", 9 * n));
         w.set("blocks", c.scratch::<f32>("blocks", 9 * slot_count));
         w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));
+        w.set("bound_partials", c.scratch::<f32>("bound_partials", partials));
         w.set("dot_partials", c.scratch::<[f32; 4]>("dot_partials", partials));
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", partials));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", partials));

@@ -38,6 +38,11 @@ pub struct GatherParams {
     pub derivatives: u32,
     pub tet_count: u32,
     pub spring_count: u32,
+    /// The barrier's activation distance and stiffness (stiffness 0: no barrier).
+    pub barrier_distance: f32,
+    pub barrier_stiffness: f32,
+    /// The weight of the barrier, which acts at the end positions: the nodes' sum w theta.
+    pub end_contact_weight: f32,
 }
 
 /// A collider as `shaders/shared/collider.wgsl` reads it.
@@ -192,31 +197,54 @@ mod tests {
     use super::stage_partials;
     use crate::backend::gpu::Positions;
     use crate::backend::gpu::assemble::Target;
+    use std::sync::Arc;
+
+    use crate::backend::gpu::GpuContext;
     use crate::backend::gpu::test_support::{
-        Rig, context, gather_params, linear_model, random_state, reference, to_f32, worst,
+        Rig, barrier_model, context, gather_params, linear_model, random_state, reference, to_f32, worst,
     };
     use crate::material::{Material, Projection};
+    use crate::model::Model;
 
-    /// Gather and assembly from the CPU twin's element outputs, against the CPU twins.
+    /// Gather and assembly from the CPU twin's element outputs, against the CPU twins, with
+    /// the penalty on colliders of every shape.
     #[test]
     fn gather_and_assemble_match_their_cpu_twins() {
         let Some(context) = context() else { return };
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
         let (x, start) = random_state(&model, 12);
-        let cpu = reference(&model, &x, &start, Projection::None);
-        let mut rig = Rig::new(&context, &model);
-        rig.write_positions(&x, &start, &cpu.target);
+        check_gather_and_assemble(&context, &model, &x, &start);
+    }
+
+    /// The same under the IPC barrier, every free vertex outside the colliders and many
+    /// within the barrier's reach.
+    #[test]
+    fn the_barrier_gathers_as_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        let (model, x, start) = barrier_model(12);
+        check_gather_and_assemble(&context, &model, &x, &start);
+    }
+
+    fn check_gather_and_assemble(
+        context: &Arc<GpuContext>,
+        model: &Arc<Model>,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+    ) {
+        let cpu = reference(model, x, start, Projection::None);
+        let mut rig = Rig::new(context, model);
+        rig.write_positions(x, start, &cpu.target);
         rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
         rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
         let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
         let assemble = rig.stages.assemble.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-        let params = gather_params(&model, Projection::None);
+        let params = gather_params(model, Projection::None);
         rig.stages.gather.queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate).unwrap();
         let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
         let target = Target::Newton { damped: false };
         rig.stages.assemble.queue(&rig.context, &mut rig.rec, &assemble, &rig.buffers, target).unwrap();
         let partials: Vec<[f32; 4]> =
-            bytemuck::pod_collect_to_vec(&rig.rec.read(&context, &[staged]).unwrap()[0]);
+            bytemuck::pod_collect_to_vec(&rig.rec.read(context, &[staged]).unwrap()[0]);
         let sums: [f64; 4] =
             partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64));
         let (n, slots) = (model.vertex_count(), rig.buffers.slot_count);

@@ -15,6 +15,7 @@
 pub mod assemble;
 mod backend;
 pub mod buffers;
+pub mod contact;
 pub(crate) mod context;
 pub mod element;
 pub mod gather;
@@ -48,6 +49,7 @@ pub struct WgStages {
     pub local: local::WgLocal,
     pub mixed: mixed::WgMixed,
     pub gather: gather::WgGather,
+    pub contact: contact::WgContact,
     pub line_search: line_search::WgLineSearch,
     pub assemble: assemble::WgAssemble,
     pub pcg: pcg::WgPcg,
@@ -62,6 +64,7 @@ impl WgStages {
             local: local::WgLocal::new(context)?,
             mixed: mixed::WgMixed::new(context)?,
             gather: gather::WgGather::new(context)?,
+            contact: contact::WgContact::new(context)?,
             line_search: line_search::WgLineSearch::new(context)?,
             assemble: assemble::WgAssemble::new(context)?,
             pcg: pcg::WgPcg::new(context)?,
@@ -77,6 +80,7 @@ pub fn params_size(stage: &str) -> Option<u64> {
     Some(match stage {
         "element" | "local" | "mixed" => element::ElementParams::min_size().get(),
         "gather" => gather::GatherParams::min_size().get(),
+        "contact" => contact::ContactParams::min_size().get(),
         "assemble" => assemble::AssembleParams::min_size().get(),
         "pcg" => pcg::PcgParams::min_size().get(),
         "vector" => vector::VectorParams::min_size().get(),

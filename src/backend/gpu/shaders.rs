@@ -20,6 +20,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("local", include_str!("../../../shaders/local.wgsl")),
     ("mixed", include_str!("../../../shaders/mixed.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
+    ("contact", include_str!("../../../shaders/contact.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
     ("vector", include_str!("../../../shaders/vector.wgsl")),
@@ -29,7 +30,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 
 /// The stages: composed modules with entry points.
 pub const STAGES: &[&str] =
-    &["element", "local", "mixed", "gather", "assemble", "pcg", "vector", "line_search"];
+    &["element", "local", "mixed", "gather", "contact", "assemble", "pcg", "vector", "line_search"];
 
 /// The composed stage `name`, parsed and validated by naga.
 pub fn module(name: &str) -> Result<(String, naga::Module)> {

@@ -116,6 +116,10 @@ pub(crate) fn reference(
 
 pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherParams {
     let w: f64 = NODES.iter().map(|q| q.weight * q.theta).sum();
+    let (barrier_distance, barrier_stiffness) = match model.contact {
+        crate::contact::ContactModel::Barrier { distance, stiffness } => (distance, stiffness),
+        _ => (0.0, 0.0),
+    };
     GatherParams {
         vertex_count: model.vertex_count() as u32,
         node_count: 2,
@@ -135,7 +139,43 @@ pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherPara
         derivatives: 1,
         tet_count: model.tets.len() as u32,
         spring_count: model.springs.len() as u32,
+        barrier_distance: barrier_distance as f32,
+        barrier_stiffness: barrier_stiffness as f32,
+        end_contact_weight: w as f32,
     }
+}
+
+/// The mixed bar under an IPC barrier of reach 0.04 m, and a random state (iterate, start)
+/// whose free vertices are all outside the colliders: those closer than 1 cm, or inside, are
+/// pushed out along the normal to 1-3 cm, inside the barrier's reach.
+pub(crate) fn barrier_model(seed: u64) -> (Arc<Model>, Vec<[f64; 3]>, Vec<[f64; 3]>) {
+    let mut model = mixed_model(Material::stable_neo_hookean(2e4, 0.4));
+    model.contact = crate::contact::ContactModel::Barrier { distance: 0.04, stiffness: 50.0 };
+    let (mut x, start) = random_state(&model, seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed + 1);
+    for _ in 0..8 {
+        for (v, p) in x.iter_mut().enumerate() {
+            for collider in &model.colliders {
+                let at = glam::DVec3::from(*p);
+                let d = collider.distance(at);
+                if !model.pinned[v] && d.phi < 0.01 {
+                    let out = at + d.normal.normalize() * (rng.random_range(0.01..0.03) - d.phi);
+                    *p = out.to_array();
+                }
+            }
+        }
+    }
+    let free_distances = || {
+        x.iter()
+            .enumerate()
+            .filter(|&(v, _)| !model.pinned[v])
+            .flat_map(|(_, p)| model.colliders.iter().map(move |c| c.distance(glam::DVec3::from(*p)).phi))
+    };
+    let nearest = free_distances().fold(f64::INFINITY, f64::min);
+    assert!(nearest > 0.005, "a free vertex is {nearest} m from a collider");
+    let within = free_distances().filter(|&phi| phi < 0.04).count();
+    assert!(within >= 8, "only {within} vertex-collider pairs within the barrier's reach");
+    (Arc::new(model), x, start)
 }
 
 pub(crate) fn to_f32(values: &[f64]) -> Vec<f32> {

@@ -1,0 +1,105 @@
+// Stage `contact`: the barrier's collision-free step bound, the twin of `contact::step_bound`
+// in src/contact/mod.rs. One invocation per vertex: the largest t in [0, 1] for which the
+// straight path from x to x + t d closes at most `closable` of the vertex's distance to every
+// collider; per workgroup, the least of them.
+
+#import shared/reduce
+#import shared/collider
+
+struct Params {
+    vertex_count: u32,
+    collider_count: u32,
+    closable: f32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+
+@group(1) @binding(0) var<storage, read> pinned: array<u32>;
+@group(1) @binding(1) var<storage, read> colliders: array<Collider>;
+// Rest positions: x and the direction are displacements from them.
+@group(1) @binding(2) var<storage, read> rest: array<f32>;
+@group(1) @binding(3) var<storage, read> sdf_values: array<f32>;
+
+@group(2) @binding(0) var<storage, read> x: array<f32>;
+
+@group(3) @binding(0) var<storage, read> direction: array<f32>;
+@group(3) @binding(1) var<storage, read_write> bound_partials: array<f32>;
+
+// Rounds per vertex and collider before the bound settles for what it has cleared.
+const BOUND_ROUNDS: u32 = 64u;
+// A sampled grid's distance may change up to twice as fast as the point moves.
+const SDF_LIPSCHITZ: f32 = 2.0;
+// Slopes this small, relative to |d|, are a tangent's round-off (f32's, where the CPU twin
+// takes f64's 1e-9).
+const TANGENT_ROUNDOFF: f32 = 1e-6;
+
+fn vector3(buffer_index: u32, v: u32) -> vec3<f32> {
+    if (buffer_index == 0u) {
+        return vec3<f32>(x[3u * v], x[3u * v + 1u], x[3u * v + 2u]);
+    }
+    if (buffer_index == 1u) {
+        return vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
+    }
+    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
+}
+
+// The bound for one vertex at `at` moving by `d` and one collider, no further than `limit`:
+// Newton's method on phi(at + t d) = keep from t = 0 for the convex analytic shapes (it stays
+// short of the first crossing), conservative advancement for grids.
+fn path_bound(c: Collider, at: vec3<f32>, d: vec3<f32>, limit: f32) -> f32 {
+    let phi = collider_distance(c, at).phi;
+    if (phi <= 0.0 && params.closable < 1.0) {
+        return 0.0;
+    }
+    let keep = (1.0 - params.closable) * max(phi, 0.0);
+    let size = length(d);
+    let level = -TANGENT_ROUNDOFF * size;
+    var t = 0.0;
+    for (var round = 0u; round < BOUND_ROUNDS; round++) {
+        let here = collider_distance(c, at + d * t);
+        let slope = dot(here.normal, d);
+        let gap = here.phi - keep;
+        if (gap <= 0.0) {
+            return select(t, limit, t == 0.0 && slope >= level);
+        }
+        var advance = gap / (SDF_LIPSCHITZ * size);
+        if (c.kind != GRID) {
+            if (slope >= level) {
+                return limit;
+            }
+            advance = gap / -slope;
+        }
+        if (t + advance >= limit) {
+            return limit;
+        }
+        t += advance;
+    }
+    return t;
+}
+
+fn vertex_bound(v: u32) -> f32 {
+    let d = vector3(1u, v);
+    if (pinned[v] != 0u || all(d == vec3<f32>(0.0))) {
+        return 1.0;
+    }
+    let at = vector3(2u, v) + vector3(0u, v);
+    var bound = 1.0;
+    for (var c = 0u; c < params.collider_count && bound > 0.0; c++) {
+        bound = min(bound, path_bound(colliders[c], at, d, bound));
+    }
+    return bound;
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn step_bound(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    var bound = 1.0;
+    if (index < params.vertex_count) {
+        bound = vertex_bound(index);
+    }
+    let least = workgroup_min(lid, bound);
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
+        bound_partials[slot] = least;
+    }
+}

@@ -17,6 +17,9 @@ struct Params {
     damped: u32,
     tet_count: u32,
     spring_count: u32,
+    // 1: keep pressed vertices on their colliders (the projection model; `constrain_pressed`
+    // in the CPU twin).
+    constrained: u32,
 }
 
 const TRANSPOSED: u32 = 0x80000000u;
@@ -37,6 +40,7 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(3) @binding(2) var<storage, read> damping_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
 @group(3) @binding(4) var<storage, read> projective_diagonal: array<f32>;
+@group(3) @binding(5) var<storage, read> pressed: array<vec4<f32>>;
 
 // A 3x3 matrix from 9 row-major entries.
 fn from_rows(e0: f32, e1: f32, e2: f32, e3: f32, e4: f32, e5: f32, e6: f32, e7: f32, e8: f32) -> mat3x3<f32> {
@@ -74,6 +78,32 @@ fn damping_block(slot: u32) -> mat3x3<f32> {
     );
 }
 
+// `P_v B P_column`, `P = I - n n^T` at a pressed vertex (`I` elsewhere), and on a pressed
+// vertex's diagonal `c n n^T` with `c` half the projected block's trace: the matrix stays
+// definite and a step's normal part there is zero.
+fn constrained(b: mat3x3<f32>, v: u32, column: u32) -> mat3x3<f32> {
+    let row_press = pressed[v];
+    let column_press = pressed[column];
+    var block = b;
+    if (row_press.w > 0.0) {
+        block = projector(row_press.xyz) * block;
+    }
+    if (column_press.w > 0.0) {
+        block = block * projector(column_press.xyz);
+    }
+    if (column == v && row_press.w > 0.0) {
+        let n = row_press.xyz;
+        let c = (block[0].x + block[1].y + block[2].z) / 2.0;
+        block += mat3x3<f32>(n * n.x, n * n.y, n * n.z) * max(c, 1.1754944e-38);
+    }
+    return block;
+}
+
+// I - n n^T.
+fn projector(n: vec3<f32>) -> mat3x3<f32> {
+    return mat3x3<f32>(vec3<f32>(1.0, 0.0, 0.0) - n * n.x, vec3<f32>(0.0, 1.0, 0.0) - n * n.y, vec3<f32>(0.0, 0.0, 1.0) - n * n.z);
+}
+
 @compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
@@ -107,6 +137,9 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
             }
             if (params.damped != 0u) {
                 block += damping_block(slot);
+            }
+            if (params.constrained != 0u) {
+                block = constrained(block, v, column);
             }
         }
         // Row-major entries, as the CPU twin's blocks.

@@ -1,7 +1,10 @@
-// Stage `contact`: the barrier's collision-free step bound, the twin of `contact::step_bound`
-// in src/contact/mod.rs. One invocation per vertex: the largest t in [0, 1] for which the
-// straight path from x to x + t d closes at most `closable` of the vertex's distance to every
-// collider; per workgroup, the least of them.
+// Stage `contact`, the twin of src/contact/mod.rs on the device, one invocation per vertex:
+// - `step_bound` (`contact::step_bound`): the barrier's collision-free bound, the largest t in
+//   [0, 1] for which the straight path from x to x + t d closes at most `closable` of the
+//   vertex's distance to every collider; per workgroup, the least of them;
+// - `stop_at_contact` (`contact::stop_at_contact`): the projection model's trial positions,
+//   each vertex's move from `x_saved` to `x` stopped where it first meets a collider;
+// - `keep_pressed`: the direction's normal part removed at pressed vertices.
 
 #import shared/reduce
 #import shared/collider
@@ -20,10 +23,12 @@ struct Params {
 @group(1) @binding(2) var<storage, read> rest: array<f32>;
 @group(1) @binding(3) var<storage, read> sdf_values: array<f32>;
 
-@group(2) @binding(0) var<storage, read> x: array<f32>;
+@group(2) @binding(0) var<storage, read_write> x: array<f32>;
 
-@group(3) @binding(0) var<storage, read> direction: array<f32>;
+@group(3) @binding(0) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(1) var<storage, read_write> bound_partials: array<f32>;
+@group(3) @binding(2) var<storage, read> x_saved: array<f32>;
+@group(3) @binding(3) var<storage, read> pressed: array<vec4<f32>>;
 
 // Rounds per vertex and collider before the bound settles for what it has cleared.
 const BOUND_ROUNDS: u32 = 64u;
@@ -40,7 +45,10 @@ fn vector3(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 1u) {
         return vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
     }
-    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
+    if (buffer_index == 2u) {
+        return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
+    }
+    return vec3<f32>(x_saved[3u * v], x_saved[3u * v + 1u], x_saved[3u * v + 2u]);
 }
 
 // The bound for one vertex at `at` moving by `d` and one collider, no further than `limit`:
@@ -101,5 +109,58 @@ fn step_bound(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) 
     let least = workgroup_min(lid, bound);
     if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
         bound_partials[slot] = least;
+    }
+}
+
+// The move from x_saved to x of a free vertex: one resting on a collider slides along it
+// (loses the part into it); the move stops where the straight path first meets a collider
+// (`closable` is 1 here); a point that rounding left inside goes back out along the normal.
+@compute @workgroup_size(WORKGROUP)
+fn stop_at_contact(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let v = workgroup_slot(group, groups) * WORKGROUP + lid;
+    if (v >= params.vertex_count || pinned[v] != 0u) {
+        return;
+    }
+    let rest_position = vector3(2u, v);
+    let origin = rest_position + vector3(3u, v);
+    var d = vector3(0u, v) - vector3(3u, v);
+    if (all(d == vec3<f32>(0.0))) {
+        return;
+    }
+    let resting = resting_normal(origin);
+    if (resting.w > 0.0) {
+        d -= resting.xyz * min(dot(d, resting.xyz), 0.0);
+    }
+    var t = 1.0;
+    for (var c = 0u; c < params.collider_count; c++) {
+        t = min(t, path_bound(colliders[c], origin, d, t));
+    }
+    var stop = origin + d * t;
+    for (var c = 0u; c < params.collider_count; c++) {
+        let at = collider_distance(colliders[c], stop);
+        if (at.phi < 0.0) {
+            stop -= at.normal * at.phi;
+        }
+    }
+    let moved = stop - rest_position;
+    for (var c = 0u; c < 3u; c++) {
+        x[3u * v + c] = moved[c];
+    }
+}
+
+// d -= n (n . d) at every pressed vertex.
+@compute @workgroup_size(WORKGROUP)
+fn keep_pressed(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let v = workgroup_slot(group, groups) * WORKGROUP + lid;
+    if (v >= params.vertex_count) {
+        return;
+    }
+    let press = pressed[v];
+    if (press.w > 0.0) {
+        let d = vector3(1u, v);
+        let kept = d - press.xyz * dot(d, press.xyz);
+        for (var c = 0u; c < 3u; c++) {
+            direction[3u * v + c] = kept[c];
+        }
     }
 }

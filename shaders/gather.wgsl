@@ -44,6 +44,8 @@ struct Params {
     // The barrier acts at the end positions x with the nodes' sum w theta (see
     // `end_contact_weight` in the CPU twin).
     end_contact_weight: f32,
+    // 1: the projection model (`press_against_colliders` in the CPU twin).
+    projection: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -74,6 +76,9 @@ struct Params {
 @group(3) @binding(3) var<storage, read_write> gather_partials: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read> damping_blocks: array<f32>;
 @group(3) @binding(5) var<storage, read> damping_linear: array<vec4<f32>>;
+// Under the projection model, per vertex: the outward normal of the collider it rests on and
+// is pressed against, and the normal force (w > 0 only where pressed).
+@group(3) @binding(6) var<storage, read_write> pressed: array<vec4<f32>>;
 
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 0u) {
@@ -190,6 +195,9 @@ fn vertex(v: u32) -> vec4<f32> {
                 gradient[3u * v + c] = 0.0;
             }
             store_block(v, IDENTITY3);
+            if (params.projection != 0u) {
+                pressed[v] = vec4<f32>(0.0);
+            }
         }
         return vec4<f32>(energy, 0.0, 0.0, 0.0);
     }
@@ -249,6 +257,20 @@ fn vertex(v: u32) -> vec4<f32> {
         );
         acc += f;
         forces += length(f);
+    }
+    if (params.projection != 0u) {
+        // A vertex resting on a collider that the gradient presses it into loses the
+        // gradient's normal part, which the collider balances.
+        var press = vec4<f32>(0.0);
+        let n = resting_normal(at + xv);
+        if (n.w > 0.0) {
+            let force = dot(acc, n.xyz);
+            if (force > 0.0) {
+                acc -= n.xyz * force;
+                press = vec4<f32>(n.xyz, force);
+            }
+        }
+        pressed[v] = press;
     }
     for (var c = 0u; c < 3u; c++) {
         gradient[3u * v + c] = acc[c];

@@ -30,13 +30,15 @@ fn the_design_contract_compiles_and_reports_what_is_not_there_yet() {
         .solver(Solver::newton().tolerance(1e-8).max_iterations(50))
         .backend(Backend::Gpu)
         .pin(|p| p[0] < 1e-9)
-        .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.3))
-        .contact_model(ContactModel::Projection)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.1).friction(0.3))
+        .contact_model(ContactModel::Penalty { stiffness: 1e5 })
+        .self_collision(lively::SelfCollision { stiffness: 1e7, friction: 0.0 })
         .build();
-    assert!(
-        matches!(result, Err(Error::Unsupported(_) | Error::NoGpu(_))),
-        "the projection contact model has no GPU twin yet and must say so"
-    );
+    match result {
+        Err(Error::Unsupported(message)) => assert!(message.contains("self-collision"), "{message}"),
+        Err(Error::NoGpu(_)) => {}
+        other => panic!("self-collision has no GPU twin yet and must say so, got {:?}", other.err()),
+    }
 
     let mut sim = Simulation::builder()
         .tet_body(mesh, Material::stvk(1e5, 0.3), 1000.0)

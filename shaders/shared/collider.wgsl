@@ -123,3 +123,27 @@ fn collider_distance(c: Collider, x: vec3<f32>) -> Distance {
         }
     }
 }
+
+// A vertex this close to a collider rests on it (the projection model): the CPU twin's
+// `RESTING_GAP` of 1e-9 m, or a few f32 roundings of the position, which is all that f32
+// resolves (positions are stopped on a surface only to that).
+const RESTING_GAP: f32 = 1e-9;
+const RESTING_ROUNDINGS: f32 = 4.0;
+
+fn resting_gap(x: vec3<f32>) -> f32 {
+    let extent = max(abs(x.x), max(abs(x.y), abs(x.z)));
+    return max(RESTING_GAP, RESTING_ROUNDINGS * 1.1920929e-7 * extent);
+}
+
+// The outward unit normal (w = 1) of the first collider `x` rests on, or w = 0. The
+// importing shader declares `colliders` and `collider_count` in its parameters.
+fn resting_normal(x: vec3<f32>) -> vec4<f32> {
+    let gap = resting_gap(x);
+    for (var c = 0u; c < params.collider_count; c++) {
+        let d = collider_distance(colliders[c], x);
+        if (d.phi <= gap) {
+            return vec4<f32>(normalize(d.normal), 1.0);
+        }
+    }
+    return vec4<f32>(0.0);
+}

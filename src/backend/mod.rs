@@ -396,7 +396,7 @@ pub trait Stages: Send {
     /// Under the projection contact model, the normal force (N) on each vertex that the last
     /// solve's iterate pressed against a collider, zero elsewhere: what friction at the next
     /// step's start needs. Empty otherwise.
-    fn pressing_forces(&self) -> Vec<f64> {
+    fn pressing_forces(&mut self) -> Vec<f64> {
         Vec::new()
     }
     /// Where the contact model forbids crossing a collider (the barrier): the largest

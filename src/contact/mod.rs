@@ -87,7 +87,7 @@ pub enum ContactModel {
         stiffness: f64,
     },
     /// Exact non-penetration as a constraint, with no contact energy (the optimization
-    /// integrator's projection, section 3.2, CPU and Newton only so far; analytic colliders
+    /// integrator's projection, section 3.2, Newton's solver on the CPU or the GPU; analytic colliders
     /// only, and not with A-1, A-search or Newmark, whose velocities leave out the constraint
     /// forces): every trial position
     /// of a vertex stops where its straight path from the last iterate first meets a collider
@@ -366,7 +366,11 @@ pub(crate) fn add_lagged_friction(
         for (j, collider) in contacts.colliders.iter().enumerate().filter(|(_, c)| c.friction > 0.0) {
             let d = collider.distance(DVec3::from(x[i]));
             let lambda = if contacts.law.is_projection() {
-                if d.phi <= RESTING_GAP { contacts.pressing.get(i).copied().unwrap_or(0.0) } else { 0.0 }
+                if d.phi <= resting_gap(DVec3::from(x[i])) {
+                    contacts.pressing.get(i).copied().unwrap_or(0.0)
+                } else {
+                    0.0
+                }
             } else {
                 contacts.law.normal_force(d.phi)
             };
@@ -416,8 +420,18 @@ pub(crate) fn penetration_error(v: usize, i: usize, x: &[[f64; 3]], what: &str, 
     ))
 }
 
-/// A vertex this close to a collider (m) rests on it, for the projection model.
+/// A vertex this close to a collider (m) rests on it, for the projection model, or closer
+/// than [`resting_gap`] says.
 pub(crate) const RESTING_GAP: f64 = 1e-9;
+/// f32 roundings of a position within which a vertex rests on a collider.
+const RESTING_ROUNDINGS: f64 = 4.0;
+
+/// The distance within which a vertex at `x` rests on a collider: [`RESTING_GAP`], or a few
+/// f32 roundings of its position, which is what the GPU resolves (`shared/collider.wgsl`);
+/// the CPU uses the same, so that the twins agree on who rests.
+pub(crate) fn resting_gap(x: DVec3) -> f64 {
+    RESTING_GAP.max(RESTING_ROUNDINGS * f32::EPSILON as f64 * x.abs().max_element())
+}
 
 /// The projection model's trial positions, for each free vertex moving from `x` to `y`: a
 /// vertex resting on a collider slides along it (its move loses the part into the
@@ -448,11 +462,8 @@ pub(crate) fn stop_at_contact(colliders: &[Collider], pinned: &[bool], x: &[[f64
 
 /// The outward normal of the collider vertex `x` rests on, if it rests on one.
 pub(crate) fn resting_normal(colliders: &[Collider], x: [f64; 3]) -> Option<DVec3> {
-    colliders
-        .iter()
-        .map(|c| c.distance(DVec3::from(x)))
-        .find(|d| d.phi <= RESTING_GAP)
-        .map(|d| d.normal.normalize())
+    let gap = resting_gap(DVec3::from(x));
+    colliders.iter().map(|c| c.distance(DVec3::from(x))).find(|d| d.phi <= gap).map(|d| d.normal.normalize())
 }
 
 /// The part of a gap a Newton step may close: a barrier step leaves every vertex at least a

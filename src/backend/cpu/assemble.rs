@@ -67,3 +67,44 @@ pub(crate) fn matrix(
         }
     });
 }
+
+/// Restricts the system to steps that keep pressed vertices on their colliders (the
+/// projection model): every block `B_ij` becomes `P_i B_ij P_j`, `P = I - n n^T` at a pressed
+/// vertex (`I` elsewhere), and a pressed vertex's diagonal block gets `c n n^T`, `c` half its
+/// trace (the mean of the two diagonal entries left), so that the matrix stays definite and
+/// the step's normal part is zero (the right-hand side has none).
+pub(crate) fn constrain_pressed(
+    topology: &Topology,
+    pressed: &[Option<glam::DVec3>],
+    blocks: &mut [[f64; 9]],
+) {
+    use glam::DMat3;
+    if pressed.iter().all(Option::is_none) {
+        return;
+    }
+    let projector =
+        |n: &Option<glam::DVec3>| n.map(|n| DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z));
+    for (row, normal) in pressed.iter().enumerate() {
+        let p_row = projector(normal);
+        let range = topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize;
+        for (stored, &column) in blocks[range.clone()].iter_mut().zip(&topology.columns[range]) {
+            let p_column = projector(&pressed[column as usize]);
+            if p_row.is_none() && p_column.is_none() {
+                continue;
+            }
+            // Blocks are stored row-major: the transpose of glam's column-major layout.
+            let mut b = DMat3::from_cols_array(stored).transpose();
+            if let Some(p) = p_row {
+                b = p * b;
+            }
+            if let Some(p) = p_column {
+                b *= p;
+            }
+            if let (true, Some(n)) = (column as usize == row, normal) {
+                let c = (b.x_axis.x + b.y_axis.y + b.z_axis.z) / 2.0;
+                b += DMat3::from_cols(*n * n.x, *n * n.y, *n * n.z) * c.max(f64::MIN_POSITIVE);
+            }
+            *stored = b.transpose().to_cols_array();
+        }
+    }
+}

@@ -204,3 +204,33 @@ pub(crate) fn gradient(
         .collect();
     partial.iter().fold((0.0, 0.0, 0.0), |(a, b, c), (d, e, f)| (a + d, b + e, c + f))
 }
+
+/// The projection model's active set: a free vertex resting on a collider whose gradient
+/// presses it in (`g . n > 0`) loses the gradient's normal part, which the collider balances;
+/// one the objective pulls away is free to leave. Fills `pressed` (the outward normal where a
+/// vertex is pressed) and `pressing` (the normal force, zero elsewhere); returns the new
+/// `|g|^2`.
+pub(crate) fn press_against_colliders(
+    colliders: &[crate::contact::Collider],
+    pinned: &[bool],
+    x: &[[f64; 3]],
+    gradient: &mut [[f64; 3]],
+    pressed: &mut Vec<Option<DVec3>>,
+    pressing: &mut Vec<f64>,
+) -> f64 {
+    pressing.clear();
+    pressed.clear();
+    let mut squared = 0.0;
+    for (v, (x, g)) in x.iter().zip(gradient.iter_mut()).enumerate() {
+        let n = crate::contact::resting_normal(colliders, *x).filter(|_| !pinned[v]);
+        let gv = DVec3::from(*g);
+        let force = n.map_or(0.0, |n| gv.dot(n).max(0.0));
+        pressing.push(force);
+        pressed.push(n.filter(|_| force > 0.0));
+        if let Some(n) = n.filter(|_| force > 0.0) {
+            *g = (gv - n * force).to_array();
+        }
+        squared += DVec3::from(*g).length_squared();
+    }
+    squared
+}

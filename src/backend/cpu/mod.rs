@@ -343,7 +343,14 @@ impl CpuBackend {
             squared = vector::dot(&gradient, &gradient);
         }
         if self.model.contact.is_projection() {
-            squared = self.press_against_colliders(&mut gradient);
+            squared = gather::press_against_colliders(
+                &self.colliders,
+                &self.model.pinned,
+                &self.x,
+                &mut gradient,
+                &mut self.pressed,
+                &mut self.pressing,
+            );
         }
         // g(x + d) = g + H d + e = -r + e: the model error e is g(x + d) + r.
         let model_error = self.full_step.then(|| {
@@ -361,28 +368,6 @@ impl CpuBackend {
         }
     }
 
-    /// The projection model's active set: a vertex resting on a collider whose gradient
-    /// presses it in (`g . n > 0`) loses the gradient's normal part, which the collider
-    /// balances; one the objective pulls away is free to leave. Returns the new `|g|^2`.
-    fn press_against_colliders(&mut self, gradient: &mut [[f64; 3]]) -> f64 {
-        let (colliders, pinned) = (&self.colliders, &self.model.pinned);
-        self.pressing.clear();
-        self.pressed = self
-            .x
-            .iter()
-            .zip(gradient.iter_mut())
-            .enumerate()
-            .map(|(v, (x, g))| {
-                let n = crate::contact::resting_normal(colliders, *x).filter(|_| !pinned[v]);
-                let gv = glam::DVec3::from(*g);
-                let pressing = n.map_or(0.0, |n| gv.dot(n).max(0.0));
-                self.pressing.push(pressing);
-                n.filter(|_| pressing > 0.0).inspect(|&n| *g = (gv - n * pressing).to_array())
-            })
-            .collect();
-        vector::dot(gradient, gradient)
-    }
-
     /// The system matrix from the element blocks in hand, the vertex blocks and the lagged
     /// damping.
     fn assemble_system(&mut self) {
@@ -395,8 +380,8 @@ impl CpuBackend {
             extra,
             &mut self.blocks,
         );
-        if self.model.contact.is_projection() && self.pressed.iter().any(Option::is_some) {
-            self.constrain_pressed();
+        if self.model.contact.is_projection() {
+            assemble::constrain_pressed(&self.topology, &self.pressed, &mut self.blocks);
         }
     }
 
@@ -411,42 +396,6 @@ impl CpuBackend {
                 let dv = glam::DVec3::from(*d);
                 *d = (dv - *n * dv.dot(*n)).to_array();
                 self.direction_residual = false;
-            }
-        }
-    }
-
-    /// Restricts the system to steps that keep pressed vertices on their colliders: every
-    /// block `B_ij` becomes `P_i B_ij P_j`, `P = I - n n^T` at a pressed vertex (`I`
-    /// elsewhere), and a pressed vertex's diagonal block gets `c n n^T`, `c` its mean diagonal
-    /// entry, so that the matrix stays definite and the step's normal part is zero (the
-    /// right-hand side has none).
-    fn constrain_pressed(&mut self) {
-        use glam::DMat3;
-        let projector =
-            |v: usize| self.pressed[v].map(|n| DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z));
-        let topology = &self.topology;
-        for row in 0..self.x.len() {
-            let p_row = projector(row);
-            for index in topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize {
-                let column = topology.columns[index] as usize;
-                let p_column = projector(column);
-                if p_row.is_none() && p_column.is_none() {
-                    continue;
-                }
-                // Blocks are stored row-major: the transpose of glam's column-major layout.
-                let mut b = DMat3::from_cols_array(&self.blocks[index]).transpose();
-                if let Some(p) = p_row {
-                    b = p * b;
-                }
-                if let Some(p) = p_column {
-                    b *= p;
-                }
-                if column == row {
-                    let n = self.pressed[row].expect("a projector");
-                    let c = (b.x_axis.x + b.y_axis.y + b.z_axis.z) / 2.0;
-                    b += DMat3::from_cols(n * n.x, n * n.y, n * n.z) * c.max(f64::MIN_POSITIVE);
-                }
-                self.blocks[index] = b.transpose().to_cols_array();
             }
         }
     }
@@ -788,7 +737,7 @@ impl Stages for CpuBackend {
         self.report(0, false)
     }
 
-    fn pressing_forces(&self) -> Vec<f64> {
+    fn pressing_forces(&mut self) -> Vec<f64> {
         self.pressing.clone()
     }
 

@@ -21,6 +21,8 @@ pub struct AssembleParams {
     pub damped: u32,
     pub tet_count: u32,
     pub spring_count: u32,
+    /// 1: keep pressed vertices on their colliders (the projection model).
+    pub constrained: u32,
 }
 
 /// The assembly's pipeline.
@@ -38,8 +40,9 @@ pub struct AssembleGroups {
 /// What an assembly builds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Target {
-    /// The Newton matrix, with the damping matrix added when `damped`.
-    Newton { damped: bool },
+    /// The Newton matrix, with the damping matrix added when `damped`, restricted at pressed
+    /// vertices when `constrained`.
+    Newton { damped: bool, constrained: bool },
     /// The lagged damping matrix, `element_scale K + diag(A_v)`.
     Damping { element_scale: f64 },
     /// The local/global solver's matrix for the step weight `a` (`backend::projective`), from
@@ -81,10 +84,11 @@ impl WgAssemble {
         target: Target,
     ) -> Result<()> {
         let (element_scale, damped, bound) = match target {
-            Target::Newton { damped } => (1.0, damped && buffers.has_damping(), &groups.newton),
+            Target::Newton { damped, .. } => (1.0, damped && buffers.has_damping(), &groups.newton),
             Target::Damping { element_scale } => (element_scale, false, &groups.damping),
             Target::Projective { a } => (a, false, &groups.newton),
         };
+        let constrained = matches!(target, Target::Newton { constrained: true, .. });
         let entry = if matches!(target, Target::Projective { .. }) { "projective" } else { "main" };
         let params = AssembleParams {
             vertex_count: buffers.vertex_count as u32,
@@ -92,6 +96,7 @@ impl WgAssemble {
             damped: damped as u32,
             tet_count: buffers.tet_count as u32,
             spring_count: buffers.spring_count as u32,
+            constrained: constrained as u32,
         };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();

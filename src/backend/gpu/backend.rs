@@ -153,14 +153,6 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        if model.contact.is_projection() {
-            return Err(crate::Error::Unsupported(
-                "the projection contact model runs on the CPU backend only so far; use \
-                 Backend::Cpu (Backend::Auto chooses it), ContactModel::Barrier or \
-                 ContactModel::Penalty"
-                    .into(),
-            ));
-        }
         if model.self_collision.is_some() {
             return Err(crate::Error::Unsupported(
                 "self-collision runs on the CPU backend only so far; use Backend::Cpu \
@@ -258,7 +250,30 @@ impl GpuBackend {
             barrier_distance: barrier_distance as f32,
             barrier_stiffness: barrier_stiffness as f32,
             end_contact_weight: end_contact_weight as f32,
+            projection: 0,
         }
+    }
+
+    /// Under the projection model, records `entry` of the contact stage (`stop_at_contact`
+    /// for the iterate just offset, `keep_pressed` for the direction just solved).
+    fn record_projection(&mut self, entry: &'static str) -> Result<()> {
+        if !self.model.contact.is_projection() {
+            return Ok(());
+        }
+        let (c, rec) = (&self.context, &mut self.recording);
+        let colliders = self.colliders.len();
+        self.stages.contact.queue(c, rec, &self.groups.contact, &self.buffers, entry, colliders, 1.0)
+    }
+
+    /// Positions the host gives as an iterate, as the projection model admits them: each
+    /// vertex's path from the step's start stopped where it first meets a collider (the CPU
+    /// twin's `set_iterate`).
+    fn admitted(&self, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
+        let mut x = x.to_vec();
+        if self.model.contact.is_projection() {
+            crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.start, &mut x);
+        }
+        x
     }
 
     /// Under the barrier, whether the straight path from the step's start to `x` crosses a
@@ -356,10 +371,13 @@ impl GpuBackend {
         let nodes = self.nodes.clone();
         let outputs =
             if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
-        let params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
+        let mut params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
+        // The projection model's active set is the linearization's (not a potential pass's).
+        let constrained = self.model.contact.is_projection();
+        params.projection = constrained as u32;
         self.elements(Positions::Iterate, &nodes, outputs)?;
         self.gather(&params, Positions::Iterate)?;
-        self.assemble(Target::Newton { damped: self.damped })?;
+        self.assemble(Target::Newton { damped: self.damped, constrained })?;
         self.vector("negate_gradient", 0.0)
     }
 
@@ -375,6 +393,7 @@ impl GpuBackend {
         let mut staged = Vec::with_capacity(alphas.len());
         for &alpha in alphas {
             self.vector("offset", alpha)?;
+            self.record_projection("stop_at_contact")?;
             staged.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
         }
         self.vector("offset", 0.0)?;
@@ -577,7 +596,7 @@ impl GpuBackend {
         // The condensed system: gather, assembly, right-hand side, PCG.
         let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
         self.gather(&params, Positions::Iterate)?;
-        self.assemble(Target::Newton { damped: self.damped })?;
+        self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
         self.vector("negate_gradient", 0.0)?;
         let pcg =
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
@@ -644,6 +663,7 @@ impl GpuBackend {
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let chunk = self.first_chunk(params.max_iterations);
         let (status, solve) = self.record_solve(params, chunk)?;
+        self.record_projection("keep_pressed")?;
         let dots = self.dots()?;
         let bound = self.record_step_bound()?;
         let candidates = self.record_candidates(alphas)?;
@@ -680,6 +700,7 @@ impl GpuBackend {
             if ends {
                 self.vector("gradient_from_rhs", 0.0)?;
             }
+            self.record_projection("keep_pressed")?;
             let staged_dots = self.dots()?;
             let bound = self.record_step_bound()?;
             let candidates = self.record_candidates(alphas)?;
@@ -1151,7 +1172,8 @@ impl Stages for GpuBackend {
     }
 
     fn set_iterate(&mut self, x: &[[f64; 3]]) {
-        self.write_positions(Positions::Iterate, x);
+        let x = self.admitted(x);
+        self.write_positions(Positions::Iterate, &x);
     }
 
     fn publish_positions(&mut self, x: &[[f64; 3]]) {
@@ -1274,7 +1296,8 @@ impl Stages for GpuBackend {
         let result = (|| {
             let mut staged = Vec::with_capacity(2 * points.len());
             for x in points {
-                self.write_positions(Positions::Iterate, x);
+                let x = self.admitted(x);
+                self.write_positions(Positions::Iterate, &x);
                 let (e, g) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
                 staged.extend([e, g]);
             }
@@ -1320,6 +1343,7 @@ impl Stages for GpuBackend {
         let params = self.pcg_params(Some(tolerance), 0.0, max_iterations);
         let result = (|| {
             let status = self.solve(params)?;
+            self.record_projection("keep_pressed")?;
             let dots = self.dots()?;
             let bytes = &self.recording.read(&self.context, &[dots])?[0];
             Ok(Self::report(bytes, status.iterations.max(1) as usize, status.negative_curvature()))
@@ -1341,6 +1365,21 @@ impl Stages for GpuBackend {
         self.step_bound = None;
         let result = self.vector("scale", factor);
         self.settle(result, ());
+    }
+
+    fn pressing_forces(&mut self) -> Vec<f64> {
+        // Friction is what reads them.
+        if !self.model.contact.is_projection() || self.colliders.iter().all(|c| c.friction <= 0.0) {
+            return Vec::new();
+        }
+        let n = self.buffers.vertex_count;
+        match self.recording.read_buffer(&self.context, self.buffers.scratch.named("pressed"), 4 * n) {
+            Ok(values) => values.chunks_exact(4).map(|p: &[f32]| p[3] as f64).collect(),
+            Err(e) => {
+                self.error.get_or_insert(e);
+                vec![0.0; n]
+            }
+        }
     }
 
     fn step_bound(&mut self) -> Option<f64> {
@@ -1378,7 +1417,10 @@ impl Stages for GpuBackend {
 
     fn advance(&mut self, alpha: f64) {
         self.step_bound = None;
-        let result = self.vector("save", 0.0).and_then(|()| self.vector("offset", alpha));
+        let result = self
+            .vector("save", 0.0)
+            .and_then(|()| self.vector("offset", alpha))
+            .and_then(|()| self.record_projection("stop_at_contact"));
         self.settle(result, ());
     }
 
@@ -1436,8 +1478,12 @@ impl Stages for GpuBackend {
         // The device picks among the guesses a barrier admits; the last, the fallback (the
         // step's start), always is.
         let (fallback, primary) = guesses.split_last().expect("the fallback guess");
-        let admitted: Vec<&[[f64; 3]]> =
-            primary.iter().copied().filter(|x| !self.path_blocked(x)).chain([*fallback]).collect();
+        let projected: Vec<Vec<[f64; 3]>> = guesses.iter().map(|x| self.admitted(x)).collect();
+        let admitted: Vec<&[[f64; 3]]> = if self.model.contact.is_projection() {
+            projected.iter().map(Vec::as_slice).collect()
+        } else {
+            primary.iter().copied().filter(|x| !self.path_blocked(x)).chain([*fallback]).collect()
+        };
         match self.record_start(&admitted) {
             Ok(staged) => {
                 self.pending_start = Some(staged);
@@ -1451,10 +1497,11 @@ impl Stages for GpuBackend {
     }
 
     fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {
-        // The barrier's step bound is applied on the host, between the iterations.
+        // The barrier's step bound, and the projection model's trial positions and active set,
+        // are applied between the iterations.
         if request.iterations > MAX_BUDGET_ITERATIONS
             || request.guesses.len() > super::buffers::GUESSES
-            || self.model.contact.is_barrier()
+            || self.model.contact.floor().is_some()
         {
             return crate::backend::budget_solve_by_stages(self, request);
         }

@@ -189,6 +189,8 @@ impl GpuBuffers {
         w.set("blocks", c.scratch::<f32>("blocks", 9 * slot_count));
         w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));
         w.set("bound_partials", c.scratch::<f32>("bound_partials", partials));
+        // The projection model's pressed vertices: outward normal and normal force.
+        w.set("pressed", c.scratch::<[f32; 4]>("pressed", n));
         w.set("dot_partials", c.scratch::<[f32; 4]>("dot_partials", partials));
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", partials));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", partials));

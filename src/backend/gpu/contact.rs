@@ -49,6 +49,30 @@ impl WgContact {
         })
     }
 
+    /// Records entry point `entry` (`step_bound`, `stop_at_contact` or `keep_pressed`) for
+    /// colliders closing at most `closable` of each gap.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &ContactGroups,
+        buffers: &GpuBuffers,
+        entry: &'static str,
+        collider_count: usize,
+        closable: f64,
+    ) -> Result<()> {
+        let params = ContactParams {
+            vertex_count: buffers.vertex_count as u32,
+            collider_count: collider_count as u32,
+            closable: closable as f32,
+        };
+        let offset = recording.params(context, &params)?;
+        let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, groups.workgroups);
+        Ok(())
+    }
+
     /// Records the bound on the step from the iterate along the direction, for colliders
     /// closing at most `closable` of each gap, and stages its partial minima.
     pub fn step_bound(
@@ -60,21 +84,7 @@ impl WgContact {
         collider_count: usize,
         closable: f64,
     ) -> Result<Staged> {
-        let params = ContactParams {
-            vertex_count: buffers.vertex_count as u32,
-            collider_count: collider_count as u32,
-            closable: closable as f32,
-        };
-        let offset = recording.params(context, &params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
-        recording.dispatch(
-            context,
-            self.0.kernel("step_bound"),
-            &groups.param,
-            offset,
-            &bound,
-            groups.workgroups,
-        );
+        self.queue(context, recording, groups, buffers, "step_bound", collider_count, closable)?;
         let partials = buffers.scratch.named("bound_partials");
         recording.stage(context, partials, partials.size())
     }
@@ -92,19 +102,13 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     use super::WgContact;
-    use crate::backend::gpu::test_support::{Rig, barrier_model, context};
-    use crate::contact::{CLOSABLE, step_bound};
+    use crate::backend::gpu::test_support::{Rig, barrier_model, context, rest_on_colliders};
+    use crate::contact::{CLOSABLE, step_bound, stop_at_contact};
 
-    /// Per vertex (the direction zero elsewhere) and for all at once, the bound on random
-    /// steps aimed at the colliders of every shape agrees with its CPU twin.
-    #[test]
-    fn the_step_bound_matches_its_cpu_twin() {
-        let Some(context) = context() else { return };
-        let (model, x, _) = barrier_model(5);
-        let mut rng = ChaCha8Rng::seed_from_u64(9);
-        // Half the steps move 10-20 cm toward the nearest collider point, the rest anywhere.
-        let steps: Vec<[f64; 3]> = x
-            .iter()
+    /// Random steps of 10-20 cm, half of them aimed at the nearest collider.
+    fn random_steps(model: &crate::model::Model, x: &[[f64; 3]], seed: u64) -> Vec<[f64; 3]> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        x.iter()
             .map(|p| {
                 let at = glam::DVec3::from(*p);
                 let nearest =
@@ -116,7 +120,16 @@ mod tests {
                 };
                 (toward.normalize() * rng.random_range(0.1..0.2)).to_array()
             })
-            .collect();
+            .collect()
+    }
+
+    /// Per vertex (the direction zero elsewhere) and for all at once, the bound on random
+    /// steps aimed at the colliders of every shape agrees with its CPU twin.
+    #[test]
+    fn the_step_bound_matches_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        let (model, x, _) = barrier_model(5);
+        let steps = random_steps(&model, &x, 9);
         let mut rig = Rig::new(&context, &model);
         rig.write_positions(&x, &x, &x);
         let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
@@ -152,5 +165,52 @@ mod tests {
         let gpu = gpu_bound(&mut rig, &steps);
         assert!((gpu - cpu).abs() < 1e-4, "all at once: GPU bound {gpu} against the CPU's {cpu}");
         println!("step bound parity: {cut} of {} steps cut short, worst difference {worst:.1e}", x.len());
+    }
+
+    /// The projection model's trial positions: random moves from a state with every third
+    /// free vertex resting on a collider, against `contact::stop_at_contact`.
+    #[test]
+    fn trial_positions_stop_at_contact_as_on_the_cpu() {
+        let Some(context) = context() else { return };
+        let (model, mut x, _) = barrier_model(7);
+        rest_on_colliders(&model, &mut x);
+        let steps = random_steps(&model, &x, 11);
+        let target: Vec<[f64; 3]> =
+            x.iter().zip(&steps).map(|(p, d)| std::array::from_fn(|c| p[c] + d[c])).collect();
+        let mut cpu = target.clone();
+        stop_at_contact(&model.colliders, &model.pinned, &x, &mut cpu);
+        let mut rig = Rig::new(&context, &model);
+        let (from, to) = (rig.buffers.displacements(&x), rig.buffers.displacements(&target));
+        rig.upload(3, "x_saved", &from);
+        rig.upload(2, "x", &to);
+        let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        let count = model.colliders.len();
+        let queued = rig.stages.contact.queue(
+            &rig.context,
+            &mut rig.rec,
+            &groups,
+            &rig.buffers,
+            "stop_at_contact",
+            count,
+            1.0,
+        );
+        queued.unwrap();
+        let moved = rig.read(2, "x", 3 * x.len());
+        let mut gpu = vec![[0.0; 3]; x.len()];
+        rig.buffers.positions(&moved, &mut gpu);
+        let stopped = cpu.iter().zip(&target).filter(|(c, t)| c != t).count();
+        let worst = cpu
+            .iter()
+            .zip(&gpu)
+            .flat_map(|(c, g)| (0..3).map(move |k| (c[k] - g[k]).abs()))
+            .fold(0.0f64, f64::max);
+        println!(
+            "stop at contact parity: {stopped} of {} moves changed, worst difference {worst:.1e} m",
+            x.len()
+        );
+        assert!(stopped >= 10, "only {stopped} moves met a collider");
+        // f32 positions round at 3e-8 m here; a move not stopped, or stopped elsewhere, is off
+        // by centimetres.
+        assert!(worst < 1e-6, "GPU trial positions differ by {worst:e} m");
     }
 }

@@ -43,6 +43,9 @@ pub struct GatherParams {
     pub barrier_stiffness: f32,
     /// The weight of the barrier, which acts at the end positions: the nodes' sum w theta.
     pub end_contact_weight: f32,
+    /// 1: the projection model's pressed vertices lose the gradient's normal part (and are
+    /// written to `pressed`).
+    pub projection: u32,
 }
 
 /// A collider as `shaders/shared/collider.wgsl` reads it.
@@ -201,7 +204,8 @@ mod tests {
 
     use crate::backend::gpu::GpuContext;
     use crate::backend::gpu::test_support::{
-        Rig, barrier_model, context, gather_params, linear_model, random_state, reference, to_f32, worst,
+        Reference, Rig, barrier_model, context, gather_params, linear_model, random_state, reference,
+        rest_on_colliders, to_f32, worst,
     };
     use crate::material::{Material, Projection};
     use crate::model::Model;
@@ -213,7 +217,8 @@ mod tests {
         let Some(context) = context() else { return };
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
         let (x, start) = random_state(&model, 12);
-        check_gather_and_assemble(&context, &model, &x, &start);
+        let cpu = reference(&model, &x, &start, Projection::None);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu);
     }
 
     /// The same under the IPC barrier, every free vertex outside the colliders and many
@@ -222,7 +227,49 @@ mod tests {
     fn the_barrier_gathers_as_its_cpu_twin() {
         let Some(context) = context() else { return };
         let (model, x, start) = barrier_model(12);
-        check_gather_and_assemble(&context, &model, &x, &start);
+        let cpu = reference(&model, &x, &start, Projection::None);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+    }
+
+    /// Under the projection model, with every third free vertex resting on a collider: the
+    /// pressed ones lose the gradient's normal part and their matrix rows and columns are
+    /// restricted, as by the CPU twins (`press_against_colliders`, `constrain_pressed`).
+    #[test]
+    fn the_projection_presses_as_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        let (barrier, mut x, start) = barrier_model(13);
+        let mut model = (*barrier).clone();
+        model.contact = crate::contact::ContactModel::Projection;
+        let model = Arc::new(model);
+        rest_on_colliders(&model, &mut x);
+        let mut cpu = reference(&model, &x, &start, Projection::None);
+        let (mut pressed, mut pressing) = (Vec::new(), Vec::new());
+        let squared = crate::backend::cpu::gather::press_against_colliders(
+            &model.colliders,
+            &model.pinned,
+            &x,
+            &mut cpu.gradient,
+            &mut pressed,
+            &mut pressing,
+        );
+        cpu.sums.0 = squared;
+        let topology = crate::backend::topology::Topology::new(&model);
+        crate::backend::cpu::assemble::constrain_pressed(&topology, &pressed, &mut cpu.blocks);
+        let count = pressed.iter().filter(|p| p.is_some()).count();
+        assert!(count >= 4, "only {count} vertices pressed");
+        let mut rig = check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+        let gpu: Vec<f32> = rig.read(3, "pressed", 4 * x.len());
+        for (v, (p, n)) in gpu.chunks_exact(4).zip(&pressed).enumerate() {
+            assert_eq!(p[3] > 0.0, n.is_some(), "vertex {v}: pressed on one backend only");
+            let force = (p[3] as f64 - pressing[v]).abs();
+            assert!(
+                force <= 1e-5 * pressing[v].max(1e-3),
+                "vertex {v}: normal force {} vs {}",
+                p[3],
+                pressing[v]
+            );
+        }
+        println!("projection: {count} of {} vertices pressed on both", x.len());
     }
 
     fn check_gather_and_assemble(
@@ -230,8 +277,8 @@ mod tests {
         model: &Arc<Model>,
         x: &[[f64; 3]],
         start: &[[f64; 3]],
-    ) {
-        let cpu = reference(model, x, start, Projection::None);
+        cpu: &Reference,
+    ) -> Rig {
         let mut rig = Rig::new(context, model);
         rig.write_positions(x, start, &cpu.target);
         rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
@@ -241,7 +288,7 @@ mod tests {
         let params = gather_params(model, Projection::None);
         rig.stages.gather.queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate).unwrap();
         let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
-        let target = Target::Newton { damped: false };
+        let target = Target::Newton { damped: false, constrained: model.contact.is_projection() };
         rig.stages.assemble.queue(&rig.context, &mut rig.rec, &assemble, &rig.buffers, target).unwrap();
         let partials: Vec<[f32; 4]> =
             bytemuck::pod_collect_to_vec(&rig.rec.read(context, &[staged]).unwrap()[0]);
@@ -274,5 +321,6 @@ mod tests {
         println!(
             "gather/assemble parity: gradient {g_error:.1e}, vertex blocks {v_error:.1e}, blocks {b_error:.1e}"
         );
+        rig
     }
 }

@@ -142,6 +142,7 @@ pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherPara
         barrier_distance: barrier_distance as f32,
         barrier_stiffness: barrier_stiffness as f32,
         end_contact_weight: w as f32,
+        projection: model.contact.is_projection() as u32,
     }
 }
 
@@ -176,6 +177,20 @@ pub(crate) fn barrier_model(seed: u64) -> (Arc<Model>, Vec<[f64; 3]>, Vec<[f64; 
     let within = free_distances().filter(|&phi| phi < 0.04).count();
     assert!(within >= 8, "only {within} vertex-collider pairs within the barrier's reach");
     (Arc::new(model), x, start)
+}
+
+/// Puts every third free vertex on its nearest smooth collider (not a cuboid: these states put
+/// vertices on its edges, where the resting normal is either face's and f32 and f64 round to
+/// different ones).
+pub(crate) fn rest_on_colliders(model: &Model, x: &mut [[f64; 3]]) {
+    for (_, p) in x.iter_mut().enumerate().filter(|(v, _)| v % 3 == 0 && !model.pinned[*v]) {
+        let at = glam::DVec3::from(*p);
+        let smooth =
+            model.colliders.iter().filter(|c| !matches!(c.shape, crate::contact::Shape::Cuboid { .. }));
+        let nearest = smooth.map(|c| c.distance(at)).min_by(|a, b| a.phi.total_cmp(&b.phi));
+        let d = nearest.expect("a smooth collider");
+        *p = (at - d.normal.normalize() * d.phi).to_array();
+    }
 }
 
 pub(crate) fn to_f32(values: &[f64]) -> Vec<f32> {

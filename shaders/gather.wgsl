@@ -28,7 +28,9 @@ struct Params {
     weight_1: f32,
     theta_1: f32,
     collider_count: u32,
+    // The penalty's stiffness (0: no penalty), and 1 for the cubic one.
     contact_stiffness: f32,
+    cubic: u32,
     // 1: keep the colliders' curvature term (exact Hessian); 0: drop it (projected).
     exact_hessian: u32,
     // 1: add the lagged damping matrix.
@@ -117,14 +119,24 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
     for (var c = 0u; c < params.collider_count && k > 0.0; c++) {
         let d = collider_distance(colliders[c], z);
         if (d.phi < 0.0) {
-            out.value += 0.5 * k * d.phi * d.phi;
-            out.gradient += d.normal * (k * d.phi);
-            out.forces += k * abs(d.phi);
-            // Along the normal the penalty has curvature k; across it k phi kappa <= 0, which
-            // the projection drops.
-            out.hessian += outer3(d.normal, d.normal) * k;
+            // k phi^2 / 2, or the cubic k |phi|^3 (the CPU twin's `ContactModel::energy` and
+            // `derivatives`).
+            var value = 0.5 * k * d.phi * d.phi;
+            var first = k * d.phi;
+            var second = k;
+            if (params.cubic != 0u) {
+                value = -k * d.phi * d.phi * d.phi;
+                first = -3.0 * k * d.phi * d.phi;
+                second = -6.0 * k * d.phi;
+            }
+            out.value += value;
+            out.gradient += d.normal * first;
+            out.forces += abs(first);
+            // Along the normal the penalty's own curvature; across it the surface's curvature
+            // times the slope (<= 0 on convex shapes), which the projection drops.
+            out.hessian += outer3(d.normal, d.normal) * second;
             if (params.exact_hessian != 0u) {
-                out.hessian += d.hessian * (k * d.phi);
+                out.hessian += d.hessian * first;
             }
         }
     }

@@ -70,7 +70,8 @@
 //! ```
 //!
 //! Colliders push back by `contact = "penalty"` (the default, `contact_stiffness` N/m,
-//! default 1e5), `"barrier"` (`ContactModel::Barrier`: `barrier_distance` m, default 1e-3, and
+//! default 1e5), `"cubic-penalty"` (`ContactModel::CubicPenalty`, `contact_stiffness` in
+//! N/m^2), `"barrier"` (`ContactModel::Barrier`: `barrier_distance` m, default 1e-3, and
 //! `contact_stiffness`) or `"projection"` (`ContactModel::Projection`). `self_collision = 1e7`
 //! keeps the tet bodies out of themselves and each other (`SelfCollision`, that stiffness in
 //! N/m^2, with `self_friction`, default 0). An unknown key, a
@@ -130,7 +131,7 @@ pub struct Scene {
     pub handle: Vec<HandleSpec>,
     #[serde(default = "default_contact_stiffness")]
     pub contact_stiffness: f64,
-    /// `"penalty"` (default), `"barrier"` or `"projection"`.
+    /// `"penalty"` (default), `"cubic-penalty"`, `"barrier"` or `"projection"`.
     pub contact: Option<String>,
     /// The barrier's activation distance (m).
     pub barrier_distance: Option<f64>,
@@ -665,13 +666,14 @@ impl Scene {
             let stiffness = self.contact_stiffness;
             builder = builder.contact_model(match self.contact.as_deref().unwrap_or("penalty") {
                 "penalty" => ContactModel::Penalty { stiffness },
+                "cubic-penalty" => ContactModel::CubicPenalty { stiffness },
                 "barrier" => {
                     ContactModel::Barrier { distance: self.barrier_distance.unwrap_or(1e-3), stiffness }
                 }
                 "projection" => ContactModel::Projection,
                 other => {
                     return Err(Error::Parameter(format!(
-                        "contact = {other:?}: use \"penalty\", \"barrier\" or \"projection\""
+                        "contact = {other:?}: use \"penalty\", \"cubic-penalty\", \"barrier\" or \"projection\""
                     )));
                 }
             });

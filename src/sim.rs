@@ -331,7 +331,7 @@ impl SimulationBuilder {
                         .into(),
                 ));
             }
-            (Some(ContactModel::Penalty { stiffness }), _) => {
+            (Some(ContactModel::Penalty { stiffness } | ContactModel::CubicPenalty { stiffness }), _) => {
                 crate::error::require_positive("penalty stiffness", *stiffness)?;
             }
             (Some(ContactModel::Barrier { distance, stiffness }), _) => {

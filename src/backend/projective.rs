@@ -40,6 +40,13 @@ pub(crate) fn check(model: &Model) -> Result<()> {
             }
         )));
     }
+    if let crate::contact::ContactModel::CubicPenalty { .. } = model.contact {
+        return Err(Error::Unsupported(
+            "the local/global solver needs projective energies; the cubic penalty is not one \
+             (use ContactModel::Penalty, or Solver::newton())"
+                .into(),
+        ));
+    }
     if let Some(s) = model.spring_law.iter().position(|law| law.kind != SpringKind::Hooke) {
         return Err(Error::Unsupported(format!(
             "the local/global solver needs projective energies; spring {s} is a StVK spring \

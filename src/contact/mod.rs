@@ -81,9 +81,18 @@ impl Collider {
 /// How contact with colliders is enforced.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ContactModel {
-    /// Quadratic penalty on penetration.
+    /// Quadratic penalty on penetration, `k phi^2 / 2` at depth `-phi`: collision springs
+    /// instanced where a vertex is inside (the AVF and stabilizing papers).
     Penalty {
         /// Penalty stiffness (N/m).
+        stiffness: f64,
+    },
+    /// The optimization integrator's level-set penalty (section 5.2), `k |phi|^3` at depth
+    /// `-phi`: soft at first touch, its force `3 k phi^2` growing with the depth's square,
+    /// so deep impacts stop in a shallower depth than a quadratic penalty of the same resting
+    /// depth allows. Not with the local/global solver (its energy is not a projective one).
+    CubicPenalty {
+        /// Stiffness `k` (N/m^2).
         stiffness: f64,
     },
     /// Exact non-penetration as a constraint, with no contact energy (the optimization
@@ -116,7 +125,9 @@ impl ContactModel {
     pub(crate) fn penalty_stiffness(&self) -> f64 {
         match *self {
             ContactModel::Penalty { stiffness } => stiffness,
-            ContactModel::Barrier { .. } | ContactModel::Projection => 0.0,
+            ContactModel::CubicPenalty { .. } | ContactModel::Barrier { .. } | ContactModel::Projection => {
+                0.0
+            }
         }
     }
 
@@ -133,7 +144,7 @@ impl ContactModel {
     /// projection's (which lets a vertex rest on it).
     pub(crate) fn floor(&self) -> Option<f64> {
         match self {
-            ContactModel::Penalty { .. } => None,
+            ContactModel::Penalty { .. } | ContactModel::CubicPenalty { .. } => None,
             ContactModel::Barrier { .. } => Some(0.0),
             ContactModel::Projection => Some(-RESTING_GAP),
         }
@@ -143,6 +154,7 @@ impl ContactModel {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             ContactModel::Penalty { .. } => "penalty",
+            ContactModel::CubicPenalty { .. } => "cubic penalty",
             ContactModel::Barrier { .. } => "barrier",
             ContactModel::Projection => "projection",
         }
@@ -151,7 +163,7 @@ impl ContactModel {
     /// Whether a vertex at `phi` feels the collider's energy.
     pub(crate) fn active(&self, phi: f64) -> bool {
         match *self {
-            ContactModel::Penalty { .. } => phi < 0.0,
+            ContactModel::Penalty { .. } | ContactModel::CubicPenalty { .. } => phi < 0.0,
             ContactModel::Barrier { distance, .. } => phi < distance,
             ContactModel::Projection => false,
         }
@@ -163,6 +175,13 @@ impl ContactModel {
             ContactModel::Penalty { stiffness } => {
                 if phi < 0.0 {
                     0.5 * stiffness * phi * phi
+                } else {
+                    0.0
+                }
+            }
+            ContactModel::CubicPenalty { stiffness } => {
+                if phi < 0.0 {
+                    -stiffness * phi * phi * phi
                 } else {
                     0.0
                 }
@@ -184,6 +203,9 @@ impl ContactModel {
     pub(crate) fn derivatives(&self, phi: f64) -> (f64, f64) {
         match *self {
             ContactModel::Penalty { stiffness } => (stiffness * phi, stiffness),
+            ContactModel::CubicPenalty { stiffness } => {
+                (-3.0 * stiffness * phi * phi, -6.0 * stiffness * phi)
+            }
             ContactModel::Barrier { distance, stiffness } => {
                 let (gap, log) = (phi - distance, (phi / distance).ln());
                 let first = -stiffness * (2.0 * gap * log + gap * gap / phi);
@@ -595,6 +617,29 @@ mod tests {
         assert!(!BARRIER.active(0.02) && BARRIER.normal_force(0.02) == 0.0);
         assert_eq!(BARRIER.energy(0.0), f64::INFINITY);
         assert_eq!(BARRIER.energy(-1e-3), f64::INFINITY);
+    }
+
+    /// The cubic penalty's derivatives are its energy's (finite differences), it is C2 at the
+    /// surface (value and both derivatives vanish) and inactive outside.
+    #[test]
+    fn the_cubic_penalty_is_k_depth_cubed_and_smooth_at_the_surface() {
+        let law = ContactModel::CubicPenalty { stiffness: 2e6 };
+        let h = 1e-7;
+        for phi in [-2e-2, -5e-3, -1e-3, -1e-4] {
+            let (first, second) = law.derivatives(phi);
+            let fd_first = (law.energy(phi + h) - law.energy(phi - h)) / (2.0 * h);
+            let fd_second = (law.derivatives(phi + h).0 - law.derivatives(phi - h).0) / (2.0 * h);
+            assert!((first - fd_first).abs() < 1e-6 * first.abs(), "phi {phi}: {first} vs {fd_first}");
+            assert!((second - fd_second).abs() < 1e-6 * second.abs(), "phi {phi}: {second} vs {fd_second}");
+            let close = |a: f64, b: f64| (a - b).abs() <= 1e-14 * b.abs();
+            assert!(close(law.energy(phi), 2e6 * (-phi).powi(3)), "phi {phi}: energy {}", law.energy(phi));
+            assert!(first < 0.0 && second > 0.0, "phi {phi}: it pushes out and is convex");
+            assert!(close(law.normal_force(phi), 3.0 * 2e6 * phi * phi), "phi {phi}: force");
+        }
+        let (first, second) = law.derivatives(-1e-12);
+        assert!(law.energy(-1e-12) < 1e-29 && first.abs() < 1e-17 && second.abs() < 1e-4);
+        assert!(!law.active(0.0) && law.energy(1e-3) == 0.0 && law.normal_force(1e-3) == 0.0);
+        assert_eq!(law.floor(), None);
     }
 
     /// On random straight paths toward every analytic shape, the bound is safe: the path up

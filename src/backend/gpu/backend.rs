@@ -223,10 +223,6 @@ impl GpuBackend {
     ) -> GatherParams {
         let node = |q: usize| nodes.get(q).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let g = self.model.gravity;
-        let (barrier_distance, barrier_stiffness) = match self.model.contact {
-            crate::contact::ContactModel::Barrier { distance, stiffness } => (distance, stiffness),
-            _ => (0.0, 0.0),
-        };
         let end_contact_weight: f64 = nodes.iter().map(|q| q.weight * q.theta).sum();
         GatherParams {
             vertex_count: self.model.vertex_count() as u32,
@@ -241,17 +237,15 @@ impl GpuBackend {
             weight_1: node(1).weight as f32,
             theta_1: node(1).theta as f32,
             collider_count: self.model.colliders.len() as u32,
-            contact_stiffness: self.model.contact.penalty_stiffness() as f32,
             exact_hessian: derivatives.unwrap_or(false) as u32,
             damped: (damped && self.damped) as u32,
             derivatives: derivatives.is_some() as u32,
             tet_count: self.model.tets.len() as u32,
             spring_count: self.model.springs.len() as u32,
-            barrier_distance: barrier_distance as f32,
-            barrier_stiffness: barrier_stiffness as f32,
             end_contact_weight: end_contact_weight as f32,
-            projection: 0,
+            ..GatherParams::default()
         }
+        .with_contact(self.model.contact)
     }
 
     /// Under the projection model, records `entry` of the contact stage (`stop_at_contact`

@@ -29,7 +29,9 @@ pub struct GatherParams {
     pub weight_1: f32,
     pub theta_1: f32,
     pub collider_count: u32,
+    /// The penalty's stiffness (0: no penalty), and 1 for the cubic one.
     pub contact_stiffness: f32,
+    pub cubic: u32,
     /// 1: keep the colliders' curvature term (exact Hessian); 0: drop it (projected).
     pub exact_hessian: u32,
     /// 1: add the lagged damping matrix.
@@ -46,6 +48,23 @@ pub struct GatherParams {
     /// 1: the projection model's pressed vertices lose the gradient's normal part (and are
     /// written to `pressed`).
     pub projection: u32,
+}
+
+impl GatherParams {
+    /// These parameters with the contact law `law`'s (penalty or barrier) set.
+    pub fn with_contact(mut self, law: crate::contact::ContactModel) -> GatherParams {
+        use crate::contact::ContactModel;
+        let (penalty, cubic, barrier) = match law {
+            ContactModel::Penalty { stiffness } => (stiffness, false, (0.0, 0.0)),
+            ContactModel::CubicPenalty { stiffness } => (stiffness, true, (0.0, 0.0)),
+            ContactModel::Barrier { distance, stiffness } => (0.0, false, (distance, stiffness)),
+            ContactModel::Projection => (0.0, false, (0.0, 0.0)),
+        };
+        self.contact_stiffness = penalty as f32;
+        self.cubic = cubic as u32;
+        (self.barrier_distance, self.barrier_stiffness) = (barrier.0 as f32, barrier.1 as f32);
+        self
+    }
 }
 
 /// A collider as `shaders/shared/collider.wgsl` reads it.
@@ -216,6 +235,18 @@ mod tests {
     fn gather_and_assemble_match_their_cpu_twins() {
         let Some(context) = context() else { return };
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
+        let (x, start) = random_state(&model, 12);
+        let cpu = reference(&model, &x, &start, Projection::None);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+    }
+
+    /// The same with the cubic level-set penalty.
+    #[test]
+    fn the_cubic_penalty_gathers_as_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        let mut model = (*linear_model(Material::stable_neo_hookean(2e4, 0.4))).clone();
+        model.contact = crate::contact::ContactModel::CubicPenalty { stiffness: 3e6 };
+        let model = Arc::new(model);
         let (x, start) = random_state(&model, 12);
         let cpu = reference(&model, &x, &start, Projection::None);
         check_gather_and_assemble(&context, &model, &x, &start, &cpu);

@@ -116,10 +116,6 @@ pub(crate) fn reference(
 
 pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherParams {
     let w: f64 = NODES.iter().map(|q| q.weight * q.theta).sum();
-    let (barrier_distance, barrier_stiffness) = match model.contact {
-        crate::contact::ContactModel::Barrier { distance, stiffness } => (distance, stiffness),
-        _ => (0.0, 0.0),
-    };
     GatherParams {
         vertex_count: model.vertex_count() as u32,
         node_count: 2,
@@ -133,17 +129,16 @@ pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherPara
         weight_1: NODES[1].weight as f32,
         theta_1: NODES[1].theta as f32,
         collider_count: model.colliders.len() as u32,
-        contact_stiffness: model.contact.penalty_stiffness() as f32,
         exact_hessian: (projection == Projection::None) as u32,
         damped: 0,
         derivatives: 1,
         tet_count: model.tets.len() as u32,
         spring_count: model.springs.len() as u32,
-        barrier_distance: barrier_distance as f32,
-        barrier_stiffness: barrier_stiffness as f32,
         end_contact_weight: w as f32,
         projection: model.contact.is_projection() as u32,
+        ..GatherParams::default()
     }
+    .with_contact(model.contact)
 }
 
 /// The mixed bar under an IPC barrier of reach 0.04 m, and a random state (iterate, start)

@@ -262,12 +262,13 @@ impl GpuBackend {
     /// Positions the host gives as an iterate, as the projection model admits them: each
     /// vertex's path from the step's start stopped where it first meets a collider (the CPU
     /// twin's `set_iterate`).
-    fn admitted(&self, x: &[[f64; 3]]) -> Vec<[f64; 3]> {
-        let mut x = x.to_vec();
-        if self.model.contact.is_projection() {
-            crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.start, &mut x);
+    fn admitted<'a>(&self, x: &'a [[f64; 3]]) -> std::borrow::Cow<'a, [[f64; 3]]> {
+        if !self.model.contact.is_projection() {
+            return std::borrow::Cow::Borrowed(x);
         }
-        x
+        let mut x = x.to_vec();
+        crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.start, &mut x);
+        std::borrow::Cow::Owned(x)
     }
 
     /// Under the barrier, whether the straight path from the step's start to `x` crosses a
@@ -1049,8 +1050,8 @@ impl GpuBackend {
 }
 
 /// Bytes staged by the largest readback: a Newton iteration's gather partials, PCG status,
-/// dot partials, step bound partials and a full batch of line-search candidates, or a local/global solve's batch
-/// of PCG statuses and objectives.
+/// dot partials, step bound partials and a full batch of line-search candidates, or a
+/// local/global solve's batch of PCG statuses and objectives.
 fn staging_bytes(model: &Model) -> u64 {
     let group = super::stage::WORKGROUP as usize;
     let vertex_partials = model.vertex_count().div_ceil(group);
@@ -1469,14 +1470,16 @@ impl Stages for GpuBackend {
         if guesses.len() > super::buffers::GUESSES {
             return crate::backend::start_from_best_by_stages(self, guesses);
         }
-        // The device picks among the guesses a barrier admits; the last, the fallback (the
-        // step's start), always is.
+        // The device picks among the guesses as the contact model admits them: stopped at
+        // contact (the projection), or those whose paths cross no collider (the barrier; the
+        // last, the fallback, is the step's start and always does).
         let (fallback, primary) = guesses.split_last().expect("the fallback guess");
-        let projected: Vec<Vec<[f64; 3]>> = guesses.iter().map(|x| self.admitted(x)).collect();
-        let admitted: Vec<&[[f64; 3]]> = if self.model.contact.is_projection() {
-            projected.iter().map(Vec::as_slice).collect()
-        } else {
+        let projected: Vec<std::borrow::Cow<'_, [[f64; 3]]>> =
+            guesses.iter().map(|x| self.admitted(x)).collect();
+        let admitted: Vec<&[[f64; 3]]> = if self.model.contact.is_barrier() {
             primary.iter().copied().filter(|x| !self.path_blocked(x)).chain([*fallback]).collect()
+        } else {
+            projected.iter().map(|x| x.as_ref()).collect()
         };
         match self.record_start(&admitted) {
             Ok(staged) => {

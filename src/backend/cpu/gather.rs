@@ -234,3 +234,17 @@ pub(crate) fn press_against_colliders(
     }
     squared
 }
+
+/// Removes the normal part of `direction` at the pressed vertices (`d -= n (n . d)`); true if
+/// any vertex is pressed.
+pub(crate) fn keep_pressed(direction: &mut [[f64; 3]], pressed: &[Option<DVec3>]) -> bool {
+    let mut any = false;
+    for (d, n) in direction.iter_mut().zip(pressed) {
+        if let Some(n) = n {
+            let dv = DVec3::from(*d);
+            *d = (dv - *n * dv.dot(*n)).to_array();
+            any = true;
+        }
+    }
+    any
+}

@@ -388,15 +388,8 @@ impl CpuBackend {
     /// Removes the normal part of the direction at pressed vertices: the constrained system
     /// has none, but a preconditioner (the factored local/global matrix) lets some in.
     fn keep_pressed_on_colliders(&mut self) {
-        if !self.model.contact.is_projection() {
-            return;
-        }
-        for (d, n) in self.direction.iter_mut().zip(&self.pressed) {
-            if let Some(n) = n {
-                let dv = glam::DVec3::from(*d);
-                *d = (dv - *n * dv.dot(*n)).to_array();
-                self.direction_residual = false;
-            }
+        if self.model.contact.is_projection() && gather::keep_pressed(&mut self.direction, &self.pressed) {
+            self.direction_residual = false;
         }
     }
 

@@ -221,6 +221,9 @@ mod tests {
     use crate::backend::gpu::assemble::Target;
     use std::sync::Arc;
 
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
     use crate::backend::gpu::GpuContext;
     use crate::backend::gpu::test_support::{
         Reference, Rig, barrier_model, context, gather_params, linear_model, random_state, reference,
@@ -300,7 +303,23 @@ mod tests {
                 pressing[v]
             );
         }
-        println!("projection: {count} of {} vertices pressed on both", x.len());
+        // The direction's normal part at the pressed vertices (`keep_pressed` of the contact
+        // stage), on a random direction, against the CPU twin.
+        let mut rng = ChaCha8Rng::seed_from_u64(14);
+        let mut direction: Vec<[f64; 3]> =
+            (0..x.len()).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+        rig.upload(3, "direction", &to_f32(direction.as_flattened()));
+        let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        let colliders = model.colliders.len();
+        let (c, rec) = (&rig.context, &mut rig.rec);
+        rig.stages.contact.queue(c, rec, &groups, &rig.buffers, "keep_pressed", colliders, 1.0).unwrap();
+        assert!(crate::backend::cpu::gather::keep_pressed(&mut direction, &pressed));
+        let (d_error, d_at) = worst(&rig.read(3, "direction", 3 * x.len()), direction.as_flattened());
+        assert!(d_error < 1e-6, "direction entry {d_at} off by {d_error:e}");
+        println!(
+            "projection: {count} of {} vertices pressed on both; direction kept to {d_error:.1e}",
+            x.len()
+        );
     }
 
     fn check_gather_and_assemble(

@@ -1,6 +1,7 @@
 // Stage `gather`: everything that lives on one vertex — inertia, gravity, collider contact
-// (penalty or barrier), handle springs and the lagged damping — and the gather of element corner gradients into
-// vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
+// (penalty, cubic penalty or barrier, and the projection model's pressed vertices), handle
+// springs and the lagged damping — and the gather of element corner gradients into vertex
+// gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
 // workgroup it writes, in fixed tree order, the partial sums
 // (vertex energy, |grad|^2, force scale, noise magnitude).
 //

@@ -19,8 +19,9 @@ struct Params {
     vertex_count: u32,
     node_count: u32,
     inv_h2: f32,
-    // sum_q c_q theta_q: the weight of gravity in the gradient.
-    gravity_weight: f32,
+    // sum_q c_q theta_q: the weight of a force at the nodes in the gradient, and of the
+    // barrier, which acts at the end positions x (`end_contact_weight` in the CPU twin).
+    end_weight: f32,
     gravity_x: f32,
     gravity_y: f32,
     gravity_z: f32,
@@ -44,9 +45,6 @@ struct Params {
     // The barrier's activation distance and stiffness (stiffness 0: no barrier).
     barrier_distance: f32,
     barrier_stiffness: f32,
-    // The barrier acts at the end positions x with the nodes' sum w theta (see
-    // `end_contact_weight` in the CPU twin).
-    end_contact_weight: f32,
     // 1: the projection model (`press_against_colliders` in the CPU twin).
     projection: u32,
 }
@@ -230,7 +228,7 @@ fn vertex(v: u32) -> vec4<f32> {
         forces += u.forces * cw.x * cw.y;
     }
     if (params.barrier_stiffness > 0.0) {
-        let w = params.end_contact_weight;
+        let w = params.end_weight;
         let b = barrier(at + xv);
         energy += w * b.value;
         acc += b.gradient * w;

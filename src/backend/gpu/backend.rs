@@ -223,12 +223,11 @@ impl GpuBackend {
     ) -> GatherParams {
         let node = |q: usize| nodes.get(q).copied().unwrap_or(Node { weight: 0.0, theta: 0.0 });
         let g = self.model.gravity;
-        let end_contact_weight: f64 = nodes.iter().map(|q| q.weight * q.theta).sum();
         GatherParams {
             vertex_count: self.model.vertex_count() as u32,
             node_count: nodes.len() as u32,
             inv_h2: inv_h2 as f32,
-            gravity_weight: nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() as f32,
+            end_weight: nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() as f32,
             gravity_x: g[0] as f32,
             gravity_y: g[1] as f32,
             gravity_z: g[2] as f32,
@@ -242,7 +241,6 @@ impl GpuBackend {
             derivatives: derivatives.is_some() as u32,
             tet_count: self.model.tets.len() as u32,
             spring_count: self.model.springs.len() as u32,
-            end_contact_weight: end_contact_weight as f32,
             ..GatherParams::default()
         }
         .with_contact(self.model.contact)

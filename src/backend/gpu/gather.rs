@@ -20,7 +20,8 @@ pub struct GatherParams {
     pub vertex_count: u32,
     pub node_count: u32,
     pub inv_h2: f32,
-    pub gravity_weight: f32,
+    /// `sum_q c_q theta_q`: the weight of the barrier, which acts at the end positions.
+    pub end_weight: f32,
     pub gravity_x: f32,
     pub gravity_y: f32,
     pub gravity_z: f32,
@@ -43,8 +44,6 @@ pub struct GatherParams {
     /// The barrier's activation distance and stiffness (stiffness 0: no barrier).
     pub barrier_distance: f32,
     pub barrier_stiffness: f32,
-    /// The weight of the barrier, which acts at the end positions: the nodes' sum w theta.
-    pub end_contact_weight: f32,
     /// 1: the projection model's pressed vertices lose the gradient's normal part (and are
     /// written to `pressed`).
     pub projection: u32,

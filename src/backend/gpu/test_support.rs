@@ -120,7 +120,7 @@ pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherPara
         vertex_count: model.vertex_count() as u32,
         node_count: 2,
         inv_h2: (1.0 / (H * H)) as f32,
-        gravity_weight: w as f32,
+        end_weight: w as f32,
         gravity_x: model.gravity[0] as f32,
         gravity_y: model.gravity[1] as f32,
         gravity_z: model.gravity[2] as f32,
@@ -134,7 +134,6 @@ pub(crate) fn gather_params(model: &Model, projection: Projection) -> GatherPara
         derivatives: 1,
         tet_count: model.tets.len() as u32,
         spring_count: model.springs.len() as u32,
-        end_contact_weight: w as f32,
         projection: model.contact.is_projection() as u32,
         ..GatherParams::default()
     }

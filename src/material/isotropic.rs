@@ -585,4 +585,4 @@ pub(crate) fn cofactor(f: &DMat3) -> DMat3 {
 }
 
 /// `eps_{a b m}` for distinct `a`, `b` (with `m` the third index); zero on the diagonal.
-pub(super) const LEVI_CIVITA: [[f64; 3]; 3] = [[0.0, 1.0, -1.0], [-1.0, 0.0, 1.0], [1.0, -1.0, 0.0]];
+const LEVI_CIVITA: [[f64; 3]; 3] = [[0.0, 1.0, -1.0], [-1.0, 0.0, 1.0], [1.0, -1.0, 0.0]];

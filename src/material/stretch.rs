@@ -12,7 +12,7 @@
 
 use glam::{DMat3, DQuat, DVec3};
 
-use super::isotropic::{LEVI_CIVITA, cofactor};
+use super::isotropic::cofactor;
 use super::{Elastic, MaterialModel, Projection};
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
@@ -69,22 +69,28 @@ pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
     } else {
         (pair_sums + DMat3::IDENTITY * 1e-6 * scale).inverse()
     };
+    // sym([w]x S) is linear in w: sym([e_m]x S) is column m of L (6 x 3), and with
+    // w = inverse axial the whole correction is G axial, G = L inverse.
     let columns = [s_matrix.x_axis, s_matrix.y_axis, s_matrix.z_axis];
+    let l: [Sym6; 3] = std::array::from_fn(|m| {
+        let x = columns.map(|c| DVec3::AXES[m].cross(c));
+        INDEX.map(|(a, b)| 0.5 * (x[b][a] + x[a][b]))
+    });
+    let g: [Sym6; 3] = std::array::from_fn(|n| {
+        let column = inverse.col(n);
+        std::array::from_fn(|k| l[0][k] * column.x + l[1][k] * column.y + l[2][k] * column.z)
+    });
     let mut jacobian = [[0.0; 9]; 6];
     for i in 0..3 {
         // dF = e_i e_j^T: M = R^T e_i e_j^T = r e_j^T with r the row i of R, whose skew part
-        // has the axial vector e_j x r.
+        // has the axial vector e_j x r (two entries); dS = sym(M) - G axial.
         let row = r.row(i);
         for j in 0..3 {
-            let mut axial = DVec3::ZERO;
-            axial[(j + 1) % 3] = -row[(j + 2) % 3];
-            axial[(j + 2) % 3] = row[(j + 1) % 3];
-            let w = inverse * axial;
-            // X = [w]x S, column by column; dS = sym(M) - sym(X).
-            let x = columns.map(|c| w.cross(c));
+            let (p, q) = ((j + 1) % 3, (j + 2) % 3);
+            let (axial_p, axial_q) = (-row[q], row[p]);
             for (k, &(a, b)) in INDEX.iter().enumerate() {
                 let m = 0.5 * (if b == j { row[a] } else { 0.0 } + if a == j { row[b] } else { 0.0 });
-                jacobian[k][3 * i + j] = m - 0.5 * (x[b][a] + x[a][b]);
+                jacobian[k][3 * i + j] = m - (g[p][k] * axial_p + g[q][k] * axial_q);
             }
         }
     }
@@ -241,57 +247,28 @@ fn coordinates(p: &DMat3) -> Sym6 {
     INDEX.map(|(i, j)| if i == j { p.col(i)[i] } else { p.col(j)[i] + p.col(i)[j] })
 }
 
-/// The entries `(i, j)` of `E_k` (one on the diagonal, two off it).
-fn entries(k: usize) -> ([(usize, usize); 2], usize) {
-    let (i, j) = INDEX[k];
-    ([(i, j), (j, i)], if i == j { 1 } else { 2 })
-}
-
-/// One term `sign S_mn` of `d^2 det [E_k, E_l]`.
-#[derive(Clone, Copy)]
-struct DeterminantTerm {
-    k: usize,
-    l: usize,
-    m: usize,
-    n: usize,
-    sign: f64,
-}
-
-/// The terms of `d^2 det [E_k, E_l] = sum eps_ipm eps_jqn S_mn` over the entries `(i, j)` of
-/// `E_k` and `(p, q)` of `E_l`, `k <= l`: 42 of them, listed once.
-fn determinant_terms() -> &'static [DeterminantTerm] {
-    static TERMS: std::sync::LazyLock<Vec<DeterminantTerm>> = std::sync::LazyLock::new(|| {
-        let mut terms = Vec::new();
-        for k in 0..6 {
-            let (a, na) = entries(k);
-            for l in k..6 {
-                let (b, nb) = entries(l);
-                for &(i, j) in &a[..na] {
-                    for &(p, q) in &b[..nb] {
-                        if i != p && j != q {
-                            let sign = LEVI_CIVITA[i][p] * LEVI_CIVITA[j][q];
-                            terms.push(DeterminantTerm { k, l, m: 3 - i - p, n: 3 - j - q, sign });
-                        }
-                    }
-                }
-            }
-        }
-        terms
-    });
-    &TERMS
-}
-
-/// Adds `scale d^2 det [E_k, E_l]` at `s` to `h`.
+/// Adds `scale d^2 det` at `s` to `h`. In coordinates `det = s0 s1 s2 + 2 s3 s4 s5 - s0 s3^2
+/// - s1 s4^2 - s2 s5^2`, so its second derivatives are the coordinates themselves.
 fn determinant_hessian(s: &Sym6, scale: f64, h: &mut Mat6) {
-    // Entry (m, n) of S among the coordinates.
-    const AT: [[usize; 3]; 3] = [[0, 5, 4], [5, 1, 3], [4, 3, 2]];
-    for t in determinant_terms() {
-        let value = scale * t.sign * s[AT[t.m][t.n]];
-        h[t.k][t.l] += value;
-        if t.k != t.l {
-            h[t.l][t.k] += value;
-        }
+    let [s0, s1, s2, s3, s4, s5] = s.map(|v| scale * v);
+    let upper = [
+        (0, 1, s2),
+        (0, 2, s1),
+        (1, 2, s0),
+        (0, 3, -2.0 * s3),
+        (1, 4, -2.0 * s4),
+        (2, 5, -2.0 * s5),
+        (3, 4, 2.0 * s5),
+        (3, 5, 2.0 * s4),
+        (4, 5, 2.0 * s3),
+    ];
+    for (k, l, value) in upper {
+        h[k][l] += value;
+        h[l][k] += value;
     }
+    h[3][3] -= 2.0 * s0;
+    h[4][4] -= 2.0 * s1;
+    h[5][5] -= 2.0 * s2;
 }
 
 /// A gradient `<P, dS>` and a bilinear form in [`Sym6`] coordinates.

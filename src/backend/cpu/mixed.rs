@@ -23,7 +23,8 @@
 use glam::{DQuat, DVec3};
 use rayon::prelude::*;
 
-use super::element::{CHUNK, add_tet_blocks, deformation_gradient, point};
+use super::element::{CHUNK, deformation_gradient, point};
+use crate::backend::topology::upper;
 use crate::material::Projection;
 use crate::material::stretch::{Mat6, Sym6, polar_stretch, signed_stretch};
 use crate::model::Model;
@@ -129,6 +130,7 @@ impl MixedElements {
         condensed: &mut [[f64; 3]],
         blocks: &mut [[f64; 9]],
     ) -> f64 {
+        let stretch = &self.stretch;
         let partial: Vec<f64> = self
             .linearized
             .par_chunks_mut(CHUNK)
@@ -138,84 +140,8 @@ impl MixedElements {
             .zip(blocks.par_chunks_mut(10 * CHUNK))
             .enumerate()
             .map(|(c, ((((linearized, rotations), corners), condensed), blocks))| {
-                let mut energy = 0.0;
-                for (local, lin) in linearized.iter_mut().enumerate() {
-                    let e = c * CHUNK + local;
-                    let tet = model.tets[e];
-                    let rest = &model.tet_rest[e];
-                    let material = &model.tet_material[e];
-                    let beta = rest.shape_gradients.map(DVec3::from);
-                    let z = tet.map(|v| point(x, start, v, node.theta));
-                    let (stretch_of_x, ds_df) =
-                        polar_stretch(&deformation_gradient(&z, &beta), &mut rotations[local]);
-                    // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
-                    // The shape gradients sum to zero, so corner 3's columns are minus the sum
-                    // of the others', and so are its Hessian blocks.
-                    let jacobian = &mut lin.jacobian;
-                    for (k, row) in jacobian.iter_mut().enumerate() {
-                        for i in 0..3 {
-                            let d = DVec3::from_slice(&ds_df[k][3 * i..3 * i + 3]) * node.theta;
-                            let columns = [d.dot(beta[0]), d.dot(beta[1]), d.dot(beta[2])];
-                            row[i] = columns[0];
-                            row[3 + i] = columns[1];
-                            row[6 + i] = columns[2];
-                            row[9 + i] = -(columns[0] + columns[1] + columns[2]);
-                        }
-                    }
-                    let s = &self.stretch[e];
-                    let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
-                    let at_x = material.symmetric_derivatives(&stretch_of_x, None);
-                    let weight = node.weight * rest.volume;
-                    energy += weight * at_x.energy;
-                    let gap = add(&stretch_of_x, s, -1.0);
-                    let residual = add(&at_s.gradient, &times(&at_s.hessian, &gap), 1.0);
-                    let corners = &mut corners[4 * local..4 * local + 4];
-                    let condensed = &mut condensed[4 * local..4 * local + 4];
-                    for a in 0..4 {
-                        for i in 0..3 {
-                            let (mut plain, mut mixed) = (0.0, 0.0);
-                            for k in 0..6 {
-                                plain += jacobian[k][3 * a + i] * at_x.gradient[k];
-                                mixed += jacobian[k][3 * a + i] * residual[k];
-                            }
-                            corners[a][i] = weight * plain;
-                            condensed[a][i] = weight * mixed;
-                        }
-                    }
-                    // a J^T H J: blocks (a, b) of corners 0-2 from the product, corner 3's from sums.
-                    let mut hj = [[0.0; 9]; 6];
-                    for k in 0..6 {
-                        for l in 0..6 {
-                            let h = weight * at_s.hessian[k][l];
-                            for col in 0..9 {
-                                hj[k][col] += h * jacobian[l][col];
-                            }
-                        }
-                    }
-                    let mut inner = [[[0.0; 9]; 3]; 3];
-                    for a in 0..3 {
-                        for b in a..3 {
-                            for i in 0..3 {
-                                for j in 0..3 {
-                                    let mut value = 0.0;
-                                    for k in 0..6 {
-                                        value += jacobian[k][3 * a + i] * hj[k][3 * b + j];
-                                    }
-                                    inner[a][b][3 * i + j] = value;
-                                    inner[b][a][3 * j + i] = value;
-                                }
-                            }
-                        }
-                    }
-                    let blocks = &mut blocks[10 * local..10 * local + 10];
-                    blocks.fill([0.0; 9]);
-                    add_tet_blocks(&inner, blocks);
-                    lin.stretch_of_x = stretch_of_x;
-                    lin.hessian = at_s.hessian;
-                    lin.gradient = at_s.gradient;
-                    lin.gradient_of_x = at_x.gradient;
-                }
-                energy
+                let chunk = Chunk { first: c * CHUNK, linearized, rotations, corners, condensed, blocks };
+                linearize_chunk(model, stretch, &At { x, start, node }, chunk)
             })
             .collect();
         partial.iter().sum()
@@ -272,8 +198,13 @@ impl MixedElements {
                     let rest = &model.tet_rest[e];
                     let beta = rest.shape_gradients.map(DVec3::from);
                     let z = model.tets[e].map(|v| point(x, start, v, node.theta));
-                    let stretch_of_x =
-                        signed_stretch(&deformation_gradient(&z, &beta), &mut { self.rotations[e] });
+                    // At the iterate itself, the linearization's stretch: solving for the
+                    // rotation again from its converged value moves it by round-off.
+                    let stretch_of_x = if alpha == 0.0 {
+                        lin.stretch_of_x
+                    } else {
+                        signed_stretch(&deformation_gradient(&z, &beta), &mut { self.rotations[e] })
+                    };
                     let s = add(&self.stretch[e], &lin.step, alpha);
                     let gap = add(&stretch_of_x, &s, -1.0);
                     let psi = model.tet_material[e].symmetric_energy(&s);
@@ -311,6 +242,138 @@ impl MixedElements {
     pub(crate) fn advance(&mut self, alpha: f64) {
         for (s, lin) in self.stretch.iter_mut().zip(&self.linearized) {
             *s = add(s, &lin.step, alpha);
+        }
+    }
+}
+
+/// Where the tets are linearized: the iterate, the step's start and the node.
+struct At<'a> {
+    x: &'a [[f64; 3]],
+    start: &'a [[f64; 3]],
+    node: Node,
+}
+
+/// A run of tets from `first` and their slices of the linearization's outputs.
+struct Chunk<'a> {
+    first: usize,
+    linearized: &'a mut [Linearized],
+    rotations: &'a mut [DQuat],
+    corners: &'a mut [[f64; 3]],
+    condensed: &'a mut [[f64; 3]],
+    blocks: &'a mut [[f64; 9]],
+}
+
+/// [`MixedElements::linearize`] on one chunk: returns its tets' energy.
+fn linearize_chunk(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { linearize_chunk_avx2(model, stretch, at, chunk) };
+    }
+    linearize_chunk_portable(model, stretch, at, chunk)
+}
+
+/// [`linearize_chunk_portable`] compiled for AVX2: the twelve columns of a tet's Jacobian
+/// are three vectors of four.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
+    linearize_chunk_portable(model, stretch, at, chunk)
+}
+
+#[inline(always)]
+fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
+    let At { x, start, node } = *at;
+    let Chunk { first, linearized, rotations, corners, condensed, blocks } = chunk;
+    let mut energy = 0.0;
+    for (local, lin) in linearized.iter_mut().enumerate() {
+        let e = first + local;
+        let tet = model.tets[e];
+        let rest = &model.tet_rest[e];
+        let material = &model.tet_material[e];
+        // Loops, not `map`: a closure left out of line is compiled without AVX2.
+        let (mut beta, mut z) = ([DVec3::ZERO; 4], [DVec3::ZERO; 4]);
+        for a in 0..4 {
+            beta[a] = DVec3::from(rest.shape_gradients[a]);
+            z[a] = point(x, start, tet[a], node.theta);
+        }
+        let (stretch_of_x, ds_df) = polar_stretch(&deformation_gradient(&z, &beta), &mut rotations[local]);
+        // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
+        // The shape gradients sum to zero, so corner 3's columns are minus the sum of the others'.
+        let jacobian = &mut lin.jacobian;
+        for (k, row) in jacobian.iter_mut().enumerate() {
+            for i in 0..3 {
+                let d = DVec3::from_slice(&ds_df[k][3 * i..3 * i + 3]) * node.theta;
+                let columns = [d.dot(beta[0]), d.dot(beta[1]), d.dot(beta[2])];
+                row[i] = columns[0];
+                row[3 + i] = columns[1];
+                row[6 + i] = columns[2];
+                row[9 + i] = -(columns[0] + columns[1] + columns[2]);
+            }
+        }
+        let s = &stretch[e];
+        let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
+        let at_x = material.symmetric_derivatives(&stretch_of_x, None);
+        let weight = node.weight * rest.volume;
+        energy += weight * at_x.energy;
+        let gap = add(&stretch_of_x, s, -1.0);
+        let residual = add(&at_s.gradient, &times(&at_s.hessian, &gap), 1.0);
+        // a J^T v for v = psi'(s(F)) and for the condensed residual: combinations of J's rows.
+        let (mut plain, mut mixed) = ([0.0; 12], [0.0; 12]);
+        for k in 0..6 {
+            let (g, r) = (weight * at_x.gradient[k], weight * residual[k]);
+            for c in 0..12 {
+                plain[c] += g * jacobian[k][c];
+                mixed[c] += r * jacobian[k][c];
+            }
+        }
+        for a in 0..4 {
+            corners[4 * local + a] = [plain[3 * a], plain[3 * a + 1], plain[3 * a + 2]];
+            condensed[4 * local + a] = [mixed[3 * a], mixed[3 * a + 1], mixed[3 * a + 2]];
+        }
+        condensed_blocks(jacobian, &at_s.hessian, weight, &mut blocks[10 * local..10 * local + 10]);
+        lin.stretch_of_x = stretch_of_x;
+        lin.hessian = at_s.hessian;
+        lin.gradient = at_s.gradient;
+        lin.gradient_of_x = at_x.gradient;
+    }
+    energy
+}
+
+/// The ten upper blocks of `w J^T H J`, from whole rows of twelve: row `r` is
+/// `sum_k J[k][r] (w H J)[k]`. The diagonal blocks are made exactly symmetric.
+#[inline(always)]
+fn condensed_blocks(jacobian: &[[f64; 12]; 6], hessian: &Mat6, weight: f64, blocks: &mut [[f64; 9]]) {
+    let mut hj = [[0.0; 12]; 6];
+    for k in 0..6 {
+        for l in 0..6 {
+            let h = weight * hessian[k][l];
+            for c in 0..12 {
+                hj[k][c] += h * jacobian[l][c];
+            }
+        }
+    }
+    let mut product = [[0.0; 12]; 12];
+    for (r, row) in product.iter_mut().enumerate() {
+        for k in 0..6 {
+            let j = jacobian[k][r];
+            for c in 0..12 {
+                row[c] += j * hj[k][c];
+            }
+        }
+    }
+    // Entry by entry: a row's vectors do not line up with the blocks' thirds, and reading
+    // them back in pieces that straddle two stores stalls on store forwarding.
+    for a in 0..4 {
+        for b in a..4 {
+            let block = &mut blocks[upper(a, b, 4)];
+            for i in 0..3 {
+                for j in 0..3 {
+                    // The diagonal blocks' lower triangles mirror their upper ones.
+                    let (i, j, to) = if a == b && j < i { (j, i, 3 * i + j) } else { (i, j, 3 * i + j) };
+                    block[to] = product[3 * a + i][3 * b + j];
+                }
+            }
         }
     }
 }

@@ -370,8 +370,8 @@ fn condensed_blocks(jacobian: &[[f64; 12]; 6], hessian: &Mat6, weight: f64, bloc
             for i in 0..3 {
                 for j in 0..3 {
                     // The diagonal blocks' lower triangles mirror their upper ones.
-                    let (i, j, to) = if a == b && j < i { (j, i, 3 * i + j) } else { (i, j, 3 * i + j) };
-                    block[to] = product[3 * a + i][3 * b + j];
+                    let (row, column) = if a == b && j < i { (j, i) } else { (i, j) };
+                    block[3 * i + j] = product[3 * a + row][3 * b + column];
                 }
             }
         }

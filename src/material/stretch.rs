@@ -59,7 +59,12 @@ fn trace(m: &DMat3) -> f64 {
 /// eigenvalues; where two cancel (a flat, half-inverted element) the derivative is singular,
 /// and the solve is shifted as the isotropic models' twist modes are.
 pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
-    let (s, r) = stretch_and_rotation(f, warm);
+    let (s, r) = signed_polar(f, warm);
+    (s, stretch_derivative(&s, &r))
+}
+
+/// `dS/dF` (see [`polar_stretch`]) at the signed polar decomposition `F = R S`.
+pub fn stretch_derivative(s: &Sym6, r: &DMat3) -> [[f64; 9]; 6] {
     let s_matrix = sym_matrix(&s);
     let pair_sums = DMat3::IDENTITY * trace(&s_matrix) - s_matrix;
     let scale = trace(&s_matrix).abs().max(1.0);
@@ -94,15 +99,17 @@ pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
             }
         }
     }
-    (s, jacobian)
+    jacobian
 }
 
 /// The signed polar stretch of `F` alone (see [`polar_stretch`]).
 pub fn signed_stretch(f: &DMat3, warm: &mut DQuat) -> Sym6 {
-    stretch_and_rotation(f, warm).0
+    signed_polar(f, warm).0
 }
 
-fn stretch_and_rotation(f: &DMat3, warm: &mut DQuat) -> (Sym6, DMat3) {
+/// The signed polar decomposition `F = R S`: `S` and `R`, the closest rotation (from `warm`,
+/// which receives it).
+pub fn signed_polar(f: &DMat3, warm: &mut DQuat) -> (Sym6, DMat3) {
     let (q, r) = super::closest_rotation(f, *warm);
     *warm = q;
     (sym_coordinates(&(r.transpose() * *f)), r)

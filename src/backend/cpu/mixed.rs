@@ -20,13 +20,13 @@
 //! penalty (tried: `+ 1/2 c^T H c`) cuts the step as Newton's energy does; on a hinged bar of
 //! E 1e12 that took 2.5x the iterations and froze its swing when capped.
 
-use glam::{DQuat, DVec3};
+use glam::{DMat3, DQuat, DVec3};
 use rayon::prelude::*;
 
 use super::element::{CHUNK, deformation_gradient, point};
 use crate::backend::topology::upper;
 use crate::material::Projection;
-use crate::material::stretch::{Mat6, Sym6, polar_stretch, signed_stretch};
+use crate::material::stretch::{Mat6, Sym6, signed_polar, signed_stretch, stretch_derivative};
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -49,16 +49,41 @@ struct Linearized {
     multiplier: Sym6,
 }
 
+/// A tet's signed polar decomposition `F = R S` at some positions.
+#[derive(Clone, Copy, Debug, Default)]
+struct Polar {
+    stretch: Sym6,
+    rotation: DMat3,
+    quaternion: DQuat,
+}
+
 /// The tets' stretches and their linearization.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MixedElements {
     /// `s`, per tet: the solver's variable, kept from step to step as the warm start.
     pub stretch: Vec<Sym6>,
-    /// The closest rotations of the last evaluation (warm starts).
+    /// The closest rotations of the last linearization (warm starts).
     rotations: Vec<DQuat>,
     linearized: Vec<Linearized>,
+    /// The decompositions at the full step, from the merit at `alpha = 1`: the next
+    /// linearization's, if the line search takes that step (it mostly does), so that it
+    /// need not solve for the rotations again.
+    full_step: Vec<Polar>,
+    /// Where `full_step` stands.
+    full_step_state: FullStep,
     /// The iterate and node position at which the stretches were left.
     left_at: Option<(Vec<[f64; 3]>, f64)>,
+}
+
+/// What [`MixedElements::full_step`] holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum FullStep {
+    #[default]
+    Stale,
+    /// The decompositions at the current linearization's full step.
+    Evaluated,
+    /// The decompositions at the iterate: the full step was taken.
+    Taken,
 }
 
 fn add(a: &Sym6, b: &Sym6, scale: f64) -> Sym6 {
@@ -85,13 +110,21 @@ impl MixedElements {
     /// starts at `start`: kept where the last solve left them at `start`, else `s(F)` there.
     pub(crate) fn begin(&mut self, model: &Model, start: &[[f64; 3]], node: Node) {
         let tets = model.tets.len();
+        self.full_step_state = FullStep::Stale;
         if self.stretch.len() == tets
             && self.left_at.as_ref().is_some_and(|(x, theta)| x.as_slice() == start && *theta == node.theta)
         {
             return;
         }
-        self.rotations = vec![DQuat::IDENTITY; tets];
-        self.linearized = vec![Linearized::default(); tets];
+        // The last rotations, where there are any, are the best guess there is (a state set
+        // by the application is mostly near the last one): from the identity, each tet's
+        // rotation takes several times the iterations.
+        if self.rotations.len() != tets {
+            self.rotations = vec![DQuat::IDENTITY; tets];
+            self.linearized = vec![Linearized::default(); tets];
+            self.full_step = vec![Polar::default(); tets];
+        }
+        self.full_step_state = FullStep::Stale;
         self.stretch = (0..tets)
             .into_par_iter()
             .zip(self.rotations.par_iter_mut())
@@ -115,10 +148,11 @@ impl MixedElements {
     }
 
     /// Linearizes every tet at the iterate `x`: the displacement formulation's corner
-    /// gradients into `corners` (`a J^T psi'(s(F))`, for the convergence test), the condensed
-    /// system's into `condensed` (`a J^T (g + H (s(F) - s))`) and its Hessian blocks
-    /// `a J^T H J` into `blocks` (ten upper blocks per tet). Returns the tets' energy
-    /// `sum a psi(s(F))`, the displacement formulation's.
+    /// gradients into `corners` (`a J^T psi'(s(F))`, for the convergence test) and, when
+    /// `condense` (a step is to be solved for), the condensed system's into `condensed`
+    /// (`a J^T (g + H (s(F) - s))`) and its Hessian blocks `a J^T H J` into `blocks` (ten upper
+    /// blocks per tet). Returns the tets' energy `sum a psi(s(F))`, the displacement
+    /// formulation's.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linearize(
         &mut self,
@@ -129,8 +163,10 @@ impl MixedElements {
         corners: &mut [[f64; 3]],
         condensed: &mut [[f64; 3]],
         blocks: &mut [[f64; 9]],
+        condense: bool,
     ) -> f64 {
         let stretch = &self.stretch;
+        let full_step = (self.full_step_state == FullStep::Taken).then_some(self.full_step.as_slice());
         let partial: Vec<f64> = self
             .linearized
             .par_chunks_mut(CHUNK)
@@ -140,10 +176,13 @@ impl MixedElements {
             .zip(blocks.par_chunks_mut(10 * CHUNK))
             .enumerate()
             .map(|(c, ((((linearized, rotations), corners), condensed), blocks))| {
-                let chunk = Chunk { first: c * CHUNK, linearized, rotations, corners, condensed, blocks };
-                linearize_chunk(model, stretch, &At { x, start, node }, chunk)
+                let first = c * CHUNK;
+                let decomposed = full_step.map(|polar| &polar[first..first + linearized.len()]);
+                let chunk = Chunk { first, linearized, rotations, decomposed, corners, condensed, blocks };
+                linearize_chunk(model, stretch, &At { x, start, node, condense }, chunk)
             })
             .collect();
+        self.full_step_state = FullStep::Stale;
         partial.iter().sum()
     }
 
@@ -178,34 +217,43 @@ impl MixedElements {
 
     /// The tets' part of the merit at `x` (the iterate moved by `alpha` along the step) and
     /// `s + alpha ds`: `sum a (psi(s) - m . c)`; `+inf` where a stretch leaves its model's
-    /// domain. The rotations start warm and are not kept.
+    /// domain. The rotations start warm from the linearization's; at `alpha = 1` the
+    /// decompositions are kept for the next linearization.
     pub(crate) fn merit(
-        &self,
+        &mut self,
         model: &Model,
         x: &[[f64; 3]],
         start: &[[f64; 3]],
         node: Node,
         alpha: f64,
     ) -> f64 {
-        let partial: Vec<f64> = self
-            .linearized
+        let keep = alpha == 1.0;
+        let Self { stretch, rotations, linearized, full_step, .. } = self;
+        let partial: Vec<f64> = linearized
             .par_chunks(CHUNK)
+            .zip(full_step.par_chunks_mut(CHUNK))
             .enumerate()
-            .map(|(c, linearized)| {
+            .map(|(c, (linearized, full_step))| {
                 let mut merit = 0.0;
-                for (local, lin) in linearized.iter().enumerate() {
+                for (local, (lin, polar)) in linearized.iter().zip(full_step).enumerate() {
                     let e = c * CHUNK + local;
                     let rest = &model.tet_rest[e];
                     let beta = rest.shape_gradients.map(DVec3::from);
                     let z = model.tets[e].map(|v| point(x, start, v, node.theta));
+                    let f = deformation_gradient(&z, &beta);
                     // At the iterate itself, the linearization's stretch: solving for the
                     // rotation again from its converged value moves it by round-off.
                     let stretch_of_x = if alpha == 0.0 {
                         lin.stretch_of_x
+                    } else if keep {
+                        let mut quaternion = rotations[e];
+                        let (stretch, rotation) = signed_polar(&f, &mut quaternion);
+                        *polar = Polar { stretch, rotation, quaternion };
+                        stretch
                     } else {
-                        signed_stretch(&deformation_gradient(&z, &beta), &mut { self.rotations[e] })
+                        signed_stretch(&f, &mut { rotations[e] })
                     };
-                    let s = add(&self.stretch[e], &lin.step, alpha);
+                    let s = add(&stretch[e], &lin.step, alpha);
                     let gap = add(&stretch_of_x, &s, -1.0);
                     let psi = model.tet_material[e].symmetric_energy(&s);
                     merit += node.weight * rest.volume * (psi - dot(&lin.multiplier, &gap));
@@ -213,6 +261,9 @@ impl MixedElements {
                 merit
             })
             .collect();
+        if keep {
+            self.full_step_state = FullStep::Evaluated;
+        }
         partial.iter().sum()
     }
 
@@ -238,19 +289,35 @@ impl MixedElements {
         partial.iter().sum()
     }
 
-    /// `s += alpha ds`.
+    /// Drops the full step's decompositions, so that the next linearization makes its own;
+    /// whether there were any for it to use.
+    #[cfg(test)]
+    pub(crate) fn forget_full_step(&mut self) -> bool {
+        std::mem::take(&mut self.full_step_state) == FullStep::Taken
+    }
+
+    /// `s += alpha ds`, with the iterate moved to `x + alpha dx` (`vector::axpy`, the same
+    /// expression as the merit's `vector::offset`, so that at `alpha = 1` the positions are
+    /// bit for bit those the full step's decompositions were made at).
     pub(crate) fn advance(&mut self, alpha: f64) {
         for (s, lin) in self.stretch.iter_mut().zip(&self.linearized) {
             *s = add(s, &lin.step, alpha);
         }
+        self.full_step_state = if alpha == 1.0 && self.full_step_state == FullStep::Evaluated {
+            FullStep::Taken
+        } else {
+            FullStep::Stale
+        };
     }
 }
 
-/// Where the tets are linearized: the iterate, the step's start and the node.
+/// Where the tets are linearized: the iterate, the step's start and the node; and whether
+/// the condensed system is wanted.
 struct At<'a> {
     x: &'a [[f64; 3]],
     start: &'a [[f64; 3]],
     node: Node,
+    condense: bool,
 }
 
 /// A run of tets from `first` and their slices of the linearization's outputs.
@@ -258,6 +325,8 @@ struct Chunk<'a> {
     first: usize,
     linearized: &'a mut [Linearized],
     rotations: &'a mut [DQuat],
+    /// The decompositions at `x`, where the merit already made them.
+    decomposed: Option<&'a [Polar]>,
     corners: &'a mut [[f64; 3]],
     condensed: &'a mut [[f64; 3]],
     blocks: &'a mut [[f64; 9]],
@@ -283,8 +352,8 @@ fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) 
 
 #[inline(always)]
 fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
-    let At { x, start, node } = *at;
-    let Chunk { first, linearized, rotations, corners, condensed, blocks } = chunk;
+    let At { x, start, node, condense } = *at;
+    let Chunk { first, linearized, rotations, decomposed, corners, condensed, blocks } = chunk;
     let mut energy = 0.0;
     for (local, lin) in linearized.iter_mut().enumerate() {
         let e = first + local;
@@ -297,7 +366,14 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
             beta[a] = DVec3::from(rest.shape_gradients[a]);
             z[a] = point(x, start, tet[a], node.theta);
         }
-        let (stretch_of_x, ds_df) = polar_stretch(&deformation_gradient(&z, &beta), &mut rotations[local]);
+        let (stretch_of_x, rotation) = match decomposed {
+            Some(polar) => {
+                rotations[local] = polar[local].quaternion;
+                (polar[local].stretch, polar[local].rotation)
+            }
+            None => signed_polar(&deformation_gradient(&z, &beta), &mut rotations[local]),
+        };
+        let ds_df = stretch_derivative(&stretch_of_x, &rotation);
         // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
         // The shape gradients sum to zero, so corner 3's columns are minus the sum of the others'.
         let jacobian = &mut lin.jacobian;
@@ -311,13 +387,21 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
                 row[9 + i] = -(columns[0] + columns[1] + columns[2]);
             }
         }
-        let s = &stretch[e];
-        let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
         let at_x = material.symmetric_derivatives(&stretch_of_x, None);
         let weight = node.weight * rest.volume;
         energy += weight * at_x.energy;
-        let gap = add(&stretch_of_x, s, -1.0);
-        let residual = add(&at_s.gradient, &times(&at_s.hessian, &gap), 1.0);
+        lin.stretch_of_x = stretch_of_x;
+        lin.gradient_of_x = at_x.gradient;
+        // Without a solve to follow, the condensed system's residual is left zero.
+        let mut residual = [0.0; 6];
+        if condense {
+            let s = &stretch[e];
+            let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
+            residual = add(&at_s.gradient, &times(&at_s.hessian, &add(&stretch_of_x, s, -1.0)), 1.0);
+            condensed_blocks(jacobian, &at_s.hessian, weight, &mut blocks[10 * local..10 * local + 10]);
+            lin.hessian = at_s.hessian;
+            lin.gradient = at_s.gradient;
+        }
         // a J^T v for v = psi'(s(F)) and for the condensed residual: combinations of J's rows.
         let (mut plain, mut mixed) = ([0.0; 12], [0.0; 12]);
         for k in 0..6 {
@@ -331,11 +415,6 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
             corners[4 * local + a] = [plain[3 * a], plain[3 * a + 1], plain[3 * a + 2]];
             condensed[4 * local + a] = [mixed[3 * a], mixed[3 * a + 1], mixed[3 * a + 2]];
         }
-        condensed_blocks(jacobian, &at_s.hessian, weight, &mut blocks[10 * local..10 * local + 10]);
-        lin.stretch_of_x = stretch_of_x;
-        lin.hessian = at_s.hessian;
-        lin.gradient = at_s.gradient;
-        lin.gradient_of_x = at_x.gradient;
     }
     energy
 }

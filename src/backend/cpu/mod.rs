@@ -656,28 +656,25 @@ impl Stages for CpuBackend {
             tet_corners,
             &mut self.condensed_corners[..4 * nt],
             tet_blocks,
+            request.solve,
         );
         self.condensed_corners[4 * nt..].copy_from_slice(spring_corners);
         // The displacement formulation's gradient: the convergence test and the merit's slope.
         let linearization = self.gather(Projection::Psd);
+        self.mixed.leave_at(&self.x, node);
+        let mut done =
+            MixedDirection { linearization, direction: None, merit: f64::NAN, ..Default::default() };
+        if !request.solve || linearization.gradient_norm <= request.gradient_tolerance {
+            done.linearize_time = started.elapsed();
+            return done;
+        }
         self.displacement_gradient.copy_from_slice(&self.gradient);
         // The condensed system's right-hand side (negated) and matrix.
         std::mem::swap(&mut self.corner_gradients, &mut self.condensed_corners);
         let condensed = self.gather(Projection::Psd);
         std::mem::swap(&mut self.corner_gradients, &mut self.condensed_corners);
         self.assemble_system();
-        self.mixed.leave_at(&self.x, node);
-        let linearize_time = started.elapsed();
-        let mut done = MixedDirection {
-            linearization,
-            direction: None,
-            merit: f64::NAN,
-            linearize_time,
-            ..Default::default()
-        };
-        if !request.solve || linearization.gradient_norm <= request.gradient_tolerance {
-            return done;
-        }
+        done.linearize_time = started.elapsed();
         let relative = request.relative_tolerance.unwrap_or_else(|| {
             super::forcing_term(
                 condensed.gradient_norm,

@@ -334,6 +334,45 @@ fn mixed_step_descends_its_merit_at_the_predicted_slope() {
     }
 }
 
+/// The decompositions the merit keeps at the full step are, bit for bit, those the next
+/// linearization would make itself: taking them changes nothing but the time.
+#[test]
+fn a_taken_full_step_linearizes_as_a_fresh_decomposition_would() {
+    let node = Node { weight: 1.0, theta: 1.0 };
+    let request = crate::backend::DirectionRequest {
+        projection: Projection::Psd,
+        solve: true,
+        solver: LinearSolver::Pcg,
+        gradient_tolerance: 1e-9,
+        relative_tolerance: None,
+        max_iterations: 100,
+        candidates: &[],
+        likely_converged: false,
+        previous_gradient_norm: None,
+    };
+    let [mut kept, mut fresh] = [0, 1].map(|_| loaded_with(Material::corotated(2e4, 0.3), 17, &[node]).0);
+    let mut outcomes = Vec::new();
+    for (b, backend) in [&mut kept, &mut fresh].into_iter().enumerate() {
+        backend.mixed_begin();
+        let first = backend.mixed_direction(&request);
+        assert!(first.direction.is_some() && first.full_step_merit.is_finite());
+        backend.mixed_advance(1.0);
+        if b == 1 {
+            assert!(backend.mixed.forget_full_step(), "the full step's decompositions were kept");
+        }
+        let second = backend.mixed_direction(&request);
+        let direction = second.direction.expect("a second step");
+        outcomes.push((
+            second.linearization.gradient_norm.to_bits(),
+            second.merit.to_bits(),
+            second.full_step_merit.to_bits(),
+            direction.slope.to_bits(),
+            backend.direction().to_vec(),
+        ));
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+}
+
 /// After a whole PCG step, the linearization reports `|g(x + d) - g(x) - H d|`, the part of
 /// the new gradient the linear model missed; after any other move it reports nothing.
 #[test]

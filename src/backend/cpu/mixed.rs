@@ -188,15 +188,17 @@ impl MixedElements {
 
     /// The local solves after the global one: `ds` and the multipliers from the position step
     /// `dx`. Returns the tets' part of the merit's slope along `(dx, ds)` apart from the
-    /// displacement gradient's `grad . dx`: `sum a ((-psi'(s(F)) - m) . J dx + (g + m) . ds)`.
-    pub(crate) fn local_update(&mut self, model: &Model, node: Node, dx: &[[f64; 3]]) -> f64 {
-        let partial: Vec<f64> = self
+    /// displacement gradient's `grad . dx`, `sum a ((-psi'(s(F)) - m) . J dx + (g + m) . ds)`,
+    /// and of the merit at the iterate with the new multipliers (the same value as
+    /// [`merit`](Self::merit) at `alpha = 0`).
+    pub(crate) fn local_update(&mut self, model: &Model, node: Node, dx: &[[f64; 3]]) -> (f64, f64) {
+        let partial: Vec<[f64; 2]> = self
             .linearized
             .par_chunks_mut(CHUNK)
             .zip(self.stretch.par_chunks(CHUNK))
             .enumerate()
             .map(|(c, (linearized, stretch))| {
-                let mut slope = 0.0;
+                let (mut slope, mut merit) = (0.0, 0.0);
                 for (local, (lin, s)) in linearized.iter_mut().zip(stretch).enumerate() {
                     let e = c * CHUNK + local;
                     let j_dx = jacobian_times(&lin.jacobian, model.tets[e], dx);
@@ -208,11 +210,14 @@ impl MixedElements {
                     let along_s: Sym6 = std::array::from_fn(|k| lin.gradient[k] + lin.multiplier[k]);
                     let weight = node.weight * model.tet_rest[e].volume;
                     slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
+                    let psi = model.tet_material[e].symmetric_energy(s);
+                    merit += weight * (psi - dot(&lin.multiplier, &gap));
                 }
-                slope
+                [slope, merit]
             })
             .collect();
-        partial.iter().sum()
+        let sum = |k: usize| partial.iter().map(|p| p[k]).sum();
+        (sum(0), sum(1))
     }
 
     /// The tets' part of the merit at `x` (the iterate moved by `alpha` along the step) and
@@ -264,28 +269,6 @@ impl MixedElements {
         if keep {
             self.full_step_state = FullStep::Evaluated;
         }
-        partial.iter().sum()
-    }
-
-    /// The tets' part of the merit at the iterate the linearization was made at, from what it
-    /// kept (the same value as [`merit`](Self::merit) at `alpha = 0`).
-    pub(crate) fn merit_at_iterate(&self, model: &Model, node: Node) -> f64 {
-        let partial: Vec<f64> = self
-            .linearized
-            .par_chunks(CHUNK)
-            .zip(self.stretch.par_chunks(CHUNK))
-            .enumerate()
-            .map(|(c, (linearized, stretch))| {
-                let mut merit = 0.0;
-                for (local, (lin, s)) in linearized.iter().zip(stretch).enumerate() {
-                    let e = c * CHUNK + local;
-                    let gap = add(&lin.stretch_of_x, s, -1.0);
-                    let psi = model.tet_material[e].symmetric_energy(s);
-                    merit += node.weight * model.tet_rest[e].volume * (psi - dot(&lin.multiplier, &gap));
-                }
-                merit
-            })
-            .collect();
         partial.iter().sum()
     }
 

@@ -684,10 +684,10 @@ impl Stages for CpuBackend {
         });
         let mut direction = self.solve_direction(request.solver, relative, request.max_iterations);
         let local = std::time::Instant::now();
-        let elements = self.mixed.local_update(&self.model, node, &self.direction);
-        direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + elements;
+        let (slope, merit) = self.mixed.local_update(&self.model, node, &self.direction);
+        direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + slope;
         done.local_time = local.elapsed();
-        done.merit = self.mixed.merit_at_iterate(&self.model, node)
+        done.merit = merit
             + element::spring_energy(&self.model, &self.x, &self.start, &self.nodes)
             + self.vertex_objective(&self.x);
         done.full_step_merit = self.mixed_merits(&[1.0])[0];

@@ -25,8 +25,8 @@ use rayon::prelude::*;
 
 use super::element::{CHUNK, deformation_gradient, point};
 use crate::backend::topology::upper;
-use crate::material::Projection;
 use crate::material::stretch::{Mat6, Sym6, signed_polar, signed_stretch, stretch_derivative};
+use crate::material::{Elastic, Projection};
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -187,88 +187,96 @@ impl MixedElements {
     }
 
     /// The local solves after the global one: `ds` and the multipliers from the position step
-    /// `dx`. Returns the tets' part of the merit's slope along `(dx, ds)` apart from the
-    /// displacement gradient's `grad . dx`, `sum a ((-psi'(s(F)) - m) . J dx + (g + m) . ds)`,
-    /// and of the merit at the iterate with the new multipliers (the same value as
-    /// [`merit`](Self::merit) at `alpha = 0`).
-    pub(crate) fn local_update(&mut self, model: &Model, node: Node, dx: &[[f64; 3]]) -> (f64, f64) {
-        let partial: Vec<[f64; 2]> = self
-            .linearized
+    /// `dx`, with what the line search needs of the tets, in one pass: their part of the
+    /// merit's slope along `(dx, ds)` apart from the displacement gradient's `grad . dx`,
+    /// `sum a ((-psi'(s(F)) - m) . J dx + (g + m) . ds)`, and of the merit at the iterate and
+    /// after the full step, whose positions are `full` (the same values as
+    /// [`merit`](Self::merit) at `alpha = 0` and `1`). The full step's decompositions are
+    /// kept for the next linearization.
+    pub(crate) fn local_update(
+        &mut self,
+        model: &Model,
+        at: (&[[f64; 3]], Node),
+        dx: &[[f64; 3]],
+        full: &[[f64; 3]],
+    ) -> LocalUpdate {
+        let (start, node) = at;
+        let Self { stretch, rotations, linearized, full_step, .. } = self;
+        let partial: Vec<LocalUpdate> = linearized
             .par_chunks_mut(CHUNK)
-            .zip(self.stretch.par_chunks(CHUNK))
+            .zip(full_step.par_chunks_mut(CHUNK))
             .enumerate()
-            .map(|(c, (linearized, stretch))| {
-                let (mut slope, mut merit) = (0.0, 0.0);
-                for (local, (lin, s)) in linearized.iter_mut().zip(stretch).enumerate() {
+            .map(|(c, (linearized, full_step))| {
+                let mut sums = LocalUpdate::default();
+                for (local, (lin, polar)) in linearized.iter_mut().zip(full_step).enumerate() {
                     let e = c * CHUNK + local;
+                    let s = &stretch[e];
                     let j_dx = jacobian_times(&lin.jacobian, model.tets[e], dx);
-                    let gap = add(&lin.stretch_of_x, s, -1.0);
-                    lin.step = add(&gap, &j_dx, 1.0);
+                    lin.step = add(&add(&lin.stretch_of_x, s, -1.0), &j_dx, 1.0);
                     let h_step = times(&lin.hessian, &lin.step);
                     lin.multiplier = std::array::from_fn(|k| -(lin.gradient[k] + h_step[k]));
                     let along_x: Sym6 = std::array::from_fn(|k| -lin.gradient_of_x[k] - lin.multiplier[k]);
                     let along_s: Sym6 = std::array::from_fn(|k| lin.gradient[k] + lin.multiplier[k]);
                     let weight = node.weight * model.tet_rest[e].volume;
-                    slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
-                    let psi = model.tet_material[e].symmetric_energy(s);
-                    merit += weight * (psi - dot(&lin.multiplier, &gap));
+                    sums.slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
+                    let material = &model.tet_material[e];
+                    sums.merit += merit_term(material, weight, lin, s, &lin.stretch_of_x, 0.0);
+                    let mut quaternion = rotations[e];
+                    let (stretch, rotation) =
+                        signed_polar(&deformation_at(model, e, full, start, node), &mut quaternion);
+                    *polar = Polar { stretch, rotation, quaternion };
+                    sums.full_step_merit += merit_term(material, weight, lin, s, &stretch, 1.0);
                 }
-                [slope, merit]
+                sums
             })
             .collect();
-        let sum = |k: usize| partial.iter().map(|p| p[k]).sum();
-        (sum(0), sum(1))
+        self.full_step_state = FullStep::Evaluated;
+        partial.iter().fold(LocalUpdate::default(), |a, b| LocalUpdate {
+            slope: a.slope + b.slope,
+            merit: a.merit + b.merit,
+            full_step_merit: a.full_step_merit + b.full_step_merit,
+        })
     }
 
     /// The tets' part of the merit at `x` (the iterate moved by `alpha` along the step) and
     /// `s + alpha ds`: `sum a (psi(s) - m . c)`; `+inf` where a stretch leaves its model's
-    /// domain. The rotations start warm from the linearization's; at `alpha = 1` the
-    /// decompositions are kept for the next linearization.
+    /// domain. The rotations start warm from the linearization's and are not kept.
     pub(crate) fn merit(
-        &mut self,
+        &self,
         model: &Model,
         x: &[[f64; 3]],
         start: &[[f64; 3]],
         node: Node,
         alpha: f64,
     ) -> f64 {
-        let keep = alpha == 1.0;
-        let Self { stretch, rotations, linearized, full_step, .. } = self;
-        let partial: Vec<f64> = linearized
+        let partial: Vec<f64> = self
+            .linearized
             .par_chunks(CHUNK)
-            .zip(full_step.par_chunks_mut(CHUNK))
             .enumerate()
-            .map(|(c, (linearized, full_step))| {
+            .map(|(c, linearized)| {
                 let mut merit = 0.0;
-                for (local, (lin, polar)) in linearized.iter().zip(full_step).enumerate() {
+                for (local, lin) in linearized.iter().enumerate() {
                     let e = c * CHUNK + local;
-                    let rest = &model.tet_rest[e];
-                    let beta = rest.shape_gradients.map(DVec3::from);
-                    let z = model.tets[e].map(|v| point(x, start, v, node.theta));
-                    let f = deformation_gradient(&z, &beta);
                     // At the iterate itself, the linearization's stretch: solving for the
                     // rotation again from its converged value moves it by round-off.
                     let stretch_of_x = if alpha == 0.0 {
                         lin.stretch_of_x
-                    } else if keep {
-                        let mut quaternion = rotations[e];
-                        let (stretch, rotation) = signed_polar(&f, &mut quaternion);
-                        *polar = Polar { stretch, rotation, quaternion };
-                        stretch
                     } else {
-                        signed_stretch(&f, &mut { rotations[e] })
+                        signed_stretch(&deformation_at(model, e, x, start, node), &mut { self.rotations[e] })
                     };
-                    let s = add(&stretch[e], &lin.step, alpha);
-                    let gap = add(&stretch_of_x, &s, -1.0);
-                    let psi = model.tet_material[e].symmetric_energy(&s);
-                    merit += node.weight * rest.volume * (psi - dot(&lin.multiplier, &gap));
+                    let weight = node.weight * model.tet_rest[e].volume;
+                    merit += merit_term(
+                        &model.tet_material[e],
+                        weight,
+                        lin,
+                        &self.stretch[e],
+                        &stretch_of_x,
+                        alpha,
+                    );
                 }
                 merit
             })
             .collect();
-        if keep {
-            self.full_step_state = FullStep::Evaluated;
-        }
         partial.iter().sum()
     }
 
@@ -292,6 +300,38 @@ impl MixedElements {
             FullStep::Stale
         };
     }
+}
+
+/// What [`MixedElements::local_update`] sums over the tets.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LocalUpdate {
+    /// The merit's slope, less the displacement gradient's part.
+    pub slope: f64,
+    /// The merit at the iterate.
+    pub merit: f64,
+    /// The merit after the full step.
+    pub full_step_merit: f64,
+}
+
+/// Tet `e`'s deformation gradient at the positions `x` and the node.
+fn deformation_at(model: &Model, e: usize, x: &[[f64; 3]], start: &[[f64; 3]], node: Node) -> DMat3 {
+    let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
+    deformation_gradient(&model.tets[e].map(|v| point(x, start, v, node.theta)), &beta)
+}
+
+/// A tet's term of the merit at `s + alpha ds`, its weight `a` and its stretch `s(F)` at the
+/// moved positions given: `a (psi(s + alpha ds) - m . (s(F) - s - alpha ds))`.
+fn merit_term(
+    material: &Elastic,
+    weight: f64,
+    lin: &Linearized,
+    s: &Sym6,
+    stretch_of_x: &Sym6,
+    alpha: f64,
+) -> f64 {
+    let moved = add(s, &lin.step, alpha);
+    let gap = add(stretch_of_x, &moved, -1.0);
+    weight * (material.symmetric_energy(&moved) - dot(&lin.multiplier, &gap))
 }
 
 /// Where the tets are linearized: the iterate, the step's start and the node; and whether

@@ -250,6 +250,11 @@ impl CpuBackend {
 
     /// The part of `G` that is not element energy: the vertex terms, self-contact and the
     /// lagged damping.
+    /// The mixed merit's terms that are not the tets': springs and vertex terms at `x`.
+    fn merit_outside_tets(&self, x: &[[f64; 3]]) -> f64 {
+        element::spring_energy(&self.model, x, &self.start, &self.nodes) + self.vertex_objective(x)
+    }
+
     fn vertex_objective(&self, x: &[[f64; 3]]) -> f64 {
         let mut value = gather::vertex_energy(&self.vertex_terms(), x);
         if let Some(contact) = &self.model.self_collision {
@@ -684,13 +689,14 @@ impl Stages for CpuBackend {
         });
         let mut direction = self.solve_direction(request.solver, relative, request.max_iterations);
         let local = std::time::Instant::now();
-        let (slope, merit) = self.mixed.local_update(&self.model, node, &self.direction);
-        direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + slope;
+        let mut full = std::mem::take(&mut self.scratch);
+        vector::offset(&self.x, 1.0, &self.direction, &mut full);
+        let tets = self.mixed.local_update(&self.model, (&self.start, node), &self.direction, &full);
+        direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + tets.slope;
+        done.merit = tets.merit + self.merit_outside_tets(&self.x);
+        done.full_step_merit = tets.full_step_merit + self.merit_outside_tets(&full);
+        self.scratch = full;
         done.local_time = local.elapsed();
-        done.merit = merit
-            + element::spring_energy(&self.model, &self.x, &self.start, &self.nodes)
-            + self.vertex_objective(&self.x);
-        done.full_step_merit = self.mixed_merits(&[1.0])[0];
         done.direction = Some(direction);
         done
     }
@@ -703,8 +709,7 @@ impl Stages for CpuBackend {
             .map(|&alpha| {
                 vector::offset(&self.x, alpha, &self.direction, &mut candidate);
                 self.mixed.merit(&self.model, &candidate, &self.start, node, alpha)
-                    + element::spring_energy(&self.model, &candidate, &self.start, &self.nodes)
-                    + self.vertex_objective(&candidate)
+                    + self.merit_outside_tets(&candidate)
             })
             .collect();
         self.scratch = candidate;

@@ -325,6 +325,8 @@ fn mixed_step_descends_its_merit_at_the_predicted_slope() {
             let h = 1e-6;
             let merits = backend.mixed_merits(&[-h, 0.0, h]);
             assert_eq!(merits[1], done.merit, "{label}: the merit at the iterate");
+            let full_step = backend.mixed_merits(&[1.0])[0];
+            assert_eq!(full_step, done.full_step_merit, "{label}: the merit after the full step");
             let fd = (merits[2] - merits[0]) / (2.0 * h);
             assert!(
                 (fd - slope).abs() < 1e-5 * slope.abs(),

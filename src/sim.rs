@@ -130,6 +130,72 @@ fn worker_pool() -> &'static rayon::ThreadPool {
     })
 }
 
+/// How long a step waits for the pool's idle workers to start polling before it goes on
+/// without the ones that have not.
+const POLLERS_START: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Sets its flag when dropped: on return and on unwinding alike.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool, bool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(self.1, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Runs `work` (on a thread of the worker pool) while the pool's other workers poll for its
+/// jobs instead of going to sleep between them. A step alternates short parallel passes with
+/// serial ones (the linear solve of a small body), and a worker that has gone to sleep in
+/// between costs a wake-up (futex and scheduler) each time it is wanted again: ~15 % of a
+/// 960-tet step's CPU time, 20 % of its frame time.
+///
+/// A poller runs nothing but pending jobs, until `work` returns. One must never start on a
+/// thread that is in the middle of one of `work`'s jobs (it would keep that job from
+/// finishing, and `work` from returning): so the pollers are started before `work` makes any
+/// job, and the ones no idle worker has taken up within [`POLLERS_START`] are cancelled. Only
+/// one step at a time polls; one that finds the pool polling for another runs as it would
+/// without.
+fn with_workers_awake<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::AcqRel, Ordering::Acquire};
+    static POLLING: AtomicBool = AtomicBool::new(false);
+    let helpers = rayon::current_num_threads().saturating_sub(1);
+    if helpers == 0 || POLLING.swap(true, AcqRel) {
+        return work();
+    }
+    let _release = SetOnDrop(&POLLING, false);
+    const PENDING: u8 = 0;
+    const STARTED: u8 = 1;
+    const CANCELLED: u8 = 2;
+    let states: Vec<AtomicU8> = (0..helpers).map(|_| AtomicU8::new(PENDING)).collect();
+    let done = AtomicBool::new(false);
+    rayon::scope(|scope| {
+        let _finish = SetOnDrop(&done, true);
+        for state in &states {
+            let done = &done;
+            scope.spawn(move |_| {
+                if state.compare_exchange(PENDING, STARTED, AcqRel, Acquire).is_ok() {
+                    while !done.load(Acquire) {
+                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                }
+            });
+        }
+        let deadline = std::time::Instant::now() + POLLERS_START;
+        while states.iter().any(|state| state.load(Acquire) == PENDING) {
+            if std::time::Instant::now() >= deadline {
+                for state in &states {
+                    _ = state.compare_exchange(PENDING, CANCELLED, AcqRel, Acquire);
+                }
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        work()
+    })
+}
+
 type PinPredicate = Box<dyn Fn(&[f64; 3]) -> bool>;
 
 enum Body {
@@ -560,7 +626,7 @@ impl Simulation {
 
     /// Advances one time step. On error the state is unchanged.
     pub fn step(&mut self) -> Result<StepStats> {
-        worker_pool().install(|| self.advance())
+        worker_pool().install(|| with_workers_awake(|| self.advance()))
     }
 
     /// Moves collider `index` (in the order they were added) by `translation` (m) before the

@@ -84,3 +84,36 @@ fn collapsed_cube_recovers_its_rest_shape() {
     println!("collapsed cube recovered in {steps} steps");
     assert_rest_volumes(&sim, &TetMesh::bar([4, 4, 4], [1.0, 1.0, 1.0]), "collapsed");
 }
+
+/// Simulations stepped on several threads at once share the crate's worker pool (and its
+/// workers' polling for a step's jobs): every one finishes, with the positions it reaches
+/// alone, bit for bit.
+#[test]
+fn simulations_stepped_on_several_threads_at_once_match_alone() {
+    let beam = |stiffness: f64| {
+        Simulation::builder()
+            .tet_body(TetMesh::bar([8, 3, 3], [0.8, 0.3, 0.3]), Material::corotated(stiffness, 0.3), 1000.0)
+            .gravity([0.0, -9.81, 0.0])
+            .dt(1.0 / 30.0)
+            .integrator(Integrator::BackwardEuler)
+            .pin(|p| p[0] < 1e-9)
+            .build()
+            .unwrap()
+    };
+    let run = |stiffness: f64| {
+        let mut sim = beam(stiffness);
+        for _ in 0..8 {
+            sim.step().unwrap();
+        }
+        sim.positions().to_vec()
+    };
+    let stiffnesses = [1e5, 2e5, 4e5, 8e5, 1.6e6, 3.2e6];
+    let alone: Vec<_> = stiffnesses.iter().map(|&k| run(k)).collect();
+    let together: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = stiffnesses.iter().map(|&k| scope.spawn(move || run(k))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(alone, together);
+    // The beams differ, so the comparison is not of one result with itself.
+    assert_ne!(alone[0], alone[1]);
+}

@@ -626,6 +626,10 @@ impl Simulation {
 
     /// Advances one time step. On error the state is unchanged.
     pub fn step(&mut self) -> Result<StepStats> {
+        // A GPU step's host mostly waits for the device: nothing for polling workers to do.
+        if self.stages.gpu_context().is_some() {
+            return worker_pool().install(|| self.advance());
+        }
         worker_pool().install(|| with_workers_awake(|| self.advance()))
     }
 

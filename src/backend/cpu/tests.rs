@@ -287,6 +287,21 @@ fn same_input_gives_the_same_bits() {
     assert_eq!(run(), run());
 }
 
+/// A request for a step solved with `solver` to a tight tolerance.
+fn solve_request(solver: LinearSolver) -> crate::backend::DirectionRequest<'static> {
+    crate::backend::DirectionRequest {
+        projection: Projection::Psd,
+        solve: true,
+        solver,
+        gradient_tolerance: 1e-9,
+        relative_tolerance: None,
+        max_iterations: 100,
+        candidates: &[],
+        likely_converged: false,
+        previous_gradient_norm: None,
+    }
+}
+
 #[test]
 fn mixed_step_descends_its_merit_at_the_predicted_slope() {
     // One-node objectives (backward Euler's, and a midpoint-like node), random stretches off
@@ -301,17 +316,7 @@ fn mixed_step_descends_its_merit_at_the_predicted_slope() {
             }
             // The displacement formulation's gradient is Newton's.
             let newton = backend.linearize(Projection::Psd).gradient_norm;
-            let request = crate::backend::DirectionRequest {
-                projection: Projection::Psd,
-                solve: true,
-                solver: LinearSolver::Cholesky,
-                gradient_tolerance: 1e-9,
-                relative_tolerance: None,
-                max_iterations: 100,
-                candidates: &[],
-                likely_converged: false,
-                previous_gradient_norm: None,
-            };
+            let request = solve_request(LinearSolver::Cholesky);
             let done = backend.mixed_direction(&request);
             let label = format!("{:?} theta {}", material(2e4, 0.3).model(), node.theta);
             let relative = (done.linearization.gradient_norm - newton).abs() / newton;
@@ -341,17 +346,7 @@ fn mixed_step_descends_its_merit_at_the_predicted_slope() {
 #[test]
 fn a_taken_full_step_linearizes_as_a_fresh_decomposition_would() {
     let node = Node { weight: 1.0, theta: 1.0 };
-    let request = crate::backend::DirectionRequest {
-        projection: Projection::Psd,
-        solve: true,
-        solver: LinearSolver::Pcg,
-        gradient_tolerance: 1e-9,
-        relative_tolerance: None,
-        max_iterations: 100,
-        candidates: &[],
-        likely_converged: false,
-        previous_gradient_norm: None,
-    };
+    let request = solve_request(LinearSolver::Pcg);
     let [mut kept, mut fresh] = [0, 1].map(|_| loaded_with(Material::corotated(2e4, 0.3), 17, &[node]).0);
     let mut outcomes = Vec::new();
     for (b, backend) in [&mut kept, &mut fresh].into_iter().enumerate() {

@@ -65,7 +65,7 @@ pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
 
 /// `dS/dF` (see [`polar_stretch`]) at the signed polar decomposition `F = R S`.
 pub fn stretch_derivative(s: &Sym6, r: &DMat3) -> [[f64; 9]; 6] {
-    let s_matrix = sym_matrix(&s);
+    let s_matrix = sym_matrix(s);
     let pair_sums = DMat3::IDENTITY * trace(&s_matrix) - s_matrix;
     let scale = trace(&s_matrix).abs().max(1.0);
     let determinant = pair_sums.determinant();

@@ -464,8 +464,8 @@ mod tests {
 
     /// The solve inverts the matrix it factored: `S (S^-1 b) = b` on random right-hand sides,
     /// for a small bar and a long beam (simplicial factors: our substitutions on one core and
-    /// on two, and four-wide) and a cube (a supernodal one, faer's solve), with two vertex diagonals and
-    /// after switching between cached factors.
+    /// on two, and four-wide) and a cube (a supernodal one, faer's solve), with two vertex
+    /// diagonals and after switching between cached factors.
     #[test]
     fn solve_inverts_the_projective_matrix() {
         for (cells, supernodal) in [([5, 3, 2], false), ([24, 8, 8], false), ([12, 12, 12], true)] {

@@ -49,7 +49,9 @@ struct Linearized {
     multiplier: Sym6,
 }
 
-/// A tet's signed polar decomposition `F = R S` at some positions.
+/// A tet's signed polar decomposition `F = R S` at some positions: `R` as the matrix the
+/// linearization uses and as the quaternion that warm-starts the next solve (not the same
+/// bits where the rotation came from the SVD fallback).
 #[derive(Clone, Copy, Debug, Default)]
 struct Polar {
     stretch: Sym6,
@@ -124,7 +126,6 @@ impl MixedElements {
             self.linearized = vec![Linearized::default(); tets];
             self.full_step = vec![Polar::default(); tets];
         }
-        self.full_step_state = FullStep::Stale;
         self.stretch = (0..tets)
             .into_par_iter()
             .zip(self.rotations.par_iter_mut())
@@ -384,17 +385,22 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
         let rest = &model.tet_rest[e];
         let material = &model.tet_material[e];
         // Loops, not `map`: a closure left out of line is compiled without AVX2.
-        let (mut beta, mut z) = ([DVec3::ZERO; 4], [DVec3::ZERO; 4]);
+        let mut beta = [DVec3::ZERO; 4];
         for a in 0..4 {
             beta[a] = DVec3::from(rest.shape_gradients[a]);
-            z[a] = point(x, start, tet[a], node.theta);
         }
         let (stretch_of_x, rotation) = match decomposed {
             Some(polar) => {
                 rotations[local] = polar[local].quaternion;
                 (polar[local].stretch, polar[local].rotation)
             }
-            None => signed_polar(&deformation_gradient(&z, &beta), &mut rotations[local]),
+            None => {
+                let mut z = [DVec3::ZERO; 4];
+                for a in 0..4 {
+                    z[a] = point(x, start, tet[a], node.theta);
+                }
+                signed_polar(&deformation_gradient(&z, &beta), &mut rotations[local])
+            }
         };
         let ds_df = stretch_derivative(&stretch_of_x, &rotation);
         // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].

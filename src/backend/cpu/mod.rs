@@ -248,13 +248,13 @@ impl CpuBackend {
             + self.vertex_objective(x)
     }
 
-    /// The part of `G` that is not element energy: the vertex terms, self-contact and the
-    /// lagged damping.
     /// The mixed merit's terms that are not the tets': springs and vertex terms at `x`.
     fn merit_outside_tets(&self, x: &[[f64; 3]]) -> f64 {
         element::spring_energy(&self.model, x, &self.start, &self.nodes) + self.vertex_objective(x)
     }
 
+    /// The part of `G` that is not element energy: the vertex terms, self-contact and the
+    /// lagged damping.
     fn vertex_objective(&self, x: &[[f64; 3]]) -> f64 {
         let mut value = gather::vertex_energy(&self.vertex_terms(), x);
         if let Some(contact) = &self.model.self_collision {

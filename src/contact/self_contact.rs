@@ -62,23 +62,25 @@ fn penalty(k: f64, d: f64) -> [f64; 3] {
     [k * d * s, k * (s + d / (2.0 * s)), k * (1.0 / s - d / (4.0 * s * s * s))]
 }
 
-/// The settings and detection structures, built once per model from its rest shape.
+/// The settings and detection structures, built once per model from its rest shape (the GPU
+/// twin, `backend/gpu/self_contact.rs`, uploads them).
 #[derive(Clone, Debug)]
 pub(crate) struct SelfContact {
     pub settings: SelfCollision,
     /// Boundary vertices of the tet bodies: the ones that can enter another tet.
-    surface_vertices: Vec<u32>,
-    /// Per boundary vertex, the rest distance within which its own part is its neighbourhood.
-    reach: Vec<f64>,
-
+    pub(crate) surface_vertices: Vec<u32>,
     /// Boundary triangles, outward wound: what depth is measured to.
-    triangles: Vec<[u32; 3]>,
+    pub(crate) triangles: Vec<[u32; 3]>,
     /// The connected part (tets sharing vertices) of every vertex.
-    part: Vec<u32>,
-    rest_tet_boxes: Vec<Aabb>,
-    rest_triangle_boxes: Vec<Aabb>,
-    tet_tree: Bvh,
-    triangle_tree: Bvh,
+    pub(crate) part: Vec<u32>,
+    /// Trees over the tets and the triangles, built at rest.
+    pub(crate) tet_tree: Bvh,
+    pub(crate) triangle_tree: Bvh,
+    /// Per boundary vertex `s`, its own neighbourhood, which it ignores: the tets of its part
+    /// in `near[near_offsets[2 s]..near_offsets[2 s + 1]]` and the triangles in
+    /// `near[near_offsets[2 s + 1]..near_offsets[2 s + 2]]`, each run sorted.
+    pub(crate) near_offsets: Vec<u32>,
+    pub(crate) near: Vec<u32>,
 }
 
 fn box_of(x: &[[f64; 3]], vertices: &[u32]) -> Aabb {
@@ -122,20 +124,55 @@ impl SelfContact {
                 }
             }
         }
-        let reach = surface_vertices.iter().map(|&v| longest_edge[v as usize]).collect();
         let rest_tet_boxes: Vec<Aabb> = model.tets.iter().map(|t| box_of(rest, t)).collect();
         let rest_triangle_boxes: Vec<Aabb> = triangles.iter().map(|t| box_of(rest, t)).collect();
+        let part = parts(rest.len(), &model.tets);
+        let tet_tree = Bvh::new(&rest_tet_boxes);
+        let triangle_tree = Bvh::new(&rest_triangle_boxes);
+        // A vertex's neighbourhood: the tets and triangles of its part whose rest boxes lie
+        // within its longest incident rest edge (its own among them).
+        let neighbourhood = |v: u32, tree: &Bvh, boxes: &[Aabb], first_vertex: &dyn Fn(u32) -> u32| {
+            let (at, reach) = (DVec3::from(rest[v as usize]), longest_edge[v as usize]);
+            let mut near = Vec::new();
+            tree.overlapping(&Aabb { lo: at - reach, hi: at + reach }, |t| {
+                let own = part[first_vertex(t) as usize] == part[v as usize];
+                if own && boxes[t as usize].distance_squared(at) <= reach * reach {
+                    near.push(t);
+                }
+            });
+            near.sort_unstable();
+            near
+        };
+        let runs: Vec<[Vec<u32>; 2]> = surface_vertices
+            .par_iter()
+            .map(|&v| {
+                [
+                    neighbourhood(v, &tet_tree, &rest_tet_boxes, &|t| model.tets[t as usize][0]),
+                    neighbourhood(v, &triangle_tree, &rest_triangle_boxes, &|t| triangles[t as usize][0]),
+                ]
+            })
+            .collect();
+        let mut near_offsets = vec![0u32];
+        let mut near = Vec::new();
+        for run in runs.iter().flatten() {
+            near.extend_from_slice(run);
+            near_offsets.push(near.len() as u32);
+        }
         SelfContact {
             settings,
             surface_vertices,
-            reach,
-            part: parts(rest.len(), &model.tets),
-            tet_tree: Bvh::new(&rest_tet_boxes),
-            triangle_tree: Bvh::new(&rest_triangle_boxes),
-            rest_tet_boxes,
-            rest_triangle_boxes,
             triangles,
+            part,
+            tet_tree,
+            triangle_tree,
+            near_offsets,
+            near,
         }
+    }
+
+    /// Boundary vertex `s`'s neighbourhood: its tets (`kind` 0) or triangles (1).
+    fn near(&self, s: usize, kind: usize) -> &[u32] {
+        &self.near[self.near_offsets[2 * s + kind] as usize..self.near_offsets[2 * s + kind + 1] as usize]
     }
 
     /// Every boundary vertex inside a tet other than its own at `x`, in vertex order.
@@ -166,21 +203,15 @@ impl SelfContact {
         triangle_tree: &Bvh,
         s: usize,
     ) -> Option<Contact> {
-        let (v, reach) = (self.surface_vertices[s], self.reach[s]);
+        let v = self.surface_vertices[s];
         let p = DVec3::from(x[v as usize]);
-        let rest = DVec3::from(model.rest[v as usize]);
-        let own_part = self.part[v as usize];
-        let near =
-            |part: u32, rest_box: &Aabb| part == own_part && rest_box.distance_squared(rest) <= reach * reach;
+        let (near_tets, near_triangles) = (self.near(s, 0), self.near(s, 1));
         let mut host = None;
         tet_tree.overlapping(&Aabb { lo: p, hi: p }, |t| {
-            let tet = model.tets[t as usize];
-            if host.is_some()
-                || tet.contains(&v)
-                || near(self.part[tet[0] as usize], &self.rest_tet_boxes[t as usize])
-            {
+            if host.is_some() || near_tets.binary_search(&t).is_ok() {
                 return;
             }
+            let tet = model.tets[t as usize];
             if inside_tet(p, tet.map(|c| DVec3::from(x[c as usize]))) {
                 host = Some(self.part[tet[0] as usize]);
             }
@@ -188,9 +219,8 @@ impl SelfContact {
         let host = host?;
         let (t, _) = triangle_tree.nearest(p, |t| {
             let triangle = self.triangles[t as usize];
-            let eligible = self.part[triangle[0] as usize] == host
-                && !triangle.contains(&v)
-                && !near(host, &self.rest_triangle_boxes[t as usize]);
+            let eligible =
+                self.part[triangle[0] as usize] == host && near_triangles.binary_search(&t).is_err();
             eligible.then(|| {
                 let [a, b, c] = triangle.map(|c| DVec3::from(x[c as usize]));
                 let [wa, wb, wc] = crate::mesh::closest_weights_on_triangle(p, a, b, c);

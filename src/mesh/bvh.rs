@@ -149,6 +149,30 @@ impl Bvh {
         best
     }
 
+    /// Per node, `[first, count]` as the GPU twin reads it (shaders/self_contact.wgsl): a
+    /// leaf's primitives are `order()[first..first + count]`; an inner node (`count` 0) has
+    /// its left child right after it and its right child at `first`.
+    pub(crate) fn links(&self) -> Vec<[u32; 2]> {
+        self.nodes.iter().map(|n| [n.first, n.count]).collect()
+    }
+
+    /// The primitives, each leaf a contiguous run.
+    pub(crate) fn order(&self) -> &[u32] {
+        &self.order
+    }
+
+    /// Each node's depth (the root's is 0).
+    pub(crate) fn depths(&self) -> Vec<u32> {
+        let mut depth = vec![0; self.nodes.len()];
+        for (n, node) in self.nodes.iter().enumerate() {
+            if node.count == 0 {
+                depth[n + 1] = depth[n] + 1;
+                depth[node.first as usize] = depth[n] + 1;
+            }
+        }
+        depth
+    }
+
     /// Calls `visit` on every primitive whose box overlaps `query`, and on some others (those
     /// sharing a leaf with one: the tree keeps no box per primitive), each once.
     pub(crate) fn overlapping(&self, query: &Aabb, mut visit: impl FnMut(u32)) {

@@ -1,7 +1,7 @@
 // Stage `gather`: everything that lives on one vertex — inertia, gravity, collider contact
 // (penalty, cubic penalty or barrier, and the projection model's pressed vertices), handle
-// springs and the lagged damping — and the gather of element corner gradients into vertex
-// gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
+// springs, the lagged damping and self-contact's records (shared/couplings) — and the gather
+// of element corner gradients into vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
 // workgroup it writes, in fixed tree order, the partial sums
 // (vertex energy, |grad|^2, force scale, noise magnitude).
 //
@@ -14,6 +14,7 @@
 #import shared/collider
 #import shared/slots
 #import shared/matrix
+#import shared/coupling_product
 
 struct Params {
     vertex_count: u32,
@@ -47,6 +48,12 @@ struct Params {
     barrier_stiffness: f32,
     // 1: the projection model (`press_against_colliders` in the CPU twin).
     projection: u32,
+    // Self-contact's boundary vertex count (0: no self-contact; with no nodes it has no
+    // part), the record set the last detection wrote, and 1 where the step's friction
+    // records (set 2) are part of the damping.
+    surface_count: u32,
+    contact_set: u32,
+    friction: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -63,6 +70,8 @@ struct Params {
 @group(1) @binding(8) var<storage, read> slot_columns: array<u32>;
 // The samples of every signed-distance-grid collider (shared/collider).
 @group(1) @binding(9) var<storage, read> sdf_values: array<f32>;
+// Per vertex, its index among self-contact's boundary vertices (NO_VERTEX for none).
+@group(1) @binding(10) var<storage, read> surface_index: array<u32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
@@ -80,6 +89,12 @@ struct Params {
 // Under the projection model, per vertex: the outward normal of the collider it rests on and
 // is pressed against, and the normal force (w > 0 only where pressed).
 @group(3) @binding(6) var<storage, read_write> pressed: array<vec4<f32>>;
+@group(3) @binding(7) var<storage, read> coupling_records: array<vec4<f32>>;
+@group(3) @binding(8) var<storage, read> coupling_offsets: array<u32>;
+// Sorted here, in place, per vertex.
+@group(3) @binding(9) var<storage, read_write> coupling_list: array<u32>;
+// The detection's counts, cleared here for the next.
+@group(3) @binding(10) var<storage, read_write> coupling_counts: array<u32>;
 
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 0u) {
@@ -178,6 +193,68 @@ fn barrier(z: vec3<f32>) -> Potential {
     return out;
 }
 
+// The friction couplings' vector: dx = x - x_n.
+fn coupled_vector(u: u32) -> vec3<f32> {
+    return load(0u, u) - load(1u, u);
+}
+
+fn contact_records() -> CouplingSet {
+    return coupling_set(params.contact_set, params.surface_count, params.vertex_count);
+}
+
+// Self-contact's energy at vertex v: its own records', one per quadrature node.
+fn self_contact_energy(v: u32) -> f32 {
+    let s = surface_index[v];
+    if (params.surface_count == 0u || params.node_count == 0u || s == NO_VERTEX) {
+        return 0.0;
+    }
+    var energy = 0.0;
+    for (var q = 0u; q < 2u; q++) {
+        let slot = contact_records().records + q * params.surface_count + s;
+        if (record_vertices(slot).x != NO_VERTEX) {
+            energy += coupling_records[RECORD * slot + 2u].w;
+        }
+    }
+    return energy;
+}
+
+// Self-contact's gradient, block and force magnitude at vertex v from every record it is in,
+// summed by ascending slot (its list sorted first, in place, for the same bits every run).
+struct ContactTerms {
+    gradient: vec3<f32>,
+    block: mat3x3<f32>,
+    forces: f32,
+}
+
+fn self_contact_terms(v: u32) -> ContactTerms {
+    var out = ContactTerms(vec3<f32>(0.0), mat3x3<f32>(), 0.0);
+    if (params.surface_count == 0u || params.node_count == 0u) {
+        return out;
+    }
+    coupling_counts[v] = 0u;
+    let records = contact_records();
+    let begin = records.list + coupling_offsets[records.offsets + v];
+    let end = records.list + coupling_offsets[records.offsets + v + 1u];
+    for (var k = begin + 1u; k < end; k++) {
+        let value = coupling_list[k];
+        var j = k;
+        while (j > begin && coupling_list[j - 1u] > value) {
+            coupling_list[j] = coupling_list[j - 1u];
+            j -= 1u;
+        }
+        coupling_list[j] = value;
+    }
+    for (var k = begin; k < end; k++) {
+        let slot = records.records + coupling_list[k];
+        let c = coupling_records[RECORD * slot + 1u][record_role(record_vertices(slot), v)];
+        let g = coupling_records[RECORD * slot + 2u].xyz;
+        out.gradient += g * c;
+        out.block += record_block(slot) * (c * c);
+        out.forces += abs(c) * length(g);
+    }
+    return out;
+}
+
 fn store_block(v: u32, block: mat3x3<f32>) {
     // Row-major, as the CPU twin; the blocks here are symmetric.
     for (var r = 0u; r < 3u; r++) {
@@ -201,7 +278,11 @@ fn vertex(v: u32) -> vec4<f32> {
             let cw = node(q);
             energy += cw.x * potential(v, at + xv * cw.y + start * (1.0 - cw.y)).value;
         }
+        energy += self_contact_energy(v);
         if (params.derivatives != 0u) {
+            if (params.surface_count != 0u && params.node_count != 0u) {
+                coupling_counts[v] = 0u;
+            }
             for (var c = 0u; c < 3u; c++) {
                 gradient[3u * v + c] = 0.0;
             }
@@ -248,15 +329,24 @@ fn vertex(v: u32) -> vec4<f32> {
                 damping_blocks[matrix_entry(s, 6u)] * dx.x + damping_blocks[matrix_entry(s, 7u)] * dx.y + damping_blocks[matrix_entry(s, 8u)] * dx.z,
             );
         }
+        if (params.friction != 0u) {
+            // The friction couplings' blocks between vertices (their diagonal is in D).
+            force += coupling_row(v, coupling_set(FRICTION_SET, params.surface_count, params.vertex_count));
+        }
         let linear = damping_linear[v];
         energy += 0.5 * dot(xv - start, force) - dot(linear.xyz, xv - start) + linear.w;
         force -= linear.xyz;
         acc += force;
         forces += length(force);
     }
+    energy += self_contact_energy(v);
     if (params.derivatives == 0u) {
         return vec4<f32>(energy, 0.0, 0.0, 0.0);
     }
+    let contact = self_contact_terms(v);
+    acc += contact.gradient;
+    block += contact.block;
+    forces += contact.forces;
     for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
         let slot = corners[i];
         let t = params.tet_count;

@@ -16,6 +16,7 @@
 
 #import shared/reduce
 #import shared/matrix
+#import shared/coupling_product
 
 struct Params {
     vertex_count: u32,
@@ -27,6 +28,10 @@ struct Params {
     forcing: u32,
     // Newton's gradient tolerance (N): at or below it there is nothing to solve.
     gradient_tolerance: f32,
+    // Self-contact's boundary vertex count (0: none; its linearization's records are set 0),
+    // and 1 where the step's friction records (set 2) are part of the matrix.
+    surface_count: u32,
+    friction: u32,
 }
 
 struct Scalars {
@@ -74,6 +79,9 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(12) var<storage, read_write> scalars_out: Scalars;
 // The gather's per-workgroup (energy, |g|^2, force scale, noise), for the forcing term.
 @group(3) @binding(13) var<storage, read> gather_partials: array<vec4<f32>>;
+@group(3) @binding(14) var<storage, read> coupling_records: array<vec4<f32>>;
+@group(3) @binding(15) var<storage, read> coupling_offsets: array<u32>;
+@group(3) @binding(16) var<storage, read> coupling_list: array<u32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -103,6 +111,31 @@ fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
         return load3(u, 2u);
     }
     return load3(u, 2u) + beta * load3(u, 3u);
+}
+
+// The direction the couplings multiply: p formed on the fly (`product`), or p itself
+// (`solve_small`).
+var<private> coupled_beta: f32;
+var<private> coupled_first: bool;
+var<private> coupled_small: bool;
+
+fn coupled_vector(u: u32) -> vec3<f32> {
+    if (coupled_small) {
+        return load3(u, 4u);
+    }
+    return direction_at(u, coupled_beta, coupled_first);
+}
+
+// Row v of the couplings (self-contact and its friction) times the direction.
+fn couplings_times(v: u32) -> vec3<f32> {
+    var row = vec3<f32>(0.0);
+    if (params.surface_count != 0u) {
+        row += coupling_row(v, coupling_set(0u, params.surface_count, params.vertex_count));
+    }
+    if (params.friction != 0u) {
+        row += coupling_row(v, coupling_set(FRICTION_SET, params.surface_count, params.vertex_count));
+    }
+    return row;
 }
 
 // The sum of every workgroup's residual partials, in a fixed order (strided per invocation,
@@ -245,6 +278,9 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
             let slot = matrix_slot(v, j);
             acc += block_times(slot, direction_at(slot_columns[slot], beta, first));
         }
+        coupled_beta = beta;
+        coupled_first = first;
+        acc += couplings_times(v);
         for (var c = 0u; c < 3u; c++) {
             p_out[3u * v + c] = pv[c];
             ap[3u * v + c] = acc[c];
@@ -315,6 +351,7 @@ var<workgroup> carry_on: u32;
 
 @compute @workgroup_size(WORKGROUP)
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
+    coupled_small = true;
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
         partial += setup_row(v);
@@ -344,6 +381,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 let slot = matrix_slot(v, j);
                 acc += block_times(slot, load3(slot_columns[slot], 4u));
             }
+            acc += couplings_times(v);
             for (var c = 0u; c < 3u; c++) {
                 ap[3u * v + c] = acc[c];
             }

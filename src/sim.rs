@@ -504,13 +504,6 @@ impl SimulationBuilder {
                     self.integrator
                 )));
             }
-            if self.backend == Backend::Gpu {
-                return Err(Error::Unsupported(
-                    "self-collision runs on the CPU backend only so far; use Backend::Cpu \
-                     (Backend::Auto chooses it)"
-                        .into(),
-                ));
-            }
             if model.contact.is_projection() {
                 return Err(Error::Unsupported(
                     "self-collision's penalty and the projection contact model's constrained \

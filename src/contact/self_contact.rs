@@ -349,7 +349,7 @@ impl SelfContact {
 }
 
 /// `theta x + (1 - theta) x_n`.
-fn at_node(x: &[[f64; 3]], start: &[[f64; 3]], node: &Node) -> Vec<[f64; 3]> {
+pub(crate) fn at_node(x: &[[f64; 3]], start: &[[f64; 3]], node: &Node) -> Vec<[f64; 3]> {
     if node.theta == 1.0 {
         return x.to_vec();
     }

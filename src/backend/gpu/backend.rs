@@ -47,6 +47,7 @@ struct Groups {
     mixed: super::mixed::MixedGroups,
     gather: GatherGroups,
     contact: super::contact::ContactGroups,
+    self_contact: Option<super::self_contact::SelfContactGroups>,
     line_search: LineSearchGroups,
     assemble: AssembleGroups,
     pcg: PcgGroups,
@@ -67,6 +68,7 @@ impl Groups {
             mixed: stages.mixed.bind(context, recording, model, buffers, &stages.element, &stages.gather)?,
             gather: stages.gather.bind(context, recording, buffers)?,
             contact: stages.contact.bind(context, recording, buffers)?,
+            self_contact: stages.self_contact.bind(context, recording, buffers)?,
             line_search: stages.line_search.bind(
                 context,
                 recording,
@@ -94,6 +96,8 @@ pub struct GpuBackend {
     /// weight.
     damped: bool,
     damping_weight: f64,
+    /// This step's damping has self-contact friction (coupling record set 2).
+    friction: bool,
     error: Option<Error>,
     /// CG iterations of the last solve, and of each solve since the step began and in the
     /// step before: how many to record before reading the status. Newton's solves lengthen
@@ -153,13 +157,6 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        if model.self_collision.is_some() {
-            return Err(crate::Error::Unsupported(
-                "self-collision runs on the CPU backend only so far; use Backend::Cpu \
-                 (Backend::Auto chooses it)"
-                    .into(),
-            ));
-        }
         let projective = projective::check(&model).is_ok();
         let (stages, buffers, recording, groups) = context.guarded(|| {
             let stages = context.stages()?;
@@ -180,6 +177,7 @@ impl GpuBackend {
             inv_h2: 0.0,
             damped: false,
             damping_weight: 1.0,
+            friction: false,
             error: None,
             last_cg: FIRST_CHUNK,
             solve_lengths: Vec::new(),
@@ -241,6 +239,9 @@ impl GpuBackend {
             derivatives: derivatives.is_some() as u32,
             tet_count: self.model.tets.len() as u32,
             spring_count: self.model.springs.len() as u32,
+            surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
+            contact_set: 1,
+            friction: (damped && self.damped && self.friction) as u32,
             ..GatherParams::default()
         }
         .with_contact(self.model.contact)
@@ -329,7 +330,19 @@ impl GpuBackend {
         self.stages.element.queue(c, rec, &self.groups.element, at, nodes, outputs, false)
     }
 
+    /// Records the gather at `at`, after self-contact's detection where it has a part in it
+    /// (with the lists of records where it gathers derivatives).
     fn gather(&mut self, params: &GatherParams, at: Positions) -> Result<()> {
+        if let Some(groups) = &self.groups.self_contact
+            && params.node_count > 0
+        {
+            let node = |weight: f32, theta: f32| Node { weight: weight as f64, theta: theta as f64 };
+            let nodes = [node(params.weight_0, params.theta_0), node(params.weight_1, params.theta_1)];
+            let nodes = &nodes[..params.node_count as usize];
+            let (c, rec) = (&self.context, &mut self.recording);
+            let link = params.derivatives != 0;
+            self.stages.self_contact.queue(c, rec, groups, at, nodes, params.contact_set, link)?;
+        }
         self.stages.gather.queue(&self.context, &mut self.recording, &self.groups.gather, params, at)
     }
 
@@ -365,9 +378,11 @@ impl GpuBackend {
         let outputs =
             if projection == Projection::Psd { Outputs::ProjectedHessian } else { Outputs::Hessian };
         let mut params = self.gather_params(&nodes, self.inv_h2, Some(projection == Projection::None), true);
-        // The projection model's active set is the linearization's (not a potential pass's).
+        // The projection model's active set is the linearization's (not a potential pass's),
+        // and so are the self-contact records the PCG product reads.
         let constrained = self.model.contact.is_projection();
         params.projection = constrained as u32;
+        params.contact_set = 0;
         self.elements(Positions::Iterate, &nodes, outputs)?;
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained })?;
@@ -406,6 +421,8 @@ impl GpuBackend {
             tolerance: request_tolerance.unwrap_or(0.0) as f32,
             forcing: request_tolerance.is_none() as u32,
             gradient_tolerance: gradient_tolerance as f32,
+            surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
+            friction: self.friction as u32,
         }
     }
 
@@ -1034,6 +1051,12 @@ impl GpuBackend {
         (gradient, b.blocks_from_slots(&slots))
     }
 
+    /// The direction of the last solve.
+    pub(crate) fn read_direction(&mut self) -> Vec<f32> {
+        let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
+        rec.read_buffer(c, b.scratch.named("direction"), 3 * b.vertex_count).unwrap()
+    }
+
     /// Solves PCG in one workgroup only for bodies of at most `vertices` (0: never).
     pub(crate) fn set_small_solve_limit(&mut self, vertices: usize) {
         self.small_solve_vertices = vertices;
@@ -1106,6 +1129,7 @@ impl Stages for GpuBackend {
         }
         let matrix = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = matrix.is_some();
+        self.friction = false;
         let Some(matrix) = matrix else { return };
         // D = w (k/h K(x_n) + diag(A_v)): the projected stiffness at the step's start, scaled,
         // plus the vertex blocks, assembled into the damping matrix.
@@ -1120,6 +1144,8 @@ impl Stages for GpuBackend {
             linear.resize(4 * self.buffers.vertex_count, 0.0);
             let damping_linear = self.buffers.scratch.named("damping_linear");
             self.recording.upload(&self.context, damping_linear, bytemuck::cast_slice(&linear));
+            let (c, rec, w) = (&self.context, &mut self.recording, problem.damping_weight);
+            self.friction = super::self_contact::upload_friction(c, rec, &self.buffers, problem.couplings, w);
             if matrix.stiffness_scale > 0.0 {
                 self.write_positions(Positions::Aux, problem.start);
                 self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::ProjectedHessian)?;

@@ -82,6 +82,8 @@ pub struct GpuBuffers {
     pub slot_count: usize,
     /// Per stored block (CSR index), its slot.
     pub slot_of: Vec<u32>,
+    /// The model's self-contact, where it has it (its buffers exist as placeholders without).
+    pub self_contact: Option<super::self_contact::SelfContactLayout>,
     /// The rest positions in f64, for converting positions to displacements and back.
     rest: Vec<[f64; 3]>,
     anchor_capacity: usize,
@@ -208,6 +210,7 @@ impl GpuBuffers {
         // The mixed solver's buffers, allocated when it first runs (`reserve_mixed`).
         w.set("displacement_corners", c.scratch::<f32>("displacement_corners", 1));
         w.set("mixed_linearization", c.scratch::<f32>("mixed_linearization", 1));
+        let self_contact = super::self_contact::add_buffers(c, model, &mut m, &mut w);
         GpuBuffers {
             model: m,
             state: s,
@@ -217,6 +220,7 @@ impl GpuBuffers {
             spring_count: ns,
             slot_count,
             slot_of: slots.slot_of,
+            self_contact,
             rest: model.rest.clone(),
             anchor_capacity: 1,
         }

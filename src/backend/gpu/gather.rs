@@ -47,6 +47,11 @@ pub struct GatherParams {
     /// 1: the projection model's pressed vertices lose the gradient's normal part (and are
     /// written to `pressed`).
     pub projection: u32,
+    /// Self-contact's boundary vertex count (0: none), the record set its last detection
+    /// wrote, and 1 where the step's friction records are part of the damping.
+    pub surface_count: u32,
+    pub contact_set: u32,
+    pub friction: u32,
 }
 
 impl GatherParams {

@@ -24,6 +24,7 @@ pub mod local;
 pub mod mixed;
 pub mod pcg;
 pub mod recording;
+pub mod self_contact;
 pub mod shaders;
 mod stage;
 pub mod vector;
@@ -50,6 +51,7 @@ pub struct WgStages {
     pub mixed: mixed::WgMixed,
     pub gather: gather::WgGather,
     pub contact: contact::WgContact,
+    pub self_contact: self_contact::WgSelfContact,
     pub line_search: line_search::WgLineSearch,
     pub assemble: assemble::WgAssemble,
     pub pcg: pcg::WgPcg,
@@ -65,6 +67,7 @@ impl WgStages {
             mixed: mixed::WgMixed::new(context)?,
             gather: gather::WgGather::new(context)?,
             contact: contact::WgContact::new(context)?,
+            self_contact: self_contact::WgSelfContact::new(context)?,
             line_search: line_search::WgLineSearch::new(context)?,
             assemble: assemble::WgAssemble::new(context)?,
             pcg: pcg::WgPcg::new(context)?,
@@ -81,6 +84,7 @@ pub fn params_size(stage: &str) -> Option<u64> {
         "element" | "local" | "mixed" => element::ElementParams::min_size().get(),
         "gather" => gather::GatherParams::min_size().get(),
         "contact" => contact::ContactParams::min_size().get(),
+        "self_contact" => self_contact::SelfContactParams::min_size().get(),
         "assemble" => assemble::AssembleParams::min_size().get(),
         "pcg" => pcg::PcgParams::min_size().get(),
         "vector" => vector::VectorParams::min_size().get(),

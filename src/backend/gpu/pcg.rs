@@ -24,6 +24,10 @@ pub struct PcgParams {
     /// The nonlinear solver's gradient tolerance (N): at or below it (as the last gather
     /// found it) the solve does nothing; 0 for none.
     pub gradient_tolerance: f32,
+    /// Self-contact's boundary vertex count (0: none; the linearization's records are set 0),
+    /// and 1 where the step's friction records are part of the matrix.
+    pub surface_count: u32,
+    pub friction: u32,
 }
 
 /// Bodies up to this many vertices solve in one workgroup (`WgPcg::solve_small`): one
@@ -209,6 +213,7 @@ mod tests {
             tolerance: tolerance as f32,
             forcing: 0,
             gradient_tolerance: 0.0,
+            ..PcgParams::default()
         }
     }
 

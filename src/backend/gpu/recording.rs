@@ -166,20 +166,19 @@ impl Recording {
         }
     }
 
-    /// Records a copy between device buffers.
-    pub fn copy(&mut self, context: &GpuContext, from: &wgpu::Buffer, to: &wgpu::Buffer, bytes: u64) {
-        self.end_pass();
-        self.encoder(context).copy_buffer_to_buffer(from, 0, to, 0, bytes);
-    }
-
     /// Writes `data` into `buffer` after the recorded work (before it when nothing is
     /// pending, straight through the queue).
     pub fn upload(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, data: &[u8]) {
+        self.upload_at(context, buffer, 0, data);
+    }
+
+    /// [`upload`](Self::upload) into `buffer` from byte `offset` on.
+    pub fn upload_at(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         if !self.is_pending() {
-            context.queue.write_buffer(buffer, 0, data);
+            context.queue.write_buffer(buffer, offset, data);
             return;
         }
         use wgpu::util::DeviceExt;
@@ -188,7 +187,8 @@ impl Recording {
             contents: data,
             usage: wgpu::BufferUsages::COPY_SRC,
         });
-        self.copy(context, &source, buffer, data.len() as u64);
+        self.end_pass();
+        self.encoder(context).copy_buffer_to_buffer(&source, 0, buffer, offset, data.len() as u64);
     }
 
     /// Records a copy of the first `bytes` of `buffer`, as they are at this point of the

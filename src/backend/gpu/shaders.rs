@@ -16,11 +16,14 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/tets", include_str!("../../../shaders/shared/tets.wgsl")),
     ("shared/rotation", include_str!("../../../shaders/shared/rotation.wgsl")),
     ("shared/matrix", include_str!("../../../shaders/shared/matrix.wgsl")),
+    ("shared/couplings", include_str!("../../../shaders/shared/couplings.wgsl")),
+    ("shared/coupling_product", include_str!("../../../shaders/shared/coupling_product.wgsl")),
     ("element", include_str!("../../../shaders/element.wgsl")),
     ("local", include_str!("../../../shaders/local.wgsl")),
     ("mixed", include_str!("../../../shaders/mixed.wgsl")),
     ("gather", include_str!("../../../shaders/gather.wgsl")),
     ("contact", include_str!("../../../shaders/contact.wgsl")),
+    ("self_contact", include_str!("../../../shaders/self_contact.wgsl")),
     ("assemble", include_str!("../../../shaders/assemble.wgsl")),
     ("pcg", include_str!("../../../shaders/pcg.wgsl")),
     ("vector", include_str!("../../../shaders/vector.wgsl")),
@@ -29,8 +32,18 @@ pub const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// The stages: composed modules with entry points.
-pub const STAGES: &[&str] =
-    &["element", "local", "mixed", "gather", "contact", "assemble", "pcg", "vector", "line_search"];
+pub const STAGES: &[&str] = &[
+    "element",
+    "local",
+    "mixed",
+    "gather",
+    "contact",
+    "self_contact",
+    "assemble",
+    "pcg",
+    "vector",
+    "line_search",
+];
 
 /// The composed stage `name`, parsed and validated by naga.
 pub fn module(name: &str) -> Result<(String, naga::Module)> {

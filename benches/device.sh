@@ -15,8 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-benches=(gpu_step local_global mixed_fem)
-tests=(gpu_steps budget local_global mixed_fem)
+benches=(gpu_step local_global mixed_fem self_collision)
+tests=(gpu_steps budget local_global mixed_fem self_collision)
 
 case "${1:-}" in
 prepare)

@@ -264,6 +264,14 @@ fn a_stack_steps_on_the_gpu_like_on_the_cpu() {
                 sim.set_state(&x, &v).unwrap();
                 let stats = sim.step().unwrap_or_else(|e| panic!("{integrator:?}: {e}"));
                 assert!(stats.converged, "{integrator:?}: {stats:?}");
+                // Detection runs on the device with the evaluations: a backward Euler step
+                // still waits for it once per Newton iteration and twice more at most
+                // (tests/gpu_steps.rs has the reasons), and once for the forces of the state
+                // set here.
+                if let (Some(device), Integrator::BackwardEuler) = (stats.device, &integrator) {
+                    let bound = (stats.iterations + stats.projected_iterations + 3) as u64;
+                    assert!(device.readbacks <= bound, "{device:?} > {bound} readbacks");
+                }
             }
             // The detection lists records in whatever order the device's atomics give; the
             // gather sorts them.

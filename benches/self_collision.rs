@@ -80,7 +80,7 @@ fn profile(sim: &mut Simulation) -> Option<(f64, f64)> {
     let times = context.pass_times();
     sim.set_state(&x, &v).expect("restore");
     let contact = ["refit", "detect", "scan", "fill"];
-    let of = |t: &&lively::backend::gpu::PassTime| contact.contains(&&*t.pass);
+    let of = |t: &&lively::backend::gpu::PassTime| contact.contains(&t.pass);
     let detection = times.iter().filter(of).map(|t| t.seconds).sum();
     Some((detection, times.iter().map(|t| t.seconds).sum()))
 }

@@ -391,7 +391,7 @@ mod tests {
         .unwrap();
         let mut model = Model::empty([0.0; 3]);
         let material = Material::stable_neo_hookean(1e5, 0.3);
-        model.add_tet_body(&mesh, &[material.clone()], 1000.0).unwrap();
+        model.add_tet_body(&mesh, std::slice::from_ref(&material), 1000.0).unwrap();
         model.add_tet_body(&moved, &[material], 1000.0).unwrap();
         model
     }

@@ -276,7 +276,6 @@ pub fn upload_friction(
 mod tests {
     use std::sync::Arc;
 
-    use glam::DVec3;
     use rand::{RngExt, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

@@ -132,7 +132,8 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
     let k = params.contact_stiffness;
     for (var c = 0u; c < params.collider_count && k > 0.0; c++) {
         let d = collider_distance(colliders[c], z);
-        if (d.phi < 0.0) {
+        // The quadratic penalty's curvature counts on the surface too (`ContactModel::active`).
+        if (d.phi < 0.0 || (d.phi == 0.0 && params.cubic == 0u)) {
             // k phi^2 / 2, or the cubic k |phi|^3 (the CPU twin's `ContactModel::energy` and
             // `derivatives`).
             var value = 0.5 * k * d.phi * d.phi;

@@ -160,10 +160,15 @@ impl ContactModel {
         }
     }
 
-    /// Whether a vertex at `phi` feels the collider's energy.
+    /// Whether a vertex at `phi` feels the collider's energy. The quadratic penalty counts a
+    /// vertex on the surface, where its energy and force are zero but its curvature is `k`
+    /// (the one-sided second derivative from inside): without it Newton's model of a body
+    /// resting exactly on a collider has no contact in it, overshoots by the whole step's
+    /// fall, and a budget's few halvings never find a decrease, so the body never moves.
     pub(crate) fn active(&self, phi: f64) -> bool {
         match *self {
-            ContactModel::Penalty { .. } | ContactModel::CubicPenalty { .. } => phi < 0.0,
+            ContactModel::Penalty { .. } => phi <= 0.0,
+            ContactModel::CubicPenalty { .. } => phi < 0.0,
             ContactModel::Barrier { distance, .. } => phi < distance,
             ContactModel::Projection => false,
         }

@@ -330,7 +330,7 @@ impl SimulationBuilder {
     /// friction between the surfaces. `settings.stiffness` is `k` (N/m^2): a vertex carrying a
     /// weight `W` rests about `sqrt(W / 3k)` deep (1e9 puts a 5 N load 0.04 mm in). It detects
     /// vertices in tets, not crossing edges, and cannot stop a vertex that passes more than
-    /// halfway through a part within one step. CPU backend and Newton's solver with PCG only.
+    /// halfway through a part within one step. Newton's solver with PCG only (either backend).
     pub fn self_collision(mut self, settings: crate::SelfCollision) -> Self {
         self.self_collision = Some(settings);
         self

@@ -146,8 +146,8 @@ fn pick() {
 }
 
 // The step along the direction (the CPU twin's `choose`): none without descent; below the
-// noise the full step if G stays flat; else the longest halving with Armijo's decrease,
-// extended to 2 when that decreases G further; none when no halving decreases G enough.
+// noise the full step if G stays flat; else the longest step of the batch with Armijo's
+// decrease, extended to 2 when that decreases G further; none when none decreases G enough.
 @compute @workgroup_size(1)
 fn choose() {
     let value = search.value;
@@ -177,7 +177,8 @@ fn choose() {
                     }
                     break;
                 }
-                step *= 0.5;
+                // 1, 1/2, 1/4, 1/8, then an eighth of the last (`step_length`).
+                step *= select(0.5, 0.125, k >= 3u);
             }
         }
     }

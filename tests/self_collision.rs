@@ -297,3 +297,40 @@ fn a_stack_steps_on_the_gpu_like_on_the_cpu() {
         assert!(worst_depth <= 1e-3 * deepest, "{integrator:?}: depths differ by {worst_depth:e} m");
     }
 }
+
+/// A cube placed exactly on another (their faces touching) under a fixed budget of 2 Newton x
+/// 40 CG, on both backends: it settles onto it like the converged solve. Newton's model of the
+/// first step has no contact in it (nothing is inside yet), so the step falls a whole step's
+/// gravity into the lower cube; the budget's search used to stop at 1/8 of it, where the
+/// penalty still outweighed the fall, and the whole scene hung still for good.
+#[test]
+fn a_cube_placed_on_a_cube_settles_under_a_budget() {
+    let budget = Solver::newton().tolerance(1e-5).budget(2, 40);
+    let backends: &[Backend] =
+        if common::gpu().is_some() { &[Backend::Cpu, Backend::Gpu] } else { &[Backend::Cpu] };
+    let settle = |solver: Solver, backend: Backend| {
+        let builder = stack(&[0.0, 0.2], 1e5, Integrator::BackwardEuler, true).solver(solver);
+        let mut sim = common::on_backend(builder, backend).build().unwrap();
+        stagger(&mut sim, 64, 0.01);
+        let top = |sim: &Simulation| sim.positions()[64..].iter().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+        let placed = top(&sim);
+        let mut deepest: f64 = 0.0;
+        for _ in 0..30 {
+            sim.step().unwrap();
+            deepest = deepest.max(penetration(&sim));
+        }
+        (placed - top(&sim), deepest)
+    };
+    let (converged_sank, _) = settle(Solver::newton().tolerance(1e-5), Backend::Cpu);
+    for &backend in backends {
+        let (sank, deepest) = settle(budget.clone(), backend);
+        println!(
+            "{backend:?}: the top cube sank {sank:.3e} m (converged: {converged_sank:.3e} m), at most \
+             {deepest:.2e} m into the other"
+        );
+        // It sinks with the lower cube into the floor and a little into the lower cube.
+        assert!(converged_sank > 1e-4, "converged: {converged_sank} m");
+        assert!((sank - converged_sank).abs() < 0.1 * converged_sank, "{backend:?}: sank {sank} m");
+        assert!(deepest < 2e-3, "{backend:?}: {deepest} m deep");
+    }
+}

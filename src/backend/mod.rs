@@ -261,8 +261,8 @@ pub struct BudgetRequest<'a> {
     pub relative_tolerance: f64,
     /// Linear-solver iteration cap per direction.
     pub max_linear_iterations: usize,
-    /// Step lengths `1, 1/2, ...` evaluated per line search.
-    pub halvings: usize,
+    /// How many step lengths each line search evaluates (`cpu::line_search::step_lengths`).
+    pub steps: usize,
     /// Evaluate `alpha = 2` too, and take it when it decreases `G` further.
     pub extrapolate: bool,
 }
@@ -470,7 +470,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
     else {
         return BudgetSolve::default();
     };
-    let alphas = step_lengths(request.halvings, request.extrapolate);
+    let alphas = step_lengths(request.steps, request.extrapolate);
     let mut solve = BudgetSolve { guess: Some(guess), start_objective: value, ..BudgetSolve::default() };
     for k in 0..request.iterations {
         let found = stages.newton_direction(&DirectionRequest {
@@ -505,7 +505,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
             direction.slope,
             found.linearization.noise_floor,
             f64::EPSILON,
-            request.halvings,
+            request.steps,
             request.extrapolate && bound.is_none(),
             |j| match ahead.get(j) {
                 Some(&v) if ahead.len() == alphas.len() => v,

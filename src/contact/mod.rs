@@ -164,7 +164,7 @@ impl ContactModel {
     /// vertex on the surface, where its energy and force are zero but its curvature is `k`
     /// (the one-sided second derivative from inside): without it Newton's model of a body
     /// resting exactly on a collider has no contact in it, overshoots by the whole step's
-    /// fall, and a budget's few halvings never find a decrease, so the body never moves.
+    /// fall, and no step length of a budget's search finds a decrease, so the body never moves.
     pub(crate) fn active(&self, phi: f64) -> bool {
         match *self {
             ContactModel::Penalty { .. } => phi <= 0.0,

@@ -19,9 +19,10 @@ const ROUND_OFF_PROGRESS: f64 = 0.8;
 /// (and near the f32 resolution of a GPU solve), so that the budget is what stops it.
 const BUDGET_TOLERANCE: f64 = 1e-6;
 
-/// Step lengths a budgeted line search evaluates (`1, 1/2, 1/4, 1/8`, and `2`): the first
-/// batch of the host's search, which a projected Newton step almost always ends in.
-const BUDGET_HALVINGS: usize = 4;
+/// Step lengths a budgeted line search evaluates (`1, 1/2, 1/4, 1/8`, `1/64`, and `2`): the
+/// first batch of the host's search, which a projected Newton step almost always ends in, and
+/// a short step for a Newton model that misses a contact (`cpu/line_search.rs`).
+const BUDGET_STEPS: usize = 5;
 
 /// The whole-solve request of a fixed budget (`Solver::budget`) from `guesses`, whose last is
 /// the fallback; `None` for settings the backend cannot run whole (no budget, another solver,
@@ -45,7 +46,7 @@ pub(crate) fn budget_request<'a>(
         gradient_tolerance: settings.tolerance,
         relative_tolerance: BUDGET_TOLERANCE,
         max_linear_iterations: settings.max_linear_iterations,
-        halvings: BUDGET_HALVINGS,
+        steps: BUDGET_STEPS,
         extrapolate: projection == Projection::Psd,
     })
 }

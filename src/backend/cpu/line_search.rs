@@ -4,9 +4,12 @@
 //! fixed set of step lengths to take along a Newton direction.
 //!
 //! The host's line search (`solver/line_search.rs`) halves until it finds a decrease; a
-//! recorded solve cannot, so it evaluates one batch, `1, 1/2, ..., 2^-(count-1)` and `2` when
-//! extrapolating, and takes none when none decreases `G` enough: the iterate stays, and the
-//! objective never rises either way.
+//! recorded solve cannot, so it evaluates one batch, `1, 1/2, 1/4, 1/8` and then eighths of
+//! the last (`1/64, 1/512, ...`), and `2` when extrapolating, and takes none when none
+//! decreases `G` enough: the iterate stays, and the objective never rises either way. The
+//! eighths are for a step whose Newton model misses a contact it runs into (a body placed
+//! exactly on another: its first step falls a whole step's gravity into it); without them
+//! no length decreased `G`, no iteration moved, and the body hung there for good.
 
 /// Armijo's sufficient-decrease constant (the host search's).
 pub(crate) const ARMIJO: f64 = 1e-4;
@@ -14,9 +17,14 @@ pub(crate) const ARMIJO: f64 = 1e-4;
 /// search's margin).
 pub(crate) const NOISE_MARGIN: f64 = 10.0;
 
-/// The step lengths of a batch of `count` halvings, then `2` when extrapolating.
+/// The `k`-th step length of a batch: `1, 1/2, 1/4, 1/8`, then an eighth of the last.
+fn step_length(k: usize) -> f64 {
+    0.5f64.powi((k + 2 * k.saturating_sub(3)) as i32)
+}
+
+/// The step lengths of a batch of `count`, then `2` when extrapolating.
 pub(crate) fn step_lengths(count: usize, extrapolate: bool) -> Vec<f64> {
-    let mut alphas: Vec<f64> = (0..count).map(|k| 0.5f64.powi(k as i32)).collect();
+    let mut alphas: Vec<f64> = (0..count).map(step_length).collect();
     if extrapolate {
         alphas.push(2.0);
     }
@@ -46,9 +54,9 @@ pub(crate) fn pick(values: &[f64], fallback: bool) -> Option<usize> {
 /// - A predicted decrease below the noise of `G` (`noise_floor` for the rounding of the
 ///   positions, `precision |G|` for the rounding of its sum): the full step if `G` stays flat
 ///   to that noise, else none.
-/// - Else the longest halving with Armijo's decrease; the full step is extended to `2` when
-///   extrapolating and `G(2)` is lower still with Armijo's decrease; none when no halving
-///   decreases `G` enough.
+/// - Else the longest step of the batch with Armijo's decrease; the full step is extended to
+///   `2` when extrapolating and `G(2)` is lower still with Armijo's decrease; none when no
+///   step decreases `G` enough.
 pub(crate) fn choose(
     value: f64,
     slope: f64,
@@ -68,7 +76,7 @@ pub(crate) fn choose(
         return if full <= value + noise { (1.0, full) } else { stay };
     }
     for k in 0..count {
-        let alpha = 0.5f64.powi(k as i32);
+        let alpha = step_length(k);
         let v = objective_at(k);
         if v.is_finite() && v <= value + ARMIJO * alpha * slope {
             if k == 0 && extrapolate {
@@ -99,6 +107,7 @@ mod tests {
     #[test]
     fn chooses_the_longest_sufficient_step_or_none() {
         assert_eq!(step_lengths(3, true), vec![1.0, 0.5, 0.25, 2.0]);
+        assert_eq!(step_lengths(6, false), vec![1.0, 0.5, 0.25, 0.125, 1.0 / 64.0, 1.0 / 512.0]);
         // G = 10 - t (2 - t) along slope -2: every step decreases it; extrapolation rises.
         let g = |t: f64| 10.0 - t * (2.0 - t);
         let values: Vec<f64> = step_lengths(4, true).iter().map(|&t| g(t)).collect();

@@ -859,7 +859,7 @@ impl GpuBackend {
     fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
         use crate::backend::cpu::line_search::step_lengths;
         let picked = self.record_start(request.guesses)?;
-        let alphas = step_lengths(request.halvings, request.extrapolate);
+        let alphas = step_lengths(request.steps, request.extrapolate);
         let pcg = self.pcg_params(
             Some(request.relative_tolerance),
             request.gradient_tolerance,
@@ -878,7 +878,7 @@ impl GpuBackend {
                 self.vector("offset", alpha)?;
                 self.record_objective(Some(k))?;
             }
-            self.decide(Decision::Choose { halvings: request.halvings, extrapolate: request.extrapolate })?;
+            self.decide(Decision::Choose { steps: request.steps, extrapolate: request.extrapolate })?;
             self.decide(Decision::Advance)?;
             let record = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
             iterations.push((status, record));

@@ -11,7 +11,7 @@ use super::recording::{Recording, Staged};
 use super::stage::{WORKGROUP, WgStage};
 use crate::error::Result;
 
-/// Candidate slots of [`SearchRecord`]: the guesses, or a line search's halvings and `2`.
+/// Candidate slots of [`SearchRecord`]: the guesses, or a line search's steps and `2`.
 pub const CANDIDATES: usize = 8;
 /// The slot `energy` writes for the iterate's own objective; `take_guess`'s for the picked guess.
 const VALUE: u32 = u32::MAX;
@@ -71,8 +71,8 @@ pub enum Decision {
     Direction,
     /// The initial guess among `count` candidates, the last a fallback when `fallback`.
     Pick { count: usize, fallback: bool },
-    /// The step among `halvings` candidates (and `2` after them when `extrapolate`).
-    Choose { halvings: usize, extrapolate: bool },
+    /// The step among `steps` candidates (and `2` after them when `extrapolate`).
+    Choose { steps: usize, extrapolate: bool },
     /// `x` = guess `Some(k)`, or the picked one (`None`).
     TakeGuess(Option<usize>),
     /// `x = x_saved + alpha d` with the chosen step.
@@ -121,10 +121,10 @@ impl WgLineSearch {
                 debug_assert!(count <= CANDIDATES);
                 ("pick", LineSearchParams { count: count as u32, fallback: fallback as u32, ..base }, 1)
             }
-            Decision::Choose { halvings, extrapolate } => {
-                debug_assert!(halvings + usize::from(extrapolate) <= CANDIDATES);
+            Decision::Choose { steps, extrapolate } => {
+                debug_assert!(steps + usize::from(extrapolate) <= CANDIDATES);
                 let params =
-                    LineSearchParams { count: halvings as u32, extrapolate: extrapolate as u32, ..base };
+                    LineSearchParams { count: steps as u32, extrapolate: extrapolate as u32, ..base };
                 ("choose", params, 1)
             }
             Decision::TakeGuess(k) => {
@@ -186,23 +186,23 @@ mod tests {
                 if case % 10 == 0 { rng.random_range(0.0..1.0f32) } else { -rng.random_range(1e-3..10.0f32) };
             let curvature = rng.random_range(-2.0..20.0f32) * slope.abs();
             let noise_floor = if case % 7 == 0 { 10.0 * slope.abs() } else { 1e-7 };
-            let (halvings, extrapolate) = (4, case % 2 == 0);
+            let (steps, extrapolate) = (6, case % 2 == 0);
             let mut candidates = [0.0f32; CANDIDATES];
-            for (k, &t) in step_lengths(halvings, extrapolate).iter().enumerate() {
+            for (k, &t) in step_lengths(steps, extrapolate).iter().enumerate() {
                 candidates[k] = value + slope * t as f32 + curvature * (t * t) as f32;
             }
             if case % 5 == 1 {
                 candidates[0] = f32::INFINITY;
             }
             let search = SearchRecord { value, slope, noise_floor, candidates, ..SearchRecord::default() };
-            let gpu = run(&mut rig, &search, &[Decision::Choose { halvings, extrapolate }]);
+            let gpu = run(&mut rig, &search, &[Decision::Choose { steps, extrapolate }]);
             let values: Vec<f64> = candidates.iter().map(|&v| v as f64).collect();
             let (alpha, next) = choose(
                 value as f64,
                 slope as f64,
                 noise_floor as f64,
                 f32::EPSILON as f64,
-                halvings,
+                steps,
                 extrapolate,
                 |k| values[k],
             );

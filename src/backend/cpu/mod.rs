@@ -831,6 +831,10 @@ impl Stages for CpuBackend {
         };
     }
 
+    fn start_competes(&self) -> bool {
+        self.model.contact.is_barrier()
+    }
+
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
         let self_contact = self
             .model

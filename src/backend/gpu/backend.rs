@@ -830,7 +830,8 @@ impl GpuBackend {
         x
     }
 
-    /// Records the guesses' objectives, the pick (the last guess a fallback) and the iterate
+    /// Records the guesses' objectives, the pick (the last guess, the step's start, a fallback
+    /// unless it competes) and the iterate
     /// set to the picked guess; stages the search record, whose value is `G` there.
     fn record_start(&mut self, guesses: &[&[[f64; 3]]]) -> Result<Staged> {
         let values: Vec<f32> = guesses.iter().flat_map(|g| self.buffers.displacements(g)).collect();
@@ -840,7 +841,8 @@ impl GpuBackend {
             self.decide(Decision::TakeGuess(Some(k)))?;
             self.record_objective(Some(k))?;
         }
-        self.decide(Decision::Pick { count: guesses.len(), fallback: true })?;
+        let fallback = !self.start_competes();
+        self.decide(Decision::Pick { count: guesses.len(), fallback })?;
         self.decide(Decision::TakeGuess(None))?;
         WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)
     }
@@ -1488,6 +1490,10 @@ impl Stages for GpuBackend {
                 .collect())
         })();
         self.settle(result, vec![(f64::NAN, f64::NAN); points.len()])
+    }
+
+    fn start_competes(&self) -> bool {
+        self.model.contact.is_barrier()
     }
 
     fn start_from_best(&mut self, guesses: &[&[[f64; 3]]]) -> Start {

@@ -205,6 +205,11 @@ impl Model {
         self.self_collision.as_ref().map(|s| s.settings)
     }
 
+    /// Whether the bodies can touch colliders or each other.
+    pub(crate) fn has_contact(&self) -> bool {
+        !self.colliders.is_empty() || self.self_collision.is_some()
+    }
+
     /// Gravitational acceleration (m/s^2).
     pub fn gravity(&self) -> [f64; 3] {
         self.gravity

@@ -328,16 +328,17 @@ pub trait Stages: Send {
     fn start_from_best(&mut self, guesses: &[&[[f64; 3]]]) -> Start {
         start_from_best_by_stages(self, guesses)
     }
-    /// Whether the step's start competes with the predictions as a starting guess: under the
-    /// barrier contact model. Elsewhere the predictions come first, as they carry the motion:
-    /// from the start, the few Newton iterations of a capped solve of a stiff swinging bar
-    /// froze it (tip RMS against the converged swing 0.29 -> 0.50 m, tests/mixed_fem.rs), even
-    /// where the start's objective was far lower (a stiff body's objective measures its strain,
-    /// which Newton removes at once, not its distance from the solution). Under the barrier the
-    /// predictions fail instead: its force at x_n (48 N on a 0.125 kg vertex) flings the
-    /// explicit one 40 cm away, the inertial one crosses the surface, and a budget's Newton
-    /// iterations, each held to 90 % of a gap by the step bound, cannot come back (a landing
-    /// cube reached 4.7e5 J, tests/contact.rs).
+    /// Whether the step's start competes with the predictions as a starting guess: where
+    /// bodies can touch colliders or each other. There the predictions can land far inside
+    /// (a cube falling at 3 m/s, 9 cm into the floor) or be flung away by contact forces at x_n
+    /// (a barrier's 48 N on a 0.125 kg vertex: 40 cm), and a truncated solve from them cannot
+    /// come back: backward Euler capped at 3 Newton iterations reached 1.3e14 J on a cubic
+    /// penalty, and under a 2 x 40 budget 4.7e5 J on the barrier (tests/contact.rs).
+    /// Elsewhere the predictions come first, as they carry the motion: from the start, a
+    /// capped solve of a stiff swinging bar froze (tip RMS against the converged swing
+    /// 0.29 -> 0.50 m, tests/mixed_fem.rs), though the start's objective was far lower (a
+    /// stiff body's objective measures its strain, which Newton removes at once, not its
+    /// distance from the solution).
     fn start_competes(&self) -> bool {
         false
     }

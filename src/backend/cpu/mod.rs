@@ -832,7 +832,7 @@ impl Stages for CpuBackend {
     }
 
     fn start_competes(&self) -> bool {
-        self.model.contact.is_barrier()
+        self.model.has_contact()
     }
 
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {

@@ -1493,7 +1493,7 @@ impl Stages for GpuBackend {
     }
 
     fn start_competes(&self) -> bool {
-        self.model.contact.is_barrier()
+        self.model.has_contact()
     }
 
     fn start_from_best(&mut self, guesses: &[&[[f64; 3]]]) -> Start {

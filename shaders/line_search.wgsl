@@ -39,6 +39,9 @@ struct Search {
     direction_norm: f32,
     // The guess taken; NONE when no guess has a finite objective.
     picked: u32,
+    // What the next direction is scaled by: 1, or after a batch found no decrease, the step
+    // after its last (the host's search would have gone on halving).
+    scale: f32,
     candidates: array<f32, 8>,
 }
 
@@ -47,6 +50,8 @@ const PICKED: u32 = 0xffffffffu;
 const NONE: u32 = 0xffffffffu;
 const ARMIJO: f32 = 1e-4;
 const NOISE_MARGIN: f32 = 10.0;
+// After a batch that found no decrease, the next starts at half its shortest step (1/64).
+const NEXT_BATCH: f32 = 0.0078125;
 // The relative resolution of an objective summed in f32.
 const PRECISION: f32 = 1.1920929e-7;
 
@@ -55,7 +60,7 @@ const PRECISION: f32 = 1.1920929e-7;
 @group(2) @binding(0) var<storage, read_write> x: array<f32>;
 
 @group(3) @binding(0) var<storage, read> x_saved: array<f32>;
-@group(3) @binding(1) var<storage, read> direction: array<f32>;
+@group(3) @binding(1) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(2) var<storage, read> energy_partials: array<f32>;
 @group(3) @binding(3) var<storage, read> gather_partials: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read> dot_partials: array<vec4<f32>>;
@@ -111,8 +116,9 @@ fn direction_dots(@builtin(local_invocation_index) lid: u32) {
     }
     let total = workgroup_sum(lid, sum);
     if (lid == 0u) {
-        search.slope = total.x;
-        search.direction_norm = sqrt(total.y);
+        // Of the direction `scale_direction` makes.
+        search.slope = total.x * search.scale;
+        search.direction_norm = sqrt(total.y) * search.scale;
     }
 }
 
@@ -138,6 +144,7 @@ fn pick() {
         best = lowest(primary, params.count);
     }
     search.picked = best;
+    search.scale = 1.0;
     if (best == NONE) {
         search.value = bitcast<f32>(0x7f800000u);
     } else {
@@ -184,6 +191,22 @@ fn choose() {
     }
     search.alpha = alpha;
     search.value = next;
+    // A batch that found no decrease along a descent direction: the next iteration, from the
+    // same iterate, goes on where it stopped (`cpu::line_search::next_scale`).
+    if (alpha == 0.0 && slope < 0.0) {
+        search.scale *= NEXT_BATCH;
+    } else {
+        search.scale = 1.0;
+    }
+}
+
+// d *= scale (see `Search::scale`).
+@compute @workgroup_size(WORKGROUP)
+fn scale_direction(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let index = workgroup_slot(group, groups) * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        direction[index] *= search.scale;
+    }
 }
 
 // x = guess `slot` (or the one `pick` chose).

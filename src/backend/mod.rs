@@ -480,13 +480,14 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
     stages: &mut S,
     request: &BudgetRequest<'_>,
 ) -> BudgetSolve {
-    use cpu::line_search::{choose, step_lengths};
+    use cpu::line_search::{choose, next_scale, step_lengths};
     let Start::Known { guess, objective: mut value } = start_from_best_by_stages(stages, request.guesses)
     else {
         return BudgetSolve::default();
     };
     let alphas = step_lengths(request.steps, request.extrapolate);
     let mut solve = BudgetSolve { guess: Some(guess), start_objective: value, ..BudgetSolve::default() };
+    let mut scale = 1.0;
     for k in 0..request.iterations {
         let found = stages.newton_direction(&DirectionRequest {
             projection: request.projection,
@@ -501,9 +502,15 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
         });
         // Within the tolerance: the rest of the budget would leave the iterate as it is.
         let Some(mut direction) = found.direction else { break };
+        let mut ahead = found.candidates;
+        // After a batch that found no decrease, this one goes on where it stopped.
+        if scale != 1.0 {
+            stages.scale_direction(scale);
+            direction.slope *= scale;
+            ahead.clear();
+        }
         // A barrier's collision-free bound (see `Stages::step_bound`), with no extrapolation.
         let bound = stages.step_bound();
-        let mut ahead = found.candidates;
         if let Some(factor) = bound.filter(|&b| b < 1.0) {
             stages.scale_direction(factor);
             direction.slope *= factor;
@@ -528,6 +535,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
             },
         );
         solve.stalled = alpha == 0.0 && direction.slope < 0.0;
+        scale = next_scale(scale, alpha, direction.slope);
         if alpha != 0.0 {
             stages.advance(alpha);
             value = next;

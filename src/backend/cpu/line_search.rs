@@ -17,6 +17,20 @@ pub(crate) const ARMIJO: f64 = 1e-4;
 /// search's margin).
 pub(crate) const NOISE_MARGIN: f64 = 10.0;
 
+/// After a batch that found no decrease, the next starts at half its shortest step.
+const NEXT_BATCH: f64 = 1.0 / 128.0;
+
+/// The scale of the next iteration's direction after one at `scale` took step `alpha` along a
+/// direction of slope `slope`: where a batch found no decrease along a descent direction, the
+/// next iteration (from the same iterate, so along the same direction) goes on where it
+/// stopped, as the host's search would have gone on halving; else 1. A body coming to rest a
+/// hair above a penalty floor hung there for good under a budget: its Newton step (no contact
+/// in the model yet) fell a whole step's gravity into the floor, and no step of a batch lowered
+/// the objective, iteration after iteration.
+pub(crate) fn next_scale(scale: f64, alpha: f64, slope: f64) -> f64 {
+    if alpha == 0.0 && slope < 0.0 { scale * NEXT_BATCH } else { 1.0 }
+}
+
 /// The `k`-th step length of a batch: `1, 1/2, 1/4, 1/8`, then an eighth of the last.
 fn step_length(k: usize) -> f64 {
     0.5f64.powi((k + 2 * k.saturating_sub(3)) as i32)

@@ -875,6 +875,7 @@ impl GpuBackend {
             let (status, _) = self.record_solve(pcg, pcg.max_iterations)?;
             self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, "dots", 0.0)?;
             self.decide(Decision::Direction)?;
+            self.decide(Decision::ScaleDirection)?;
             self.vector("save", 0.0)?;
             for (k, &alpha) in alphas.iter().enumerate() {
                 self.vector("offset", alpha)?;

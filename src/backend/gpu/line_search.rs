@@ -34,6 +34,8 @@ pub struct SearchRecord {
     pub direction_norm: f32,
     /// The guess taken ([`NONE`] when none has a finite objective).
     pub picked: u32,
+    /// What the next direction is scaled by (`cpu::line_search::next_scale`).
+    pub scale: f32,
     pub candidates: [f32; CANDIDATES],
 }
 
@@ -77,6 +79,8 @@ pub enum Decision {
     TakeGuess(Option<usize>),
     /// `x = x_saved + alpha d` with the chosen step.
     Advance,
+    /// `d *= scale`: after a batch that found no decrease, the next goes on from its end.
+    ScaleDirection,
 }
 
 impl WgLineSearch {
@@ -131,6 +135,7 @@ impl WgLineSearch {
                 ("take_guess", LineSearchParams { slot: slot(k), ..base }, 3 * base.vertex_count)
             }
             Decision::Advance => ("advance", base, 3 * base.vertex_count),
+            Decision::ScaleDirection => ("scale_direction", base, 3 * base.vertex_count),
         };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
@@ -152,7 +157,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     use super::{CANDIDATES, Decision, NONE, SearchRecord, WgLineSearch};
-    use crate::backend::cpu::line_search::{choose, pick, step_lengths};
+    use crate::backend::cpu::line_search::{choose, next_scale, pick, step_lengths};
     use crate::backend::gpu::test_support::{Rig, context, linear_model};
     use crate::material::Material;
 
@@ -194,7 +199,13 @@ mod tests {
             if case % 5 == 1 {
                 candidates[0] = f32::INFINITY;
             }
-            let search = SearchRecord { value, slope, noise_floor, candidates, ..SearchRecord::default() };
+            if case % 13 == 3 {
+                // No step of the batch is admissible: the next batch goes on.
+                candidates = [f32::INFINITY; CANDIDATES];
+            }
+            let scale = 0.5;
+            let search =
+                SearchRecord { value, slope, noise_floor, scale, candidates, ..SearchRecord::default() };
             let gpu = run(&mut rig, &search, &[Decision::Choose { steps, extrapolate }]);
             let values: Vec<f64> = candidates.iter().map(|&v| v as f64).collect();
             let (alpha, next) = choose(
@@ -207,6 +218,7 @@ mod tests {
                 |k| values[k],
             );
             assert_eq!((gpu.alpha as f64, gpu.value as f64), (alpha, next), "case {case}: {search:?}");
+            assert_eq!(gpu.scale as f64, next_scale(scale as f64, alpha, slope as f64), "case {case}");
             outcomes[match alpha {
                 0.0 => 0,
                 1.0 => 1,
@@ -249,9 +261,10 @@ mod tests {
         rig.upload(3, "energy_partials", &energy);
         rig.upload(3, "gather_partials", &gather);
         rig.upload(3, "dot_partials", &dots);
+        // The slope and norm come scaled as `scale_direction` will scale the direction.
         let gpu = run(
             &mut rig,
-            &SearchRecord::default(),
+            &SearchRecord { scale: 0.5, ..SearchRecord::default() },
             &[
                 Decision::Energy(None),
                 Decision::Energy(Some(5)),
@@ -267,7 +280,7 @@ mod tests {
         assert!(close(gpu.force_scale, sum(2, &gather)), "{gpu:?}");
         assert!(close(gpu.noise_floor, f32::EPSILON as f64 * sum(3, &gather)), "{gpu:?}");
         assert!(
-            close(gpu.slope, sum(0, &dots)) && close(gpu.direction_norm, sum(1, &dots).sqrt()),
+            close(gpu.slope, 0.5 * sum(0, &dots)) && close(gpu.direction_norm, 0.5 * sum(1, &dots).sqrt()),
             "{gpu:?}"
         );
 
@@ -290,6 +303,15 @@ mod tests {
         let x = rig.read(2, "x", n);
         for i in 0..n {
             assert!((x[i] - (saved[i] + 0.25 * direction[i])).abs() <= 1e-6, "entry {i}");
+        }
+        run(
+            &mut rig,
+            &SearchRecord { scale: 1.0 / 128.0, ..SearchRecord::default() },
+            &[Decision::ScaleDirection],
+        );
+        let scaled = rig.read(3, "direction", n);
+        for i in 0..n {
+            assert_eq!(scaled[i], direction[i] / 128.0, "entry {i}");
         }
     }
 }

@@ -15,11 +15,11 @@ mod common;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::backend::gpu::GpuContext;
-use lively::{Backend, Integrator, Material, Simulation, Solver, StepStats, TetMesh};
+use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
 
 /// One benchmark configuration.
 #[derive(Clone)]
@@ -59,23 +59,6 @@ fn scene(cells: [usize; 3], size: [f64; 3], case: &Case, gpu: Option<Arc<GpuCont
         sim.step().expect("warm-up step");
     }
     sim
-}
-
-/// The median wall time of `runs` steps from the simulation's state (restored after each),
-/// and the stats of the last.
-fn median_step(sim: &mut Simulation, runs: usize) -> (Duration, StepStats) {
-    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
-    let mut times = Vec::with_capacity(runs);
-    let mut stats = StepStats::default();
-    for _ in 0..runs {
-        sim.set_state(&x, &v).expect("restore");
-        let started = Instant::now();
-        stats = sim.step().expect("benchmark step");
-        times.push(started.elapsed());
-    }
-    sim.set_state(&x, &v).expect("restore");
-    times.sort();
-    (times[runs / 2], stats)
 }
 
 /// GPU times of one profiled step from the simulation's state (restored after): one CG
@@ -129,19 +112,9 @@ fn ms(d: Duration) -> String {
 }
 
 fn bench(c: &mut Criterion) {
-    let context = match GpuContext::new() {
-        Ok(context) => Arc::new(context),
-        Err(e) => {
-            eprintln!("no GPU adapter ({e}); nothing to compare");
-            return;
-        }
+    let Some(common::GpuBench { context, max_tets, runs, device }) = common::GpuBench::new(10_000) else {
+        return;
     };
-    let max_tets: usize = std::env::var("LIVELY_BENCH_MAX_TETS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if context.software { 10_000 } else { usize::MAX });
-    let runs = if context.software { 3 } else { 11 };
-    let device = format!("{}{}", context.adapter, if context.software { " (software)" } else { "" });
     eprintln!("adapter: {device}");
     let sizes = [
         ("1k", [10, 5, 4], [1.0, 0.5, 0.4]),
@@ -165,10 +138,10 @@ fn bench(c: &mut Criterion) {
         for case in cases() {
             let name = format!("{}_{label}", case.name);
             let mut gpu = scene(cells, size, &case, Some(context.clone()));
-            let (gpu_time, stats) = median_step(&mut gpu, runs);
+            let (gpu_time, stats) = common::median_step(&mut gpu, runs);
             let profiled = profile(&mut gpu);
             let mut cpu = (tets <= 100_000).then(|| scene(cells, size, &case, None));
-            let cpu_time = cpu.as_mut().map(|cpu| median_step(cpu, runs).0);
+            let cpu_time = cpu.as_mut().map(|cpu| common::median_step(cpu, runs).0);
             let counts = stats.device.unwrap_or_default();
             let us = |s: f64| format!("{:.1} us", s * 1e6);
             let (cg, element, busy) = match &profiled {

@@ -13,13 +13,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::backend::gpu::GpuContext;
 use lively::{
-    Backend, Collider, ContactModel, Integrator, Material, SelfCollision, Simulation, Solver, StepStats,
-    TetMesh,
+    Backend, Collider, ContactModel, Integrator, Material, SelfCollision, Simulation, Solver, TetMesh,
 };
 
 /// Two `cells`-a-side cubes of side 0.2 m, the top one 1 cm off square and 1 mm above the
@@ -51,23 +50,6 @@ fn scene(cells: usize, gpu: Option<Arc<GpuContext>>) -> Simulation {
     sim
 }
 
-/// The median wall time of `runs` steps from the simulation's state (restored after each),
-/// and the stats of the last.
-fn median_step(sim: &mut Simulation, runs: usize) -> (Duration, StepStats) {
-    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
-    let mut times = Vec::with_capacity(runs);
-    let mut stats = StepStats::default();
-    for _ in 0..runs {
-        sim.set_state(&x, &v).expect("restore");
-        let started = Instant::now();
-        stats = sim.step().expect("benchmark step");
-        times.push(started.elapsed());
-    }
-    sim.set_state(&x, &v).expect("restore");
-    times.sort();
-    (times[runs / 2], stats)
-}
-
 /// GPU seconds of one profiled step in the self-contact passes and in all passes.
 fn profile(sim: &mut Simulation) -> Option<(f64, f64)> {
     let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
@@ -86,19 +68,9 @@ fn profile(sim: &mut Simulation) -> Option<(f64, f64)> {
 }
 
 fn bench(c: &mut Criterion) {
-    let context = match GpuContext::new() {
-        Ok(context) => Arc::new(context),
-        Err(e) => {
-            eprintln!("no GPU adapter ({e}); nothing to compare");
-            return;
-        }
+    let Some(common::GpuBench { context, max_tets, runs, device }) = common::GpuBench::new(5_000) else {
+        return;
     };
-    let max_tets: usize = std::env::var("LIVELY_BENCH_MAX_TETS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if context.software { 5_000 } else { usize::MAX });
-    let runs = if context.software { 3 } else { 11 };
-    let device = format!("{}{}", context.adapter, if context.software { " (software)" } else { "" });
     let mut table = String::from(
         "| cubes | tets | GPU step | CPU step | CPU / GPU | Newton / CG its (GPU) | self-contact passes / all GPU passes | submissions / readbacks / passes / dispatches per step |\n\
          |---|---:|---:|---:|---:|---|---:|---|\n",
@@ -113,8 +85,8 @@ fn bench(c: &mut Criterion) {
         }
         let mut gpu = scene(cells, Some(context.clone()));
         let mut cpu = scene(cells, None);
-        let (gpu_time, stats) = median_step(&mut gpu, runs);
-        let (cpu_time, _) = median_step(&mut cpu, runs);
+        let (gpu_time, stats) = common::median_step(&mut gpu, runs);
+        let (cpu_time, _) = common::median_step(&mut cpu, runs);
         let counts = stats.device.unwrap_or_default();
         let passes = profile(&mut gpu)
             .map_or("-".into(), |(contact, all)| format!("{:.2} / {:.2} ms", contact * 1e3, all * 1e3));

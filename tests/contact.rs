@@ -36,12 +36,25 @@ fn cube_above_on(
     integrator: Integrator,
     backend: lively::Backend,
 ) -> Simulation {
+    cube_above_solved(gap, mu, contact, dt, integrator, Solver::newton(), backend)
+}
+
+/// [`cube_above_on`] with `solver`.
+fn cube_above_solved(
+    gap: f64,
+    mu: f64,
+    contact: ContactModel,
+    dt: f64,
+    integrator: Integrator,
+    solver: Solver,
+    backend: lively::Backend,
+) -> Simulation {
     let builder = Simulation::builder()
         .tet_body(TetMesh::bar([CELLS; 3], [SIDE; 3]), Material::stable_neo_hookean(1e5, 0.3), DENSITY)
         .gravity([0.0, -G, 0.0])
         .dt(dt)
         .integrator(integrator)
-        .solver(Solver::newton())
+        .solver(solver)
         .collider(Collider::plane([0.0, 1.0, 0.0], -gap).friction(mu))
         .contact_model(contact);
     common::on_backend(builder, backend).build().expect("valid scene")
@@ -802,19 +815,8 @@ fn under_a_budget_a_cube_lands_on_the_barrier_without_a_kick() {
         for integrator in
             [Integrator::BackwardEuler, Integrator::Bdf2, Integrator::Stabilized { epsilon: 0.01 }]
         {
-            let builder = Simulation::builder()
-                .tet_body(
-                    TetMesh::bar([CELLS; 3], [SIDE; 3]),
-                    Material::stable_neo_hookean(1e5, 0.3),
-                    DENSITY,
-                )
-                .gravity([0.0, -G, 0.0])
-                .dt(H)
-                .integrator(integrator.clone())
-                .solver(Solver::newton().tolerance(1e-6).budget(2, 40))
-                .collider(Collider::plane([0.0, 1.0, 0.0], -2e-3).friction(0.5))
-                .contact_model(barrier);
-            let mut sim = common::on_backend(builder, backend).build().unwrap();
+            let solver = Solver::newton().tolerance(1e-6).budget(2, 40);
+            let mut sim = cube_above_solved(2e-3, 0.5, barrier, H, integrator.clone(), solver, backend);
             let start = sim.energy().total;
             let (mut highest, mut closest) = (start, f64::INFINITY);
             for _ in 0..30 {
@@ -856,20 +858,8 @@ fn truncated_solves_land_a_dropped_cube_without_gaining_energy() {
                 ("capped at 3", Solver::newton().max_iterations(3)),
                 ("2 x 40", Solver::newton().budget(2, 40)),
             ] {
-                let mut sim = Simulation::builder()
-                    .tet_body(
-                        TetMesh::bar([CELLS; 3], [SIDE; 3]),
-                        Material::stable_neo_hookean(1e5, 0.3),
-                        DENSITY,
-                    )
-                    .gravity([0.0, -G, 0.0])
-                    .dt(H)
-                    .integrator(integrator.clone())
-                    .solver(solver)
-                    .collider(Collider::plane([0.0, 1.0, 0.0], -0.5).friction(0.5))
-                    .contact_model(law)
-                    .build()
-                    .unwrap();
+                let mut sim =
+                    cube_above_solved(0.5, 0.5, law, H, integrator.clone(), solver, lively::Backend::Cpu);
                 let start = sim.energy().total;
                 let mut highest = start;
                 for _ in 0..60 {

@@ -1,4 +1,5 @@
 //! Shared by the benchmarks.
+#![allow(dead_code)] // each benchmark uses some of them
 
 use lively::Simulation;
 
@@ -22,4 +23,51 @@ pub fn time_steps(
             total
         })
     });
+}
+
+/// The median wall time of `runs` steps from the simulation's state (restored after each),
+/// and the stats of the last.
+pub fn median_step(sim: &mut Simulation, runs: usize) -> (std::time::Duration, lively::StepStats) {
+    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
+    let mut times = Vec::with_capacity(runs);
+    let mut stats = lively::StepStats::default();
+    for _ in 0..runs {
+        sim.set_state(&x, &v).expect("restore");
+        let started = std::time::Instant::now();
+        stats = sim.step().expect("benchmark step");
+        times.push(started.elapsed());
+    }
+    sim.set_state(&x, &v).expect("restore");
+    times.sort();
+    (times[runs / 2], stats)
+}
+
+/// What a GPU-against-CPU benchmark runs with: the adapter, the largest body it runs on it
+/// (`LIVELY_BENCH_MAX_TETS`, else everything on hardware and `software_max_tets` on a software
+/// adapter such as lavapipe), the steps per median, and the device's name for the tables.
+pub struct GpuBench {
+    pub context: std::sync::Arc<lively::backend::gpu::GpuContext>,
+    pub max_tets: usize,
+    pub runs: usize,
+    pub device: String,
+}
+
+impl GpuBench {
+    /// `None`, with the reason printed, where there is no adapter.
+    pub fn new(software_max_tets: usize) -> Option<GpuBench> {
+        let context = match lively::backend::gpu::GpuContext::new() {
+            Ok(context) => std::sync::Arc::new(context),
+            Err(e) => {
+                eprintln!("no GPU adapter ({e}); nothing to compare");
+                return None;
+            }
+        };
+        let max_tets = std::env::var("LIVELY_BENCH_MAX_TETS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if context.software { software_max_tets } else { usize::MAX });
+        let runs = if context.software { 3 } else { 11 };
+        let device = format!("{}{}", context.adapter, if context.software { " (software)" } else { "" });
+        Some(GpuBench { context, max_tets, runs, device })
+    }
 }

@@ -248,3 +248,29 @@ impl Rig {
         self.upload(3, "element_blocks", &laid_out);
     }
 }
+
+/// The objective, the dissipation, the potential and its gradient at `x` agree between the
+/// backends, each in the step both began, to f32 round-off (a missing term is O(1)); the GPU
+/// kept no error.
+pub(crate) fn assert_energies_match(
+    cpu: &mut crate::backend::cpu::CpuBackend,
+    gpu: &mut super::GpuBackend,
+    x: &[[f64; 3]],
+) {
+    use crate::backend::Stages;
+    let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
+    let objective = (gpu.objective(), cpu.objective());
+    let dissipation = (gpu.dissipation(), cpu.dissipation());
+    let potential = (gpu.potential(x), cpu.potential(x));
+    println!("objective {objective:?}, dissipation {dissipation:?}, potential {potential:?}");
+    assert!(relative(objective.0, objective.1) < 1e-5, "objective {objective:?}");
+    assert!(relative(dissipation.0, dissipation.1) < 1e-4, "dissipation {dissipation:?}");
+    assert!(relative(potential.0, potential.1) < 1e-5, "potential {potential:?}");
+    let (mut gpu_force, mut cpu_force) = (vec![[0.0; 3]; x.len()], vec![[0.0; 3]; x.len()]);
+    gpu.potential_gradient(x, &mut gpu_force);
+    cpu.potential_gradient(x, &mut cpu_force);
+    let gpu_force: Vec<f32> = gpu_force.as_flattened().iter().map(|&v| v as f32).collect();
+    let (f_error, f_at) = worst(&gpu_force, cpu_force.as_flattened());
+    assert!(f_error < 1e-5, "potential gradient entry {f_at} off by {f_error:e}");
+    assert!(gpu.take_error().is_none());
+}

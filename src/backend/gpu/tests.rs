@@ -180,20 +180,7 @@ fn vertex_terms_and_damping_match_the_cpu_backend() {
         assert!(relative(g.gradient_norm, c.gradient_norm) < 1e-4);
         assert!(relative(g.force_scale, c.force_scale) < 1e-4);
     }
-    let objective = (gpu.objective(), cpu.objective());
-    let dissipation = (gpu.dissipation(), cpu.dissipation());
-    let potential = (gpu.potential(&x), cpu.potential(&x));
-    println!("objective {objective:?}, dissipation {dissipation:?}, potential {potential:?}");
-    assert!(relative(objective.0, objective.1) < 1e-5, "objective {objective:?}");
-    assert!(relative(dissipation.0, dissipation.1) < 1e-4, "dissipation {dissipation:?}");
-    assert!(relative(potential.0, potential.1) < 1e-5, "potential {potential:?}");
-    let (mut gpu_force, mut cpu_force) = (vec![[0.0; 3]; x.len()], vec![[0.0; 3]; x.len()]);
-    gpu.potential_gradient(&x, &mut gpu_force);
-    cpu.potential_gradient(&x, &mut cpu_force);
-    let gpu_force: Vec<f32> = gpu_force.as_flattened().iter().map(|&v| v as f32).collect();
-    let (f_error, f_at) = worst(&gpu_force, cpu_force.as_flattened());
-    assert!(f_error < 1e-5, "potential gradient entry {f_at} off by {f_error:e}");
-    assert!(gpu.take_error().is_none());
+    super::test_support::assert_energies_match(&mut cpu, &mut gpu, &x);
 }
 
 #[test]

@@ -523,17 +523,18 @@ impl SimulationBuilder {
                 ));
             }
         }
-        let keeps_velocity_error = matches!(
-            self.integrator,
-            Integrator::Avf | Integrator::ImplicitMidpoint | Integrator::Newmark | Integrator::A1
-        );
+        let keeps_velocity_error =
+            matches!(self.integrator, Integrator::Avf | Integrator::ImplicitMidpoint | Integrator::Newmark);
         if self.solver.spend_budget && keeps_velocity_error && model.has_contact() {
             // A budget leaves the solve unconverged, and these integrators carry its error in
             // their velocities; at impacts it grows without bound (a 0.2 m cube dropped 0.5 m
             // onto a penalty floor under a 2 x 40 budget: AVF 47 -> 133 J, three stacked cubes
-            // with self-collision 94 -> 1.6e5 J; A-1 and Newmark reached 1e4 to 1e22 J).
+            // with self-collision 94 -> 1.6e5 J; Newmark reached 2e7 J). A-1 and A-search keep
+            // backward Euler's velocity after an unconverged solve instead.
             return Err(Error::Unsupported(format!(
-                "{:?} gains energy without bound at impacts when its solves stop at a fixed budget;                  with contact use backward Euler, BDF2, the stabilized integrator or A-search with                  Solver::budget, or converged solves",
+                "{:?} gains energy without bound at impacts when its solves stop at a fixed \
+                 budget; with contact use backward Euler, BDF2, the stabilized integrator, A-1 or \
+                 A-search with Solver::budget, or converged solves",
                 self.integrator
             )));
         }

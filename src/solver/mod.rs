@@ -255,9 +255,11 @@ impl Solver {
     /// curvature cannot end a solve early). `StepStats::objective_decrease` says what it
     /// bought. Every decision is made by a rule a GPU evaluates on the device — the lowest of
     /// the initial guesses, and along each direction the longest of the step lengths
-    /// `1, 1/2, 1/4, 1/8` with Armijo's decrease (`2` where that decreases the objective
-    /// further; none, keeping the iterate, where no length does) — so that a GPU step is one
-    /// submission and one readback. Combined with [`wall_time`](Self::wall_time), the host
+    /// `1, 1/2, 1/4, 1/8, 1/64` with Armijo's decrease (`2` where that decreases the objective
+    /// further; none, keeping the iterate, where no length does, and the next iteration's
+    /// lengths then go on from 1/128) — so that a GPU step is one submission and one readback.
+    /// With contact, AVF, implicit midpoint and Newmark refuse a budget (their velocities keep
+    /// an unconverged solve's error, which grew without bound at impacts). Combined with [`wall_time`](Self::wall_time), the host
     /// drives it iteration by iteration instead, to watch the clock.
     pub fn budget(mut self, nonlinear: usize, linear: usize) -> Solver {
         self.max_iterations = nonlinear;

@@ -185,7 +185,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let mut outcomes = [0usize; 4];
         for case in 0..200 {
-            // G(t) = value + slope t + c t^2 at t = 1, 1/2, 1/4, 1/8 and 2.
+            // G(t) = value + slope t + c t^2 at t = 1, 1/2, 1/4, 1/8, 1/64, 1/512 and 2.
             let value = rng.random_range(-50.0..50.0f32);
             let slope =
                 if case % 10 == 0 { rng.random_range(0.0..1.0f32) } else { -rng.random_range(1e-3..10.0f32) };

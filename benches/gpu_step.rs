@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::backend::gpu::GpuContext;
-use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
+use lively::{Integrator, Material, Simulation, Solver, TetMesh};
 
 /// One benchmark configuration.
 #[derive(Clone)]
@@ -50,10 +50,7 @@ fn scene(cells: [usize; 3], size: [f64; 3], case: &Case, gpu: Option<Arc<GpuCont
         .integrator(case.integrator.clone())
         .solver(case.solver.clone())
         .pin(|p| p[0] < 1e-9);
-    let builder = match gpu {
-        Some(context) => builder.backend(Backend::Gpu).gpu_context(context),
-        None => builder.backend(Backend::Cpu),
-    };
+    let builder = common::on_gpu_or_cpu(builder, gpu);
     let mut sim = builder.build().expect("valid benchmark scene");
     for _ in 0..3 {
         sim.step().expect("warm-up step");

@@ -17,9 +17,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::backend::gpu::GpuContext;
-use lively::{
-    Backend, Collider, ContactModel, Integrator, Material, SelfCollision, Simulation, Solver, TetMesh,
-};
+use lively::{Collider, ContactModel, Integrator, Material, SelfCollision, Simulation, Solver, TetMesh};
 
 /// Two `cells`-a-side cubes of side 0.2 m, the top one 1 cm off square and 1 mm above the
 /// bottom one, settled for 8 steps.
@@ -39,10 +37,7 @@ fn scene(cells: usize, gpu: Option<Arc<GpuContext>>) -> Simulation {
         .collider(Collider::plane([0.0, 1.0, 0.0], 0.0).friction(0.5))
         .contact_model(ContactModel::Penalty { stiffness: 1e5 })
         .self_collision(SelfCollision { stiffness: 1e7, friction: 0.5 });
-    let builder = match gpu {
-        Some(context) => builder.backend(Backend::Gpu).gpu_context(context),
-        None => builder.backend(Backend::Cpu),
-    };
+    let builder = common::on_gpu_or_cpu(builder, gpu);
     let mut sim = builder.build().expect("valid benchmark scene");
     for _ in 0..8 {
         sim.step().expect("settling step");

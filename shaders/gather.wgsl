@@ -210,7 +210,7 @@ fn self_contact_energy(v: u32) -> f32 {
         return 0.0;
     }
     var energy = 0.0;
-    for (var q = 0u; q < 2u; q++) {
+    for (var q = 0u; q < params.node_count; q++) {
         let slot = contact_records().records + q * params.surface_count + s;
         if (record_vertices(slot).x != NO_VERTEX) {
             energy += coupling_records[RECORD * slot + 2u].w;

@@ -6,7 +6,8 @@
 //   (built at rest on the host by `mesh::bvh`, both in one node array) at each node's
 //   positions;
 // - `detect`, per boundary vertex and node: the two tree queries, in the CPU twin's order,
-//   and the record; with `link` it also counts each record's vertices;
+//   and the record (the slots of nodes past `node_count` are left as they are: no reader
+//   goes there); with `link` it also counts each record's vertices;
 // - `scan` (one workgroup) and `fill`, with `link`: each vertex's list of records, which the
 //   gather then sorts.
 
@@ -386,12 +387,11 @@ fn detect_one(q: u32, s: u32, slot: u32) -> bool {
 fn detect(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let index = workgroup_slot(group, groups) * WORKGROUP + lid;
     let surface = params.surface_count;
-    if (index >= 2u * surface) {
+    if (index >= params.node_count * surface) {
         return;
     }
     let slot = coupling_set(params.record_set, surface, params.vertex_count).records + index;
-    let q = index / surface;
-    if (q >= params.node_count || !detect_one(q, index % surface, slot)) {
+    if (!detect_one(index / surface, index % surface, slot)) {
         write_empty(slot);
         return;
     }
@@ -444,7 +444,7 @@ fn scan(@builtin(local_invocation_index) lid: u32) {
 @compute @workgroup_size(WORKGROUP)
 fn fill(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let index = workgroup_slot(group, groups) * WORKGROUP + lid;
-    if (index >= 2u * params.surface_count) {
+    if (index >= params.node_count * params.surface_count) {
         return;
     }
     let records = coupling_set(params.record_set, params.surface_count, params.vertex_count);

@@ -71,3 +71,14 @@ impl GpuBench {
         Some(GpuBench { context, max_tets, runs, device })
     }
 }
+
+/// `builder` on the GPU of `context`, or on the CPU for `None`.
+pub fn on_gpu_or_cpu(
+    builder: lively::SimulationBuilder,
+    context: Option<std::sync::Arc<lively::backend::gpu::GpuContext>>,
+) -> lively::SimulationBuilder {
+    match context {
+        Some(context) => builder.backend(lively::Backend::Gpu).gpu_context(context),
+        None => builder.backend(lively::Backend::Cpu),
+    }
+}

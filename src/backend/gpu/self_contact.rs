@@ -210,7 +210,7 @@ impl WgSelfContact {
             let params = SelfContactParams { level_first, level_count, ..base };
             run(recording, "refit", params, level_count * nodes.len() as u32)?;
         }
-        let slots = 2 * base.surface_count;
+        let slots = base.node_count * base.surface_count;
         run(recording, "detect", base, slots)?;
         if link {
             run(recording, "scan", base, 1)?;

@@ -4,7 +4,10 @@
 //   vertex's distance to every collider; per workgroup, the least of them;
 // - `stop_at_contact` (`contact::stop_at_contact`): the projection model's trial positions,
 //   each vertex's move from `x_saved` to `x` stopped where it first meets a collider;
-// - `keep_pressed`: the direction's normal part removed at pressed vertices.
+// - `keep_pressed`: the direction's normal part removed at pressed vertices;
+// - `contact_set` and `bound_outside` (`backend::projective::{contact_set_at, bound_outside}`):
+//   the local/global solver's contact set, grown at the iterate, with the diagonal it gives,
+//   and the step's bound for the vertices outside it, at the nodes.
 
 #import shared/reduce
 #import shared/collider
@@ -13,6 +16,12 @@ struct Params {
     vertex_count: u32,
     collider_count: u32,
     closable: f32,
+    // The local/global solver's nodes (theta per node) and `a k`, the stiffness a vertex in
+    // the contact set adds to its diagonal.
+    node_count: u32,
+    theta_0: f32,
+    theta_1: f32,
+    contact_stiffness: f32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -24,11 +33,20 @@ struct Params {
 @group(1) @binding(3) var<storage, read> sdf_values: array<f32>;
 
 @group(2) @binding(0) var<storage, read_write> x: array<f32>;
+@group(2) @binding(1) var<storage, read> x_start: array<f32>;
 
 @group(3) @binding(0) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(1) var<storage, read_write> bound_partials: array<f32>;
 @group(3) @binding(2) var<storage, read> x_saved: array<f32>;
 @group(3) @binding(3) var<storage, read> pressed: array<vec4<f32>>;
+// The local/global solver's diagonal without contact, and with it.
+@group(3) @binding(4) var<storage, read> projective_base: array<f32>;
+@group(3) @binding(5) var<storage, read_write> projective_diagonal: array<f32>;
+// Per vertex: IN_SET, STOPPED (by the last step's bound).
+@group(3) @binding(6) var<storage, read_write> contact_flags: array<u32>;
+
+const IN_SET: u32 = 1u;
+const STOPPED: u32 = 2u;
 
 // Rounds per vertex and collider before the bound settles for what it has cleared.
 const BOUND_ROUNDS: u32 = 64u;
@@ -162,5 +180,64 @@ fn keep_pressed(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
         for (var c = 0u; c < 3u; c++) {
             direction[3u * v + c] = kept[c];
         }
+    }
+}
+
+fn node_theta(q: u32) -> f32 {
+    return select(params.theta_0, params.theta_1, q == 1u);
+}
+
+// Where node q puts vertex v (rest + displacement): theta x + (1 - theta) x_start.
+fn at_node(v: u32, q: u32) -> vec3<f32> {
+    let theta = node_theta(q);
+    let start = vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
+    return vector3(2u, v) + vector3(0u, v) * theta + start * (1.0 - theta);
+}
+
+// The contact set at the iterate: a free vertex already in it, inside a collider at a node, or
+// stopped at one by the last step; its diagonal gains `a k`.
+@compute @workgroup_size(WORKGROUP)
+fn contact_set(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let v = workgroup_slot(group, groups) * WORKGROUP + lid;
+    if (v >= params.vertex_count) {
+        return;
+    }
+    var member = contact_flags[v] != 0u;
+    for (var q = 0u; q < params.node_count && !member; q++) {
+        let at = at_node(v, q);
+        for (var c = 0u; c < params.collider_count && !member; c++) {
+            member = collider_distance(colliders[c], at).phi <= 0.0;
+        }
+    }
+    member = member && pinned[v] == 0u;
+    contact_flags[v] = select(0u, IN_SET, member);
+    projective_diagonal[v] = projective_base[v] + select(0.0, params.contact_stiffness, member);
+}
+
+// The largest t in [0, 1] for which no free vertex outside the contact set enters a collider at
+// a node on its way from x to x + t d (per workgroup, the least); the vertices whose paths
+// would enter before the full step are marked STOPPED.
+@compute @workgroup_size(WORKGROUP)
+fn bound_outside(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let v = slot * WORKGROUP + lid;
+    var own = 1.0;
+    if (v < params.vertex_count && pinned[v] == 0u && contact_flags[v] == 0u) {
+        let d = vector3(1u, v);
+        if (any(d != vec3<f32>(0.0))) {
+            for (var q = 0u; q < params.node_count; q++) {
+                let at = at_node(v, q);
+                for (var c = 0u; c < params.collider_count; c++) {
+                    own = min(own, path_bound(colliders[c], at, d * node_theta(q), own));
+                }
+            }
+        }
+        if (own < 1.0) {
+            contact_flags[v] = STOPPED;
+        }
+    }
+    let least = workgroup_min(lid, own);
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
+        bound_partials[slot] = least;
     }
 }

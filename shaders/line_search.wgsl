@@ -4,7 +4,8 @@
 // reductions that bring its inputs together: `energy` sums an objective's element and
 // vertex partials into a slot, `linearization` and `direction` sum the gather's and the
 // dots' partials. Every reduction runs in one workgroup in a fixed order, so the decisions
-// are the same bits every run. `take_guess` and `advance` act on them, vertex-parallel.
+// are the same bits every run. `take_guess` and `advance` act on them, vertex-parallel;
+// `bound` takes the local/global step's length from the contact stage's bounds.
 
 #import shared/reduce
 
@@ -67,6 +68,8 @@ const PRECISION: f32 = 1.1920929e-7;
 @group(3) @binding(5) var<storage, read_write> search: Search;
 // The initial guesses, one after another (displacements, 3 per vertex).
 @group(3) @binding(6) var<storage, read> guesses: array<f32>;
+// The contact stage's per-workgroup bounds on the step.
+@group(3) @binding(7) var<storage, read> bound_partials: array<f32>;
 
 fn is_finite(v: f32) -> bool {
     return abs(v) < bitcast<f32>(0x7f800000u);
@@ -197,6 +200,19 @@ fn choose() {
         search.scale *= NEXT_BATCH;
     } else {
         search.scale = 1.0;
+    }
+}
+
+// The step length: the least of the contact stage's bounds (`advance` takes it).
+@compute @workgroup_size(WORKGROUP)
+fn bound(@builtin(local_invocation_index) lid: u32) {
+    var least = 1.0;
+    for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
+        least = min(least, bound_partials[i]);
+    }
+    let total = workgroup_min(lid, least);
+    if (lid == 0u) {
+        search.alpha = total;
     }
 }
 

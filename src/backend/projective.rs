@@ -97,16 +97,107 @@ pub(crate) fn stiffness_weight(nodes: &[Node]) -> f64 {
     nodes.iter().map(|q| q.weight * q.theta * q.theta).sum()
 }
 
-/// The step's diagonal `M/h^2 + a K_v + D_v` per vertex (pinned vertices get 1: their rows
-/// are the identity). A vertex carries its colliders' stiffness when it lies inside one at the
-/// start of the step or at the inertial target, the contacts of this step; one that enters a
-/// collider elsewhere is pushed out by the gradient from the next iteration on.
-pub(crate) fn vertex_diagonal(
+/// The vertices whose diagonal carries their colliders' stiffness as Newton's preconditioner
+/// sees it: the free ones inside a collider at the step's start or at its inertial target,
+/// this step's contacts. (The local/global solver finds its own at every iterate,
+/// [`contact_set_at`].)
+pub(crate) fn contact_set(
     model: &Model,
     colliders: &[crate::contact::Collider],
-    anchors: &Anchors,
     problem: &StepProblem<'_>,
-) -> Vec<f64> {
+) -> Vec<bool> {
+    let inside = |x: [f64; 3]| colliders.iter().any(|c| c.distance(DVec3::from(x)).phi <= 0.0);
+    (0..model.vertex_count())
+        .map(|v| {
+            !model.pinned[v]
+                && model.contact.penalty_stiffness() > 0.0
+                && (inside(problem.start[v]) || inside(problem.target[v]))
+        })
+        .collect()
+}
+
+/// Where a node puts vertex `v` at iterate `x`: `theta x + (1 - theta) x_n`.
+fn at_node(node: &Node, start: [f64; 3], x: [f64; 3]) -> DVec3 {
+    DVec3::from(x) * node.theta + DVec3::from(start) * (1.0 - node.theta)
+}
+
+/// Grows the local/global solver's contact set at the iterate `x`: the free vertices inside a
+/// collider (`phi <= 0`) at one of the nodes, and those the last step stopped at a collider's
+/// surface (`stopped`, cleared here), join `set` for the rest of the solve. Their penalty is
+/// bounded by the curvature `a k` the diagonal gives them; the others feel none, and
+/// [`bound_outside`] keeps them out. A solve starts from an empty set, so that a vertex held by
+/// a stiffness it no longer feels is held for one solve at most (a set taken from the step's
+/// start and target froze its vertices, and a landing cube sank through the floor); within a
+/// solve the set only grows, since a vertex resting on the surface would otherwise leave and
+/// rejoin it every other iteration, each time cutting the step short.
+pub(crate) fn contact_set_at(
+    model: &Model,
+    colliders: &[crate::contact::Collider],
+    nodes: &[Node],
+    start: &[[f64; 3]],
+    x: &[[f64; 3]],
+    stopped: &mut [bool],
+    set: &mut [bool],
+) {
+    for v in 0..x.len() {
+        let inside = || {
+            nodes.iter().any(|q| colliders.iter().any(|c| c.distance(at_node(q, start[v], x[v])).phi <= 0.0))
+        };
+        let was_stopped = std::mem::take(&mut stopped[v]);
+        set[v] = !model.pinned[v] && (set[v] || was_stopped || inside());
+    }
+}
+
+/// The local/global step's length: the largest `t` in `[0, 1]` (checked, as
+/// `contact::step_bound`) for which no free vertex outside `set` enters a collider at any node
+/// on the way from `x` to `x + t d`; the vertices whose paths would enter before the full step
+/// are marked `stopped`. The frozen quadratic then bounds `G` from above on the whole step.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bound_outside(
+    model: &Model,
+    colliders: &[crate::contact::Collider],
+    nodes: &[Node],
+    start: &[[f64; 3]],
+    x: &[[f64; 3]],
+    d: &[[f64; 3]],
+    set: &[bool],
+    stopped: &mut [bool],
+) -> f64 {
+    let mut bound: f64 = 1.0;
+    for v in 0..x.len() {
+        let step = DVec3::from(d[v]);
+        if model.pinned[v] || set[v] || step == DVec3::ZERO {
+            continue;
+        }
+        let mut own: f64 = 1.0;
+        for q in nodes {
+            for c in colliders {
+                own = own.min(crate::contact::path_bound(
+                    c,
+                    at_node(q, start[v], x[v]),
+                    step * q.theta,
+                    1.0,
+                    own,
+                ));
+            }
+        }
+        if own < 1.0 {
+            stopped[v] = true;
+            bound = bound.min(own);
+        }
+    }
+    bound
+}
+
+/// `a k`: what a vertex in the contact set adds to its diagonal, `k` the penalty stiffness.
+pub(crate) fn contact_stiffness(model: &Model, nodes: &[Node]) -> f64 {
+    stiffness_weight(nodes) * model.contact.penalty_stiffness()
+}
+
+/// The step's diagonal `M/h^2 + a K_v + D_v` per vertex (pinned vertices get 1: their rows
+/// are the identity), `K_v` the handles' stiffness; the colliders' is added per vertex in a
+/// contact set by [`with_contacts`].
+pub(crate) fn vertex_diagonal(model: &Model, anchors: &Anchors, problem: &StepProblem<'_>) -> Vec<f64> {
     let inv_h2 = 1.0 / (problem.dt * problem.dt);
     let a = stiffness_weight(problem.nodes);
     let damping = problem.damping_matrix(model.vertex_count());
@@ -115,11 +206,7 @@ pub(crate) fn vertex_diagonal(
             if model.pinned[v] {
                 return 1.0;
             }
-            let mut stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
-            let touching = |x: &[[f64; 3]]| colliders.iter().any(|c| c.distance(DVec3::from(x[v])).phi < 0.0);
-            if touching(problem.start) || touching(problem.target) {
-                stiffness += model.contact.penalty_stiffness();
-            }
+            let stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
             // The largest eigenvalue of a damping block, bounded by its largest absolute row sum.
             let damping = damping.as_ref().map_or(0.0, |d| {
                 let b = &d.vertex_blocks[v];
@@ -128,6 +215,12 @@ pub(crate) fn vertex_diagonal(
             model.masses[v] * inv_h2 + a * stiffness + damping
         })
         .collect()
+}
+
+/// `base` with `stiffness` (`a k`, [`contact_stiffness`]) added for the vertices in `set`.
+pub(crate) fn with_contacts(base: &[f64], set: &[bool], stiffness: f64, out: &mut Vec<f64>) {
+    out.clear();
+    out.extend(base.iter().zip(set).map(|(&d, &member)| if member { d + stiffness } else { d }));
 }
 
 /// The scalar matrix `S` on the Hessian's pattern: `a L` plus the diagonal, with the rows and

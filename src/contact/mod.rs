@@ -552,7 +552,7 @@ pub(crate) fn path_clear(
 /// the bound advances conservatively, by `(phi - keep) / (L |d|)` at a time, which no
 /// surface can be nearer than. A vertex resting on a surface (`closable` 1, `phi <= 0`) may
 /// move along it or away, not in.
-fn path_bound(collider: &Collider, x: DVec3, d: DVec3, closable: f64, limit: f64) -> f64 {
+pub(crate) fn path_bound(collider: &Collider, x: DVec3, d: DVec3, closable: f64, limit: f64) -> f64 {
     let phi = collider.distance(x).phi;
     if phi <= 0.0 && closable < 1.0 {
         return 0.0;

@@ -57,9 +57,16 @@ pub struct CpuBackend {
     blocks: Vec<[f64; 9]>,
     pcg: pcg::Scratch,
     cholesky: Option<cholesky::Cholesky>,
-    /// The local/global solver's vertex diagonal for the current step, its factored global
-    /// matrix and its rotations.
+    /// The local/global matrix's vertex diagonal (at the step's start, with the contacts of
+    /// `projective::contact_set`, as Newton's factored preconditioner takes it; then with the
+    /// local/global solver's contact set), its factored global matrix and its rotations.
     projective_diagonal: Vec<f64>,
+    /// `projective_diagonal` without the colliders' stiffness.
+    projective_base: Vec<f64>,
+    /// The local/global solver's contact set at the iterate, and the vertices its last step
+    /// stopped at a collider (`projective::contact_set_at`).
+    contact_set: Vec<bool>,
+    contact_stopped: Vec<bool>,
     global: Option<global::GlobalSolve>,
     rotations: element::Rotations,
     /// The rotations of the states whose potential was last asked for (every step's start
@@ -126,6 +133,9 @@ impl CpuBackend {
             pcg: pcg::Scratch::default(),
             cholesky: None,
             projective_diagonal: Vec::new(),
+            projective_base: Vec::new(),
+            contact_set: Vec::new(),
+            contact_stopped: Vec::new(),
             global: None,
             rotations: element::Rotations::default(),
             state_rotations: element::Rotations::default(),
@@ -303,6 +313,28 @@ impl CpuBackend {
         }
     }
 
+    /// Finds the local/global solver's contact set at the iterate and factors the matrix with
+    /// its stiffness (the last two factors are kept: sets recur). False if that fails.
+    fn enter_contact_set(&mut self) -> bool {
+        super::projective::contact_set_at(
+            &self.model,
+            &self.colliders,
+            &self.nodes,
+            &self.start,
+            &self.x,
+            &mut self.contact_stopped,
+            &mut self.contact_set,
+        );
+        let stiffness = super::projective::contact_stiffness(&self.model, &self.nodes);
+        super::projective::with_contacts(
+            &self.projective_base,
+            &self.contact_set,
+            stiffness,
+            &mut self.projective_diagonal,
+        );
+        self.prepare_global(f64::INFINITY)
+    }
+
     /// `grad G` at the iterate from the corner gradients in hand, the vertex terms and the
     /// lagged damping, into `gradient`; the vertex Hessian blocks into `vertex_blocks`.
     fn gather(&mut self, projection: Projection) -> Linearization {
@@ -418,8 +450,13 @@ impl Stages for CpuBackend {
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
-        self.projective_diagonal =
-            super::projective::vertex_diagonal(&self.model, &self.colliders, &self.anchors, &problem);
+        self.projective_base = super::projective::vertex_diagonal(&self.model, &self.anchors, &problem);
+        super::projective::with_contacts(
+            &self.projective_base,
+            &super::projective::contact_set(&self.model, &self.colliders, &problem),
+            super::projective::contact_stiffness(&self.model, &self.nodes),
+            &mut self.projective_diagonal,
+        );
         self.damping.clear();
         self.damping_linear.clear();
         self.friction_couplings =
@@ -524,6 +561,11 @@ impl Stages for CpuBackend {
         (self.direction_residual, self.full_step) = (false, false);
         let mut report = LocalGlobalReport::default();
         let started = std::time::Instant::now();
+        let contact = self.model.contact.penalty_stiffness() > 0.0 && !self.colliders.is_empty();
+        self.contact_stopped.clear();
+        self.contact_stopped.resize(self.x.len(), false);
+        self.contact_set.clear();
+        self.contact_set.resize(self.x.len(), false);
         let prepared = self.prepare_global(f64::INFINITY);
         report.linear_solve += started.elapsed();
         if !prepared {
@@ -559,13 +601,33 @@ impl Stages for CpuBackend {
                 break;
             }
             let started = std::time::Instant::now();
+            if contact && !self.enter_contact_set() {
+                report.failed = true;
+                break;
+            }
             for (d, g) in self.direction.iter_mut().zip(&self.gradient) {
                 *d = [-g[0], -g[1], -g[2]];
             }
             if let Some(global) = self.global.as_mut() {
                 global.solve(&mut self.direction);
             }
-            vector::axpy(1.0, &self.direction, &mut self.x);
+            // No vertex outside the contact set may enter a collider: there the quadratic
+            // would not bound the penalty.
+            let step = if contact {
+                super::projective::bound_outside(
+                    &self.model,
+                    &self.colliders,
+                    &self.nodes,
+                    &self.start,
+                    &self.x,
+                    &self.direction,
+                    &self.contact_set,
+                    &mut self.contact_stopped,
+                )
+            } else {
+                1.0
+            };
+            vector::axpy(step, &self.direction, &mut self.x);
             report.iterations += 1;
             report.linear_iterations += 1;
             report.linear_solve += started.elapsed();

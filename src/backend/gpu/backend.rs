@@ -981,22 +981,51 @@ impl GpuBackend {
         Ok(Some((elements, vertices)))
     }
 
+    /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
+    fn record_contact_set(&mut self, entry: &'static str, nodes: &[Node], stiffness: f64) -> Result<()> {
+        let (c, rec) = (&self.context, &mut self.recording);
+        let colliders = self.colliders.len();
+        self.stages.contact.queue_local_global(
+            c,
+            rec,
+            &self.groups.contact,
+            &self.buffers,
+            entry,
+            colliders,
+            nodes,
+            stiffness,
+        )
+    }
+
     /// Local/global iterations in one submission: the step's matrix, then per iteration the
     /// local step and gather, a PCG solve of as many iterations as the last solve's longest
     /// global step needed (an unfinished CG solve still lowers the frozen quadratic, so the
-    /// iteration still never increases `G`) and the step `x += d`; the last local step gives
+    /// iteration still never increases `G`) and the step `x += d`; with penalty colliders, the
+    /// contact set and the matrix it gives before the solve, and the step cut short where a
+    /// vertex outside the set would enter a collider; the last local step gives
     /// `G` and `|grad G|` at the result. Long solves, and recorded objectives, are read in
     /// batches as the staging buffer fills.
     fn local_global_on_device(&mut self, request: &LocalGlobalRequest) -> Result<LocalGlobalReport> {
         let started = std::time::Instant::now();
+        // A start picked on the device needs no check: projective energies and the penalty are
+        // finite everywhere.
+        self.pending_start = None;
         let nodes = self.nodes.clone();
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
-        self.recording.upload(
-            &self.context,
-            self.buffers.scratch.named("projective_diagonal"),
-            bytemuck::cast_slice(&diagonal),
-        );
-        self.assemble(Target::Projective { a: projective::stiffness_weight(&nodes) })?;
+        // With penalty colliders the contact set changes the diagonal at every iterate
+        // (`projective::contact_set_at`), from the base uploaded here.
+        let contact = self.model.contact.penalty_stiffness() > 0.0 && !self.colliders.is_empty();
+        let base = if contact { "projective_base" } else { "projective_diagonal" };
+        let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
+        rec.upload(c, scratch.named(base), bytemuck::cast_slice(&diagonal));
+        let matrix = Target::Projective { a: projective::stiffness_weight(&nodes) };
+        let stiffness = projective::contact_stiffness(&self.model, &nodes);
+        if contact {
+            // Each solve starts with an empty set.
+            rec.upload(c, scratch.named("contact_flags"), &vec![0; 4 * self.buffers.vertex_count]);
+        } else {
+            self.assemble(matrix)?;
+        }
         let mut tally = Tally::default();
         let chunk =
             (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 4 + 8);
@@ -1017,12 +1046,22 @@ impl GpuBackend {
             if k == request.iterations {
                 break;
             }
+            if contact {
+                self.record_contact_set("contact_set", &nodes, stiffness)?;
+                self.assemble(matrix)?;
+            }
             self.vector("negate_gradient", 0.0)?;
             // A large body's solve records `chunk` iterations and is not read on: an unfinished
             // CG solve still lowers the frozen quadratic.
             tally.statuses.push(self.record_solve(params, chunk)?.0);
             self.vector("save", 0.0)?;
-            self.vector("offset", 1.0)?;
+            if contact {
+                self.record_contact_set("bound_outside", &nodes, stiffness)?;
+                self.decide(Decision::Bound)?;
+                self.decide(Decision::Advance)?;
+            } else {
+                self.vector("offset", 1.0)?;
+            }
         }
         // The state the solve ends in comes with its last status.
         let mut extra: Vec<Staged> = last.into_iter().collect();
@@ -1127,8 +1166,7 @@ impl Stages for GpuBackend {
         self.damping_weight = problem.damping_weight;
         // The local/global matrix's diagonal, for the models that solver takes.
         if self.projective {
-            self.projective_diagonal =
-                projective::vertex_diagonal(&self.model, &self.colliders, &self.anchors, &problem);
+            self.projective_diagonal = projective::vertex_diagonal(&self.model, &self.anchors, &problem);
         }
         let matrix = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = matrix.is_some();

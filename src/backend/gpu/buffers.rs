@@ -187,6 +187,8 @@ impl GpuBuffers {
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
         w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
+        w.set("projective_base", c.scratch::<f32>("projective_base", n));
+        w.set("contact_flags", c.scratch::<u32>("contact_flags", n));
         w.set("vertex_blocks", c.scratch::<f32>("vertex_blocks", 9 * n));
         w.set("blocks", c.scratch::<f32>("blocks", 9 * slot_count));
         w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));

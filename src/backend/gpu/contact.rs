@@ -19,6 +19,11 @@ pub struct ContactParams {
     pub collider_count: u32,
     /// The part of a vertex's distance to a collider a step may close.
     pub closable: f32,
+    /// The local/global solver's nodes and contact stiffness (`contact_set`, `bound_outside`).
+    pub node_count: u32,
+    pub theta_0: f32,
+    pub theta_1: f32,
+    pub contact_stiffness: f32,
 }
 
 /// The contact stage's pipeline.
@@ -66,8 +71,48 @@ impl WgContact {
             vertex_count: buffers.vertex_count as u32,
             collider_count: collider_count as u32,
             closable: closable as f32,
+            ..ContactParams::default()
         };
-        let offset = recording.params(context, &params)?;
+        self.dispatch(context, recording, groups, entry, &params)
+    }
+
+    /// Records the local/global solver's `contact_set` or `bound_outside` at `nodes`, a vertex
+    /// in the set adding `contact_stiffness` to its diagonal.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue_local_global(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &ContactGroups,
+        buffers: &GpuBuffers,
+        entry: &'static str,
+        collider_count: usize,
+        nodes: &[crate::objective::Node],
+        contact_stiffness: f64,
+    ) -> Result<()> {
+        debug_assert!(nodes.len() <= 2);
+        let theta = |q: usize| nodes.get(q).map_or(0.0, |n| n.theta as f32);
+        let params = ContactParams {
+            vertex_count: buffers.vertex_count as u32,
+            collider_count: collider_count as u32,
+            closable: 1.0,
+            node_count: nodes.len() as u32,
+            theta_0: theta(0),
+            theta_1: theta(1),
+            contact_stiffness: contact_stiffness as f32,
+        };
+        self.dispatch(context, recording, groups, entry, &params)
+    }
+
+    fn dispatch(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &ContactGroups,
+        entry: &'static str,
+        params: &ContactParams,
+    ) -> Result<()> {
+        let offset = recording.params(context, params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
         recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, groups.workgroups);
         Ok(())
@@ -102,8 +147,10 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     use super::WgContact;
-    use crate::backend::gpu::test_support::{Rig, barrier_model, context, rest_on_colliders};
+    use crate::backend::gpu::test_support::{NODES, Rig, barrier_model, context, rest_on_colliders};
+    use crate::backend::projective::{bound_outside, contact_set_at, with_contacts};
     use crate::contact::{CLOSABLE, step_bound, stop_at_contact};
+    use crate::objective::Node;
 
     /// Random steps of 10-20 cm, half of them aimed at the nearest collider.
     fn random_steps(model: &crate::model::Model, x: &[[f64; 3]], seed: u64) -> Vec<[f64; 3]> {
@@ -212,5 +259,89 @@ mod tests {
         // f32 positions round at 3e-8 m here; a move not stopped, or stopped elsewhere, is off
         // by centimetres.
         assert!(worst < 1e-6, "GPU trial positions differ by {worst:e} m");
+    }
+
+    /// The local/global solver's contact set and step bound, at a midpoint node and at AVF's
+    /// two, against their CPU twins: a third of the free vertices pushed 1 cm
+    /// into their nearest collider, a few marked stopped by a last step, random steps half aimed
+    /// at the colliders, a random base diagonal.
+    #[test]
+    fn the_local_global_contact_set_and_bound_match_their_cpu_twins() {
+        let Some(context) = context() else { return };
+        let (model, mut x, start) = barrier_model(13);
+        for (_, p) in x.iter_mut().enumerate().filter(|(v, _)| v % 3 == 1 && !model.pinned[*v]) {
+            let at = glam::DVec3::from(*p);
+            let nearest =
+                model.colliders.iter().map(|c| c.distance(at)).min_by(|a, b| a.phi.total_cmp(&b.phi));
+            let d = nearest.expect("a collider");
+            *p = (at - d.normal.normalize() * (d.phi + 0.01)).to_array();
+        }
+        let steps = random_steps(&model, &x, 17);
+        let n = x.len();
+        let mut rng = ChaCha8Rng::seed_from_u64(19);
+        let base: Vec<f64> = (0..n).map(|_| rng.random_range(1.0..100.0)).collect();
+        let stopped: Vec<bool> = (0..n).map(|v| v % 7 == 0).collect();
+        let stiffness = 1234.5;
+        let mut rig = Rig::new(&context, &model);
+        rig.write_positions(&x, &start, &x);
+        let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        for nodes in [vec![Node { weight: 1.0, theta: 0.5 }], NODES.to_vec()] {
+            // The CPU twin.
+            let (mut set, mut cpu_stopped) = (vec![false; n], stopped.clone());
+            contact_set_at(&model, &model.colliders, &nodes, &start, &x, &mut cpu_stopped, &mut set);
+            let mut diagonal = Vec::new();
+            with_contacts(&base, &set, stiffness, &mut diagonal);
+            let bound =
+                bound_outside(&model, &model.colliders, &nodes, &start, &x, &steps, &set, &mut cpu_stopped);
+            // The GPU's.
+            let flags: Vec<u32> = stopped.iter().map(|&s| if s { 2 } else { 0 }).collect();
+            rig.upload(3, "contact_flags", &flags);
+            rig.upload(3, "projective_base", &base.iter().map(|&d| d as f32).collect::<Vec<_>>());
+            let direction: Vec<f32> = steps.as_flattened().iter().map(|&v| v as f32).collect();
+            rig.upload(3, "direction", &direction);
+            let count = model.colliders.len();
+            let (c, b) = (&rig.context, &rig.buffers);
+            let queue = |rig_rec: &mut crate::backend::gpu::recording::Recording, entry| {
+                rig.stages.contact.queue_local_global(c, rig_rec, &groups, b, entry, count, &nodes, stiffness)
+            };
+            queue(&mut rig.rec, "contact_set").unwrap();
+            let gpu_diagonal = rig.read(3, "projective_diagonal", n);
+            let gpu_set: Vec<u32> = bytemuck::cast_slice(&rig.read(3, "contact_flags", n)).to_vec();
+            let (c, b) = (&rig.context, &rig.buffers);
+            let queue = |rig_rec: &mut crate::backend::gpu::recording::Recording, entry| {
+                rig.stages.contact.queue_local_global(c, rig_rec, &groups, b, entry, count, &nodes, stiffness)
+            };
+            queue(&mut rig.rec, "bound_outside").unwrap();
+            let gpu_flags: Vec<u32> = bytemuck::cast_slice(&rig.read(3, "contact_flags", n)).to_vec();
+            let partials = rig.read(3, "bound_partials", rig.buffers.vertex_workgroups() as usize);
+            let gpu_bound = partials.iter().fold(1.0f64, |least, &p| least.min(p as f64));
+            let members = set.iter().filter(|&&m| m).count();
+            let newly_stopped = cpu_stopped.iter().filter(|&&s| s).count();
+            println!(
+                "{} nodes: {members} of {n} in the set, {newly_stopped} stopped, bound {bound:.6} (GPU {gpu_bound:.6})",
+                nodes.len()
+            );
+            assert!(
+                members >= 10 && newly_stopped >= 5,
+                "too few members ({members}) or stops ({newly_stopped})"
+            );
+            for v in 0..n {
+                assert_eq!(gpu_set[v] == 1, set[v], "{} nodes: vertex {v}'s membership", nodes.len());
+                assert!(
+                    (gpu_diagonal[v] as f64 - diagonal[v]).abs() <= 1e-6 * diagonal[v],
+                    "vertex {v}'s diagonal"
+                );
+                let expected = if set[v] {
+                    1
+                } else if cpu_stopped[v] {
+                    2
+                } else {
+                    0
+                };
+                assert_eq!(gpu_flags[v], expected, "{} nodes: vertex {v}'s flags", nodes.len());
+            }
+            // f32 positions on 10-20 cm steps: 1e-6 in t; a wrong crossing is off by O(0.1).
+            assert!((gpu_bound - bound).abs() < 1e-4, "GPU bound {gpu_bound} against the CPU's {bound}");
+        }
     }
 }

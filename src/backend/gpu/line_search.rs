@@ -81,6 +81,8 @@ pub enum Decision {
     Advance,
     /// `d *= scale`: after a batch that found no decrease, the next goes on from its end.
     ScaleDirection,
+    /// The step length `Advance` takes: the least of the contact stage's bounds.
+    Bound,
 }
 
 impl WgLineSearch {
@@ -136,6 +138,7 @@ impl WgLineSearch {
             }
             Decision::Advance => ("advance", base, 3 * base.vertex_count),
             Decision::ScaleDirection => ("scale_direction", base, 3 * base.vertex_count),
+            Decision::Bound => ("bound", base, WORKGROUP),
         };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
@@ -312,6 +315,31 @@ mod tests {
         let scaled = rig.read(3, "direction", n);
         for i in 0..n {
             assert_eq!(scaled[i], direction[i] / 128.0, "entry {i}");
+        }
+    }
+
+    /// `Bound` takes the least of the contact stage's partial bounds, and 1 when none is less,
+    /// as `contact::WgContact::bound` reads them on the host.
+    #[test]
+    fn the_bound_decision_takes_the_least_partial() {
+        let Some(context) = context() else { return };
+        // Enough vertices for several workgroups of partials.
+        let mut model = crate::model::Model::empty([0.0; 3]);
+        let bar = crate::mesh::TetMesh::bar([30, 10, 10], [3.0, 1.0, 1.0]);
+        model.add_tet_body(&bar, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
+        let mut rig = Rig::new(&context, &std::sync::Arc::new(model));
+        let count = rig.buffers.vertex_workgroups() as usize;
+        assert!(count > 10, "{count} partials");
+        let mut rng = ChaCha8Rng::seed_from_u64(23);
+        for case in 0..20 {
+            let partials: Vec<f32> = (0..count)
+                .map(|_| if case % 4 == 0 { 1.0 } else { rng.random_range(0.01..1.0f32) })
+                .collect();
+            rig.upload(3, "bound_partials", &partials);
+            let search = SearchRecord { alpha: -1.0, ..SearchRecord::default() };
+            let out = run(&mut rig, &search, &[Decision::Bound]);
+            let host = crate::backend::gpu::contact::WgContact::bound(bytemuck::cast_slice(&partials));
+            assert_eq!(out.alpha as f64, host, "case {case}: {partials:?}");
         }
     }
 }

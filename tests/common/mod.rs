@@ -65,10 +65,12 @@ pub fn on_backend(builder: lively::SimulationBuilder, backend: lively::Backend) 
 }
 
 /// Round trips a stabilized step spends on its blends beyond its solves: forward Euler's
-/// energy (evaluated unless it blended toward backward Euler), and one per three bisection
-/// levels — a blend found after L levels is a multiple of 2^-L, which `alpha` shows.
+/// energy (evaluated unless it blended toward backward Euler), one per three bisection
+/// levels — a blend found after L levels is a multiple of 2^-L, which `alpha` shows — and the
+/// blended state's potential for the step's energy report (a solve's end state comes with
+/// its own).
 #[allow(dead_code)]
 pub fn stabilized_blend_readbacks(alpha: f64) -> usize {
     let levels = (0..=50).find(|&l| (alpha * 2f64.powi(l)).fract() == 0.0).unwrap_or(50);
-    usize::from(alpha <= 0.0) + (levels as usize).div_ceil(3)
+    usize::from(alpha <= 0.0) + (levels as usize).div_ceil(3) + usize::from(alpha != 0.0 && alpha != 1.0)
 }

@@ -566,7 +566,8 @@ impl Stages for CpuBackend {
         self.contact_stopped.resize(self.x.len(), false);
         self.contact_set.clear();
         self.contact_set.resize(self.x.len(), false);
-        let prepared = self.prepare_global(f64::INFINITY);
+        // With contact, the first iteration factors the matrix of its contact set.
+        let prepared = contact || self.prepare_global(f64::INFINITY);
         report.linear_solve += started.elapsed();
         if !prepared {
             report.failed = true;

@@ -10,11 +10,15 @@
 //! with the reason printed, when that folder is absent). Corotated, E 5e5 Pa, nu 0.3,
 //! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs the
 //! cases up to 25K tets when an adapter exists (`LIVELY_BENCH_GPU=0` turns it off).
+//!
+//! `floor_*` cases: the 15 000-tet bar dropped 5 cm onto a penalty floor (k 1e6 N/m, friction
+//! 0.5), unpinned, timed at the step it lands and resting after 40 steps, backward Euler and
+//! stabilized, local/global (10 iterations) against Newton (converged) in the same run.
 
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
+use lively::{Backend, Collider, ContactModel, Integrator, Material, Simulation, Solver, TetMesh};
 
 /// Tets above which the GPU cases are left out (lavapipe runs them at CPU speed).
 const GPU_TETS: usize = 25_000;
@@ -108,11 +112,63 @@ fn local_global(c: &mut Criterion) {
     group.finish();
 }
 
+/// The bar on a penalty floor 5 cm below it, stepped `steps` times.
+fn on_floor(
+    integrator: &Integrator,
+    solver: Solver,
+    backend: Backend,
+    steps: usize,
+) -> lively::Result<Simulation> {
+    let mut sim = Simulation::builder()
+        .tet_body(TetMesh::bar([25, 12, 10], [1.25, 0.6, 0.5]), Material::corotated(1e5, 0.3), 1000.0)
+        .dt(1.0 / 30.0)
+        .gravity([0.0, -9.81, 0.0])
+        .integrator(integrator.clone())
+        .solver(solver)
+        .collider(Collider::plane([0.0, 1.0, 0.0], -0.05).friction(0.5))
+        .contact_model(ContactModel::Penalty { stiffness: 1e6 })
+        .backend(backend)
+        .build()?;
+    for _ in 0..steps {
+        sim.step()?;
+    }
+    Ok(sim)
+}
+
+fn local_global_on_a_floor(c: &mut Criterion) {
+    let gpu = std::env::var("LIVELY_BENCH_GPU").as_deref() != Ok("0");
+    let mut group = c.benchmark_group("local_global");
+    group.sample_size(10);
+    for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }] {
+        // The bar touches the floor in its third step (a 5 cm fall takes 0.1 s).
+        for (state, steps) in [("landing", 2), ("resting", 40)] {
+            for (solver_name, solver) in [("lg", Solver::local_global(10)), ("newton", Solver::newton())] {
+                for backend in [Backend::Cpu, Backend::Gpu] {
+                    if backend == Backend::Gpu && !gpu {
+                        continue;
+                    }
+                    let mut sim = match on_floor(&integrator, solver.clone(), backend, steps) {
+                        Ok(sim) => sim,
+                        Err(e) => {
+                            eprintln!("skipping the floor on {backend:?}: {e}");
+                            continue;
+                        }
+                    };
+                    let side = if backend == Backend::Gpu { "gpu" } else { "cpu" };
+                    let label = format!("floor_{}_{state}_{solver_name}_{side}", integrator.name());
+                    common::time_steps(&mut group, &label, &mut sim);
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
 // No HTML plots: plotters is built with the crate's ab_glyph text, which criterion's plots
 // cannot draw with (they panic on a rerun, when they compare against the last one).
 criterion_group! {
     name = benches;
     config = Criterion::default().without_plots();
-    targets = local_global
+    targets = local_global, local_global_on_a_floor
 }
 criterion_main!(benches);

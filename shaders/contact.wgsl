@@ -5,9 +5,9 @@
 // - `stop_at_contact` (`contact::stop_at_contact`): the projection model's trial positions,
 //   each vertex's move from `x_saved` to `x` stopped where it first meets a collider;
 // - `keep_pressed`: the direction's normal part removed at pressed vertices;
-// - `contact_set` and `bound_outside` (`backend::projective::{contact_set_at, bound_outside}`):
-//   the local/global solver's contact set, grown at the iterate, with the diagonal it gives,
-//   and the step's bound for the vertices outside it, at the nodes.
+// - `contact_set` and `bound_outside` (`backend::projective::LocalContact`'s `grow_set` and
+//   `bound_outside`): the local/global solver's contact set, grown at the iterate, with the
+//   diagonal it gives, and the step's bound for the vertices outside it, at the nodes.
 
 #import shared/reduce
 #import shared/collider

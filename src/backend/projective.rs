@@ -99,8 +99,8 @@ pub(crate) fn stiffness_weight(nodes: &[Node]) -> f64 {
 
 /// The vertices whose diagonal carries their colliders' stiffness as Newton's preconditioner
 /// sees it: the free ones inside a collider at the step's start or at its inertial target,
-/// this step's contacts. (The local/global solver finds its own at every iterate,
-/// [`contact_set_at`].)
+/// this step's contacts. (The local/global solver grows its own at the iterates,
+/// [`LocalContact::grow_set`].)
 pub(crate) fn contact_set(
     model: &Model,
     colliders: &[crate::contact::Collider],
@@ -116,77 +116,68 @@ pub(crate) fn contact_set(
         .collect()
 }
 
-/// Where a node puts vertex `v` at iterate `x`: `theta x + (1 - theta) x_n`.
-fn at_node(node: &Node, start: [f64; 3], x: [f64; 3]) -> DVec3 {
-    DVec3::from(x) * node.theta + DVec3::from(start) * (1.0 - node.theta)
+/// What the local/global solver's contact set is found from: the model's pins, the colliders
+/// where they are this step, the scheme's nodes and the step's start positions.
+pub(crate) struct LocalContact<'a> {
+    pub model: &'a Model,
+    pub colliders: &'a [crate::contact::Collider],
+    pub nodes: &'a [Node],
+    pub start: &'a [[f64; 3]],
 }
 
-/// Grows the local/global solver's contact set at the iterate `x`: the free vertices inside a
-/// collider (`phi <= 0`) at one of the nodes, and those the last step stopped at a collider's
-/// surface (`stopped`, cleared here), join `set` for the rest of the solve. Their penalty is
-/// bounded by the curvature `a k` the diagonal gives them; the others feel none, and
-/// [`bound_outside`] keeps them out. A solve starts from an empty set, so that a vertex held by
-/// a stiffness it no longer feels is held for one solve at most (a set taken from the step's
-/// start and target froze its vertices, and a landing cube sank through the floor); within a
-/// solve the set only grows, since a vertex resting on the surface would otherwise leave and
-/// rejoin it every other iteration, each time cutting the step short.
-pub(crate) fn contact_set_at(
-    model: &Model,
-    colliders: &[crate::contact::Collider],
-    nodes: &[Node],
-    start: &[[f64; 3]],
-    x: &[[f64; 3]],
-    stopped: &mut [bool],
-    set: &mut [bool],
-) {
-    for v in 0..x.len() {
-        let inside = || {
-            nodes.iter().any(|q| colliders.iter().any(|c| c.distance(at_node(q, start[v], x[v])).phi <= 0.0))
-        };
-        let was_stopped = std::mem::take(&mut stopped[v]);
-        set[v] = !model.pinned[v] && (set[v] || was_stopped || inside());
+impl LocalContact<'_> {
+    /// Where node `q` puts vertex `v` at iterate `x`: `theta x + (1 - theta) x_n`.
+    fn at_node(&self, q: &Node, v: usize, x: [f64; 3]) -> DVec3 {
+        DVec3::from(x) * q.theta + DVec3::from(self.start[v]) * (1.0 - q.theta)
     }
-}
 
-/// The local/global step's length: the largest `t` in `[0, 1]` (checked, as
-/// `contact::step_bound`) for which no free vertex outside `set` enters a collider at any node
-/// on the way from `x` to `x + t d`; the vertices whose paths would enter before the full step
-/// are marked `stopped`. The frozen quadratic then bounds `G` from above on the whole step.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn bound_outside(
-    model: &Model,
-    colliders: &[crate::contact::Collider],
-    nodes: &[Node],
-    start: &[[f64; 3]],
-    x: &[[f64; 3]],
-    d: &[[f64; 3]],
-    set: &[bool],
-    stopped: &mut [bool],
-) -> f64 {
-    let mut bound: f64 = 1.0;
-    for v in 0..x.len() {
-        let step = DVec3::from(d[v]);
-        if model.pinned[v] || set[v] || step == DVec3::ZERO {
-            continue;
+    /// Grows the contact set at the iterate `x`: the free vertices inside a collider
+    /// (`phi <= 0`) at one of the nodes, and those the last step stopped at a collider's
+    /// surface (`stopped`, cleared here), join `set` for the rest of the solve. Their penalty
+    /// is bounded by the curvature `a k` the diagonal gives them; the others feel none, and
+    /// [`bound_outside`](Self::bound_outside) keeps them out. A solve starts from an empty set,
+    /// so that a vertex held by a stiffness it no longer feels is held for one solve at most (a
+    /// set taken from the step's start and target froze its vertices, and a landing cube sank
+    /// through the floor); within a solve the set only grows, since a vertex resting on the
+    /// surface would otherwise leave and rejoin it every other iteration, each time cutting the
+    /// step short.
+    pub fn grow_set(&self, x: &[[f64; 3]], stopped: &mut [bool], set: &mut [bool]) {
+        for v in 0..x.len() {
+            let inside = || {
+                self.nodes
+                    .iter()
+                    .any(|q| self.colliders.iter().any(|c| c.distance(self.at_node(q, v, x[v])).phi <= 0.0))
+            };
+            let was_stopped = std::mem::take(&mut stopped[v]);
+            set[v] = !self.model.pinned[v] && (set[v] || was_stopped || inside());
         }
-        let mut own: f64 = 1.0;
-        for q in nodes {
-            for c in colliders {
-                own = own.min(crate::contact::path_bound(
-                    c,
-                    at_node(q, start[v], x[v]),
-                    step * q.theta,
-                    1.0,
-                    own,
-                ));
+    }
+
+    /// The step's length: the largest `t` in `[0, 1]` (checked, as `contact::step_bound`) for
+    /// which no free vertex outside `set` enters a collider at any node on the way from `x` to
+    /// `x + t d`; the vertices whose paths would enter before the full step are marked
+    /// `stopped`. The frozen quadratic then bounds `G` from above on the whole step.
+    pub fn bound_outside(&self, x: &[[f64; 3]], d: &[[f64; 3]], set: &[bool], stopped: &mut [bool]) -> f64 {
+        let mut bound: f64 = 1.0;
+        for v in 0..x.len() {
+            let step = DVec3::from(d[v]);
+            if self.model.pinned[v] || set[v] || step == DVec3::ZERO {
+                continue;
+            }
+            let mut own: f64 = 1.0;
+            for q in self.nodes {
+                for c in self.colliders {
+                    let at = self.at_node(q, v, x[v]);
+                    own = own.min(crate::contact::path_bound(c, at, step * q.theta, 1.0, own));
+                }
+            }
+            if own < 1.0 {
+                stopped[v] = true;
+                bound = bound.min(own);
             }
         }
-        if own < 1.0 {
-            stopped[v] = true;
-            bound = bound.min(own);
-        }
+        bound
     }
-    bound
 }
 
 /// `a k`: what a vertex in the contact set adds to its diagonal, `k` the penalty stiffness.

@@ -64,7 +64,7 @@ pub struct CpuBackend {
     /// `projective_diagonal` without the colliders' stiffness.
     projective_base: Vec<f64>,
     /// The local/global solver's contact set at the iterate, and the vertices its last step
-    /// stopped at a collider (`projective::contact_set_at`).
+    /// stopped at a collider (`projective::LocalContact::grow_set`).
     contact_set: Vec<bool>,
     contact_stopped: Vec<bool>,
     global: Option<global::GlobalSolve>,
@@ -313,18 +313,16 @@ impl CpuBackend {
         }
     }
 
-    /// Finds the local/global solver's contact set at the iterate and factors the matrix with
+    /// Grows the local/global solver's contact set at the iterate and factors the matrix with
     /// its stiffness (the last two factors are kept: sets recur). False if that fails.
     fn enter_contact_set(&mut self) -> bool {
-        super::projective::contact_set_at(
-            &self.model,
-            &self.colliders,
-            &self.nodes,
-            &self.start,
-            &self.x,
-            &mut self.contact_stopped,
-            &mut self.contact_set,
-        );
+        let contact = super::projective::LocalContact {
+            model: &self.model,
+            colliders: &self.colliders,
+            nodes: &self.nodes,
+            start: &self.start,
+        };
+        contact.grow_set(&self.x, &mut self.contact_stopped, &mut self.contact_set);
         let stiffness = super::projective::contact_stiffness(&self.model, &self.nodes);
         super::projective::with_contacts(
             &self.projective_base,
@@ -615,16 +613,13 @@ impl Stages for CpuBackend {
             // No vertex outside the contact set may enter a collider: there the quadratic
             // would not bound the penalty.
             let step = if contact {
-                super::projective::bound_outside(
-                    &self.model,
-                    &self.colliders,
-                    &self.nodes,
-                    &self.start,
-                    &self.x,
-                    &self.direction,
-                    &self.contact_set,
-                    &mut self.contact_stopped,
-                )
+                let contact = super::projective::LocalContact {
+                    model: &self.model,
+                    colliders: &self.colliders,
+                    nodes: &self.nodes,
+                    start: &self.start,
+                };
+                contact.bound_outside(&self.x, &self.direction, &self.contact_set, &mut self.contact_stopped)
             } else {
                 1.0
             };

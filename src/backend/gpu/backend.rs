@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::assemble::{AssembleGroups, Target};
 use super::buffers::GpuBuffers;
-use super::contact::WgContact;
+use super::contact::{ContactParams, WgContact};
 use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
@@ -983,18 +983,9 @@ impl GpuBackend {
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
     fn record_contact_set(&mut self, entry: &'static str, nodes: &[Node], stiffness: f64) -> Result<()> {
+        let params = ContactParams::local_global(&self.buffers, self.colliders.len(), nodes, stiffness);
         let (c, rec) = (&self.context, &mut self.recording);
-        let colliders = self.colliders.len();
-        self.stages.contact.queue_local_global(
-            c,
-            rec,
-            &self.groups.contact,
-            &self.buffers,
-            entry,
-            colliders,
-            nodes,
-            stiffness,
-        )
+        self.stages.contact.dispatch(c, rec, &self.groups.contact, entry, &params)
     }
 
     /// Local/global iterations in one submission: the step's matrix, then per iteration the
@@ -1013,7 +1004,7 @@ impl GpuBackend {
         let nodes = self.nodes.clone();
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
         // With penalty colliders the contact set changes the diagonal at every iterate
-        // (`projective::contact_set_at`), from the base uploaded here.
+        // (`projective::LocalContact::grow_set`), from the base uploaded here.
         let contact = self.model.contact.penalty_stiffness() > 0.0 && !self.colliders.is_empty();
         let base = if contact { "projective_base" } else { "projective_diagonal" };
         let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);

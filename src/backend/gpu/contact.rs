@@ -26,6 +26,37 @@ pub struct ContactParams {
     pub contact_stiffness: f32,
 }
 
+impl ContactParams {
+    /// The paths' parameters: colliders closing at most `closable` of each gap.
+    pub fn new(buffers: &GpuBuffers, collider_count: usize, closable: f64) -> ContactParams {
+        ContactParams {
+            vertex_count: buffers.vertex_count as u32,
+            collider_count: collider_count as u32,
+            closable: closable as f32,
+            ..ContactParams::default()
+        }
+    }
+
+    /// The local/global solver's `contact_set` and `bound_outside` at `nodes` (at most two),
+    /// a vertex in the set adding `contact_stiffness` to its diagonal.
+    pub fn local_global(
+        buffers: &GpuBuffers,
+        collider_count: usize,
+        nodes: &[crate::objective::Node],
+        contact_stiffness: f64,
+    ) -> ContactParams {
+        debug_assert!(nodes.len() <= 2);
+        let theta = |q: usize| nodes.get(q).map_or(0.0, |n| n.theta as f32);
+        ContactParams {
+            node_count: nodes.len() as u32,
+            theta_0: theta(0),
+            theta_1: theta(1),
+            contact_stiffness: contact_stiffness as f32,
+            ..ContactParams::new(buffers, collider_count, 1.0)
+        }
+    }
+}
+
 /// The contact stage's pipeline.
 pub struct WgContact(pub(crate) WgStage);
 
@@ -67,44 +98,18 @@ impl WgContact {
         collider_count: usize,
         closable: f64,
     ) -> Result<()> {
-        let params = ContactParams {
-            vertex_count: buffers.vertex_count as u32,
-            collider_count: collider_count as u32,
-            closable: closable as f32,
-            ..ContactParams::default()
-        };
-        self.dispatch(context, recording, groups, entry, &params)
+        self.dispatch(
+            context,
+            recording,
+            groups,
+            entry,
+            &ContactParams::new(buffers, collider_count, closable),
+        )
     }
 
-    /// Records the local/global solver's `contact_set` or `bound_outside` at `nodes`, a vertex
-    /// in the set adding `contact_stiffness` to its diagonal.
-    #[allow(clippy::too_many_arguments)]
-    pub fn queue_local_global(
-        &self,
-        context: &GpuContext,
-        recording: &mut Recording,
-        groups: &ContactGroups,
-        buffers: &GpuBuffers,
-        entry: &'static str,
-        collider_count: usize,
-        nodes: &[crate::objective::Node],
-        contact_stiffness: f64,
-    ) -> Result<()> {
-        debug_assert!(nodes.len() <= 2);
-        let theta = |q: usize| nodes.get(q).map_or(0.0, |n| n.theta as f32);
-        let params = ContactParams {
-            vertex_count: buffers.vertex_count as u32,
-            collider_count: collider_count as u32,
-            closable: 1.0,
-            node_count: nodes.len() as u32,
-            theta_0: theta(0),
-            theta_1: theta(1),
-            contact_stiffness: contact_stiffness as f32,
-        };
-        self.dispatch(context, recording, groups, entry, &params)
-    }
-
-    fn dispatch(
+    /// Records `entry` with `params` (the local/global entries take theirs from
+    /// [`ContactParams::local_global`]).
+    pub fn dispatch(
         &self,
         context: &GpuContext,
         recording: &mut Recording,
@@ -148,7 +153,7 @@ mod tests {
 
     use super::WgContact;
     use crate::backend::gpu::test_support::{NODES, Rig, barrier_model, context, rest_on_colliders};
-    use crate::backend::projective::{bound_outside, contact_set_at, with_contacts};
+    use crate::backend::projective::{LocalContact, with_contacts};
     use crate::contact::{CLOSABLE, step_bound, stop_at_contact};
     use crate::objective::Node;
 
@@ -288,30 +293,26 @@ mod tests {
         for nodes in [vec![Node { weight: 1.0, theta: 0.5 }], NODES.to_vec()] {
             // The CPU twin.
             let (mut set, mut cpu_stopped) = (vec![false; n], stopped.clone());
-            contact_set_at(&model, &model.colliders, &nodes, &start, &x, &mut cpu_stopped, &mut set);
+            let contact =
+                LocalContact { model: &model, colliders: &model.colliders, nodes: &nodes, start: &start };
+            contact.grow_set(&x, &mut cpu_stopped, &mut set);
             let mut diagonal = Vec::new();
             with_contacts(&base, &set, stiffness, &mut diagonal);
-            let bound =
-                bound_outside(&model, &model.colliders, &nodes, &start, &x, &steps, &set, &mut cpu_stopped);
+            let bound = contact.bound_outside(&x, &steps, &set, &mut cpu_stopped);
             // The GPU's.
             let flags: Vec<u32> = stopped.iter().map(|&s| if s { 2 } else { 0 }).collect();
             rig.upload(3, "contact_flags", &flags);
             rig.upload(3, "projective_base", &base.iter().map(|&d| d as f32).collect::<Vec<_>>());
             let direction: Vec<f32> = steps.as_flattened().iter().map(|&v| v as f32).collect();
             rig.upload(3, "direction", &direction);
-            let count = model.colliders.len();
-            let (c, b) = (&rig.context, &rig.buffers);
-            let queue = |rig_rec: &mut crate::backend::gpu::recording::Recording, entry| {
-                rig.stages.contact.queue_local_global(c, rig_rec, &groups, b, entry, count, &nodes, stiffness)
-            };
-            queue(&mut rig.rec, "contact_set").unwrap();
+            let params =
+                super::ContactParams::local_global(&rig.buffers, model.colliders.len(), &nodes, stiffness);
+            let contact = &rig.stages.contact;
+            contact.dispatch(&rig.context, &mut rig.rec, &groups, "contact_set", &params).unwrap();
             let gpu_diagonal = rig.read(3, "projective_diagonal", n);
             let gpu_set: Vec<u32> = bytemuck::cast_slice(&rig.read(3, "contact_flags", n)).to_vec();
-            let (c, b) = (&rig.context, &rig.buffers);
-            let queue = |rig_rec: &mut crate::backend::gpu::recording::Recording, entry| {
-                rig.stages.contact.queue_local_global(c, rig_rec, &groups, b, entry, count, &nodes, stiffness)
-            };
-            queue(&mut rig.rec, "bound_outside").unwrap();
+            let contact = &rig.stages.contact;
+            contact.dispatch(&rig.context, &mut rig.rec, &groups, "bound_outside", &params).unwrap();
             let gpu_flags: Vec<u32> = bytemuck::cast_slice(&rig.read(3, "contact_flags", n)).to_vec();
             let partials = rig.read(3, "bound_partials", rig.buffers.vertex_workgroups() as usize);
             let gpu_bound = partials.iter().fold(1.0f64, |least, &p| least.min(p as f64));

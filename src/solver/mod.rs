@@ -174,7 +174,9 @@ impl Solver {
     /// (stabilizing-integrators-realtime.md section 4.2): the real-time solver. Each
     /// iteration projects every element onto its constraint sets and takes the global step
     /// with a matrix fixed for the step weight (factored once on the CPU, PCG on a GPU), and
-    /// never increases the step objective. The energy must have a projective form: corotated
+    /// never increases the step objective. With penalty colliders the matrix also carries the
+    /// stiffness of the vertices that have touched one during the solve, and a step stops where
+    /// another would enter (docs/contact.md). The energy must have a projective form: corotated
     /// or ARAP tets, Hooke springs, gravity, handles, colliders, ether drag and friction
     /// (Rayleigh damping has none; use `Damping::MomentumPreserving`, the stabilizing paper's
     /// model). Stops early at the tolerance; a step that does not reach it reports

@@ -180,6 +180,11 @@ impl LocalContact<'_> {
     }
 }
 
+/// Whether the local/global solver keeps a contact set: penalty contact with colliders.
+pub(crate) fn has_penalty_contact(model: &Model, colliders: &[crate::contact::Collider]) -> bool {
+    model.contact.penalty_stiffness() > 0.0 && !colliders.is_empty()
+}
+
 /// `a k`: what a vertex in the contact set adds to its diagonal, `k` the penalty stiffness.
 pub(crate) fn contact_stiffness(model: &Model, nodes: &[Node]) -> f64 {
     stiffness_weight(nodes) * model.contact.penalty_stiffness()

@@ -559,7 +559,7 @@ impl Stages for CpuBackend {
         (self.direction_residual, self.full_step) = (false, false);
         let mut report = LocalGlobalReport::default();
         let started = std::time::Instant::now();
-        let contact = self.model.contact.penalty_stiffness() > 0.0 && !self.colliders.is_empty();
+        let contact = super::projective::has_penalty_contact(&self.model, &self.colliders);
         self.contact_stopped.clear();
         self.contact_stopped.resize(self.x.len(), false);
         self.contact_set.clear();

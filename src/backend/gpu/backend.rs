@@ -1005,7 +1005,7 @@ impl GpuBackend {
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
         // With penalty colliders the contact set changes the diagonal at every iterate
         // (`projective::LocalContact::grow_set`), from the base uploaded here.
-        let contact = self.model.contact.penalty_stiffness() > 0.0 && !self.colliders.is_empty();
+        let contact = projective::has_penalty_contact(&self.model, &self.colliders);
         let base = if contact { "projective_base" } else { "projective_diagonal" };
         let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
         rec.upload(c, scratch.named(base), bytemuck::cast_slice(&diagonal));

@@ -315,7 +315,7 @@ mod tests {
             contact.dispatch(&rig.context, &mut rig.rec, &groups, "bound_outside", &params).unwrap();
             let gpu_flags: Vec<u32> = bytemuck::cast_slice(&rig.read(3, "contact_flags", n)).to_vec();
             let partials = rig.read(3, "bound_partials", rig.buffers.vertex_workgroups() as usize);
-            let gpu_bound = partials.iter().fold(1.0f64, |least, &p| least.min(p as f64));
+            let gpu_bound = WgContact::bound(bytemuck::cast_slice(&partials));
             let members = set.iter().filter(|&&m| m).count();
             let newly_stopped = cpu_stopped.iter().filter(|&&s| s).count();
             println!(

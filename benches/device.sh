@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 benches=(gpu_step local_global mixed_fem self_collision)
-tests=(gpu_steps budget local_global mixed_fem self_collision)
+tests=(gpu_steps budget local_global mixed_fem self_collision)  # and the library's: test-lib
 
 case "${1:-}" in
 prepare)
@@ -24,11 +24,13 @@ prepare)
     bench_args=(); for b in "${benches[@]}"; do bench_args+=(--bench "$b"); done
     test_args=(); for t in "${tests[@]}"; do test_args+=(--test "$t"); done
     cargo bench --no-run "${bench_args[@]}" 2>&1 | tee "$log"
-    cargo test --release --no-run "${test_args[@]}" 2>&1 | tee -a "$log"
+    cargo test --release --no-run --lib "${test_args[@]}" 2>&1 | tee -a "$log"
     rm -rf .device
     mkdir -p .device/bench .device/test .device/debs
     # cargo names each executable: "Executable benches/gpu_step.rs (target/release/deps/...)".
-    grep -E '^ *Executable (benches|tests)/' "$log" | while read -r _ source path; do
+    # cargo names the library's tests (the stages' parity tests) "unittests src/lib.rs": test-lib.
+    grep -E '^ *Executable ((benches|tests)/|unittests src/lib.rs)' "$log" |
+        sed 's|unittests src/lib.rs|tests/lib.rs|' | while read -r _ source path; do
         kind=$([[ $source == benches/* ]] && echo bench || echo test)
         name=$(basename "$source" .rs)
         path=${path#(}
@@ -36,11 +38,13 @@ prepare)
         strip -o ".device/$kind/$name" "$path"
         gzip -9 ".device/$kind/$name"
     done
-    # The Vulkan loader (the device README's recipe), for x86-64 whatever this machine is.
+    # The Vulkan loader (the device README's recipe), for x86-64 whatever this machine is, and
+    # glvnd's libraries: NVIDIA's Vulkan driver lives in libGLX_nvidia, which needs them
+    # (without them wgpu finds no adapter there).
     mkdir -p /tmp/amd64/partial
     apt=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
     apt-get "${apt[@]}" update -qq
-    (cd .device/debs && apt-get "${apt[@]}" download libvulkan1 >/dev/null)
+    (cd .device/debs && apt-get "${apt[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
     du -sh .device
     ;;
 run)
@@ -61,7 +65,7 @@ run)
     shift
     wanted=("$@")
     if [ ${#wanted[@]} -eq 0 ]; then
-        for t in "${tests[@]}"; do wanted+=("test-$t"); done
+        for t in lib "${tests[@]}"; do wanted+=("test-$t"); done
         for b in "${benches[@]}"; do wanted+=("bench-$b"); done
     fi
     status=0
@@ -69,7 +73,8 @@ run)
         [ -x "$bin/$name" ] || { echo "no $name in .device" >&2; status=1; continue; }
         case $name in
         test-*) "$bin/$name" --nocapture 2>&1 | tee "$out/$name.log" || status=1 ;;
-        bench-*) "$bin/$name" --bench 2>&1 | tee "$out/$name.log" || status=1 ;;
+        # LIVELY_CRITERION_ARGS: criterion's options, e.g. shorter times to fit a call's limit.
+        bench-*) "$bin/$name" --bench ${LIVELY_CRITERION_ARGS:-} 2>&1 | tee "$out/$name.log" || status=1 ;;
         esac
     done
     echo "logs in $out"

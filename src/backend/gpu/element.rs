@@ -353,8 +353,17 @@ mod tests {
             assert!(g_error < 1e-5, "material {k}: gradient entry {g_at} off by {g_error:e}");
             let (h_error, h_at) = worst(&element_blocks, cpu_blocks.as_flattened());
             assert!(h_error < 1e-5, "material {k}: Hessian entry {h_at} off by {h_error:e}");
+            // The energy pass and the Hessian pass are differently specialized pipelines of one
+            // shader. Lavapipe gives the same bits; NVIDIA's compiler contracts multiply-adds
+            // differently in each (naga emits no NoContraction), 4e-9 apart on an H100. The
+            // line search takes both as equal within f32's resolution (`PRECISION` in
+            // line_search.wgsl), so that is what must hold.
             let energy_only = evaluate(&mut rig, &NODES, Outputs::Energy);
-            assert_eq!(energy_only, energy, "the energy does not depend on what else is computed");
+            let resolution = 4.0 * f32::EPSILON as f64 * energy.abs();
+            assert!(
+                (energy_only - energy).abs() <= resolution,
+                "material {k}: the energy pass gives {energy_only}, the Hessian pass {energy}"
+            );
             println!(
                 "{} element parity, material {k} {projection:?}: energy {energy_error:.1e}, gradient {g_error:.1e}, Hessian {h_error:.1e}",
                 context.adapter

@@ -3,8 +3,9 @@
 //! `cargo bench --bench gpu_step` prints the adapter and a table — per size and case the GPU
 //! and CPU step times (medians of steps from the same mid-motion state), Newton and CG
 //! iterations, the GPU time of one CG iteration and of one element pass (timestamp queries
-//! of a profiled step, where the adapter has them), GPU busy time against step wall time, and
-//! the device work per step (submissions, readbacks, passes, dispatches) — and writes the
+//! of a profiled step, where the adapter has them), GPU busy time and the host's wait for the
+//! device against step wall time, and the device work per step (submissions, readbacks,
+//! passes, dispatches) — and writes the
 //! table into docs/perf/gpu.md, naming the device. Criterion then times the same steps.
 //! Cases: backward Euler and A-search converged to 1e-4 N, and A-search at the fixed budget
 //! of 2 Newton x 40 CG iterations. On a software adapter (lavapipe) only sizes up to
@@ -121,7 +122,7 @@ fn bench(c: &mut Criterion) {
     ];
     let mut table = String::from(
         "| case | tets | GPU step | CPU step | CPU / GPU | GPU Newton / CG its | one CG iteration (product) \
-         | element pass, Hessian / energy | GPU busy / step wall | submissions / readbacks / passes / dispatches per step |\n\
+         | element pass, Hessian / energy | GPU busy / host wait / step wall | submissions / readbacks / passes / dispatches per step |\n\
          |---|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
     );
     let mut group = c.benchmark_group("gpu_vs_cpu");
@@ -140,12 +141,14 @@ fn bench(c: &mut Criterion) {
             let mut cpu = (tets <= 100_000).then(|| scene(cells, size, &case, None));
             let cpu_time = cpu.as_mut().map(|cpu| common::median_step(cpu, runs).0);
             let counts = stats.device.unwrap_or_default();
+            // The host's own work is the wall time less its wait for the device.
+            let wait = counts.wait;
             let us = |s: f64| format!("{:.1} us", s * 1e6);
             let (cg, element, busy) = match &profiled {
                 Some(p) => (
                     format!("{} ({})", us(p.cg_iteration), us(p.product)),
                     format!("{:.3} / {:.3} ms", p.hessian_pass * 1e3, p.energy_pass * 1e3),
-                    format!("{:.2} / {}", p.busy * 1e3, ms(gpu_time)),
+                    format!("{:.2} / {:.2} / {}", p.busy * 1e3, wait.as_secs_f64() * 1e3, ms(gpu_time)),
                 ),
                 None => ("-".into(), "-".into(), "-".into()),
             };

@@ -21,6 +21,9 @@ const PARAM_SLOTS: u64 = 1024;
 /// Device work done for one backend, counted as it is recorded and submitted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounts {
+    /// Host time spent waiting for results: from the submission before a readback until its
+    /// bytes are in hand. A step's wall time less this is the host's own work.
+    pub wait: std::time::Duration,
     /// Command buffers submitted to the queue.
     pub submissions: u64,
     /// Times the host waited for results (each maps one staging buffer).
@@ -39,6 +42,7 @@ impl DeviceCounts {
             readbacks: self.readbacks - earlier.readbacks,
             passes: self.passes - earlier.passes,
             dispatches: self.dispatches - earlier.dispatches,
+            wait: self.wait.saturating_sub(earlier.wait),
         }
     }
 }
@@ -224,13 +228,16 @@ impl Recording {
 
     /// Submits, waits, and returns the staged results in the order they were staged.
     pub fn read(&mut self, context: &GpuContext, staged: &[Staged]) -> Result<Vec<Vec<u8>>> {
+        let started = std::time::Instant::now();
         self.submit(context);
         let used = std::mem::take(&mut self.staged);
         if used == 0 {
             return Ok(staged.iter().map(|_| Vec::new()).collect());
         }
         self.counts.readbacks += 1;
-        let bytes = context.map_read(&self.staging, used)?;
+        let bytes = context.map_read(&self.staging, used);
+        self.counts.wait += started.elapsed();
+        let bytes = bytes?;
         Ok(staged.iter().map(|s| bytes[s.offset as usize..(s.offset + s.size) as usize].to_vec()).collect())
     }
 
@@ -243,9 +250,12 @@ impl Recording {
         len: usize,
     ) -> Result<Vec<T>> {
         debug_assert_eq!(self.staged, 0, "staged results would be left unread");
+        let started = std::time::Instant::now();
         self.submit(context);
         self.counts.readbacks += 1;
-        let bytes = context.read_bytes(buffer, (std::mem::size_of::<T>() * len) as u64)?;
+        let bytes = context.read_bytes(buffer, (std::mem::size_of::<T>() * len) as u64);
+        self.counts.wait += started.elapsed();
+        let bytes = bytes?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 }

@@ -128,7 +128,7 @@ pub struct GpuBackend {
     /// The potential and its gradient at the last state they were evaluated at (until the
     /// handles or colliders change): a step's end is the next step's start, and the
     /// integrators and the driver ask for both there.
-    potential_at: Option<PotentialAt>,
+    potential_at: PotentialAt,
     /// The iterate as last read back, until it changes.
     iterate_read: Option<IterateRead>,
     /// The search record of a start chosen on the device, for the next Newton readback.
@@ -145,10 +145,25 @@ struct IterateRead {
 }
 
 /// The potential energy and its gradient at a state.
+#[derive(Default)]
 struct PotentialAt {
     x: Vec<[f64; 3]>,
     potential: f64,
     gradient: Vec<[f64; 3]>,
+}
+
+impl PotentialAt {
+    /// Whether it holds the potential at `x`.
+    fn holds(&self, x: &[[f64; 3]]) -> bool {
+        !self.x.is_empty() && self.x == x
+    }
+
+    /// Forgets the state it holds and keeps its buffers: fresh vectors of a large body's size
+    /// come from the kernel, zeroed page by page (two a step were 766 page faults at 65K
+    /// vertices).
+    fn forget(&mut self) {
+        self.x.clear();
+    }
 }
 
 /// Staged results of one batch of line-search candidates: element and gather partials.
@@ -191,7 +206,7 @@ impl GpuBackend {
             mixed_left_at: None,
             mixed_moved: false,
             start: Vec::new(),
-            potential_at: None,
+            potential_at: PotentialAt::default(),
             iterate_read: None,
             pending_start: None,
             step_bound: None,
@@ -771,15 +786,20 @@ impl GpuBackend {
     fn remember_potential(&mut self, x: &[[f64; 3]], results: &[Vec<u8>]) -> &PotentialAt {
         let potential = WgElement::energy(&results[0]) + sums::<1>(&results[1])[0];
         let values: Vec<f32> = bytemuck::pod_collect_to_vec(&results[2]);
-        let gradient = values.chunks_exact(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect();
-        self.potential_at.insert(PotentialAt { x: x.to_vec(), potential, gradient })
+        let remembered = &mut self.potential_at;
+        remembered.x.clear();
+        remembered.x.extend_from_slice(x);
+        remembered.gradient.clear();
+        remembered.gradient.extend(values.chunks_exact(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]));
+        remembered.potential = potential;
+        remembered
     }
 
     /// The potential and its gradient at `x`: remembered, or evaluated in one pass and one
     /// readback.
     fn potential_and_gradient(&mut self, x: &[[f64; 3]]) -> Result<&PotentialAt> {
-        if self.potential_at.as_ref().is_some_and(|p| p.x == x) {
-            return Ok(self.potential_at.as_ref().expect("checked above"));
+        if self.potential_at.holds(x) {
+            return Ok(&self.potential_at);
         }
         self.write_positions(Positions::Aux, x);
         let staged = self.record_potential(Positions::Aux)?;
@@ -834,7 +854,10 @@ impl GpuBackend {
     /// unless it competes) and the iterate
     /// set to the picked guess; stages the search record, whose value is `G` there.
     fn record_start(&mut self, guesses: &[&[[f64; 3]]]) -> Result<Staged> {
-        let values: Vec<f32> = guesses.iter().flat_map(|g| self.buffers.displacements(g)).collect();
+        let mut values = Vec::with_capacity(3 * self.buffers.vertex_count * guesses.len());
+        for guess in guesses {
+            self.buffers.append_displacements(guess, &mut values);
+        }
         let buffer = self.buffers.scratch.named("guesses").clone();
         self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&values));
         for k in 0..guesses.len() {
@@ -1188,7 +1211,7 @@ impl Stages for GpuBackend {
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
-        self.potential_at = None;
+        self.potential_at.forget();
         self.anchors = Anchors::new(self.model.vertex_count(), anchors);
         if super::gather::write_anchors(&self.context, &mut self.recording, &mut self.buffers, anchors) {
             let result = self.rebind();
@@ -1197,7 +1220,7 @@ impl Stages for GpuBackend {
     }
 
     fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
-        self.potential_at = None;
+        self.potential_at.forget();
         self.colliders = colliders.to_vec();
         // Same count and kinds, so the packed list has the same size: written in place, the
         // bind groups over it stay valid. Grid samples do not move (their offset is packed).
@@ -1228,7 +1251,7 @@ impl Stages for GpuBackend {
     }
 
     fn publish_positions(&mut self, x: &[[f64; 3]]) {
-        let positions: Vec<f32> = x.iter().flatten().map(|&c| c as f32).collect();
+        let positions: Vec<[f32; 3]> = x.iter().map(|p| p.map(|c| c as f32)).collect();
         self.recording.upload(
             &self.context,
             self.buffers.state.named("positions"),

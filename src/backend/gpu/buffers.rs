@@ -240,7 +240,17 @@ impl GpuBuffers {
 
     /// `positions - rest` in f32.
     pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<f32> {
-        positions.iter().zip(&self.rest).flat_map(|(p, r)| [0, 1, 2].map(|c| (p[c] - r[c]) as f32)).collect()
+        let mut out = Vec::with_capacity(3 * positions.len());
+        self.append_displacements(positions, &mut out);
+        out
+    }
+
+    /// Appends `positions - rest` to `out`.
+    pub fn append_displacements(&self, positions: &[[f64; 3]], out: &mut Vec<f32>) {
+        out.reserve(3 * positions.len());
+        for (p, r) in positions.iter().zip(&self.rest) {
+            out.extend_from_slice(&[(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32]);
+        }
     }
 
     /// `rest + displacements` in f64.

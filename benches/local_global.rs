@@ -8,8 +8,9 @@
 //! `Simulation::step` from a fixed mid-motion state. Cases: generated bars and cubes from
 //! about 300 to 36K vertices (one of 15 000 tets, the size the goal is set at), and the bunny and armadillo of `../shared/meshes/` (skipped,
 //! with the reason printed, when that folder is absent). Corotated, E 5e5 Pa, nu 0.3,
-//! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs the
-//! cases up to 25K tets when an adapter exists (`LIVELY_BENCH_GPU=0` turns it off).
+//! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs every case
+//! on a hardware adapter and those up to 25K tets on a software one (`LIVELY_BENCH_MAX_TETS`
+//! sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off).
 //!
 //! `floor_*` cases: the 15 000-tet bar dropped 5 cm onto a penalty floor (k 1e6 N/m, friction
 //! 0.5), unpinned, timed at the step it lands and resting after 40 steps, backward Euler and
@@ -20,8 +21,9 @@ mod common;
 use criterion::{Criterion, criterion_group, criterion_main};
 use lively::{Backend, Collider, ContactModel, Integrator, Material, Simulation, Solver, TetMesh};
 
-/// Tets above which the GPU cases are left out (lavapipe runs them at CPU speed).
-const GPU_TETS: usize = 25_000;
+/// Tets above which the GPU cases are left out on a software adapter (lavapipe runs them at
+/// CPU speed); a hardware GPU runs them all.
+const SOFTWARE_GPU_TETS: usize = 25_000;
 
 fn meshes() -> Vec<(String, TetMesh)> {
     let mut out = vec![
@@ -65,14 +67,14 @@ fn prepare(mesh: &TetMesh, integrator: &Integrator, backend: Backend) -> lively:
 fn local_global(c: &mut Criterion) {
     let integrators =
         [Integrator::BackwardEuler, Integrator::ImplicitMidpoint, Integrator::Stabilized { epsilon: 0.01 }];
-    let gpu = std::env::var("LIVELY_BENCH_GPU").as_deref() != Ok("0");
+    let gpu_tets = common::gpu_max_tets(SOFTWARE_GPU_TETS);
     let mut group = c.benchmark_group("local_global");
     group.sample_size(10);
     for (name, mesh) in meshes() {
         let tets = mesh.tets().len();
         for integrator in &integrators {
             for backend in [Backend::Cpu, Backend::Gpu] {
-                if backend == Backend::Gpu && (!gpu || tets > GPU_TETS) {
+                if backend == Backend::Gpu && tets > gpu_tets {
                     continue;
                 }
                 let mut sim = match prepare(&mesh, integrator, backend) {

@@ -72,6 +72,15 @@ impl GpuBench {
     }
 }
 
+/// The largest body the GPU cases of a benchmark take: 0 with `LIVELY_BENCH_GPU=0` or without
+/// an adapter, else as [`GpuBench::new`] decides.
+pub fn gpu_max_tets(software_max_tets: usize) -> usize {
+    if std::env::var("LIVELY_BENCH_GPU").as_deref() == Ok("0") {
+        return 0;
+    }
+    GpuBench::new(software_max_tets).map_or(0, |bench| bench.max_tets)
+}
+
 /// `builder` on the GPU of `context`, or on the CPU for `None`.
 pub fn on_gpu_or_cpu(
     builder: lively::SimulationBuilder,

@@ -1,9 +1,38 @@
 //! Small fixed-size linear algebra in f64: 3x3 symmetric eigenproblems, the signed SVD that
-//! isotropic materials need, and the 9x9 tangent matrices of the first Piola stress.
+//! isotropic materials need, and the 9x9 tangent matrices of the first Piola stress; and the
+//! passes over a body's vertices that run on the worker pool.
 
 use glam::{DMat3, DVec3};
 
 pub mod lanes;
+
+/// Vertices per work item of a pass over a body's vertices: a body smaller than this stays on
+/// the calling thread.
+pub(crate) const VERTEX_CHUNK: usize = 4096;
+
+/// `[f(0), f(1), ..., f(n - 1)]`, computed on the worker pool in chunks of vertices. Each
+/// entry is computed alone, so the result is the same bits whatever the thread count. (A
+/// step on the GPU converts and combines the state's vectors many times on the host: at a
+/// million tets those passes were most of its time on one thread.)
+pub(crate) fn per_vertex<T: Send, F: Fn(usize) -> T + Sync + Send>(n: usize, f: F) -> Vec<T> {
+    use rayon::prelude::*;
+    (0..n).into_par_iter().with_min_len(VERTEX_CHUNK).map(f).collect()
+}
+
+/// `out[v] = f(v)` for every vertex, on the worker pool as [`per_vertex`].
+pub(crate) fn fill_per_vertex<T: Send, F: Fn(usize) -> T + Sync + Send>(out: &mut [T], f: F) {
+    use rayon::prelude::*;
+    out.par_iter_mut().with_min_len(VERTEX_CHUNK).enumerate().for_each(|(v, o)| *o = f(v));
+}
+
+/// `sum_v f(v)`, summed in fixed chunks of vertices and then in chunk order: the same bits
+/// whatever the thread count.
+pub(crate) fn sum_per_vertex<F: Fn(usize) -> f64 + Sync + Send>(n: usize, f: F) -> f64 {
+    let partials = per_vertex(n.div_ceil(VERTEX_CHUNK), |chunk| {
+        (chunk * VERTEX_CHUNK..((chunk + 1) * VERTEX_CHUNK).min(n)).map(&f).sum::<f64>()
+    });
+    partials.iter().sum()
+}
 
 /// A 9x9 matrix acting on `vec(F)`, with `F[i][j]` stored at index `3 * i + j` (row-major).
 pub type Mat9 = [[f64; 9]; 9];

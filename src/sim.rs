@@ -703,8 +703,8 @@ impl Simulation {
         let h = self.dt;
         let mut gradient = vec![[0.0; 3]; n];
         self.stages.potential_gradient(&self.state.positions, &mut gradient);
-        let acceleration: Vec<[f64; 3]> =
-            gradient.iter().zip(&self.model.masses).map(|(g, m)| [-g[0] / m, -g[1] / m, -g[2] / m]).collect();
+        let masses = &self.model.masses;
+        let acceleration = crate::math::per_vertex(n, |v| gradient[v].map(|g| -g / masses[v]));
         let pressing = self.stages.pressing_forces();
         let damping = LaggedDamping::at_step_start(
             &self.model,

@@ -17,12 +17,10 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, clip: Option<(f64, f64)>, target: 
     let model = stepper.model;
     // Conservative forces only: a(x) = -M^-1 grad P(x); dv = h (a(x) - a(x_n)).
     let gradient = stepper.potential_gradient(&solved.x);
-    let dv: Vec<[f64; 3]> = gradient
-        .iter()
-        .zip(stepper.input.acceleration)
-        .zip(&model.masses)
-        .map(|((g, a_n), m)| std::array::from_fn(|c| h * (-g[c] / m - a_n[c])))
-        .collect();
+    let a_n = stepper.input.acceleration;
+    let dv = crate::math::per_vertex(gradient.len(), |v| {
+        std::array::from_fn(|c| h * (-gradient[v][c] / model.masses[v] - a_n[v][c]))
+    });
     let w = solved.v;
     let alpha = match clip {
         // The correction assumes the backward-Euler relation w = v_n - h M^-1 grad P(x), which

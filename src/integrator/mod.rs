@@ -216,17 +216,15 @@ pub(crate) trait Scheme: Sync {
 /// `sum_k w_k a_k` per vertex, for the short linear combinations the schemes are made of.
 pub(crate) fn combine<const K: usize>(terms: [(f64, &[[f64; 3]]); K]) -> Vec<[f64; 3]> {
     let n = terms[0].1.len();
-    (0..n)
-        .map(|v| {
-            let mut out = [0.0; 3];
-            for (w, a) in &terms {
-                for c in 0..3 {
-                    out[c] += w * a[v][c];
-                }
+    crate::math::per_vertex(n, |v| {
+        let mut out = [0.0; 3];
+        for (w, a) in &terms {
+            for c in 0..3 {
+                out[c] += w * a[v][c];
             }
-            out
-        })
-        .collect()
+        }
+        out
+    })
 }
 
 /// Velocity of the trapezoidal family: `2 (x - x_n) / h - v_n`.
@@ -372,7 +370,10 @@ fn no_valid_guess() -> Error {
 
 /// `1/2 v^T M v`.
 pub(crate) fn kinetic_energy(model: &Model, v: &[[f64; 3]]) -> f64 {
-    v.iter().zip(&model.masses).map(|(v, m)| 0.5 * m * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2])).sum()
+    let m = &model.masses;
+    crate::math::sum_per_vertex(v.len(), |i| {
+        0.5 * m[i] * (v[i][0] * v[i][0] + v[i][1] * v[i][1] + v[i][2] * v[i][2])
+    })
 }
 
 /// `(1 - alpha) a + alpha b`, per vertex.

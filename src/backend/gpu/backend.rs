@@ -4,6 +4,7 @@
 //! along the last direction, the element pass, gather, assembly, the whole PCG solve, its
 //! dot products and the line search's first candidates) is one submission and one readback.
 
+use rayon::prelude::*;
 use std::sync::Arc;
 
 use super::assemble::{AssembleGroups, Target};
@@ -153,9 +154,16 @@ struct PotentialAt {
 }
 
 impl PotentialAt {
-    /// Whether it holds the potential at `x`.
+    /// Whether it holds the potential at `x`: the same bits, compared as memory in chunks
+    /// on the worker pool.
     fn holds(&self, x: &[[f64; 3]]) -> bool {
-        !self.x.is_empty() && self.x == x
+        let same = |(a, b): (&[[f64; 3]], &[[f64; 3]])| {
+            bytemuck::cast_slice::<_, u8>(a) == bytemuck::cast_slice::<_, u8>(b)
+        };
+        let chunk = crate::math::VERTEX_CHUNK;
+        !self.x.is_empty()
+            && self.x.len() == x.len()
+            && self.x.par_chunks(chunk).zip(x.par_chunks(chunk)).all(same)
     }
 
     /// Forgets the state it holds and keeps its buffers: fresh vectors of a large body's size
@@ -785,12 +793,14 @@ impl GpuBackend {
     /// Remembers the potential and gradient at `x` from the results of `record_potential`.
     fn remember_potential(&mut self, x: &[[f64; 3]], results: &[Vec<u8>]) -> &PotentialAt {
         let potential = WgElement::energy(&results[0]) + sums::<1>(&results[1])[0];
-        let values: Vec<f32> = bytemuck::pod_collect_to_vec(&results[2]);
+        let values = floats(&results[2]);
         let remembered = &mut self.potential_at;
-        remembered.x.clear();
-        remembered.x.extend_from_slice(x);
-        remembered.gradient.clear();
-        remembered.gradient.extend(values.chunks_exact(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]));
+        remembered.x.resize(x.len(), [0.0; 3]);
+        crate::math::fill_per_vertex(&mut remembered.x, |v| x[v]);
+        remembered.gradient.resize(x.len(), [0.0; 3]);
+        crate::math::fill_per_vertex(&mut remembered.gradient, |v| {
+            [values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64]
+        });
         remembered.potential = potential;
         remembered
     }
@@ -843,10 +853,11 @@ impl GpuBackend {
     /// `record_end_state`.
     fn remember_end_state(&mut self, results: &[Vec<u8>]) -> Vec<[f64; 3]> {
         let mut x = vec![[0.0; 3]; self.buffers.vertex_count];
-        self.buffers.positions(&bytemuck::pod_collect_to_vec(&results[3]), &mut x);
+        self.buffers.positions(&floats(&results[3]), &mut x);
         self.remember_potential(&x, &results[..3]);
         let dissipation = if self.dissipates() { self.dissipation_from(&results[4]) } else { 0.0 };
-        self.iterate_read = Some(IterateRead { x: x.clone(), dissipation: Some(dissipation) });
+        let copy = crate::math::per_vertex(x.len(), |v| x[v]);
+        self.iterate_read = Some(IterateRead { x: copy, dissipation: Some(dissipation) });
         x
     }
 
@@ -854,10 +865,7 @@ impl GpuBackend {
     /// unless it competes) and the iterate
     /// set to the picked guess; stages the search record, whose value is `G` there.
     fn record_start(&mut self, guesses: &[&[[f64; 3]]]) -> Result<Staged> {
-        let mut values = Vec::with_capacity(3 * self.buffers.vertex_count * guesses.len());
-        for guess in guesses {
-            self.buffers.append_displacements(guess, &mut values);
-        }
+        let values = self.buffers.displacements_of_all(guesses);
         let buffer = self.buffers.scratch.named("guesses").clone();
         self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&values));
         for k in 0..guesses.len() {
@@ -1151,6 +1159,15 @@ fn staging_bytes(model: &Model) -> u64 {
     newton.max(budget).max(blends) as u64
 }
 
+/// The f32 values of read-back bytes: borrowed where they are aligned (as the allocator
+/// returns them), copied otherwise.
+fn floats(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(values) => std::borrow::Cow::Borrowed(values),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
 /// The sums of the first `K` lanes of staged `[f32; 4]` partials, added in order in f64.
 fn sums<const K: usize>(bytes: &[u8]) -> [f64; K] {
     let values: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
@@ -1251,7 +1268,7 @@ impl Stages for GpuBackend {
     }
 
     fn publish_positions(&mut self, x: &[[f64; 3]]) {
-        let positions: Vec<[f32; 3]> = x.iter().map(|p| p.map(|c| c as f32)).collect();
+        let positions = crate::math::per_vertex(x.len(), |v| x[v].map(|c| c as f32));
         self.recording.upload(
             &self.context,
             self.buffers.state.named("positions"),
@@ -1505,7 +1522,7 @@ impl Stages for GpuBackend {
 
     fn potential_gradient(&mut self, x: &[[f64; 3]], out: &mut [[f64; 3]]) {
         match self.potential_and_gradient(x) {
-            Ok(p) => out.copy_from_slice(&p.gradient),
+            Ok(p) => crate::math::fill_per_vertex(out, |v| p.gradient[v]),
             Err(e) => {
                 out.iter_mut().for_each(|g| *g = [f64::NAN; 3]);
                 self.error.get_or_insert(e);
@@ -1585,14 +1602,16 @@ impl Stages for GpuBackend {
         {
             return crate::backend::budget_solve_by_stages(self, request);
         }
-        let result = self.budget_on_device(request);
-        let fallback = BudgetSolve {
-            guess: Some(0),
-            gradient_norm: f64::NAN,
-            x: request.guesses[0].to_vec(),
-            ..BudgetSolve::default()
-        };
-        self.settle(result, fallback)
+        // The fallback, the first guess, is copied only when the solve fails.
+        self.budget_on_device(request).unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            BudgetSolve {
+                guess: Some(0),
+                gradient_norm: f64::NAN,
+                x: request.guesses[0].to_vec(),
+                ..BudgetSolve::default()
+            }
+        })
     }
 
     fn take_error(&mut self) -> Option<Error> {

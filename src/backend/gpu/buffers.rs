@@ -239,25 +239,30 @@ impl GpuBuffers {
     }
 
     /// `positions - rest` in f32.
-    pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<f32> {
-        let mut out = Vec::with_capacity(3 * positions.len());
-        self.append_displacements(positions, &mut out);
-        out
+    pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<[f32; 3]> {
+        self.displacements_of_all(&[positions])
     }
 
-    /// Appends `positions - rest` to `out`.
-    pub fn append_displacements(&self, positions: &[[f64; 3]], out: &mut Vec<f32>) {
-        out.reserve(3 * positions.len());
-        for (p, r) in positions.iter().zip(&self.rest) {
-            out.extend_from_slice(&[(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32]);
+    /// The displacements of each of `states` (as many vertices each), one after the other.
+    pub fn displacements_of_all(&self, states: &[&[[f64; 3]]]) -> Vec<[f32; 3]> {
+        use rayon::prelude::*;
+        let n = self.rest.len();
+        let mut out = vec![[0.0; 3]; n * states.len()];
+        for (out, state) in out.chunks_mut(n.max(1)).zip(states) {
+            let pairs = state.par_iter().zip(self.rest.par_iter());
+            out.par_iter_mut().with_min_len(crate::math::VERTEX_CHUNK).zip(pairs).for_each(|(o, (p, r))| {
+                *o = [(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32];
+            });
         }
+        out
     }
 
     /// `rest + displacements` in f64.
     pub fn positions(&self, displacements: &[f32], out: &mut [[f64; 3]]) {
-        for ((o, u), r) in out.iter_mut().zip(displacements.chunks_exact(3)).zip(&self.rest) {
-            *o = [0, 1, 2].map(|c| r[c] + u[c] as f64);
-        }
+        crate::math::fill_per_vertex(out, |v| {
+            let (u, r) = (&displacements[3 * v..3 * v + 3], self.rest[v]);
+            [r[0] + u[0] as f64, r[1] + u[1] as f64, r[2] + u[2] as f64]
+        });
     }
 
     /// Grows the handle buffer to hold `count` springs; true when it was replaced (bind groups

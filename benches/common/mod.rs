@@ -25,10 +25,20 @@ pub fn time_steps(
     });
 }
 
+/// Steps from the same state for at least this long before a median is taken: a GPU left
+/// idle while the CPU cases ran lowers its clocks. On the H100, without it, the 100K-tet
+/// budget step measured 16-17 ms (its kernels up to 1.7x slower); with it, 9 ms.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The median wall time of `runs` steps from the simulation's state (restored after each),
-/// and the stats of the last.
+/// after [`WARM_UP`], and the stats of the last.
 pub fn median_step(sim: &mut Simulation, runs: usize) -> (std::time::Duration, lively::StepStats) {
     let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
+    let started = std::time::Instant::now();
+    while started.elapsed() < WARM_UP {
+        sim.set_state(&x, &v).expect("restore");
+        sim.step().expect("warm-up step");
+    }
     let mut times = Vec::with_capacity(runs);
     let mut stats = lively::StepStats::default();
     for _ in 0..runs {

@@ -367,20 +367,6 @@ fn stretch_jacobian(t: Tet, q: vec4<f32>, dm: mat3x3<f32>, theta: f32) -> array<
     return out;
 }
 
-// The Jacobian's twelve columns: corner 3's are minus the sum of the others'.
-fn all_columns(jacobian: array<array<f32, 9>, 6>) -> array<array<f32, 12>, 6> {
-    var out: array<array<f32, 12>, 6>;
-    for (var k = 0u; k < 6u; k++) {
-        for (var c = 0u; c < 9u; c++) {
-            out[k][c] = jacobian[k][c];
-        }
-        for (var i = 0u; i < 3u; i++) {
-            out[k][9u + i] = -(jacobian[k][i] + jacobian[k][3u + i] + jacobian[k][6u + i]);
-        }
-    }
-    return out;
-}
-
 fn load_jacobian(e: u32) -> array<array<f32, 9>, 6> {
     var out: array<array<f32, 9>, 6>;
     for (var k = 0u; k < 6u; k++) {
@@ -408,6 +394,14 @@ fn corner_rows(jacobian: array<array<f32, 9>, 6>, r0: u32, a: u32) -> mat3x3<f32
         vec3<f32>(jacobian[r0][c + 1u], jacobian[r0 + 1u][c + 1u], jacobian[r0 + 2u][c + 1u]),
         vec3<f32>(jacobian[r0][c + 2u], jacobian[r0 + 1u][c + 2u], jacobian[r0 + 2u][c + 2u]),
     );
+}
+
+// Corner a's gradient of the plain (displacement) objective and of the condensed one.
+fn store_corner_pair(e: u32, a: u32, plain: vec3<f32>, condensed: vec3<f32>) {
+    displacement_corners[tet_corner_entry(e, a, 0u, params.tet_count)] = plain.x;
+    displacement_corners[tet_corner_entry(e, a, 1u, params.tet_count)] = plain.y;
+    displacement_corners[tet_corner_entry(e, a, 2u, params.tet_count)] = plain.z;
+    store_corner(e, a, condensed);
 }
 
 // Upper block u of tet e, entry 3i + j = b[i][j] in math order (WGSL's b[j][i]).
@@ -475,31 +469,6 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
         residual[k] = gradient[k] + h_gap[k];
     }
     let weight = cw.x * t.volume;
-    let jc = all_columns(jacobian);
-    for (var a = 0u; a < 4u; a++) {
-        var plain = vec3<f32>(0.0);
-        var condensed = vec3<f32>(0.0);
-        for (var i = 0u; i < 3u; i++) {
-            for (var k = 0u; k < 6u; k++) {
-                let c = jc[k][3u * a + i];
-                plain[i] += c * gradient_of_x[k];
-                condensed[i] += c * residual[k];
-            }
-        }
-        for (var i = 0u; i < 3u; i++) {
-            displacement_corners[tet_corner_entry(e, a, i, params.tet_count)] = weight * plain[i];
-        }
-        store_corner(e, a, weight * condensed);
-    }
-    // a J^T H J, the ten upper blocks (a, b), a <= b, in 3x3 pieces with constant indices
-    // (the stretch coordinates split into the diagonal three and the off-diagonal three), so
-    // that nothing here is an array indexed at run time: those live in local memory on
-    // NVIDIA. With loops over 6x12 arrays this pass took 11.7 ms at 100K tets on an H100;
-    // 2.0 ms now.
-    let hdd = hessian_block(hessian, 0u, 0u);
-    let hdo = hessian_block(hessian, 0u, 3u);
-    let hod = hessian_block(hessian, 3u, 0u);
-    let hoo = hessian_block(hessian, 3u, 3u);
     let d0 = corner_rows(jacobian, 0u, 0u);
     let d1 = corner_rows(jacobian, 0u, 1u);
     let d2 = corner_rows(jacobian, 0u, 2u);
@@ -508,6 +477,24 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let o1 = corner_rows(jacobian, 3u, 1u);
     let o2 = corner_rows(jacobian, 3u, 2u);
     let o3 = (o0 + o1 + o2) * -1.0;
+    // Corner a's gradients, J_a^T g, in the same pieces.
+    let gx_d = vec3<f32>(gradient_of_x[0], gradient_of_x[1], gradient_of_x[2]);
+    let gx_o = vec3<f32>(gradient_of_x[3], gradient_of_x[4], gradient_of_x[5]);
+    let r_d = vec3<f32>(residual[0], residual[1], residual[2]);
+    let r_o = vec3<f32>(residual[3], residual[4], residual[5]);
+    store_corner_pair(e, 0u, weight * (gx_d * d0 + gx_o * o0), weight * (r_d * d0 + r_o * o0));
+    store_corner_pair(e, 1u, weight * (gx_d * d1 + gx_o * o1), weight * (r_d * d1 + r_o * o1));
+    store_corner_pair(e, 2u, weight * (gx_d * d2 + gx_o * o2), weight * (r_d * d2 + r_o * o2));
+    store_corner_pair(e, 3u, weight * (gx_d * d3 + gx_o * o3), weight * (r_d * d3 + r_o * o3));
+    // a J^T H J, the ten upper blocks (a, b), a <= b, in 3x3 pieces with constant indices
+    // (the stretch coordinates split into the diagonal three and the off-diagonal three), so
+    // that nothing here is an array indexed at run time: those live in local memory on
+    // NVIDIA. With loops over 6x12 arrays this pass took 11.7 ms at 100K tets on an H100;
+    // 0.9 ms in this form.
+    let hdd = hessian_block(hessian, 0u, 0u);
+    let hdo = hessian_block(hessian, 0u, 3u);
+    let hod = hessian_block(hessian, 3u, 0u);
+    let hoo = hessian_block(hessian, 3u, 3u);
     // (H J_b) in its diagonal and off-diagonal rows, weighted.
     let xd0 = (hdd * d0 + hdo * o0) * weight;
     let xo0 = (hod * d0 + hoo * o0) * weight;
@@ -554,17 +541,16 @@ fn local_update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     var slope = 0.0;
     if (e != 0xffffffffu) {
         let t = load_tet(e);
-        let jc = all_columns(load_jacobian(e));
+        let jacobian = load_jacobian(e);
         let hessian = load_hessian(e);
-        let corners = array<vec3<f32>, 4>(corner_direction(t.v.x), corner_direction(t.v.y), corner_direction(t.v.z), corner_direction(t.v.w));
-        var j_dx = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for (var k = 0u; k < 6u; k++) {
-            for (var a = 0u; a < 4u; a++) {
-                for (var i = 0u; i < 3u; i++) {
-                    j_dx[k] += jc[k][3u * a + i] * corners[a][i];
-                }
-            }
-        }
+        // J dx, in the pieces of `linearize` (corner 3's columns are minus the others').
+        let c3 = corner_direction(t.v.w);
+        let c0 = corner_direction(t.v.x) - c3;
+        let c1 = corner_direction(t.v.y) - c3;
+        let c2 = corner_direction(t.v.z) - c3;
+        let jd = corner_rows(jacobian, 0u, 0u) * c0 + corner_rows(jacobian, 0u, 1u) * c1 + corner_rows(jacobian, 0u, 2u) * c2;
+        let jo = corner_rows(jacobian, 3u, 0u) * c0 + corner_rows(jacobian, 3u, 1u) * c1 + corner_rows(jacobian, 3u, 2u) * c2;
+        let j_dx = Sym6(jd.x, jd.y, jd.z, jo.x, jo.y, jo.z);
         let d = load_stretch(e);
         let d_x = load6(STRETCH_OF_X, e);
         let gradient = load6(GRADIENT, e);

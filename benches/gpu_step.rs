@@ -5,8 +5,7 @@
 //! iterations, the GPU time of one CG iteration and of one element pass (timestamp queries
 //! of a profiled step, where the adapter has them), GPU busy time and the host's wait for the
 //! device against step wall time, and the device work per step (submissions, readbacks,
-//! passes, dispatches) — and writes the
-//! table into docs/perf/gpu.md, naming the device. Criterion then times the same steps.
+//! passes, dispatches) — and writes the table into docs/perf/gpu.md, naming the device. Criterion then times the same steps.
 //! Cases: backward Euler and A-search converged to 1e-4 N, and A-search at the fixed budget
 //! of 2 Newton x 40 CG iterations. On a software adapter (lavapipe) only sizes up to
 //! `LIVELY_BENCH_MAX_TETS` (default 10 000) run; on a hardware GPU all of them, the CPU up to

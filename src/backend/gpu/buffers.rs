@@ -245,13 +245,12 @@ impl GpuBuffers {
 
     /// The displacements of each of `states` (as many vertices each), one after the other.
     pub fn displacements_of_all(&self, states: &[&[[f64; 3]]]) -> Vec<[f32; 3]> {
-        use rayon::prelude::*;
         let n = self.rest.len();
         let mut out = vec![[0.0; 3]; n * states.len()];
         for (out, state) in out.chunks_mut(n.max(1)).zip(states) {
-            let pairs = state.par_iter().zip(self.rest.par_iter());
-            out.par_iter_mut().with_min_len(crate::math::VERTEX_CHUNK).zip(pairs).for_each(|(o, (p, r))| {
-                *o = [(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32];
+            crate::math::fill_per_vertex(out, |v| {
+                let (p, r) = (state[v], self.rest[v]);
+                [(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32]
             });
         }
         out

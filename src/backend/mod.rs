@@ -10,6 +10,7 @@
 //! paper's `g(x) / h^2`, so gradient norms compare directly with `Solver::tolerance` (N).
 
 pub mod cpu;
+pub(crate) mod fsai;
 pub mod gpu;
 pub(crate) mod projective;
 pub(crate) mod topology;

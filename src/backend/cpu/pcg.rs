@@ -15,6 +15,7 @@ use rayon::prelude::*;
 
 use super::global::GlobalSolve;
 use super::hessian_product;
+use crate::backend::fsai::Fsai;
 use crate::backend::topology::Topology;
 use crate::objective::Coupling;
 
@@ -25,6 +26,28 @@ pub(crate) enum Preconditioner<'a> {
     /// `S^-1`, the factored local/global matrix: the elasticity's Laplacian, which a
     /// rotation of the body leaves unchanged, so it keeps preconditioning a bending body.
     Factored(&'a mut GlobalSolve),
+    /// `G^T G ~ S^-1`, the sparse approximate inverse of the local/global matrix: the
+    /// reference for the GPU twin's global steps (the CPU solver itself uses the exact factor).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Fsai(&'a Fsai),
+}
+
+impl Preconditioner<'_> {
+    /// `z = P r` for the preconditioners that replace Jacobi's; returns `r . z` (`y` is
+    /// scratch).
+    fn apply(
+        &mut self,
+        topology: &Topology,
+        r: &[[f64; 3]],
+        y: &mut [[f64; 3]],
+        z: &mut [[f64; 3]],
+    ) -> Option<f64> {
+        match self {
+            Preconditioner::Jacobi => None,
+            Preconditioner::Factored(global) => Some(apply_factor(global, r, z)),
+            Preconditioner::Fsai(fsai) => Some(fsai.apply(topology, r, y, z)),
+        }
+    }
 }
 
 /// `z = S^-1 r` and `r . z`, where the preconditioner is a factor.
@@ -56,6 +79,8 @@ pub(crate) struct Scratch {
     p: Vec<[f64; 3]>,
     ap: Vec<[f64; 3]>,
     inverse_diagonal: Vec<[f64; 3]>,
+    /// `G r`, between FSAI's two passes.
+    y: Vec<[f64; 3]>,
 }
 
 impl Scratch {
@@ -99,11 +124,17 @@ pub(crate) fn solve(
     max_iterations: usize,
 ) -> Outcome {
     let n = b.len();
-    for v in [&mut scratch.r, &mut scratch.z, &mut scratch.p, &mut scratch.ap, &mut scratch.inverse_diagonal]
-    {
+    for v in [
+        &mut scratch.r,
+        &mut scratch.z,
+        &mut scratch.p,
+        &mut scratch.ap,
+        &mut scratch.inverse_diagonal,
+        &mut scratch.y,
+    ] {
         v.resize(n, [0.0; 3]);
     }
-    let Scratch { r, z, p, ap, inverse_diagonal } = scratch;
+    let Scratch { r, z, p, ap, inverse_diagonal, y } = scratch;
     let chunk = chunk_length(n);
     // Setup: x = 0, r = b, z = P b, p = z, with |b|^2 and r.z.
     let [bb, mut rz] = ordered_sum(
@@ -130,8 +161,8 @@ pub(crate) fn solve(
             })
             .collect(),
     );
-    if let Preconditioner::Factored(global) = &mut preconditioner {
-        rz = apply_factor(global, r, z);
+    if let Some(applied) = preconditioner.apply(topology, r, y, z) {
+        rz = applied;
         p.copy_from_slice(z);
     }
     let b_norm = bb.sqrt();
@@ -181,10 +212,7 @@ pub(crate) fn solve(
                 })
                 .collect(),
         );
-        let mut rz_next = rz_next;
-        if let Preconditioner::Factored(global) = &mut preconditioner {
-            rz_next = apply_factor(global, r, z);
-        }
+        let rz_next = preconditioner.apply(topology, r, y, z).unwrap_or(rz_next);
         residual = rr.sqrt() / b_norm;
         if residual <= tolerance {
             return Outcome {

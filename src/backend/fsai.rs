@@ -1,0 +1,232 @@
+//! The factorized sparse approximate inverse (FSAI) of a scalar SPD matrix `S` on the
+//! Hessian's pattern: a lower-triangular `G` with `G^T G ~ S^-1`, applied to each coordinate
+//! of a vertex vector as a preconditioner for CG on `S (x) I_3` (the local/global matrix).
+//!
+//! Row `i` of `G` lives on the pattern's columns `P_i = { j <= i }` of row `i` and solves
+//! `S[P_i, P_i] g = e_i`, scaled by `1 / sqrt(g_i)`; then `(G S)_ij = 0` for `j` in `P_i`
+//! below `i` and `(G S G^T)_ii = 1` — the `G` on that pattern that minimizes
+//! `|I - G L|_F` for the Cholesky factor `L` of `S`, up to row scaling (Kolotilina and
+//! Yeremin). Each row is its own small dense solve, so the factor is built in
+//! parallel, and applying it is two passes over the pattern with no recurrence: what a GPU
+//! can run where it cannot run a triangular solve. On the local/global matrices of the
+//! benchmark bodies it halves Jacobi-PCG's iterations (docs/perf/local-global.md).
+//!
+//! Both triangles are kept in one value per pattern entry: `(i, j)` holds `G_ij` for
+//! `j <= i` and `G_ji` for `j > i`, so that `y = G r` reads the lower part of row `i` and
+//! `z = G^T y` the upper part, each a gather.
+
+use rayon::prelude::*;
+
+use crate::backend::topology::Topology;
+
+/// The factor, one value per entry of the pattern (see the module's documentation).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Fsai {
+    pub values: Vec<f64>,
+}
+
+/// Where `(row, column)` is stored in the pattern, if it is.
+fn entry(topology: &Topology, row: usize, column: usize) -> Option<usize> {
+    let begin = topology.row_offsets[row] as usize;
+    let columns = &topology.columns[begin..topology.row_offsets[row + 1] as usize];
+    columns.binary_search(&(column as u32)).ok().map(|k| begin + k)
+}
+
+/// Row `row` of `G` on its lower pattern (the diagonal last: columns are sorted).
+fn factor_row(topology: &Topology, s: &[f64], row: usize) -> Vec<f64> {
+    let begin = topology.row_offsets[row] as usize;
+    let end = topology.diagonal[row] as usize + 1;
+    let columns = &topology.columns[begin..end];
+    let k = columns.len();
+    // S[P, P] by rows, then its Cholesky factor in place.
+    let mut a = vec![0.0; k * k];
+    for (p, &cp) in columns.iter().enumerate() {
+        for (q, &cq) in columns.iter().enumerate().take(p + 1) {
+            a[p * k + q] = entry(topology, cp as usize, cq as usize).map_or(0.0, |e| s[e]);
+        }
+    }
+    for j in 0..k {
+        let mut d = a[j * k + j];
+        for m in 0..j {
+            d -= a[j * k + m] * a[j * k + m];
+        }
+        let d = d.max(f64::MIN_POSITIVE).sqrt();
+        a[j * k + j] = d;
+        for i in j + 1..k {
+            let mut v = a[i * k + j];
+            for m in 0..j {
+                v -= a[i * k + m] * a[j * k + m];
+            }
+            a[i * k + j] = v / d;
+        }
+    }
+    // S[P, P] g = e_k: L u = e_k gives u = e_k / L_kk; then L^T g = u. g_k = 1 / L_kk^2, so
+    // G's row, g / sqrt(g_k), is L_kk g.
+    let mut g = vec![0.0; k];
+    g[k - 1] = 1.0 / a[(k - 1) * k + k - 1];
+    for i in (0..k).rev() {
+        let mut v = if i == k - 1 { g[i] } else { 0.0 };
+        for m in i + 1..k {
+            v -= a[m * k + i] * g[m];
+        }
+        g[i] = v / a[i * k + i];
+    }
+    let scale = a[(k - 1) * k + k - 1];
+    g.iter().map(|v| v * scale).collect()
+}
+
+impl Fsai {
+    /// The factor of `s`, one value per entry of `topology`'s pattern (symmetric, positive
+    /// definite).
+    pub fn new(topology: &Topology, s: &[f64]) -> Fsai {
+        let n = topology.diagonal.len();
+        let rows: Vec<Vec<f64>> = (0..n).into_par_iter().map(|row| factor_row(topology, s, row)).collect();
+        let mut values = vec![0.0; topology.columns.len()];
+        values.par_chunks_mut(crate::math::VERTEX_CHUNK).enumerate().for_each(|(chunk, out)| {
+            let first = chunk * crate::math::VERTEX_CHUNK;
+            for (k, value) in out.iter_mut().enumerate() {
+                let index = first + k;
+                let row = topology.row_offsets.partition_point(|&o| o as usize <= index) - 1;
+                let column = topology.columns[index] as usize;
+                *value = if column <= row {
+                    rows[row][index - topology.row_offsets[row] as usize]
+                } else {
+                    // G_ji: entry (j, i) of row j's lower part.
+                    let mirror = entry(topology, column, row).expect("the pattern is symmetric");
+                    rows[column][mirror - topology.row_offsets[column] as usize]
+                };
+            }
+        });
+        Fsai { values }
+    }
+
+    /// `z = G^T G r` per coordinate (`y` is scratch); returns `r . z`.
+    pub fn apply(&self, topology: &Topology, r: &[[f64; 3]], y: &mut [[f64; 3]], z: &mut [[f64; 3]]) -> f64 {
+        let (t, values) = (topology, &self.values);
+        // Row v of G (lower) or of G^T (upper) times u.
+        let row = |v: usize, u: &[[f64; 3]], lower: bool| {
+            let mut acc = [0.0; 3];
+            let entries = t.row_offsets[v] as usize..t.row_offsets[v + 1] as usize;
+            for (&column, &value) in t.columns[entries.clone()].iter().zip(&values[entries]) {
+                let column = column as usize;
+                if (column <= v) == lower || column == v {
+                    for c in 0..3 {
+                        acc[c] += value * u[column][c];
+                    }
+                }
+            }
+            acc
+        };
+        crate::math::fill_per_vertex(y, |v| row(v, r, true));
+        crate::math::fill_per_vertex(z, |v| row(v, y, false));
+        crate::math::sum_per_vertex(r.len(), |v| (0..3).map(|c| r[v][c] * z[v][c]).sum())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::backend::projective;
+    use crate::material::Material;
+    use crate::mesh::TetMesh;
+    use crate::model::Model;
+
+    /// A local/global matrix of a bar with its first end pinned.
+    pub(crate) fn projective_matrix(cells: [usize; 3], a: f64) -> (Model, Topology, Vec<f64>) {
+        let mut model = Model::empty([0.0, -9.81, 0.0]);
+        model
+            .add_tet_body(&TetMesh::bar(cells, [1.0, 0.4, 0.3]), &[Material::corotated(1e6, 0.3)], 1000.0)
+            .unwrap();
+        for v in 0..model.vertex_count() {
+            model.pinned[v] = model.rest[v][0] < 1e-9;
+        }
+        let topology = Topology::new(&model);
+        let laplacian = projective::laplacian(&model, &topology);
+        let h = 1.0 / 30.0;
+        let diagonal: Vec<f64> = (0..model.vertex_count())
+            .map(|v| if model.pinned[v] { 1.0 } else { model.masses[v] / (h * h) })
+            .collect();
+        let mut s = Vec::new();
+        projective::matrix(&model, &topology, &laplacian, a, &diagonal, &mut s);
+        (model, topology, s)
+    }
+
+    /// The defining property: `G S` vanishes at the pattern's entries left of the diagonal,
+    /// row by row, and `G S G^T` has a unit diagonal; `G` is lower triangular with a positive
+    /// diagonal, and the stored upper entries are its transpose.
+    #[test]
+    fn the_factor_inverts_the_matrix_on_its_pattern() {
+        let (model, topology, s) = projective_matrix([6, 3, 2], 0.25);
+        let fsai = Fsai::new(&topology, &s);
+        let n = model.vertex_count();
+        let dense = |values: &[f64], lower_only: bool| {
+            let mut m = vec![vec![0.0; n]; n];
+            for i in 0..n {
+                for e in topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize {
+                    let j = topology.columns[e] as usize;
+                    if !lower_only || j <= i {
+                        m[i][j] = values[e];
+                    }
+                }
+            }
+            m
+        };
+        let (g, sm, stored) = (dense(&fsai.values, true), dense(&s, false), dense(&fsai.values, false));
+        let mut worst = 0.0f64;
+        for i in 0..n {
+            assert!(g[i][i] > 0.0, "G_{i}{i} = {}", g[i][i]);
+            for j in 0..n {
+                assert_eq!(stored[i][j], if j <= i { g[i][j] } else { g[j][i] }, "({i}, {j})");
+            }
+            // Row i of G S at the lower pattern of row i, and (G S G^T)_ii.
+            let gs: Vec<f64> = (0..n).map(|q| (0..n).map(|p| g[i][p] * sm[p][q]).sum()).collect();
+            for e in topology.row_offsets[i] as usize..topology.diagonal[i] as usize {
+                worst = worst.max(gs[topology.columns[e] as usize].abs() / gs[i].abs());
+            }
+            let gsg: f64 = (0..n).map(|q| gs[q] * g[i][q]).sum();
+            worst = worst.max((gsg - 1.0).abs());
+        }
+        assert!(worst < 1e-12, "G S G^T is off by {worst:e} on the pattern");
+    }
+
+    /// `apply` is `G^T G r` (against the dense product) and returns `r . z`.
+    #[test]
+    fn apply_multiplies_by_both_triangles() {
+        use rand::{RngExt, SeedableRng};
+        let (model, topology, s) = projective_matrix([5, 3, 3], 1.0);
+        let fsai = Fsai::new(&topology, &s);
+        let n = model.vertex_count();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let r: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+        let (mut y, mut z) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
+        let rz = fsai.apply(&topology, &r, &mut y, &mut z);
+        let mut expected = vec![[0.0; 3]; n];
+        let mut gr = vec![[0.0; 3]; n];
+        for i in 0..n {
+            for e in topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize {
+                let j = topology.columns[e] as usize;
+                if j <= i {
+                    for c in 0..3 {
+                        gr[i][c] += fsai.values[e] * r[j][c];
+                    }
+                }
+            }
+        }
+        for i in 0..n {
+            for e in topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize {
+                let j = topology.columns[e] as usize;
+                if j <= i {
+                    for c in 0..3 {
+                        expected[j][c] += fsai.values[e] * gr[i][c];
+                    }
+                }
+            }
+        }
+        let worst =
+            z.iter().flatten().zip(expected.iter().flatten()).fold(0.0f64, |w, (a, b)| w.max((a - b).abs()));
+        assert!(worst < 1e-12, "G^T G r off by {worst:e}");
+        let dot: f64 = r.iter().zip(&z).map(|(a, b)| (0..3).map(|c| a[c] * b[c]).sum::<f64>()).sum();
+        assert!((rz - dot).abs() <= 1e-12 * dot.abs(), "{rz} against {dot}");
+        assert!(rz > 0.0, "G^T G is positive definite");
+    }
+}

@@ -1,7 +1,13 @@
-// Stage `pcg`: Jacobi-preconditioned conjugate gradients on the assembled block-sparse
-// Hessian, entirely on the GPU, two dispatches per iteration. The twin of
-// src/backend/cpu/pcg.rs: start from zero, stop at |r| <= tol |b|, and stop on non-positive
+// Stage `pcg`: preconditioned conjugate gradients on the assembled block-sparse Hessian,
+// entirely on the GPU, two dispatches per iteration with Jacobi and three with FSAI. The twin
+// of src/backend/cpu/pcg.rs: start from zero, stop at |r| <= tol |b|, and stop on non-positive
 // curvature (returning the last iterate, or b on the first iteration).
+//
+// FSAI (src/backend/fsai.rs) applies z = G^T G r per coordinate, G lower triangular on the
+// matrix's pattern (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v). Its
+// first half, y = G r, needs the new r at every neighbour, so `update` forms it on the fly as
+// r - alpha Ap (r itself is only updated by the next kernel); `precondition` then updates r,
+// applies z = G^T y and sums (r.r, r.z).
 //
 // How two dispatches suffice without float atomics or a separate reduction pass:
 // - every workgroup of a kernel sums the previous kernel's per-workgroup partials itself, in
@@ -32,7 +38,11 @@ struct Params {
     // and 1 where the step's friction records (set 2) are part of the matrix.
     surface_count: u32,
     friction: u32,
+    // 0 Jacobi, 1 FSAI.
+    preconditioner: u32,
 }
+
+const FSAI: u32 = 1u;
 
 struct Scalars {
     rz: f32,
@@ -82,6 +92,9 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(14) var<storage, read> coupling_records: array<vec4<f32>>;
 @group(3) @binding(15) var<storage, read> coupling_offsets: array<u32>;
 @group(3) @binding(16) var<storage, read> coupling_list: array<u32>;
+// FSAI's factor by slot, and y = G r between its two halves.
+@group(3) @binding(17) var<storage, read> fsai: array<f32>;
+@group(3) @binding(18) var<storage, read_write> fsai_y: array<f32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -103,6 +116,52 @@ fn block_times(slot: u32, u: vec3<f32>) -> vec3<f32> {
         blocks[matrix_entry(slot, 3u)] * u.x + blocks[matrix_entry(slot, 4u)] * u.y + blocks[matrix_entry(slot, 5u)] * u.z,
         blocks[matrix_entry(slot, 6u)] * u.x + blocks[matrix_entry(slot, 7u)] * u.y + blocks[matrix_entry(slot, 8u)] * u.z,
     );
+}
+
+// Row v of G times b (`from_rhs`), or times r - alpha Ap.
+fn lower_times(v: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+    var acc = vec3<f32>(0.0);
+    for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+        let slot = matrix_slot(v, j);
+        let c = slot_columns[slot];
+        if (c <= v) {
+            var u = load3(c, 0u);
+            if (!from_rhs) {
+                u = load3(c, 1u) - alpha * load3(c, 5u);
+            }
+            acc += fsai[slot] * u;
+        }
+    }
+    return acc;
+}
+
+// Row v of G^T times y.
+fn upper_times(v: u32) -> vec3<f32> {
+    var acc = vec3<f32>(0.0);
+    for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+        let slot = matrix_slot(v, j);
+        let c = slot_columns[slot];
+        if (c >= v) {
+            acc += fsai[slot] * vec3<f32>(fsai_y[3u * c], fsai_y[3u * c + 1u], fsai_y[3u * c + 2u]);
+        }
+    }
+    return acc;
+}
+
+fn store_y(v: u32, y: vec3<f32>) {
+    for (var c = 0u; c < 3u; c++) {
+        fsai_y[3u * v + c] = y[c];
+    }
+}
+
+// Row v of z = G^T y; returns (r.r, r.z).
+fn precondition_row(v: u32) -> vec2<f32> {
+    let zv = upper_times(v);
+    for (var c = 0u; c < 3u; c++) {
+        z[3u * v + c] = zv[c];
+    }
+    let rv = load3(v, 1u);
+    return vec2<f32>(dot(rv, rv), dot(rv, zv));
 }
 
 // The new search direction at vertex u: z + beta p (z alone on the first iteration).
@@ -212,6 +271,10 @@ fn setup_row(v: u32) -> vec2<f32> {
         z[3u * v + c] = inv * bv[c];
         zv[c] = inv * bv[c];
     }
+    if (params.preconditioner == FSAI) {
+        // z and r.z come from `precondition_start`.
+        store_y(v, lower_times(v, 0.0, true));
+    }
     return vec2<f32>(dot(bv, bv), dot(bv, zv));
 }
 
@@ -304,23 +367,71 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
 fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let v = slot * WORKGROUP + lid;
-    let curvature = all_curvature_partials(lid);
+    let step = step_length(lid);
+    let descending = step.x != 0.0;
+    let alpha = step.y;
     let running = scalars_out.state == RUNNING;
-    // Uniform across the dispatch: every workgroup summed the same partials.
-    let descending = running && curvature > 0.0;
-    let alpha = select(0.0, scalars_out.rz / curvature, descending);
     var sums = vec2<f32>(0.0);
     if (descending && v < params.vertex_count) {
-        sums = update_row(v, alpha);
+        if (params.preconditioner == FSAI) {
+            for (var c = 0u; c < 3u; c++) {
+                direction[3u * v + c] += alpha * p_out[3u * v + c];
+            }
+            store_y(v, lower_times(v, alpha, false));
+        } else {
+            sums = update_row(v, alpha);
+        }
     }
     let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
     if (lid == 0u) {
-        if (descending && slot * WORKGROUP < params.vertex_count) {
+        if (descending && slot * WORKGROUP < params.vertex_count && params.preconditioner != FSAI) {
             residual_partials[slot] = total.xy;
         }
         if (running && !descending && slot == 0u) {
             scalars_out.negative = 1u;
         }
+    }
+}
+
+// (1 where the iteration descends, alpha) = (p.Ap > 0, r.z / p.Ap) of the last `product`:
+// uniform across the dispatch, every workgroup summing the same partials.
+fn step_length(lid: u32) -> vec2<f32> {
+    let curvature = all_curvature_partials(lid);
+    let descending = scalars_out.state == RUNNING && curvature > 0.0;
+    return vec2<f32>(select(0.0, 1.0, descending), select(0.0, scalars_out.rz / curvature, descending));
+}
+
+// FSAI's second half after `update`: r -= alpha Ap, z = G^T y; partials (r.r, r.z).
+@compute @workgroup_size(WORKGROUP)
+fn precondition(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let v = slot * WORKGROUP + lid;
+    let step = step_length(lid);
+    var sums = vec2<f32>(0.0);
+    if (step.x != 0.0 && v < params.vertex_count) {
+        for (var c = 0u; c < 3u; c++) {
+            r[3u * v + c] -= step.y * ap[3u * v + c];
+        }
+        sums = precondition_row(v);
+    }
+    let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
+    if (lid == 0u && step.x != 0.0 && slot * WORKGROUP < params.vertex_count) {
+        residual_partials[slot] = total.xy;
+    }
+}
+
+// FSAI's second half after `setup`: z = G^T y; partials (b.b, b.z).
+@compute @workgroup_size(WORKGROUP)
+fn precondition_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let v = slot * WORKGROUP + lid;
+    var sums = vec2<f32>(0.0);
+    if (v < params.vertex_count) {
+        sums = precondition_row(v);
+    }
+    let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
+        residual_partials[slot] = total.xy;
     }
 }
 
@@ -355,6 +466,15 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
         partial += setup_row(v);
+    }
+    if (params.preconditioner == FSAI) {
+        storageBarrier();
+        partial = vec2<f32>(0.0);
+        for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+            partial += precondition_row(v);
+        }
+    }
+    for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
         for (var c = 0u; c < 3u; c++) {
             p_out[3u * v + c] = z[3u * v + c];
         }
@@ -398,6 +518,18 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             var sums = vec2<f32>(0.0);
             for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
                 sums += update_row(v, alpha);
+            }
+            if (params.preconditioner == FSAI) {
+                // z = G^T G r over the updated r.
+                storageBarrier();
+                for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+                    store_y(v, lower_times(v, 0.0, false));
+                }
+                storageBarrier();
+                sums = vec2<f32>(0.0);
+                for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+                    sums += precondition_row(v);
+                }
             }
             let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
             rr = total.x;

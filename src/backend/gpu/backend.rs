@@ -14,7 +14,7 @@ use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
 use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
-use super::pcg::{PcgGroups, PcgParams, PcgStatus, SMALL_SOLVE_VERTICES, Solve};
+use super::pcg::{FSAI, FsaiFactors, JACOBI, PcgGroups, PcgParams, PcgStatus, SMALL_SOLVE_VERTICES, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -113,6 +113,8 @@ pub struct GpuBackend {
     colliders: Vec<crate::contact::Collider>,
     /// The local/global solver's vertex diagonal for the current step.
     projective_diagonal: Vec<f64>,
+    /// The local/global matrices' preconditioners (made at the first local/global solve).
+    fsai: Option<FsaiFactors>,
     /// The most CG iterations a global step of the last local/global solve took: how many
     /// each global step records.
     last_global_cg: u32,
@@ -208,6 +210,7 @@ impl GpuBackend {
             anchors: Anchors::default(),
             colliders,
             projective_diagonal: Vec::new(),
+            fsai: None,
             last_global_cg: FIRST_CHUNK,
             small_solve_vertices: SMALL_SOLVE_VERTICES,
             projective,
@@ -446,6 +449,7 @@ impl GpuBackend {
             gradient_tolerance: gradient_tolerance as f32,
             surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
             friction: self.friction as u32,
+            preconditioner: JACOBI,
         }
     }
 
@@ -1040,7 +1044,15 @@ impl GpuBackend {
         let base = if contact { "projective_base" } else { "projective_diagonal" };
         let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
         rec.upload(c, scratch.named(base), bytemuck::cast_slice(&diagonal));
-        let matrix = Target::Projective { a: projective::stiffness_weight(&nodes) };
+        let a = projective::stiffness_weight(&nodes);
+        let matrix = Target::Projective { a };
+        // The global steps are preconditioned by the approximate inverse of the matrix without
+        // contacts (still positive definite, so still a preconditioner, where contacts add to
+        // the diagonal).
+        let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
+        if let Some(slots) = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal) {
+            rec.upload(c, scratch.named("fsai"), bytemuck::cast_slice(slots));
+        }
         let stiffness = projective::contact_stiffness(&self.model, &nodes);
         if contact {
             // Each solve starts with an empty set.
@@ -1053,6 +1065,7 @@ impl GpuBackend {
             (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 4 + 8);
         let params = PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
+            preconditioner: FSAI,
             ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
         };
         let mut last = None;

@@ -186,6 +186,10 @@ impl GpuBuffers {
             w.set(name, vector(name));
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
+        // The local/global matrix's sparse approximate inverse, for the models that solver
+        // takes, and its intermediate vector.
+        w.set("fsai", c.scratch::<f32>("fsai", if projective { slot_count } else { 1 }));
+        w.set("fsai_y", vector("fsai_y"));
         w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
         w.set("projective_base", c.scratch::<f32>("projective_base", n));
         w.set("contact_flags", c.scratch::<u32>("contact_flags", n));
@@ -324,6 +328,15 @@ impl GpuBuffers {
             }
         }
         entries
+    }
+
+    /// One value per stored block in the CPU twin's order laid out in slots (padding zero).
+    pub fn values_to_slots(&self, values: &[f32]) -> Vec<f32> {
+        let mut slots = vec![0.0; self.slot_count];
+        for (&value, &slot) in values.iter().zip(&self.slot_of) {
+            slots[slot as usize] = value;
+        }
+        slots
     }
 
     /// Workgroups of a pass over the vertices (and their partial sums).

@@ -1,13 +1,14 @@
 // Stage `pcg`: preconditioned conjugate gradients on the assembled block-sparse Hessian,
-// entirely on the GPU, two dispatches per iteration with Jacobi and three with FSAI. The twin
-// of src/backend/cpu/pcg.rs: start from zero, stop at |r| <= tol |b|, and stop on non-positive
-// curvature (returning the last iterate, or b on the first iteration).
+// entirely on the GPU, two dispatches per iteration. The twin of src/backend/cpu/pcg.rs:
+// start from zero, stop at |r| <= tol |b|, and stop on non-positive curvature (returning the
+// last iterate, or b on the first iteration).
 //
-// FSAI (src/backend/fsai.rs) applies z = G^T G r per coordinate, G lower triangular on the
-// matrix's pattern (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v). Its
-// first half, y = G r, needs the new r at every neighbour, so `update` forms it on the fly as
-// r - alpha Ap (r itself is only updated by the next kernel); `precondition` then updates r,
-// applies z = G^T y and sums (r.r, r.z).
+// FSAI (src/backend/fsai.rs) applies z = G^T G r per coordinate. The loop multiplies by the
+// explicit product M = G^T G (`fsai_inverse`, compressed rows): z needs the new r at every
+// vertex two edges away, so `update` forms it on the fly as r - alpha Ap, leaves the new r in
+// `fsai_y` and the next `product` moves it into r (a vertex's r is read by its neighbours
+// until then). The one-workgroup solve applies G and G^T as two sweeps with a barrier between
+// them (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v; y = G r in `fsai_y`).
 //
 // How two dispatches suffice without float atomics or a separate reduction pass:
 // - every workgroup of a kernel sums the previous kernel's per-workgroup partials itself, in
@@ -70,6 +71,8 @@ const LIMIT: u32 = 4u;
 @group(1) @binding(1) var<storage, read> diagonal: array<u32>;
 @group(1) @binding(2) var<storage, read> slice_bases: array<u32>;
 @group(1) @binding(3) var<storage, read> slot_columns: array<u32>;
+// M = G^T G's row offsets (n + 1), then its columns.
+@group(1) @binding(4) var<storage, read> fsai_inverse_pattern: array<u32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
 // The right-hand side, and the solution (the Newton direction).
@@ -95,6 +98,7 @@ const LIMIT: u32 = 4u;
 // FSAI's factor by slot, and y = G r between its two halves.
 @group(3) @binding(17) var<storage, read> fsai: array<f32>;
 @group(3) @binding(18) var<storage, read_write> fsai_y: array<f32>;
+@group(3) @binding(19) var<storage, read> fsai_inverse: array<f32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -118,18 +122,32 @@ fn block_times(slot: u32, u: vec3<f32>) -> vec3<f32> {
     );
 }
 
-// Row v of G times b (`from_rhs`), or times r - alpha Ap.
-fn lower_times(v: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+// b (`from_rhs`), or r - alpha Ap, at vertex c.
+fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+    if (from_rhs) {
+        return load3(c, 0u);
+    }
+    return load3(c, 1u) - alpha * load3(c, 5u);
+}
+
+// Row v of M = G^T G times b or r - alpha Ap.
+fn inverse_times(v: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+    let n = params.vertex_count;
+    var acc = vec3<f32>(0.0);
+    for (var e = fsai_inverse_pattern[v]; e < fsai_inverse_pattern[v + 1u]; e++) {
+        acc += fsai_inverse[e] * residual_at(fsai_inverse_pattern[n + 1u + e], alpha, from_rhs);
+    }
+    return acc;
+}
+
+// Row v of G times b or r.
+fn lower_times(v: u32, from_rhs: bool) -> vec3<f32> {
     var acc = vec3<f32>(0.0);
     for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
         let slot = matrix_slot(v, j);
         let c = slot_columns[slot];
         if (c <= v) {
-            var u = load3(c, 0u);
-            if (!from_rhs) {
-                u = load3(c, 1u) - alpha * load3(c, 5u);
-            }
-            acc += fsai[slot] * u;
+            acc += fsai[slot] * residual_at(c, 0.0, from_rhs);
         }
     }
     return acc;
@@ -154,12 +172,16 @@ fn store_y(v: u32, y: vec3<f32>) {
     }
 }
 
-// Row v of z = G^T y; returns (r.r, r.z).
-fn precondition_row(v: u32) -> vec2<f32> {
-    let zv = upper_times(v);
+fn store_z(v: u32, zv: vec3<f32>) {
     for (var c = 0u; c < 3u; c++) {
         z[3u * v + c] = zv[c];
     }
+}
+
+// Row v of z = G^T y (the one-workgroup solve); returns (r.r, r.z).
+fn precondition_row(v: u32) -> vec2<f32> {
+    let zv = upper_times(v);
+    store_z(v, zv);
     let rv = load3(v, 1u);
     return vec2<f32>(dot(rv, rv), dot(rv, zv));
 }
@@ -173,13 +195,13 @@ fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
 }
 
 // The direction the couplings multiply: p formed on the fly (`product`), or p itself
-// (`solve_small`).
+// (`solve_small`, which sets `one_workgroup`).
 var<private> coupled_beta: f32;
 var<private> coupled_first: bool;
-var<private> coupled_small: bool;
+var<private> one_workgroup: bool;
 
 fn coupled_vector(u: u32) -> vec3<f32> {
-    if (coupled_small) {
+    if (one_workgroup) {
         return load3(u, 4u);
     }
     return direction_at(u, coupled_beta, coupled_first);
@@ -271,9 +293,14 @@ fn setup_row(v: u32) -> vec2<f32> {
         z[3u * v + c] = inv * bv[c];
         zv[c] = inv * bv[c];
     }
-    if (params.preconditioner == FSAI) {
-        // z and r.z come from `precondition_start`.
-        store_y(v, lower_times(v, 0.0, true));
+    if (params.preconditioner == FSAI && one_workgroup) {
+        // z and r.z come from the sweep of G^T that follows.
+        store_y(v, lower_times(v, true));
+    } else if (params.preconditioner == FSAI) {
+        // r's next value (moved into r by `product`).
+        store_y(v, bv);
+        zv = inverse_times(v, 0.0, true);
+        store_z(v, zv);
     }
     return vec2<f32>(dot(bv, bv), dot(bv, zv));
 }
@@ -288,6 +315,19 @@ fn update_row(v: u32, alpha: f32) -> vec2<f32> {
     }
     let rv = load3(v, 1u);
     return vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
+}
+
+// Row v of the update with M = G^T G: direction += alpha p, the new r = r - alpha Ap into
+// `fsai_y`, z = M (r - alpha Ap); returns (r.r, r.z) of the new r.
+fn update_row_inverse(v: u32, alpha: f32) -> vec2<f32> {
+    for (var c = 0u; c < 3u; c++) {
+        direction[3u * v + c] += alpha * p_out[3u * v + c];
+    }
+    let rv = residual_at(v, alpha, false);
+    store_y(v, rv);
+    let zv = inverse_times(v, alpha, false);
+    store_z(v, zv);
+    return vec2<f32>(dot(rv, rv), dot(rv, zv));
 }
 
 // The starting scalars from (b.b, b.z): the tolerance (Newton's forcing term of the last
@@ -335,6 +375,12 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
     let beta = select(sums.y / s.rz, 0.0, first);
     var curvature = 0.0;
     if (s.state == RUNNING && v < params.vertex_count) {
+        if (params.preconditioner == FSAI) {
+            // The last update's r, now that no neighbour reads the old one.
+            for (var c = 0u; c < 3u; c++) {
+                r[3u * v + c] = fsai_y[3u * v + c];
+            }
+        }
         let pv = direction_at(v, beta, first);
         var acc = vec3<f32>(0.0);
         for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
@@ -367,71 +413,27 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
 fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let v = slot * WORKGROUP + lid;
-    let step = step_length(lid);
-    let descending = step.x != 0.0;
-    let alpha = step.y;
+    let curvature = all_curvature_partials(lid);
     let running = scalars_out.state == RUNNING;
+    // Uniform across the dispatch: every workgroup summed the same partials.
+    let descending = running && curvature > 0.0;
+    let alpha = select(0.0, scalars_out.rz / curvature, descending);
     var sums = vec2<f32>(0.0);
     if (descending && v < params.vertex_count) {
         if (params.preconditioner == FSAI) {
-            for (var c = 0u; c < 3u; c++) {
-                direction[3u * v + c] += alpha * p_out[3u * v + c];
-            }
-            store_y(v, lower_times(v, alpha, false));
+            sums = update_row_inverse(v, alpha);
         } else {
             sums = update_row(v, alpha);
         }
     }
     let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
     if (lid == 0u) {
-        if (descending && slot * WORKGROUP < params.vertex_count && params.preconditioner != FSAI) {
+        if (descending && slot * WORKGROUP < params.vertex_count) {
             residual_partials[slot] = total.xy;
         }
         if (running && !descending && slot == 0u) {
             scalars_out.negative = 1u;
         }
-    }
-}
-
-// (1 where the iteration descends, alpha) = (p.Ap > 0, r.z / p.Ap) of the last `product`:
-// uniform across the dispatch, every workgroup summing the same partials.
-fn step_length(lid: u32) -> vec2<f32> {
-    let curvature = all_curvature_partials(lid);
-    let descending = scalars_out.state == RUNNING && curvature > 0.0;
-    return vec2<f32>(select(0.0, 1.0, descending), select(0.0, scalars_out.rz / curvature, descending));
-}
-
-// FSAI's second half after `update`: r -= alpha Ap, z = G^T y; partials (r.r, r.z).
-@compute @workgroup_size(WORKGROUP)
-fn precondition(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
-    let v = slot * WORKGROUP + lid;
-    let step = step_length(lid);
-    var sums = vec2<f32>(0.0);
-    if (step.x != 0.0 && v < params.vertex_count) {
-        for (var c = 0u; c < 3u; c++) {
-            r[3u * v + c] -= step.y * ap[3u * v + c];
-        }
-        sums = precondition_row(v);
-    }
-    let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
-    if (lid == 0u && step.x != 0.0 && slot * WORKGROUP < params.vertex_count) {
-        residual_partials[slot] = total.xy;
-    }
-}
-
-// FSAI's second half after `setup`: z = G^T y; partials (b.b, b.z).
-@compute @workgroup_size(WORKGROUP)
-fn precondition_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
-    let v = slot * WORKGROUP + lid;
-    var sums = vec2<f32>(0.0);
-    if (v < params.vertex_count) {
-        sums = precondition_row(v);
-    }
-    let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
-    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
-        residual_partials[slot] = total.xy;
     }
 }
 
@@ -462,7 +464,7 @@ var<workgroup> carry_on: u32;
 
 @compute @workgroup_size(WORKGROUP)
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
-    coupled_small = true;
+    one_workgroup = true;
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
         partial += setup_row(v);
@@ -523,7 +525,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 // z = G^T G r over the updated r.
                 storageBarrier();
                 for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
-                    store_y(v, lower_times(v, 0.0, false));
+                    store_y(v, lower_times(v, false));
                 }
                 storageBarrier();
                 sums = vec2<f32>(0.0);

@@ -14,6 +14,12 @@
 //! Both triangles are kept in one value per pattern entry: `(i, j)` holds `G_ij` for
 //! `j <= i` and `G_ji` for `j > i`, so that `y = G r` reads the lower part of row `i` and
 //! `z = G^T y` the upper part, each a gather.
+//!
+//! A GPU iteration that applies `G` and `G^T` as two gathers pays a dispatch for each, so the
+//! multi-workgroup GPU loop multiplies by the product `M = G^T G` instead ([`Inverse`]): one
+//! gather, fused into CG's update, over a pattern about 2.2x the matrix's (the pairs of
+//! vertices with a common neighbour numbered after both: 26-28 entries per row against 12 on
+//! the benchmark bars and cubes), so the preconditioner costs no dispatch of its own.
 
 use rayon::prelude::*;
 
@@ -123,6 +129,95 @@ impl Fsai {
     }
 }
 
+/// `M = G^T G` in compressed rows: `pattern` holds the `n + 1` row offsets, then the sorted
+/// columns of every row; `values` one value per column entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Inverse {
+    pub pattern: Vec<u32>,
+    pub values: Vec<f64>,
+}
+
+impl Inverse {
+    /// The pattern of `G^T G` for a factor on `topology`'s pattern: `(i, j)` where some row
+    /// `k >= i, j` of `G` holds both columns, that is, where `i` and `j` share a neighbour `k`
+    /// numbered after both. Values zero.
+    pub fn new(topology: &Topology) -> Inverse {
+        let n = topology.diagonal.len();
+        let rows: Vec<Vec<u32>> = (0..n)
+            .into_par_iter()
+            .map(|i| {
+                let mut columns: Vec<u32> = later_neighbours(topology, i)
+                    .flat_map(|(k, _)| lower_columns(topology, k).map(|(j, _)| j as u32))
+                    .collect();
+                columns.sort_unstable();
+                columns.dedup();
+                columns
+            })
+            .collect();
+        let mut pattern = Vec::with_capacity(n + 1 + rows.iter().map(Vec::len).sum::<usize>());
+        pattern.push(0);
+        for row in &rows {
+            pattern.push(pattern.last().unwrap() + row.len() as u32);
+        }
+        let values = vec![0.0; rows.iter().map(Vec::len).sum()];
+        pattern.extend(rows.into_iter().flatten());
+        Inverse { pattern, values }
+    }
+
+    /// The values of `G^T G` for `fsai` on `topology`: row `i` sums `G_ki G_kj` over the rows
+    /// `k` of `G` that hold column `i`.
+    pub fn fill(&mut self, topology: &Topology, fsai: &Fsai) {
+        let n = topology.diagonal.len();
+        let (offsets, columns) = self.pattern.split_at(n + 1);
+        let mut rows: Vec<&mut [f64]> = Vec::with_capacity(n);
+        let mut rest = self.values.as_mut_slice();
+        for i in 0..n {
+            let (row, tail) = rest.split_at_mut((offsets[i + 1] - offsets[i]) as usize);
+            rows.push(row);
+            rest = tail;
+        }
+        rows.into_par_iter().enumerate().for_each(|(i, row)| {
+            let row_columns = &columns[offsets[i] as usize..offsets[i + 1] as usize];
+            row.fill(0.0);
+            for (k, g_ki) in later_neighbours(topology, i) {
+                for (j, g_kj) in lower_columns(topology, k) {
+                    let at = row_columns.binary_search(&(j as u32)).expect("the pattern holds (i, j)");
+                    row[at] += fsai.values[g_ki] * fsai.values[g_kj];
+                }
+            }
+        });
+    }
+
+    /// `z = M r` per coordinate.
+    #[cfg(test)]
+    pub fn apply(&self, r: &[[f64; 3]], z: &mut [[f64; 3]]) {
+        let n = r.len();
+        let (offsets, columns) = self.pattern.split_at(n + 1);
+        crate::math::fill_per_vertex(z, |i| {
+            let mut acc = [0.0; 3];
+            for e in offsets[i] as usize..offsets[i + 1] as usize {
+                for c in 0..3 {
+                    acc[c] += self.values[e] * r[columns[e] as usize][c];
+                }
+            }
+            acc
+        });
+    }
+}
+
+/// The neighbours `k >= i` of vertex `i` (itself first), with the entry in row `i` that holds
+/// `G_ki`.
+fn later_neighbours(topology: &Topology, i: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let entries = topology.diagonal[i] as usize..topology.row_offsets[i + 1] as usize;
+    entries.map(move |e| (topology.columns[e] as usize, e))
+}
+
+/// The columns `j <= k` of row `k` of `G`, with the entry that holds `G_kj`.
+fn lower_columns(topology: &Topology, k: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let entries = topology.row_offsets[k] as usize..topology.diagonal[k] as usize + 1;
+    entries.map(move |e| (topology.columns[e] as usize, e))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -228,5 +323,36 @@ pub(crate) mod tests {
         let dot: f64 = r.iter().zip(&z).map(|(a, b)| (0..3).map(|c| a[c] * b[c]).sum::<f64>()).sum();
         assert!((rz - dot).abs() <= 1e-12 * dot.abs(), "{rz} against {dot}");
         assert!(rz > 0.0, "G^T G is positive definite");
+    }
+
+    /// The explicit product `M = G^T G` multiplies as `G^T G` does, and is symmetric.
+    #[test]
+    fn the_explicit_product_is_the_factor_applied_twice() {
+        use rand::{RngExt, SeedableRng};
+        let (model, topology, s) = projective_matrix([7, 3, 4], 0.5);
+        let fsai = Fsai::new(&topology, &s);
+        let mut inverse = Inverse::new(&topology);
+        inverse.fill(&topology, &fsai);
+        let n = model.vertex_count();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let r: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+        let (mut y, mut expected, mut z) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
+        fsai.apply(&topology, &r, &mut y, &mut expected);
+        inverse.apply(&r, &mut z);
+        let scale = expected.iter().flatten().fold(0.0f64, |w, v| w.max(v.abs()));
+        let worst =
+            z.iter().flatten().zip(expected.iter().flatten()).fold(0.0f64, |w, (a, b)| w.max((a - b).abs()));
+        assert!(worst < 1e-12 * scale, "M r off by {worst:e} of {scale:e}");
+        let (offsets, columns) = inverse.pattern.split_at(n + 1);
+        let at = |i: usize, j: usize| {
+            let row = &columns[offsets[i] as usize..offsets[i + 1] as usize];
+            row.binary_search(&(j as u32)).map(|k| inverse.values[offsets[i] as usize + k])
+        };
+        for i in 0..n {
+            for e in offsets[i] as usize..offsets[i + 1] as usize {
+                let j = columns[e] as usize;
+                assert_eq!(at(j, i), Ok(inverse.values[e]), "M is symmetric at ({i}, {j})");
+            }
+        }
     }
 }

@@ -1042,16 +1042,21 @@ impl GpuBackend {
         // (`projective::LocalContact::grow_set`), from the base uploaded here.
         let contact = projective::has_penalty_contact(&self.model, &self.colliders);
         let base = if contact { "projective_base" } else { "projective_diagonal" };
-        let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
-        rec.upload(c, scratch.named(base), bytemuck::cast_slice(&diagonal));
-        let a = projective::stiffness_weight(&nodes);
-        let matrix = Target::Projective { a };
         // The global steps are preconditioned by the approximate inverse of the matrix without
         // contacts (still positive definite, so still a preconditioner, where contacts add to
         // the diagonal).
         let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
-        if let Some(slots) = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal) {
-            rec.upload(c, scratch.named("fsai"), bytemuck::cast_slice(slots));
+        if self.buffers.reserve_fsai(&self.context, fsai.inverse_pattern()) {
+            self.rebind()?;
+        }
+        let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
+        rec.upload(c, scratch.named(base), bytemuck::cast_slice(&diagonal));
+        let a = projective::stiffness_weight(&nodes);
+        let matrix = Target::Projective { a };
+        let fsai = self.fsai.as_mut().expect("made above");
+        if let Some(factor) = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal) {
+            rec.upload(c, scratch.named("fsai"), bytemuck::cast_slice(&factor.slots));
+            rec.upload(c, scratch.named("fsai_inverse"), bytemuck::cast_slice(&factor.inverse));
         }
         let stiffness = projective::contact_stiffness(&self.model, &nodes);
         if contact {

@@ -1,6 +1,6 @@
 //! Stage `pcg` (`shaders/pcg.wgsl`), the GPU twin of `backend/cpu/pcg.rs`: PCG on the
-//! assembled matrix, preconditioned by Jacobi (two dispatches per iteration) or by the
-//! sparse approximate inverse of `backend/fsai.rs` (three), its scalars on the device. The search
+//! assembled matrix, preconditioned by Jacobi or by the sparse approximate inverse of
+//! `backend/fsai.rs`, two dispatches per iteration, its scalars on the device. The search
 //! direction `p` and the scalars ping-pong between two buffers each; the bind groups of both
 //! parities are built once.
 
@@ -10,7 +10,10 @@ use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
 use super::stage::WgStage;
+use crate::backend::fsai::{Fsai, Inverse};
+use crate::backend::topology::Topology;
 use crate::error::Result;
+use crate::model::Model;
 
 /// Parameters of `shaders/pcg.wgsl`.
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
@@ -35,7 +38,8 @@ pub struct PcgParams {
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
 pub const JACOBI: u32 = 0;
-/// `PcgParams::preconditioner`: `G^T G`, the factor in the `fsai` buffer.
+/// `PcgParams::preconditioner`: `G^T G`, the factor in the `fsai` buffer (one workgroup) and
+/// its product in `fsai_inverse` (the loop).
 pub const FSAI: u32 = 1;
 
 /// Bodies up to this many vertices solve in one workgroup (`WgPcg::solve_small`): one
@@ -45,36 +49,55 @@ pub const FSAI: u32 = 1;
 pub const SMALL_SOLVE_VERTICES: usize = 2048;
 
 /// The local/global matrices' FSAI factors for the GPU's global steps, built on the host in
-/// f64 and uploaded in slot order. A stabilized step alternates two step weights, so the last
-/// two factors are kept; a factor serves while the vertex diagonal stays within 1 % of the one
-/// it was built for (lagged damping moves it a little every step, and an approximate inverse
-/// of a nearby matrix preconditions as well).
+/// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` on
+/// its own pattern (the loop). A stabilized step alternates two step weights, so the last two
+/// factors are kept; a factor serves while the vertex diagonal stays within 1 % of the one it
+/// was built for (lagged damping moves it a little every step, and an approximate inverse of a
+/// nearby matrix preconditions as well).
 pub struct FsaiFactors {
-    topology: crate::backend::topology::Topology,
+    topology: Topology,
     laplacian: Vec<f64>,
-    /// (step weight, vertex diagonal, factor in slots), the latest first.
-    factors: Vec<(f64, Vec<f64>, Vec<f32>)>,
+    inverse: Inverse,
+    /// The latest first.
+    factors: Vec<FsaiFactor>,
     /// Whether the latest factor is the one on the device.
     uploaded: bool,
 }
 
+/// One matrix's factor, as uploaded.
+pub struct FsaiFactor {
+    /// The step weight and the vertex diagonal it was built for.
+    a: f64,
+    diagonal: Vec<f64>,
+    /// `G` in slot order, for the `fsai` buffer.
+    pub slots: Vec<f32>,
+    /// `M = G^T G`'s values, for the `fsai_inverse` buffer.
+    pub inverse: Vec<f32>,
+}
+
 impl FsaiFactors {
-    pub fn new(model: &crate::model::Model) -> FsaiFactors {
-        let topology = crate::backend::topology::Topology::new(model);
+    pub fn new(model: &Model) -> FsaiFactors {
+        let topology = Topology::new(model);
         let laplacian = crate::backend::projective::laplacian(model, &topology);
-        FsaiFactors { topology, laplacian, factors: Vec::new(), uploaded: false }
+        let inverse = Inverse::new(&topology);
+        FsaiFactors { topology, laplacian, inverse, factors: Vec::new(), uploaded: false }
     }
 
-    /// The factor of `S = a L + diagonal` in slot order when it is not on the device yet.
+    /// `M`'s row offsets and columns, for the `fsai_inverse_pattern` buffer.
+    pub fn inverse_pattern(&self) -> &[u32] {
+        &self.inverse.pattern
+    }
+
+    /// The factor of `S = a L + diagonal` when it is not on the device yet.
     pub fn for_matrix(
         &mut self,
-        model: &crate::model::Model,
+        model: &Model,
         buffers: &GpuBuffers,
         a: f64,
         diagonal: &[f64],
-    ) -> Option<&[f32]> {
+    ) -> Option<&FsaiFactor> {
         let close = |d: &[f64]| d.iter().zip(diagonal).all(|(p, q)| (p - q).abs() <= 0.01 * q.abs());
-        match self.factors.iter().position(|(b, d, _)| *b == a && close(d)) {
+        match self.factors.iter().position(|f| f.a == a && close(&f.diagonal)) {
             Some(0) if self.uploaded => return None,
             Some(k) => {
                 let factor = self.factors.remove(k);
@@ -82,22 +105,23 @@ impl FsaiFactors {
             }
             None => {
                 let mut matrix = Vec::new();
-                crate::backend::projective::matrix(
-                    model,
-                    &self.topology,
-                    &self.laplacian,
+                let (topology, laplacian) = (&self.topology, &self.laplacian);
+                crate::backend::projective::matrix(model, topology, laplacian, a, diagonal, &mut matrix);
+                let fsai = Fsai::new(topology, &matrix);
+                self.inverse.fill(topology, &fsai);
+                let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+                let factor = FsaiFactor {
                     a,
-                    diagonal,
-                    &mut matrix,
-                );
-                let fsai = crate::backend::fsai::Fsai::new(&self.topology, &matrix);
-                let values: Vec<f32> = fsai.values.iter().map(|&v| v as f32).collect();
-                self.factors.insert(0, (a, diagonal.to_vec(), buffers.values_to_slots(&values)));
+                    diagonal: diagonal.to_vec(),
+                    slots: buffers.values_to_slots(&to_f32(&fsai.values)),
+                    inverse: to_f32(&self.inverse.values),
+                };
+                self.factors.insert(0, factor);
                 self.factors.truncate(2);
             }
         }
         self.uploaded = true;
-        Some(&self.factors[0].2)
+        Some(&self.factors[0])
     }
 }
 
@@ -191,10 +215,6 @@ impl WgPcg {
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
         recording.dispatch(context, self.0.kernel("setup"), &groups.param, offset, &bound, groups.workgroups);
-        if params.preconditioner == FSAI {
-            let kernel = self.0.kernel("precondition_start");
-            recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
-        }
         recording.dispatch(context, self.0.kernel("start"), &groups.param, offset, &bound, 1);
         Ok(Solve { params, recorded: 0 })
     }
@@ -249,10 +269,6 @@ impl WgPcg {
                 &bound,
                 groups.workgroups,
             );
-            if solve.params.preconditioner == FSAI {
-                let kernel = self.0.kernel("precondition");
-                recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
-            }
             solve.recorded += 1;
         }
         let even = solve.recorded.is_multiple_of(2);
@@ -443,7 +459,8 @@ mod tests {
     }
 
     /// FSAI-PCG on a local/global matrix (`S (x) I_3`, random right-hand side) follows its CPU
-    /// twin in both forms, the loop and one workgroup: the same iteration count (to a couple,
+    /// twin in both forms, the loop (with `G^T G` multiplied out) and one workgroup (`G` and
+    /// `G^T` in turn): the same iteration count (to a couple,
     /// f32 against f64), the solution to the tolerance's scale, the true residual met; and it
     /// takes far fewer iterations than Jacobi on the same system.
     #[test]
@@ -479,9 +496,12 @@ mod tests {
             1000,
         );
         let mut rig = Rig::new(&context, &model);
-        let fsai_f32: Vec<f32> = fsai.values.iter().map(|&v| v as f32).collect();
-        let slots = rig.buffers.values_to_slots(&fsai_f32);
+        let mut inverse = crate::backend::fsai::Inverse::new(&topology);
+        inverse.fill(&topology, &fsai);
+        assert!(rig.buffers.reserve_fsai(&rig.context, &inverse.pattern));
+        let slots = rig.buffers.values_to_slots(&to_f32(&fsai.values));
         rig.upload(3, "fsai", &slots);
+        rig.upload(3, "fsai_inverse", &to_f32(&inverse.values));
         let blocks_f32: Vec<f64> = blocks.iter().flatten().copied().collect();
         let block_slots = rig.buffers.blocks_to_slots(&to_f32(&blocks_f32));
         rig.upload(3, "blocks", &block_slots);

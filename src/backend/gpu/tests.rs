@@ -353,3 +353,80 @@ fn dispatches_split_into_rows_give_the_same_bits() {
     assert!(rows.1 > 1, "the solve must iterate");
     assert_eq!(rows, single, "a 2-D grid must compute exactly what a 1-D one does");
 }
+
+/// A local/global solve through the multi-workgroup loop (FSAI as `M = G^T G`, one gather)
+/// ends where the one-workgroup solve (`G`, then `G^T`) and the CPU's exact global solves end,
+/// and the loop never needs more CG iterations than the one-workgroup solve by more than
+/// round-off's couple per global step.
+#[test]
+fn local_global_loop_and_one_workgroup_solves_agree() {
+    use crate::backend::{LocalGlobalRequest, Stages};
+    use crate::objective::{Node, StepProblem};
+    let Some(context) = context() else { return };
+    let (model, _, _) = crate::backend::fsai::tests::projective_matrix([10, 3, 3], 1.0);
+    let model = Arc::new(model);
+    let rest = model.rest.clone();
+    // A backward-Euler step from rest towards a sagged, twisted target.
+    let target: Vec<[f64; 3]> =
+        rest.iter().map(|p| [p[0], p[1] - 0.3 * p[0] * p[0], p[2] + 0.1 * p[0] * p[1]]).collect();
+    let nodes = [Node { weight: 1.0, theta: 1.0 }];
+    let problem = || StepProblem {
+        start: &rest,
+        target: &target,
+        nodes: &nodes,
+        dt: H,
+        vertex_damping: &[],
+        vertex_linear: &[],
+        rayleigh: 0.0,
+        couplings: &[],
+        damping_weight: 0.5,
+    };
+    let request = LocalGlobalRequest {
+        iterations: 10,
+        gradient_tolerance: 1e-12,
+        record_objectives: false,
+        linear_tolerance: 1e-5,
+        max_linear_iterations: 500,
+    };
+    let solve = |backend: &mut dyn Stages| {
+        backend.begin_step(problem());
+        backend.set_iterate(&rest);
+        let report = backend.local_global(&request);
+        let mut x = vec![[0.0; 3]; rest.len()];
+        backend.read_iterate(&mut x);
+        (report, x)
+    };
+    let mut cpu = crate::backend::cpu::CpuBackend::new(model.clone());
+    let (exact, exact_x) = solve(&mut cpu);
+    let mut runs = Vec::new();
+    for limit in [0, usize::MAX] {
+        let mut gpu = super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+        gpu.set_small_solve_limit(limit);
+        runs.push(solve(&mut gpu));
+        assert!(gpu.take_error().is_none());
+    }
+    let [(looped, looped_x), (whole, whole_x)] = <[_; 2]>::try_from(runs).ok().unwrap();
+    // The largest distance between corresponding vertices, and where.
+    let gap = |a: &[[f64; 3]], b: &[[f64; 3]]| {
+        let distance =
+            |(p, q): (&[f64; 3], &[f64; 3])| (0..3).map(|c| (p[c] - q[c]).powi(2)).sum::<f64>().sqrt();
+        a.iter().zip(b).map(distance).enumerate().fold((0.0, 0), |w, (v, d)| if d > w.0 { (d, v) } else { w })
+    };
+    let (moved, _) = gap(&exact_x, &rest);
+    for (name, report, x) in [("loop", &looped, &looped_x), ("one workgroup", &whole, &whole_x)] {
+        let (difference, vertex) = gap(x, &exact_x);
+        println!(
+            "{name}: {} CG iterations, G {:.9e} (CPU {:.9e}), {difference:.2e} m from the CPU of {moved:.3} m",
+            report.linear_iterations, report.objective, exact.objective
+        );
+        assert_eq!(report.iterations, exact.iterations, "{name}");
+        assert!(difference <= 1e-5 * moved, "{name}: {difference:e} m from the CPU at vertex {vertex}");
+        assert!((report.objective - exact.objective).abs() <= 1e-5 * exact.objective.abs(), "{name}");
+    }
+    assert!(
+        looped.linear_iterations <= whole.linear_iterations + 2 * request.iterations,
+        "loop {} against one workgroup {} CG iterations",
+        looped.linear_iterations,
+        whole.linear_iterations
+    );
+}

@@ -9,7 +9,8 @@
 //! Yeremin). Each row is its own small dense solve, so the factor is built in
 //! parallel, and applying it is two passes over the pattern with no recurrence: what a GPU
 //! can run where it cannot run a triangular solve. On the local/global matrices of the
-//! benchmark bodies it halves Jacobi-PCG's iterations (docs/perf/local-global.md).
+//! benchmark bodies it needs half to a third of Jacobi-PCG's iterations
+//! (docs/perf/local-global.md).
 //!
 //! Both triangles are kept in one value per pattern entry: `(i, j)` holds `G_ij` for
 //! `j <= i` and `G_ji` for `j > i`, so that `y = G r` reads the lower part of row `i` and

@@ -192,8 +192,9 @@ impl Solver {
         self
     }
 
-    /// Relative residual to which a GPU's PCG solves each local/global step (default 1e-2);
-    /// the CPU solves them exactly. Projective dynamics' own error dominates: on the bunny
+    /// Relative residual to which a GPU's CG, preconditioned by the sparse approximate inverse
+    /// of the step's matrix, solves each local/global step (default 1e-2); the CPU solves them
+    /// exactly. Projective dynamics' own error dominates: on the bunny
     /// (19K tets), 10 iterations at 1e-2 end within 0.2 % of the exact solves' objective gap,
     /// at 1e-1 within 1.2 %, with half and a quarter of the CG iterations of 1e-4
     /// (docs/perf/local-global.md).

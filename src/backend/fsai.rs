@@ -296,27 +296,21 @@ pub(crate) mod tests {
         let r: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
         let (mut y, mut z) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
         let rz = fsai.apply(&topology, &r, &mut y, &mut z);
-        let mut expected = vec![[0.0; 3]; n];
-        let mut gr = vec![[0.0; 3]; n];
-        for i in 0..n {
-            for e in topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize {
-                let j = topology.columns[e] as usize;
-                if j <= i {
-                    for c in 0..3 {
-                        gr[i][c] += fsai.values[e] * r[j][c];
-                    }
-                }
-            }
+        // G's entries (i, j, G_ij), then y = G r and z = G^T y entry by entry.
+        let (t, values) = (&topology, &fsai.values);
+        let lower: Vec<(usize, usize, f64)> = (0..n)
+            .flat_map(|i| {
+                let entries = t.row_offsets[i] as usize..t.row_offsets[i + 1] as usize;
+                entries.map(move |e| (i, t.columns[e] as usize, values[e]))
+            })
+            .filter(|&(i, j, _)| j <= i)
+            .collect();
+        let (mut gr, mut expected) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
+        for &(i, j, g) in &lower {
+            (0..3).for_each(|c| gr[i][c] += g * r[j][c]);
         }
-        for i in 0..n {
-            for e in topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize {
-                let j = topology.columns[e] as usize;
-                if j <= i {
-                    for c in 0..3 {
-                        expected[j][c] += fsai.values[e] * gr[i][c];
-                    }
-                }
-            }
+        for &(i, j, g) in &lower {
+            (0..3).for_each(|c| expected[j][c] += g * gr[i][c]);
         }
         let worst =
             z.iter().flatten().zip(expected.iter().flatten()).fold(0.0f64, |w, (a, b)| w.max((a - b).abs()));

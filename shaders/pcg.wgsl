@@ -9,6 +9,10 @@
 // `fsai_y` and the next `product` moves it into r (a vertex's r is read by its neighbours
 // until then). The one-workgroup solve applies G and G^T as two sweeps with a barrier between
 // them (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v; y = G r in `fsai_y`).
+// G is made for the matrix without penalty contacts, whose stiffness can exceed the rest of a
+// diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are preconditioned
+// by Jacobi and the rest by E G^T G E, E dropping the contact set: the two blocks of a block
+// diagonal, each positive definite, so still a preconditioner for CG.
 //
 // How two dispatches suffice without float atomics or a separate reduction pass:
 // - every workgroup of a kernel sums the previous kernel's per-workgroup partials itself, in
@@ -99,6 +103,7 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(17) var<storage, read> fsai: array<f32>;
 @group(3) @binding(18) var<storage, read_write> fsai_y: array<f32>;
 @group(3) @binding(19) var<storage, read> fsai_inverse: array<f32>;
+@group(3) @binding(20) var<storage, read> contact_flags: array<u32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -130,23 +135,40 @@ fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return load3(c, 1u) - alpha * load3(c, 5u);
 }
 
-// Row v of M = G^T G times b or r - alpha Ap.
+// Vertex v is in the penalty contact set.
+fn in_contact(v: u32) -> bool {
+    return contact_flags[v] != 0u;
+}
+
+// Jacobi's row v times u.
+fn jacobi_times(v: u32, u: vec3<f32>) -> vec3<f32> {
+    let i = 3u * v;
+    return vec3<f32>(inverse_diagonal[i], inverse_diagonal[i + 1u], inverse_diagonal[i + 2u]) * u;
+}
+
+// Row v of the preconditioner times b or r - alpha Ap, with M = G^T G.
 fn inverse_times(v: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+    if (in_contact(v)) {
+        return jacobi_times(v, residual_at(v, alpha, from_rhs));
+    }
     let n = params.vertex_count;
     var acc = vec3<f32>(0.0);
     for (var e = fsai_inverse_pattern[v]; e < fsai_inverse_pattern[v + 1u]; e++) {
-        acc += fsai_inverse[e] * residual_at(fsai_inverse_pattern[n + 1u + e], alpha, from_rhs);
+        let c = fsai_inverse_pattern[n + 1u + e];
+        if (!in_contact(c)) {
+            acc += fsai_inverse[e] * residual_at(c, alpha, from_rhs);
+        }
     }
     return acc;
 }
 
-// Row v of G times b or r.
+// Row v of G E times b or r.
 fn lower_times(v: u32, from_rhs: bool) -> vec3<f32> {
     var acc = vec3<f32>(0.0);
     for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
         let slot = matrix_slot(v, j);
         let c = slot_columns[slot];
-        if (c <= v) {
+        if (c <= v && !in_contact(c)) {
             acc += fsai[slot] * residual_at(c, 0.0, from_rhs);
         }
     }
@@ -178,11 +200,15 @@ fn store_z(v: u32, zv: vec3<f32>) {
     }
 }
 
-// Row v of z = G^T y (the one-workgroup solve); returns (r.r, r.z).
+// Row v of z = E G^T y, or Jacobi's in the contact set (the one-workgroup solve); returns
+// (r.r, r.z).
 fn precondition_row(v: u32) -> vec2<f32> {
-    let zv = upper_times(v);
-    store_z(v, zv);
     let rv = load3(v, 1u);
+    var zv = jacobi_times(v, rv);
+    if (!in_contact(v)) {
+        zv = upper_times(v);
+    }
+    store_z(v, zv);
     return vec2<f32>(dot(rv, rv), dot(rv, zv));
 }
 

@@ -356,15 +356,27 @@ fn dispatches_split_into_rows_give_the_same_bits() {
 
 /// A local/global solve through the multi-workgroup loop (FSAI as `M = G^T G`, one gather)
 /// ends where the one-workgroup solve (`G`, then `G^T`) and the CPU's exact global solves end,
-/// and the loop never needs more CG iterations than the one-workgroup solve by more than
-/// round-off's couple per global step.
+/// free and pressed into a penalty floor (whose contact set the preconditioner hands to
+/// Jacobi), and the loop never needs more CG iterations than the one-workgroup solve by more
+/// than round-off's couple per global step.
 #[test]
 fn local_global_loop_and_one_workgroup_solves_agree() {
+    use crate::contact::{Collider, ContactModel};
+    let Some(context) = context() else { return };
+    let (free, _, _) = crate::backend::fsai::tests::projective_matrix([10, 3, 3], 1.0);
+    // The sagging target below takes the far end's lower vertices 0.1-0.2 m into this floor.
+    let mut floored = free.clone();
+    floored.colliders = vec![Collider::plane([0.0, 1.0, 0.0], -0.1)];
+    floored.contact = ContactModel::Penalty { stiffness: 1e6 };
+    for model in [free, floored] {
+        let model = Arc::new(model);
+        one_local_global_solve_both_ways(&context, &model);
+    }
+}
+
+fn one_local_global_solve_both_ways(context: &Arc<super::GpuContext>, model: &Arc<Model>) {
     use crate::backend::{LocalGlobalRequest, Stages};
     use crate::objective::{Node, StepProblem};
-    let Some(context) = context() else { return };
-    let (model, _, _) = crate::backend::fsai::tests::projective_matrix([10, 3, 3], 1.0);
-    let model = Arc::new(model);
     let rest = model.rest.clone();
     // A backward-Euler step from rest towards a sagged, twisted target.
     let target: Vec<[f64; 3]> =
@@ -413,6 +425,11 @@ fn local_global_loop_and_one_workgroup_solves_agree() {
         a.iter().zip(b).map(distance).enumerate().fold((0.0, 0), |w, (v, d)| if d > w.0 { (d, v) } else { w })
     };
     let (moved, _) = gap(&exact_x, &rest);
+    let lowest = exact_x.iter().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+    println!("{} colliders: the lowest vertex at y = {lowest:.4} m", model.colliders.len());
+    if !model.colliders.is_empty() {
+        assert!(lowest < -0.09, "nothing reached the floor (lowest y {lowest})");
+    }
     for (name, report, x) in [("loop", &looped, &looped_x), ("one workgroup", &whole, &whole_x)] {
         let (difference, vertex) = gap(x, &exact_x);
         println!(

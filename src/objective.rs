@@ -57,6 +57,30 @@ pub struct StepProblem<'a> {
     pub damping_weight: f64,
 }
 
+#[cfg(test)]
+impl<'a> StepProblem<'a> {
+    /// A step with no damping and no vertex terms, for tests of what a step minimizes.
+    pub(crate) fn undamped(
+        start: &'a [[f64; 3]],
+        target: &'a [[f64; 3]],
+        nodes: &'a [Node],
+        dt: f64,
+        damping_weight: f64,
+    ) -> StepProblem<'a> {
+        StepProblem {
+            start,
+            target,
+            nodes,
+            dt,
+            vertex_damping: &[],
+            vertex_linear: &[],
+            rayleigh: 0.0,
+            couplings: &[],
+            damping_weight,
+        }
+    }
+}
+
 /// A quadratic form on four vertices, `1/2 |sum_i c_i x_(v_i)|^2_K`: its Hessian is
 /// `(c c^T) (x) K`. Self-contact's Hessian and the lagged friction between bodies take this
 /// form; it couples a vertex with a triangle's corners, which need not share an element, so

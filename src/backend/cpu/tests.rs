@@ -152,18 +152,14 @@ fn barrier_terms_match_finite_differences() {
         .count();
     assert!(near >= 10, "only {near} vertices feel the barrier");
     let mut backend = CpuBackend::new(Arc::new(model));
-    backend.begin_step(StepProblem {
-        start: &start,
-        target: &start,
-        // Two nodes, one of them midpoint-like: the barrier acts at the end positions.
-        nodes: &[Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }],
-        dt: 1.0 / 30.0,
-        vertex_damping: &[],
-        vertex_linear: &[],
-        rayleigh: 0.0,
-        couplings: &[],
-        damping_weight: 0.0,
-    });
+    // Two nodes, one of them midpoint-like: the barrier acts at the end positions.
+    backend.begin_step(StepProblem::undamped(
+        &start,
+        &start,
+        &[Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }],
+        1.0 / 30.0,
+        0.0,
+    ));
     backend.set_iterate(&x);
     assert_derivatives_match_finite_differences(&mut backend, &x, "barrier");
 }
@@ -254,17 +250,7 @@ fn pcg_stops_at_negative_curvature_with_a_descent_direction() {
     let squeezed: Vec<[f64; 3]> = model.rest.iter().map(|p| [0.5 * p[0], 0.6 * p[1], p[2]]).collect();
     let mut backend = CpuBackend::new(model);
     let nodes = [Node { weight: 1.0, theta: 1.0 }];
-    backend.begin_step(StepProblem {
-        start: &squeezed,
-        target: &squeezed,
-        nodes: &nodes,
-        dt: 10.0,
-        vertex_damping: &[],
-        vertex_linear: &[],
-        rayleigh: 0.0,
-        couplings: &[],
-        damping_weight: 1.0,
-    });
+    backend.begin_step(StepProblem::undamped(&squeezed, &squeezed, &nodes, 10.0, 1.0));
     backend.set_iterate(&squeezed);
     backend.linearize(Projection::None);
     let report = backend.solve_direction(LinearSolver::Pcg, 1e-10, 10_000);

@@ -149,17 +149,7 @@ mod tests {
             };
             let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
             let nodes = [Node { weight: 1.0, theta: 1.0 }];
-            let problem = StepProblem {
-                start: &start,
-                target: &target,
-                nodes: &nodes,
-                dt: 1.0 / 30.0,
-                vertex_damping: &[],
-                vertex_linear: &[],
-                rayleigh: 0.0,
-                couplings: &[],
-                damping_weight: 1.0,
-            };
+            let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
             let request = DirectionRequest {
                 projection: Projection::Psd,
                 solve: true,

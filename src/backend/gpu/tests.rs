@@ -21,17 +21,7 @@ fn batched_line_search_candidates_match_one_at_a_time() {
     let (x, start) = random_state(&model, 21);
     let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0], p[1] - 0.02, p[2]]).collect();
     let mut gpu = super::GpuBackend::new(context, model.clone()).unwrap();
-    gpu.begin_step(StepProblem {
-        start: &start,
-        target: &target,
-        nodes: &NODES,
-        dt: H,
-        vertex_damping: &[],
-        vertex_linear: &[],
-        rayleigh: 0.0,
-        couplings: &[],
-        damping_weight: 0.5,
-    });
+    gpu.begin_step(StepProblem::undamped(&start, &target, &NODES, H, 0.5));
     gpu.set_iterate(&x);
     gpu.linearize(Projection::Psd);
     gpu.solve_direction(LinearSolver::Pcg, 1e-3, 500);
@@ -382,17 +372,7 @@ fn one_local_global_solve_both_ways(context: &Arc<super::GpuContext>, model: &Ar
     let target: Vec<[f64; 3]> =
         rest.iter().map(|p| [p[0], p[1] - 0.3 * p[0] * p[0], p[2] + 0.1 * p[0] * p[1]]).collect();
     let nodes = [Node { weight: 1.0, theta: 1.0 }];
-    let problem = || StepProblem {
-        start: &rest,
-        target: &target,
-        nodes: &nodes,
-        dt: H,
-        vertex_damping: &[],
-        vertex_linear: &[],
-        rayleigh: 0.0,
-        couplings: &[],
-        damping_weight: 0.5,
-    };
+    let problem = || StepProblem::undamped(&rest, &target, &nodes, H, 0.5);
     let request = LocalGlobalRequest {
         iterations: 10,
         gradient_tolerance: 1e-12,

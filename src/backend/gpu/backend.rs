@@ -1047,8 +1047,7 @@ impl GpuBackend {
         let contact = projective::has_penalty_contact(&self.model, &self.colliders);
         let base = if contact { "projective_base" } else { "projective_diagonal" };
         // The global steps are preconditioned by the approximate inverse of the matrix without
-        // contacts (still positive definite, so still a preconditioner, where contacts add to
-        // the diagonal).
+        // penalty contacts; the contact set's rows take Jacobi's (`shaders/pcg.wgsl`).
         let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
         if self.buffers.reserve_fsai(&self.context, fsai.inverse_pattern()) {
             self.rebind()?;

@@ -118,7 +118,7 @@ impl GpuBuffers {
         m.set("block_sources", c.storage("block_sources", &topology.block_sources));
         m.set("slice_bases", c.storage("slice_bases", &slots.slice_bases));
         m.set("slot_columns", c.storage("slot_columns", &slots.slot_columns));
-        // The local/global solver's FSAI product pattern, made when it first runs (`reserve_fsai`).
+        // The pattern of the local/global solver's FSAI product, made when it first runs.
         m.set("fsai_inverse_pattern", c.scratch::<u32>("fsai_inverse_pattern", 1));
         // The local/global solver's weighted Laplacian.
         let laplacian = crate::backend::projective::laplacian(model, &topology);
@@ -188,11 +188,11 @@ impl GpuBuffers {
             w.set(name, vector(name));
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
-        // The local/global matrix's sparse approximate inverse, for the models that solver
-        // takes, and its intermediate vector.
-        w.set("fsai", c.scratch::<f32>("fsai", if projective { slot_count } else { 1 }));
-        w.set("fsai_y", vector("fsai_y"));
+        // The local/global matrix's sparse approximate inverse, as a factor and as a product,
+        // made when that solver first runs (`reserve_fsai`), and its intermediate vector.
+        w.set("fsai", c.scratch::<f32>("fsai", 1));
         w.set("fsai_inverse", c.scratch::<f32>("fsai_inverse", 1));
+        w.set("fsai_y", vector("fsai_y"));
         w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
         w.set("projective_base", c.scratch::<f32>("projective_base", n));
         w.set("contact_flags", c.scratch::<u32>("contact_flags", n));
@@ -309,14 +309,16 @@ impl GpuBuffers {
         true
     }
 
-    /// Makes the buffers of the FSAI product on `pattern` (offsets, then columns) unless they
-    /// exist; true when it made them (the bind groups must then be made again).
+    /// Makes the buffers of the FSAI factor (one value per slot) and of its product on
+    /// `pattern` (offsets, then columns) unless they exist; true when it made them (the bind
+    /// groups must then be made again).
     pub fn reserve_fsai(&mut self, context: &GpuContext, pattern: &[u32]) -> bool {
         if self.model.named("fsai_inverse_pattern").size() >= 4 * pattern.len() as u64 {
             return false;
         }
         let entries = pattern.len() - (self.vertex_count + 1);
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
+        self.scratch.set("fsai", context.scratch::<f32>("fsai", self.slot_count.max(1)));
         self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", entries.max(1)));
         true
     }

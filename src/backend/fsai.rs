@@ -107,16 +107,28 @@ impl Fsai {
         Fsai { values }
     }
 
-    /// `z = G^T G r` per coordinate (`y` is scratch); returns `r . z`.
-    pub fn apply(&self, topology: &Topology, r: &[[f64; 3]], y: &mut [[f64; 3]], z: &mut [[f64; 3]]) -> f64 {
+    /// `z = P r` per coordinate, `P = E G^T G E` plus Jacobi's `inverse_diagonal` on the
+    /// penalty `contact` set that `E` drops (empty: none), as `shaders/pcg.wgsl` applies it;
+    /// `y` is scratch. Returns `r . z`.
+    pub fn apply(
+        &self,
+        topology: &Topology,
+        r: &[[f64; 3]],
+        y: &mut [[f64; 3]],
+        z: &mut [[f64; 3]],
+        contact: &[bool],
+        inverse_diagonal: &[[f64; 3]],
+    ) -> f64 {
         let (t, values) = (topology, &self.values);
-        // Row v of G (lower) or of G^T (upper) times u.
+        let in_contact = |v: usize| contact.get(v).copied().unwrap_or(false);
+        // Row v of G E (lower) or of G^T (upper) times u.
         let row = |v: usize, u: &[[f64; 3]], lower: bool| {
             let mut acc = [0.0; 3];
             let entries = t.row_offsets[v] as usize..t.row_offsets[v + 1] as usize;
             for (&column, &value) in t.columns[entries.clone()].iter().zip(&values[entries]) {
                 let column = column as usize;
-                if (column <= v) == lower || column == v {
+                let kept = if lower { column <= v && !in_contact(column) } else { column >= v };
+                if kept {
                     for c in 0..3 {
                         acc[c] += value * u[column][c];
                     }
@@ -125,7 +137,13 @@ impl Fsai {
             acc
         };
         crate::math::fill_per_vertex(y, |v| row(v, r, true));
-        crate::math::fill_per_vertex(z, |v| row(v, y, false));
+        crate::math::fill_per_vertex(z, |v| {
+            if in_contact(v) {
+                std::array::from_fn(|c| inverse_diagonal[v][c] * r[v][c])
+            } else {
+                row(v, y, false)
+            }
+        });
         crate::math::sum_per_vertex(r.len(), |v| (0..3).map(|c| r[v][c] * z[v][c]).sum())
     }
 }
@@ -295,7 +313,7 @@ pub(crate) mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let r: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
         let (mut y, mut z) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
-        let rz = fsai.apply(&topology, &r, &mut y, &mut z);
+        let rz = fsai.apply(&topology, &r, &mut y, &mut z, &[], &[]);
         // G's entries (i, j, G_ij), then y = G r and z = G^T y entry by entry.
         let (t, values) = (&topology, &fsai.values);
         let lower: Vec<(usize, usize, f64)> = (0..n)
@@ -332,7 +350,7 @@ pub(crate) mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
         let r: Vec<[f64; 3]> = (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
         let (mut y, mut expected, mut z) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
-        fsai.apply(&topology, &r, &mut y, &mut expected);
+        fsai.apply(&topology, &r, &mut y, &mut expected, &[], &[]);
         inverse.apply(&r, &mut z);
         let scale = expected.iter().flatten().fold(0.0f64, |w, v| w.max(v.abs()));
         let worst =

@@ -26,10 +26,11 @@ pub(crate) enum Preconditioner<'a> {
     /// `S^-1`, the factored local/global matrix: the elasticity's Laplacian, which a
     /// rotation of the body leaves unchanged, so it keeps preconditioning a bending body.
     Factored(&'a mut GlobalSolve),
-    /// `G^T G ~ S^-1`, the sparse approximate inverse of the local/global matrix: the
-    /// reference for the GPU twin's global steps (the CPU solver itself uses the exact factor).
+    /// `G^T G ~ S^-1`, the sparse approximate inverse of the local/global matrix, with
+    /// Jacobi's rows on a penalty contact set (empty: none): the reference for the GPU twin's
+    /// global steps (the CPU solver itself uses the exact factor).
     #[cfg_attr(not(test), allow(dead_code))]
-    Fsai(&'a Fsai),
+    Fsai { fsai: &'a Fsai, contact: &'a [bool] },
 }
 
 impl Preconditioner<'_> {
@@ -41,11 +42,14 @@ impl Preconditioner<'_> {
         r: &[[f64; 3]],
         y: &mut [[f64; 3]],
         z: &mut [[f64; 3]],
+        inverse_diagonal: &[[f64; 3]],
     ) -> Option<f64> {
         match self {
             Preconditioner::Jacobi => None,
             Preconditioner::Factored(global) => Some(apply_factor(global, r, z)),
-            Preconditioner::Fsai(fsai) => Some(fsai.apply(topology, r, y, z)),
+            Preconditioner::Fsai { fsai, contact } => {
+                Some(fsai.apply(topology, r, y, z, contact, inverse_diagonal))
+            }
         }
     }
 }
@@ -161,7 +165,7 @@ pub(crate) fn solve(
             })
             .collect(),
     );
-    if let Some(applied) = preconditioner.apply(topology, r, y, z) {
+    if let Some(applied) = preconditioner.apply(topology, r, y, z, inverse_diagonal) {
         rz = applied;
         p.copy_from_slice(z);
     }
@@ -212,7 +216,7 @@ pub(crate) fn solve(
                 })
                 .collect(),
         );
-        let rz_next = preconditioner.apply(topology, r, y, z).unwrap_or(rz_next);
+        let rz_next = preconditioner.apply(topology, r, y, z, inverse_diagonal).unwrap_or(rz_next);
         residual = rr.sqrt() / b_norm;
         if residual <= tolerance {
             return Outcome {

@@ -58,10 +58,8 @@ pub struct FsaiFactors {
     topology: Topology,
     laplacian: Vec<f64>,
     inverse: Inverse,
-    /// The latest first.
+    /// The latest first: the one on the device.
     factors: Vec<FsaiFactor>,
-    /// Whether the latest factor is the one on the device.
-    uploaded: bool,
 }
 
 /// One matrix's factor, as uploaded.
@@ -80,7 +78,7 @@ impl FsaiFactors {
         let topology = Topology::new(model);
         let laplacian = crate::backend::projective::laplacian(model, &topology);
         let inverse = Inverse::new(&topology);
-        FsaiFactors { topology, laplacian, inverse, factors: Vec::new(), uploaded: false }
+        FsaiFactors { topology, laplacian, inverse, factors: Vec::new() }
     }
 
     /// `M`'s row offsets and columns, for the `fsai_inverse_pattern` buffer.
@@ -98,7 +96,7 @@ impl FsaiFactors {
     ) -> Option<&FsaiFactor> {
         let close = |d: &[f64]| d.iter().zip(diagonal).all(|(p, q)| (p - q).abs() <= 0.01 * q.abs());
         match self.factors.iter().position(|f| f.a == a && close(&f.diagonal)) {
-            Some(0) if self.uploaded => return None,
+            Some(0) => return None,
             Some(k) => {
                 let factor = self.factors.remove(k);
                 self.factors.insert(0, factor);
@@ -120,7 +118,6 @@ impl FsaiFactors {
                 self.factors.truncate(2);
             }
         }
-        self.uploaded = true;
         Some(&self.factors[0])
     }
 }
@@ -460,22 +457,38 @@ mod tests {
 
     /// FSAI-PCG on a local/global matrix (`S (x) I_3`, random right-hand side) follows its CPU
     /// twin in both forms, the loop (with `G^T G` multiplied out) and one workgroup (`G` and
-    /// `G^T` in turn): the same iteration count (to a couple,
-    /// f32 against f64), the solution to the tolerance's scale, the true residual met; and it
-    /// takes far fewer iterations than Jacobi on the same system.
+    /// `G^T` in turn): the same iteration count (to a couple, f32 against f64), the solution to
+    /// the tolerance's scale, the true residual met; and it takes far fewer iterations than
+    /// Jacobi on the same system. Twice: as it is, and with every fifth free vertex in a
+    /// penalty contact set that stiffens its diagonal 10^4-fold (the factor made without it,
+    /// the set's rows preconditioned by Jacobi).
     #[test]
     fn fsai_pcg_follows_its_cpu_twin() {
+        let Some(context) = context() else { return };
+        for contact_every in [None, Some(5)] {
+            fsai_pcg_case(&context, contact_every);
+        }
+    }
+
+    fn fsai_pcg_case(
+        context: &std::sync::Arc<crate::backend::gpu::GpuContext>,
+        contact_every: Option<usize>,
+    ) {
         use rand::{RngExt, SeedableRng};
 
         use super::{FSAI, JACOBI};
         use crate::backend::cpu::{hessian_product, pcg};
         use crate::backend::fsai::Fsai;
-        let Some(context) = context() else { return };
-        let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([12, 4, 3], 1.0);
+        let (model, topology, mut s) = crate::backend::fsai::tests::projective_matrix([12, 4, 3], 1.0);
         let model = std::sync::Arc::new(model);
         let fsai = Fsai::new(&topology, &s);
-        let blocks: Vec<[f64; 9]> = s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect();
         let n = model.vertex_count();
+        let contact: Vec<bool> =
+            (0..n).map(|v| !model.pinned[v] && contact_every.is_some_and(|k| v % k == 0)).collect();
+        for v in (0..n).filter(|&v| contact[v]) {
+            s[topology.diagonal[v] as usize] *= 1e4;
+        }
+        let blocks: Vec<[f64; 9]> = s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
         let b: Vec<[f64; 3]> = (0..n)
             .map(|v| {
@@ -491,11 +504,13 @@ mod tests {
             &b,
             &mut cpu_x,
             &mut pcg::Scratch::default(),
-            pcg::Preconditioner::Fsai(&fsai),
+            pcg::Preconditioner::Fsai { fsai: &fsai, contact: &contact },
             tolerance,
             1000,
         );
-        let mut rig = Rig::new(&context, &model);
+        let mut rig = Rig::new(context, &model);
+        let flags: Vec<u32> = contact.iter().map(|&c| c as u32).collect();
+        rig.upload(3, "contact_flags", &flags);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
         assert!(rig.buffers.reserve_fsai(&rig.context, &inverse.pattern));
@@ -513,8 +528,12 @@ mod tests {
         let whole_x = rig.read(3, "direction", 3 * n);
         let jacobi = solve_with(&mut rig, PcgParams { preconditioner: JACOBI, ..params });
         println!(
-            "FSAI-PCG: CPU {} iterations, GPU loop {}, one workgroup {}; Jacobi {}",
-            cpu.iterations, looped.iterations, whole.iterations, jacobi.iterations
+            "FSAI-PCG, {} contacts: CPU {} iterations, GPU loop {}, one workgroup {}; Jacobi {}",
+            flags.iter().sum::<u32>(),
+            cpu.iterations,
+            looped.iterations,
+            whole.iterations,
+            jacobi.iterations
         );
         let scale = cpu_x.iter().flatten().fold(0.0f64, |a, v| a.max(v.abs()));
         for (status, x) in [(looped, &looped_x), (whole, &whole_x)] {

@@ -450,6 +450,8 @@ impl GpuBackend {
             surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
             friction: self.friction as u32,
             preconditioner: JACOBI,
+            // The bound groups' (`WgPcg::start`).
+            lanes: 1,
         }
     }
 

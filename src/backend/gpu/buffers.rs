@@ -203,8 +203,10 @@ impl GpuBuffers {
         // The projection model's pressed vertices: outward normal and normal force.
         w.set("pressed", c.scratch::<[f32; 4]>("pressed", n));
         w.set("dot_partials", c.scratch::<[f32; 4]>("dot_partials", partials));
-        w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", partials));
-        w.set("curvature_partials", c.scratch::<f32>("curvature_partials", partials));
+        // PCG's loop has a partial per workgroup, and as many workgroups as lanes per row.
+        let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
+        w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
+        w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // A budgeted solve's decisions (`line_search`) and its initial guesses.
         w.set("search", c.scratch::<super::line_search::SearchRecord>("search", 1));
         w.set("guesses", c.scratch::<f32>("guesses", GUESSES * 3 * n));

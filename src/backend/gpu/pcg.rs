@@ -19,6 +19,7 @@ use crate::model::Model;
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
 pub struct PcgParams {
     pub vertex_count: u32,
+    /// The gather's partial count (for the forcing term).
     pub partial_count: u32,
     pub max_iterations: u32,
     /// Relative residual to reach (unless `forcing`).
@@ -34,6 +35,8 @@ pub struct PcgParams {
     pub friction: u32,
     /// [`JACOBI`] or [`FSAI`] (the factor uploaded to the `fsai` buffer).
     pub preconditioner: u32,
+    /// Invocations per row in the loop's kernels: set from the bound groups when recorded.
+    pub lanes: u32,
 }
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
@@ -47,6 +50,27 @@ pub const FSAI: u32 = 1;
 /// hardware: the loop costs about 12 us per CG iteration in dispatches on an H100, and one
 /// streaming multiprocessor streams the matrix of 2K vertices (~1.2 MB) in about as long.
 pub const SMALL_SOLVE_VERTICES: usize = 2048;
+
+/// At most this many invocations share a row of the loop's kernels (`lanes` in the shader).
+pub const MAX_LANES: u32 = 16;
+
+/// About as many invocations as the loop's kernels should have on a hardware GPU: a body of
+/// a few thousand vertices with one per row fills a few dozen workgroups, each invocation
+/// waiting on a chain of dependent loads, so small bodies share each row among more lanes.
+/// On an H200 a `product` or `update` took 17 us at 3.7K-4.9K vertices with one lane and
+/// 10.7-11.3 us with 16; at 36K vertices 21-23 us with one, 16-17 with two or four, and
+/// 31-37 with 16.
+const LOOP_INVOCATIONS: usize = 1 << 17;
+
+/// Invocations per row for a body of `vertex_count` vertices: a power of two up to
+/// [`MAX_LANES`]; one on a software adapter, whose few threads have no latency to hide.
+pub fn lanes_for(vertex_count: usize, software: bool) -> u32 {
+    if software {
+        return 1;
+    }
+    let lanes = (LOOP_INVOCATIONS / vertex_count.max(1)).clamp(1, MAX_LANES as usize);
+    1 << lanes.ilog2()
+}
 
 /// The local/global matrices' FSAI factors for the GPU's global steps, built on the host in
 /// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` on
@@ -158,6 +182,8 @@ pub struct WgPcg(pub(crate) WgStage);
 pub struct PcgGroups {
     param: wgpu::BindGroup,
     parity: [Vec<wgpu::BindGroup>; 2],
+    /// Invocations per row in the loop's kernels, and their workgroups.
+    lanes: u32,
     workgroups: u32,
 }
 
@@ -179,12 +205,25 @@ impl WgPcg {
         Ok(WgPcg(WgStage::new(context, "pcg")?))
     }
 
+    /// Binds the stage to a model's buffers, with the lanes [`lanes_for`] its size.
     pub fn bind(
         &self,
         context: &GpuContext,
         recording: &Recording,
         buffers: &GpuBuffers,
     ) -> Result<PcgGroups> {
+        self.bind_lanes(context, recording, buffers, lanes_for(buffers.vertex_count, context.software))
+    }
+
+    /// Binds the stage with `lanes` (a power of two up to [`MAX_LANES`]) per row.
+    pub fn bind_lanes(
+        &self,
+        context: &GpuContext,
+        recording: &Recording,
+        buffers: &GpuBuffers,
+        lanes: u32,
+    ) -> Result<PcgGroups> {
+        assert!(lanes.is_power_of_two() && lanes <= MAX_LANES, "lanes {lanes}");
         let parity = |even: bool| {
             self.0.bind(context, |group, name| match (group, name) {
                 (3, "p_in") => buffers.scratch.get(if even { "p_even" } else { "p_odd" }),
@@ -197,7 +236,8 @@ impl WgPcg {
         Ok(PcgGroups {
             param: recording.param_group(context, &self.0),
             parity: [parity(true)?, parity(false)?],
-            workgroups: buffers.vertex_workgroups(),
+            lanes,
+            workgroups: (buffers.vertex_count as u32 * lanes).div_ceil(super::stage::WORKGROUP),
         })
     }
 
@@ -209,6 +249,7 @@ impl WgPcg {
         groups: &PcgGroups,
         params: PcgParams,
     ) -> Result<Solve> {
+        let params = PcgParams { lanes: groups.lanes, ..params };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
         recording.dispatch(context, self.0.kernel("setup"), &groups.param, offset, &bound, groups.workgroups);
@@ -226,6 +267,7 @@ impl WgPcg {
         buffers: &GpuBuffers,
         params: PcgParams,
     ) -> Result<Staged> {
+        let params = PcgParams { lanes: groups.lanes, ..params };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
         recording.dispatch(context, self.0.kernel("solve_small"), &groups.param, offset, &bound, 1);
@@ -303,14 +345,14 @@ mod tests {
         }
     }
 
-    /// Runs the stage on the uploaded matrix and right-hand side, reading its status every
-    /// 64 iterations.
-    fn solve(rig: &mut Rig, tolerance: f64, max_iterations: u32) -> PcgStatus {
-        solve_with(rig, fixed_tolerance(rig, tolerance, max_iterations))
+    /// Runs the stage's loop on the uploaded matrix and right-hand side with `lanes` per row,
+    /// reading its status every 64 iterations.
+    fn solve(rig: &mut Rig, tolerance: f64, max_iterations: u32, lanes: u32) -> PcgStatus {
+        solve_with(rig, fixed_tolerance(rig, tolerance, max_iterations), lanes)
     }
 
-    fn solve_with(rig: &mut Rig, params: PcgParams) -> PcgStatus {
-        let groups = rig.stages.pcg.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+    fn solve_with(rig: &mut Rig, params: PcgParams, lanes: u32) -> PcgStatus {
+        let groups = rig.stages.pcg.bind_lanes(&rig.context, &rig.rec, &rig.buffers, lanes).unwrap();
         let mut solve = rig.stages.pcg.start(&rig.context, &mut rig.rec, &groups, params).unwrap();
         loop {
             let staged = rig
@@ -338,9 +380,10 @@ mod tests {
         bytemuck::pod_read_unaligned(&rig.rec.read(&rig.context, &[staged]).unwrap()[0])
     }
 
-    /// The one-workgroup solve runs the same algorithm as the two-dispatch loop: on the same
-    /// system, the same iteration count (to a couple, from the other summation order in f32)
-    /// and solution, the same limit, and negative curvature caught.
+    /// The one-workgroup solve runs the same algorithm as the two-dispatch loop, whatever the
+    /// loop's lanes per row: on the same system, the same iteration count (to a couple, from
+    /// the other summation order in f32) and solution, the same limit, and negative curvature
+    /// caught.
     #[test]
     fn one_workgroup_pcg_follows_the_loop() {
         let Some(context) = context() else { return };
@@ -354,16 +397,21 @@ mod tests {
         rig.upload(3, "blocks", &slots);
         rig.upload(3, "rhs", &b);
         let n = 3 * model.vertex_count();
-        let looped = solve(&mut rig, 1e-4, 2000);
-        let looped_x = rig.read(3, "direction", n);
         let whole = solve_small(&mut rig, 1e-4, 2000);
         let whole_x = rig.read(3, "direction", n);
-        println!("PCG in one workgroup: {} iterations, the loop {}", whole.iterations, looped.iterations);
-        assert_eq!((whole.state, looped.state), (1, 1), "{whole:?} {looped:?}");
-        assert!(whole.iterations.abs_diff(looped.iterations) <= 2, "{whole:?} {looped:?}");
-        let scale = looped_x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let worst = whole_x.iter().zip(&looped_x).fold(0.0f32, |a, (p, q)| a.max((p - q).abs()));
-        assert!(worst <= 1e-3 * scale, "solutions differ by {worst} of {scale}");
+        for lanes in [1, 4, 16] {
+            let looped = solve(&mut rig, 1e-4, 2000, lanes);
+            let looped_x = rig.read(3, "direction", n);
+            println!(
+                "PCG in one workgroup: {} iterations, the loop with {lanes} lanes {}",
+                whole.iterations, looped.iterations
+            );
+            assert_eq!((whole.state, looped.state), (1, 1), "{whole:?} {looped:?}");
+            assert!(whole.iterations.abs_diff(looped.iterations) <= 2, "{whole:?} {looped:?}");
+            let scale = looped_x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let worst = whole_x.iter().zip(&looped_x).fold(0.0f32, |a, (p, q)| a.max((p - q).abs()));
+            assert!(worst <= 1e-3 * scale, "solutions differ by {worst} of {scale}");
+        }
         let limited = solve_small(&mut rig, 1e-12, 5);
         assert_eq!((limited.state, limited.iterations), (4, 5), "{limited:?}");
         // Negative curvature: the identity's negative.
@@ -388,22 +436,6 @@ mod tests {
         let slots = rig.buffers.blocks_to_slots(&to_f32(cpu.blocks.as_flattened()));
         rig.upload(3, "blocks", &slots);
         rig.upload(3, "rhs", &to_f32(b.as_flattened()));
-        // f32 CG: the recursive residual drifts from the true one by about condition x 1e-7, so
-        // ask for 1e-4 and check the true residual in f64 against 3e-4.
-        let status = solve(&mut rig, 1e-4, 2000);
-        assert_eq!(status.state, 1, "GPU PCG should converge: {status:?}");
-        let n = model.vertex_count();
-        let solution: Vec<[f64; 3]> = rig
-            .read(3, "direction", 3 * n)
-            .chunks(3)
-            .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
-            .collect();
-        let mut product = vec![[0.0; 3]; b.len()];
-        hessian_product::apply(&topology, &cpu.blocks, &solution, &mut product);
-        let norm = |v: &[[f64; 3]]| v.iter().flatten().map(|c| c * c).sum::<f64>().sqrt();
-        let residual: Vec<[f64; 3]> =
-            product.iter().zip(&b).map(|(a, b)| std::array::from_fn(|c| b[c] - a[c])).collect();
-        let relative = norm(&residual) / norm(&b);
         let mut cpu_x = vec![[0.0; 3]; b.len()];
         let cpu_outcome = pcg::solve(
             &topology,
@@ -416,12 +448,30 @@ mod tests {
             1e-4,
             2000,
         );
-        println!(
-            "GPU PCG: {} iterations (CPU {}), true relative residual {relative:.2e}",
-            status.iterations, cpu_outcome.iterations
-        );
-        assert!(relative < 3e-4, "true relative residual {relative:e}");
-        assert!((status.iterations as f64) < 1.5 * cpu_outcome.iterations as f64 + 5.0);
+        let n = model.vertex_count();
+        for lanes in [1, 8] {
+            // f32 CG: the recursive residual drifts from the true one by about condition x
+            // 1e-7, so ask for 1e-4 and check the true residual in f64 against 3e-4.
+            let status = solve(&mut rig, 1e-4, 2000, lanes);
+            assert_eq!(status.state, 1, "GPU PCG should converge: {status:?}");
+            let solution: Vec<[f64; 3]> = rig
+                .read(3, "direction", 3 * n)
+                .chunks(3)
+                .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
+                .collect();
+            let mut product = vec![[0.0; 3]; b.len()];
+            hessian_product::apply(&topology, &cpu.blocks, &solution, &mut product);
+            let norm = |v: &[[f64; 3]]| v.iter().flatten().map(|c| c * c).sum::<f64>().sqrt();
+            let residual: Vec<[f64; 3]> =
+                product.iter().zip(&b).map(|(a, b)| std::array::from_fn(|c| b[c] - a[c])).collect();
+            let relative = norm(&residual) / norm(&b);
+            println!(
+                "GPU PCG, {lanes} lanes: {} iterations (CPU {}), true relative residual {relative:.2e}",
+                status.iterations, cpu_outcome.iterations
+            );
+            assert!(relative < 3e-4, "true relative residual {relative:e}");
+            assert!((status.iterations as f64) < 1.5 * cpu_outcome.iterations as f64 + 5.0);
+        }
 
         // A squeezed StVK bar at a huge step is indefinite: the loop must stop, descending.
         let squeezed: Vec<[f64; 3]> = model.rest.iter().map(|p| [0.5 * p[0], 0.6 * p[1], p[2]]).collect();
@@ -448,11 +498,13 @@ mod tests {
         let slots = rig.buffers.blocks_to_slots(&to_f32(big_step.as_flattened()));
         rig.upload(3, "blocks", &slots);
         rig.upload(3, "rhs", &to_f32(rhs.as_flattened()));
-        let status = solve(&mut rig, 1e-8, 2000);
-        assert!(status.negative_curvature(), "expected negative curvature, got {status:?}");
-        let d = rig.read(3, "direction", 3 * n);
-        let slope: f64 = d.iter().zip(rhs.as_flattened()).map(|(d, r)| -(*d as f64) * r).sum();
-        assert!(slope < 0.0, "the direction must go downhill (slope {slope})");
+        for lanes in [1, 16] {
+            let status = solve(&mut rig, 1e-8, 2000, lanes);
+            assert!(status.negative_curvature(), "expected negative curvature, got {status:?}");
+            let d = rig.read(3, "direction", 3 * n);
+            let slope: f64 = d.iter().zip(rhs.as_flattened()).map(|(d, r)| -(*d as f64) * r).sum();
+            assert!(slope < 0.0, "the direction must go downhill (slope {slope})");
+        }
     }
 
     /// FSAI-PCG on a local/global matrix (`S (x) I_3`, random right-hand side) follows its CPU
@@ -522,23 +574,30 @@ mod tests {
         rig.upload(3, "blocks", &block_slots);
         rig.upload(3, "rhs", &to_f32(b.as_flattened()));
         let params = PcgParams { preconditioner: FSAI, ..fixed_tolerance(&rig, tolerance, 1000) };
-        let looped = solve_with(&mut rig, params);
-        let looped_x = rig.read(3, "direction", 3 * n);
+        let mut solves = Vec::new();
+        for lanes in [1, 4, 16] {
+            let looped = solve_with(&mut rig, params, lanes);
+            solves.push((format!("loop, {lanes} lanes"), looped, rig.read(3, "direction", 3 * n)));
+        }
         let whole = solve_small_with(&mut rig, params);
-        let whole_x = rig.read(3, "direction", 3 * n);
-        let jacobi = solve_with(&mut rig, PcgParams { preconditioner: JACOBI, ..params });
+        solves.push(("one workgroup".to_string(), whole, rig.read(3, "direction", 3 * n)));
+        let jacobi = solve_with(&mut rig, PcgParams { preconditioner: JACOBI, ..params }, 1);
+        let counts: Vec<String> =
+            solves.iter().map(|(name, status, _)| format!("{name} {}", status.iterations)).collect();
         println!(
-            "FSAI-PCG, {} contacts: CPU {} iterations, GPU loop {}, one workgroup {}; Jacobi {}",
+            "FSAI-PCG, {} contacts: CPU {} iterations, GPU {}; Jacobi {}",
             flags.iter().sum::<u32>(),
             cpu.iterations,
-            looped.iterations,
-            whole.iterations,
+            counts.join(", "),
             jacobi.iterations
         );
         let scale = cpu_x.iter().flatten().fold(0.0f64, |a, v| a.max(v.abs()));
-        for (status, x) in [(looped, &looped_x), (whole, &whole_x)] {
-            assert_eq!(status.state, 1, "{status:?}");
-            assert!(status.iterations.abs_diff(cpu.iterations as u32) <= 2, "{status:?} against {cpu:?}");
+        for (name, status, x) in &solves {
+            assert_eq!(status.state, 1, "{name}: {status:?}");
+            assert!(
+                status.iterations.abs_diff(cpu.iterations as u32) <= 2,
+                "{name}: {status:?} against {cpu:?}"
+            );
             let solution: Vec<[f64; 3]> =
                 x.chunks(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect();
             let worst = solution
@@ -546,14 +605,15 @@ mod tests {
                 .flatten()
                 .zip(cpu_x.iter().flatten())
                 .fold(0.0f64, |a, (p, q)| a.max((p - q).abs()));
-            assert!(worst <= 1e-3 * scale, "the solutions differ by {worst:e} of {scale:e}");
+            assert!(worst <= 1e-3 * scale, "{name}: the solutions differ by {worst:e} of {scale:e}");
             let mut product = vec![[0.0; 3]; n];
             hessian_product::apply(&topology, &blocks, &solution, &mut product);
             let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|c| c * c).sum::<f64>().sqrt();
             let residual = norm(&mut product.iter().flatten().zip(b.iter().flatten()).map(|(a, b)| b - a));
             let relative = residual / norm(&mut b.iter().flatten().copied());
-            assert!(relative < 3e-4, "true relative residual {relative:e}");
+            assert!(relative < 3e-4, "{name}: true relative residual {relative:e}");
         }
+        let looped = solves[0].1;
         assert!(
             (looped.iterations as f64) < 0.7 * jacobi.iterations as f64,
             "FSAI {} against Jacobi {} iterations",

@@ -380,6 +380,20 @@ mod tests {
         bytemuck::pod_read_unaligned(&rig.rec.read(&rig.context, &[staged]).unwrap()[0])
     }
 
+    /// Lanes fill about 2^17 invocations on hardware: 16 for small bodies, fewer as they grow,
+    /// one for a million tets and on a software adapter.
+    #[test]
+    fn lanes_shrink_as_bodies_grow() {
+        use super::lanes_for;
+        let chosen: Vec<u32> = [375, 3_718, 8_192, 8_193, 22_386, 35_937, 65_536, 65_537, 211_191]
+            .iter()
+            .map(|&n| lanes_for(n, false))
+            .collect();
+        assert_eq!(chosen, [16, 16, 16, 8, 4, 2, 2, 1, 1]);
+        assert_eq!(lanes_for(3_718, true), 1);
+        assert_eq!(lanes_for(0, false), 16);
+    }
+
     /// The one-workgroup solve runs the same algorithm as the two-dispatch loop, whatever the
     /// loop's lanes per row: on the same system, the same iteration count (to a couple, from
     /// the other summation order in f32) and solution, the same limit, and negative curvature

@@ -5,7 +5,7 @@
 //! iterations, the GPU time of one CG iteration and of one element pass (timestamp queries
 //! of a profiled step, where the adapter has them), GPU busy time and the host's wait for the
 //! device against step wall time, and the device work per step (submissions, readbacks,
-//! passes, dispatches) — and writes the table into docs/perf/gpu.md, naming the device. Criterion then times the same steps.
+//! passes, dispatches, bytes between host and device) — and writes the table into docs/perf/gpu.md, naming the device. Criterion then times the same steps.
 //! Cases: backward Euler and A-search converged to 1e-4 N, and A-search at the fixed budget
 //! of 2 Newton x 40 CG iterations. On a software adapter (lavapipe) only sizes up to
 //! `LIVELY_BENCH_MAX_TETS` (default 10 000) run; on a hardware GPU all of them, the CPU up to
@@ -104,6 +104,10 @@ fn profile(sim: &mut Simulation) -> Option<Profile> {
     })
 }
 
+fn megabytes(bytes: u64) -> String {
+    format!("{:.2} MB", bytes as f64 * 1e-6)
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
@@ -121,8 +125,9 @@ fn bench(c: &mut Criterion) {
     ];
     let mut table = String::from(
         "| case | tets | GPU step | CPU step | CPU / GPU | GPU Newton / CG its | one CG iteration (product) \
-         | element pass, Hessian / energy | GPU busy / host wait / step wall | submissions / readbacks / passes / dispatches per step |\n\
-         |---|---:|---:|---:|---:|---|---:|---:|---:|---|\n",
+         | element pass, Hessian / energy | GPU busy / host wait / step wall | submissions / readbacks / passes / dispatches per step \
+         | host bytes up / down per step |\n\
+         |---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|\n",
     );
     let mut group = c.benchmark_group("gpu_vs_cpu");
     group.sample_size(10);
@@ -153,7 +158,7 @@ fn bench(c: &mut Criterion) {
             };
             let _ = writeln!(
                 table,
-                "| {name} | {tets} | {} | {} | {} | {} / {} | {cg} | {element} | {busy} | {} / {} / {} / {} |",
+                "| {name} | {tets} | {} | {} | {} | {} / {} | {cg} | {element} | {busy} | {} / {} / {} / {} | {} / {} |",
                 ms(gpu_time),
                 cpu_time.map_or("-".into(), ms),
                 cpu_time.map_or("-".into(), |c| format!("{:.2}", c.as_secs_f64() / gpu_time.as_secs_f64())),
@@ -163,6 +168,8 @@ fn bench(c: &mut Criterion) {
                 counts.readbacks,
                 counts.passes,
                 counts.dispatches,
+                megabytes(counts.uploaded),
+                megabytes(counts.downloaded),
             );
             eprintln!("{}", table.lines().last().unwrap_or_default());
             common::time_steps(&mut group, &format!("gpu_{name}"), &mut gpu);

@@ -90,7 +90,14 @@ fn local_global(c: &mut Criterion) {
                 sim.set_state(&x, &v).unwrap();
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 let device = stats.device.map_or(String::new(), |d| {
-                    format!("  {} subm {} readbacks {} dispatches", d.submissions, d.readbacks, d.dispatches)
+                    format!(
+                        "  {} subm {} readbacks {} dispatches, {:.2} / {:.2} MB up / down",
+                        d.submissions,
+                        d.readbacks,
+                        d.dispatches,
+                        d.uploaded as f64 * 1e-6,
+                        d.downloaded as f64 * 1e-6
+                    )
                 });
                 let label = format!(
                     "{}_{}_{}",

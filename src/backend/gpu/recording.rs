@@ -32,6 +32,10 @@ pub struct DeviceCounts {
     pub passes: u64,
     /// Compute dispatches recorded.
     pub dispatches: u64,
+    /// Bytes written from the host into device buffers (uploads and dispatch parameters).
+    pub uploaded: u64,
+    /// Bytes read back to the host.
+    pub downloaded: u64,
 }
 
 impl DeviceCounts {
@@ -42,6 +46,8 @@ impl DeviceCounts {
             readbacks: self.readbacks - earlier.readbacks,
             passes: self.passes - earlier.passes,
             dispatches: self.dispatches - earlier.dispatches,
+            uploaded: self.uploaded - earlier.uploaded,
+            downloaded: self.downloaded - earlier.downloaded,
             wait: self.wait.saturating_sub(earlier.wait),
         }
     }
@@ -181,6 +187,7 @@ impl Recording {
         if data.is_empty() {
             return;
         }
+        self.counts.uploaded += data.len() as u64;
         if !self.is_pending() {
             context.queue.write_buffer(buffer, offset, data);
             return;
@@ -219,6 +226,7 @@ impl Recording {
         self.end_pass();
         let Some(encoder) = self.encoder.take() else { return };
         if !self.params.is_empty() {
+            self.counts.uploaded += self.params.len() as u64;
             context.queue.write_buffer(&self.arena, 0, &self.params);
             self.params.clear();
         }
@@ -235,6 +243,7 @@ impl Recording {
             return Ok(staged.iter().map(|_| Vec::new()).collect());
         }
         self.counts.readbacks += 1;
+        self.counts.downloaded += used;
         let bytes = context.map_read(&self.staging, used);
         self.counts.wait += started.elapsed();
         let bytes = bytes?;
@@ -253,6 +262,7 @@ impl Recording {
         let started = std::time::Instant::now();
         self.submit(context);
         self.counts.readbacks += 1;
+        self.counts.downloaded += (std::mem::size_of::<T>() * len) as u64;
         let bytes = context.read_bytes(buffer, (std::mem::size_of::<T>() * len) as u64);
         self.counts.wait += started.elapsed();
         let bytes = bytes?;

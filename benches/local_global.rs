@@ -89,16 +89,7 @@ fn local_global(c: &mut Criterion) {
                 assert!(stats.iterations > 0, "{name}: the measured step did nothing");
                 sim.set_state(&x, &v).unwrap();
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-                let device = stats.device.map_or(String::new(), |d| {
-                    format!(
-                        "  {} subm {} readbacks {} dispatches, {:.2} / {:.2} MB up / down",
-                        d.submissions,
-                        d.readbacks,
-                        d.dispatches,
-                        d.uploaded as f64 * 1e-6,
-                        d.downloaded as f64 * 1e-6
-                    )
-                });
+                let device = stats.device.as_ref().map_or(String::new(), common::device_work);
                 let label = format!(
                     "{}_{}_{}",
                     integrator.name(),

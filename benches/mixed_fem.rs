@@ -100,16 +100,7 @@ fn mixed_fem(c: &mut Criterion) {
             sim.set_state(&x, &v).unwrap();
             let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / stats.iterations as f64;
             let t = stats.timings;
-            let device = stats.device.map_or(String::new(), |d| {
-                format!(
-                    "  {} subm {} readbacks {} dispatches, {:.2} / {:.2} MB up / down",
-                    d.submissions,
-                    d.readbacks,
-                    d.dispatches,
-                    d.uploaded as f64 * 1e-6,
-                    d.downloaded as f64 * 1e-6
-                )
-            });
+            let device = stats.device.as_ref().map_or(String::new(), common::device_work);
             let label =
                 format!("{solver_name}_{name}_{}", if backend == Backend::Gpu { "gpu" } else { "cpu" });
             eprintln!(

@@ -101,3 +101,15 @@ pub fn on_gpu_or_cpu(
         None => builder.backend(lively::Backend::Cpu),
     }
 }
+
+/// A step's device work, for a benchmark's printed line.
+pub fn device_work(d: &lively::backend::gpu::DeviceCounts) -> String {
+    format!(
+        "  {} subm {} readbacks {} dispatches, {:.2} / {:.2} MB up / down",
+        d.submissions,
+        d.readbacks,
+        d.dispatches,
+        d.uploaded as f64 * 1e-6,
+        d.downloaded as f64 * 1e-6
+    )
+}

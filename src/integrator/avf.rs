@@ -17,6 +17,7 @@ impl Scheme for Avf {
                 (h * h / 12.0, input.acceleration),
             ]),
             nodes: vec![Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }],
+            inertial: false,
         }
     }
 

@@ -10,6 +10,7 @@ impl Scheme for BackwardEuler {
         Plan {
             target: combine([(1.0, input.positions), (input.dt, input.velocities)]),
             nodes: vec![Node { weight: 1.0, theta: 1.0 }],
+            inertial: true,
         }
     }
 

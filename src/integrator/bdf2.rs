@@ -21,6 +21,7 @@ impl Scheme for Bdf2 {
                 (-2.0 / 9.0 * h, v_prev),
             ]),
             nodes: vec![Node { weight: 4.0 / 9.0, theta: 1.0 }],
+            inertial: false,
         }
     }
 

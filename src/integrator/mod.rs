@@ -197,6 +197,9 @@ pub(crate) struct StepInput<'a> {
 pub(crate) struct Plan {
     pub target: Vec<[f64; 3]>,
     pub nodes: Vec<Node>,
+    /// The target is inertia alone, `x_n + h v_n` (backward Euler, implicit midpoint): the
+    /// inertial guess is then the target itself, which a GPU already holds.
+    pub inertial: bool,
 }
 
 /// A plain implicit scheme.
@@ -289,10 +292,11 @@ impl Stepper<'_> {
         });
         // The optimization integrator's two guesses: inertia alone, and the explicit
         // prediction with forces frozen at x_n (exact in free fall).
-        let inertial = combine([(1.0, input.positions), (h, input.velocities)]);
+        let inertia = (!plan.inertial).then(|| combine([(1.0, input.positions), (h, input.velocities)]));
+        let inertial: &[[f64; 3]] = inertia.as_deref().unwrap_or(&plan.target);
         let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
-        let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, &inertial];
+        let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, inertial];
         guesses.extend(warm_start);
         // A fixed budget is run whole by the backend: on a GPU one submission and one readback,
         // the step's start the fallback guess.
@@ -316,7 +320,7 @@ impl Stepper<'_> {
             // start competes: at an impact, inertia and the stabilized blend's warm start (the
             // midpoint's end) lie deep inside a collider, and ten iterations from there left
             // the cube of tests/local_global.rs at 2e6 J.
-            let first = warm_start.unwrap_or(&inertial);
+            let first = warm_start.unwrap_or(inertial);
             if self.stages.start_competes() {
                 if let Start::Invalid = self.stages.start_from_best(&[first, input.positions]) {
                     return Err(no_valid_guess());

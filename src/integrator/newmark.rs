@@ -16,6 +16,7 @@ impl Scheme for Newmark {
                 (h * h / 4.0, input.acceleration),
             ]),
             nodes: vec![Node { weight: 0.25, theta: 1.0 }],
+            inertial: false,
         }
     }
 

@@ -128,6 +128,10 @@ pub struct GpuBackend {
     mixed_moved: bool,
     /// The step's start, as the host gave it.
     start: Vec<[f64; 3]>,
+    /// Where the step's start and target lie on the host (compared, never read, until the
+    /// guesses are recorded) and the state buffers `begin_step` uploaded them to: a guess
+    /// that is one of them is copied on the device rather than uploaded again.
+    step_vectors: Vec<(usize, &'static str)>,
     /// The potential and its gradient at the last state they were evaluated at (until the
     /// handles or colliders change): a step's end is the next step's start, and the
     /// integrators and the driver ask for both there.
@@ -217,6 +221,7 @@ impl GpuBackend {
             mixed_left_at: None,
             mixed_moved: false,
             start: Vec::new(),
+            step_vectors: Vec::new(),
             potential_at: PotentialAt::default(),
             iterate_read: None,
             pending_start: None,
@@ -871,9 +876,22 @@ impl GpuBackend {
     /// unless it competes) and the iterate
     /// set to the picked guess; stages the search record, whose value is `G` there.
     fn record_start(&mut self, guesses: &[&[[f64; 3]]]) -> Result<Staged> {
-        let values = self.buffers.displacements_of_all(guesses);
         let buffer = self.buffers.scratch.named("guesses").clone();
-        self.recording.upload(&self.context, &buffer, bytemuck::cast_slice(&values));
+        let bytes = 12 * self.buffers.vertex_count as u64;
+        let on_device = std::mem::take(&mut self.step_vectors);
+        for (k, guess) in guesses.iter().enumerate() {
+            let offset = k as u64 * bytes;
+            match on_device.iter().find(|(address, _)| *address == guess.as_ptr() as usize) {
+                Some(&(_, name)) => {
+                    let source = self.buffers.state.named(name);
+                    self.recording.copy(&self.context, source, &buffer, offset, bytes);
+                }
+                None => {
+                    let values = self.buffers.displacements(guess);
+                    self.recording.upload_at(&self.context, &buffer, offset, bytemuck::cast_slice(&values));
+                }
+            }
+        }
         for k in 0..guesses.len() {
             self.decide(Decision::TakeGuess(Some(k)))?;
             self.record_objective(Some(k))?;
@@ -1215,6 +1233,10 @@ impl Stages for GpuBackend {
                 bytemuck::cast_slice(values),
             );
         }
+        self.step_vectors = vec![
+            (problem.start.as_ptr() as usize, "x_start"),
+            (problem.target.as_ptr() as usize, "target_positions"),
+        ];
         self.nodes = problem.nodes.to_vec();
         self.start.clear();
         self.start.extend_from_slice(problem.start);

@@ -249,20 +249,10 @@ impl GpuBuffers {
 
     /// `positions - rest` in f32.
     pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<[f32; 3]> {
-        self.displacements_of_all(&[positions])
-    }
-
-    /// The displacements of each of `states` (as many vertices each), one after the other.
-    pub fn displacements_of_all(&self, states: &[&[[f64; 3]]]) -> Vec<[f32; 3]> {
-        let n = self.rest.len();
-        let mut out = vec![[0.0; 3]; n * states.len()];
-        for (out, state) in out.chunks_mut(n.max(1)).zip(states) {
-            crate::math::fill_per_vertex(out, |v| {
-                let (p, r) = (state[v], self.rest[v]);
-                [(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32]
-            });
-        }
-        out
+        crate::math::per_vertex(self.rest.len(), |v| {
+            let (p, r) = (positions[v], self.rest[v]);
+            [(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32]
+        })
     }
 
     /// `rest + displacements` in f64.

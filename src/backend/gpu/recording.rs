@@ -202,6 +202,20 @@ impl Recording {
         self.encoder(context).copy_buffer_to_buffer(&source, 0, buffer, offset, data.len() as u64);
     }
 
+    /// Records a copy of the first `bytes` of `source` into `target` from byte `offset` on,
+    /// on the device.
+    pub fn copy(
+        &mut self,
+        context: &GpuContext,
+        source: &wgpu::Buffer,
+        target: &wgpu::Buffer,
+        offset: u64,
+        bytes: u64,
+    ) {
+        self.end_pass();
+        self.encoder(context).copy_buffer_to_buffer(source, 0, target, offset, bytes);
+    }
+
     /// Records a copy of the first `bytes` of `buffer`, as they are at this point of the
     /// recording, into the staging buffer for the next [`read`](Self::read).
     pub fn stage(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, bytes: u64) -> Result<Staged> {

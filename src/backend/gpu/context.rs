@@ -65,7 +65,13 @@ impl GpuContext {
         // NVIDIA's libEGL when tests opened devices in parallel).
         static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one_at_a_time = CREATING.lock().unwrap_or_else(|e| e.into_inner());
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        // One instance for the process; each context opens its own adapter and device on it.
+        // Instances created and destroyed in turn wear NVIDIA's Vulkan driver out: on an H200
+        // the 30th context, each made after the last was dropped, found no adapter (other
+        // projects saw the same driver misbehave after 10-11 such cycles).
+        static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+        let instance = INSTANCE
+            .get_or_init(|| wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle()));
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             compatible_surface: None,

@@ -427,3 +427,18 @@ fn one_local_global_solve_both_ways(context: &Arc<super::GpuContext>, model: &Ar
         whole.linear_iterations
     );
 }
+
+/// Contexts made and dropped one after another keep finding the GPU: on an H200 the 30th
+/// found no adapter while each context made a Vulkan instance of its own (they now share the
+/// process's).
+#[test]
+fn contexts_made_and_dropped_in_turn_keep_finding_the_gpu() {
+    let Some(first) = fresh_context() else { return };
+    drop(first);
+    for k in 0..40 {
+        let context = super::GpuContext::new().unwrap_or_else(|e| panic!("context {k}: {e}"));
+        let buffer = context.storage("probe", &[1.0f32, 2.0, 3.0]);
+        let read: Vec<f32> = bytemuck::pod_collect_to_vec(&context.read_bytes(&buffer, 12).unwrap());
+        assert_eq!(read, [1.0, 2.0, 3.0], "context {k}");
+    }
+}

@@ -25,13 +25,14 @@
 // An iteration that is not running does nothing, so the host records a fixed number of
 // iterations and reads the status once.
 //
-// Lanes: in the loop's kernels `params.lanes` invocations (a power of two dividing WORKGROUP)
-// share a row, each walking every lanes-th entry of it; a workgroup serves WORKGROUP / lanes
-// rows, and a warp's invocations serve consecutive rows, so their reads of the sliced matrix
-// stay coalesced. With one lane a body of a few thousand vertices fills a few dozen
-// workgroups whose invocations each wait on a chain of 12-36 dependent loads: latency, not
-// bandwidth, bounds those kernels (on an H200 at 3.7K vertices, 17 us a dispatch with one
-// lane, 10.7 us with 16).
+// Lanes: `params.lanes` invocations (a power of two dividing the workgroup) share a row of
+// every walk over the matrix's rows, each taking every lanes-th entry of it; a workgroup
+// serves INVOCATIONS / lanes rows at a time, and a warp's invocations serve consecutive rows,
+// so their reads of the sliced matrix stay coalesced. With one lane a body of a few thousand
+// vertices fills a few dozen workgroups whose invocations each wait on a chain of 12-36
+// dependent loads: latency, not bandwidth, bounds those kernels (on an H200 at 3.7K
+// vertices, 17 us a dispatch with one lane, 10.7 us with 16). The one-workgroup solve walks
+// its rows the same way, in passes, with 1 024 invocations where the device allows.
 
 #import shared/reduce
 #import shared/matrix
@@ -135,36 +136,52 @@ struct Row {
     lane: u32,
 }
 
+// The rows a workgroup serves at once.
+fn rows_at_once() -> u32 {
+    return INVOCATIONS / params.lanes;
+}
+
+// The invocation's row and lane in the `slot`-th set of rows (the loop's workgroup, or the
+// one-workgroup solve's sweep).
 fn row_of(slot: u32, lid: u32) -> Row {
-    let rows = WORKGROUP / params.lanes;
-    return Row(slot * rows + lid % rows, lid / rows);
+    return Row(slot * rows_at_once() + lid % rows_at_once(), lid / rows_at_once());
 }
 
 // The loop's partial sums: one per workgroup.
 fn loop_partials() -> u32 {
-    let rows = WORKGROUP / params.lanes;
-    return (params.vertex_count + rows - 1u) / rows;
+    return (params.vertex_count + rows_at_once() - 1u) / rows_at_once();
 }
 
-var<workgroup> lane_sums: array<vec3<f32>, WORKGROUP>;
-
 // Each row's lanes' values summed in lane order, to the row's lane 0 (the other lanes get
-// zero); every invocation must call it.
+// zero), through the reduction's workgroup memory; every invocation must call it.
 fn row_total(lid: u32, value: vec3<f32>) -> vec3<f32> {
     if (params.lanes == 1u) {
         return value;
     }
-    lane_sums[lid] = value;
+    reduction[lid] = vec4<f32>(value, 0.0);
     workgroupBarrier();
-    let rows = WORKGROUP / params.lanes;
     var total = vec3<f32>(0.0);
-    if (lid < rows) {
+    if (lid < rows_at_once()) {
         for (var k = 0u; k < params.lanes; k++) {
-            total += lane_sums[lid + k * rows];
+            total += reduction[lid + k * rows_at_once()].xyz;
         }
     }
     workgroupBarrier();
     return total;
+}
+
+// A lane's share of row v of the matrix times the direction, and of the couplings on lane 0.
+fn product_share(row: Row) -> vec3<f32> {
+    let v = row.v;
+    var acc = vec3<f32>(0.0);
+    for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
+        let entry = matrix_slot(v, j);
+        acc += block_times(entry, coupled_vector(slot_columns[entry]));
+    }
+    if (row.lane == 0u) {
+        acc += couplings_times(v);
+    }
+    return acc;
 }
 
 // The block in `slot` times u.
@@ -211,23 +228,25 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return acc;
 }
 
-// Row v of G E times b or r.
-fn lower_times(v: u32, from_rhs: bool) -> vec3<f32> {
+// A lane's share of row v of G E times r.
+fn lower_share(row: Row) -> vec3<f32> {
+    let v = row.v;
     var acc = vec3<f32>(0.0);
-    for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+    for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
         let slot = matrix_slot(v, j);
         let c = slot_columns[slot];
         if (c <= v && !in_contact(c)) {
-            acc += fsai[slot] * residual_at(c, 0.0, from_rhs);
+            acc += fsai[slot] * load3(c, 1u);
         }
     }
     return acc;
 }
 
-// Row v of G^T times y.
-fn upper_times(v: u32) -> vec3<f32> {
+// A lane's share of row v of G^T times y.
+fn upper_share(row: Row) -> vec3<f32> {
+    let v = row.v;
     var acc = vec3<f32>(0.0);
-    for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+    for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
         let slot = matrix_slot(v, j);
         let c = slot_columns[slot];
         if (c >= v) {
@@ -249,16 +268,51 @@ fn store_z(v: u32, zv: vec3<f32>) {
     }
 }
 
-// Row v of z = E G^T y, or Jacobi's in the contact set (the one-workgroup solve); returns
-// (r.r, r.z).
-fn precondition_row(v: u32) -> vec2<f32> {
+// Row v of z = E G^T y (`upper`), or Jacobi's in the contact set (the one-workgroup solve);
+// returns (r.r, r.z).
+fn precondition_row(v: u32, upper: vec3<f32>) -> vec2<f32> {
     let rv = load3(v, 1u);
     var zv = jacobi_times(v, rv);
     if (!in_contact(v)) {
-        zv = upper_times(v);
+        zv = upper;
     }
     store_z(v, zv);
     return vec2<f32>(dot(rv, rv), dot(rv, zv));
+}
+
+// The one-workgroup solve's z = E G^T G E r (Jacobi's in the contact set) as two sweeps over
+// the rows, y = G E r in `fsai_y` between them (r complete in memory before the call);
+// returns this invocation's share of (r.r, r.z). Every invocation must call it.
+fn precondition_small(lid: u32) -> vec2<f32> {
+    let n = params.vertex_count;
+    for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
+        let row = row_of(sweep, lid);
+        var y = vec3<f32>(0.0);
+        if (row.v < n) {
+            y = lower_share(row);
+        }
+        y = row_total(lid, y);
+        if (row.v < n && row.lane == 0u) {
+            store_y(row.v, y);
+        }
+    }
+    storageBarrier();
+    var sums = vec2<f32>(0.0);
+    for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
+        let row = row_of(sweep, lid);
+        var upper = vec3<f32>(0.0);
+        if (row.v < n) {
+            upper = upper_share(row);
+        }
+        upper = row_total(lid, upper);
+        if (row.v < n && row.lane == 0u) {
+            sums += precondition_row(row.v, upper);
+        }
+    }
+    // A row's z was written by its lane 0; the per-vertex work that follows reads it from
+    // another invocation.
+    storageBarrier();
+    return sums;
 }
 
 // The new search direction at vertex u: z + beta p (z alone on the first iteration).
@@ -298,7 +352,7 @@ fn couplings_times(v: u32) -> vec3<f32> {
 // then the tree): the same bits in every workgroup.
 fn all_residual_partials(lid: u32) -> vec2<f32> {
     var sum = vec2<f32>(0.0);
-    for (var i = lid; i < loop_partials(); i += WORKGROUP) {
+    for (var i = lid; i < loop_partials(); i += INVOCATIONS) {
         sum += residual_partials[i];
     }
     return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0)).xy;
@@ -306,7 +360,7 @@ fn all_residual_partials(lid: u32) -> vec2<f32> {
 
 fn all_curvature_partials(lid: u32) -> f32 {
     var sum = 0.0;
-    for (var i = lid; i < loop_partials(); i += WORKGROUP) {
+    for (var i = lid; i < loop_partials(); i += INVOCATIONS) {
         sum += curvature_partials[i];
     }
     return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0, 0.0)).x;
@@ -377,10 +431,7 @@ fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
         z[3u * v + c] = inv * bv[c];
         zv[c] = inv * bv[c];
     }
-    if (params.preconditioner == FSAI && one_workgroup) {
-        // z and r.z come from the sweep of G^T that follows.
-        store_y(v, lower_times(v, true));
-    } else if (params.preconditioner == FSAI) {
+    if (params.preconditioner == FSAI && !one_workgroup) {
         // r's next value (moved into r by `product`).
         store_y(v, bv);
         if (!in_contact(v)) {
@@ -428,7 +479,7 @@ fn starting_scalars(lid: u32, sums: vec2<f32>) -> Scalars {
     var gather = vec4<f32>(0.0);
     let gathered = params.forcing != 0u || params.gradient_tolerance > 0.0;
     if (gathered) {
-        for (var i = lid; i < params.partial_count; i += WORKGROUP) {
+        for (var i = lid; i < params.partial_count; i += INVOCATIONS) {
             gather += gather_partials[i];
         }
     }
@@ -465,17 +516,11 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
     let first = s.started == 0u;
     let beta = select(sums.y / s.rz, 0.0, first);
     let busy = s.state == RUNNING && v < params.vertex_count;
+    coupled_beta = beta;
+    coupled_first = first;
     var acc = vec3<f32>(0.0);
     if (busy) {
-        for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
-            let entry = matrix_slot(v, j);
-            acc += block_times(entry, direction_at(slot_columns[entry], beta, first));
-        }
-        if (row.lane == 0u) {
-            coupled_beta = beta;
-            coupled_first = first;
-            acc += couplings_times(v);
-        }
+        acc = product_share(row);
     }
     acc = row_total(lid, acc);
     var curvature = 0.0;
@@ -561,26 +606,25 @@ fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
 
 // The whole solve in one workgroup, for bodies small enough that dispatches, not arithmetic,
 // would bound the multi-workgroup loop: the same algorithm and stopping rules (setup, the
-// start's checks, then product and update per iteration), each invocation taking every
-// WORKGROUP-th vertex, reductions through workgroup memory, and the status written to
-// `scalars_out` as `finish` writes it. Dispatch it with one workgroup.
+// start's checks, then product and update per iteration), the rows walked in sweeps of
+// INVOCATIONS / lanes, per-vertex work strided over the invocations, reductions through
+// workgroup memory, and the status written to `scalars_out` as `finish` writes it. Dispatch
+// it with one workgroup.
 var<workgroup> carry_on: u32;
 
-@compute @workgroup_size(WORKGROUP)
+@compute @workgroup_size(INVOCATIONS)
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
     one_workgroup = true;
+    let n = params.vertex_count;
     var partial = vec2<f32>(0.0);
-    for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+    for (var v = lid; v < n; v += INVOCATIONS) {
         partial += setup_row(v, vec3<f32>(0.0));
     }
     if (params.preconditioner == FSAI) {
         storageBarrier();
-        partial = vec2<f32>(0.0);
-        for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
-            partial += precondition_row(v);
-        }
+        partial = precondition_small(lid);
     }
-    for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+    for (var v = lid; v < n; v += INVOCATIONS) {
         for (var c = 0u; c < 3u; c++) {
             p_out[3u * v + c] = z[3u * v + c];
         }
@@ -601,17 +645,19 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         }
         // Ap and p.Ap.
         var curvature = 0.0;
-        for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+        for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
+            let row = row_of(sweep, lid);
             var acc = vec3<f32>(0.0);
-            for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
-                let slot = matrix_slot(v, j);
-                acc += block_times(slot, load3(slot_columns[slot], 4u));
+            if (row.v < n) {
+                acc = product_share(row);
             }
-            acc += couplings_times(v);
-            for (var c = 0u; c < 3u; c++) {
-                ap[3u * v + c] = acc[c];
+            acc = row_total(lid, acc);
+            if (row.v < n && row.lane == 0u) {
+                for (var c = 0u; c < 3u; c++) {
+                    ap[3u * row.v + c] = acc[c];
+                }
+                curvature += dot(load3(row.v, 4u), acc);
             }
-            curvature += dot(load3(v, 4u), acc);
         }
         curvature = workgroup_sum(lid, vec4<f32>(curvature, 0.0, 0.0, 0.0)).x;
         storageBarrier();
@@ -622,20 +668,12 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             // direction += alpha p, r -= alpha Ap, z = P r.
             let alpha = rz / curvature;
             var sums = vec2<f32>(0.0);
-            for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+            for (var v = lid; v < n; v += INVOCATIONS) {
                 sums += update_row(v, alpha);
             }
             if (params.preconditioner == FSAI) {
-                // z = G^T G r over the updated r.
                 storageBarrier();
-                for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
-                    store_y(v, lower_times(v, false));
-                }
-                storageBarrier();
-                sums = vec2<f32>(0.0);
-                for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
-                    sums += precondition_row(v);
-                }
+                sums = precondition_small(lid);
             }
             let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
             rr = total.x;
@@ -647,7 +685,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 // p = z + beta p.
                 let beta = total.y / rz;
                 rz = total.y;
-                for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+                for (var v = lid; v < n; v += INVOCATIONS) {
                     for (var c = 0u; c < 3u; c++) {
                         p_out[3u * v + c] = z[3u * v + c] + beta * p_out[3u * v + c];
                     }
@@ -660,7 +698,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         }
     }
     if (state == NEGATIVE_FIRST) {
-        for (var v = lid; v < params.vertex_count; v += WORKGROUP) {
+        for (var v = lid; v < n; v += INVOCATIONS) {
             for (var c = 0u; c < 3u; c++) {
                 direction[3u * v + c] = rhs[3u * v + c];
             }

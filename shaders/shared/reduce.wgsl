@@ -3,14 +3,18 @@
 
 #import shared/dispatch
 
-var<workgroup> reduction: array<vec4<f32>, WORKGROUP>;
+// The invocations of a workgroup: WORKGROUP in every pipeline but the one-workgroup PCG
+// solve's, which takes 1 024 where the device allows.
+override INVOCATIONS: u32 = WORKGROUP;
+
+var<workgroup> reduction: array<vec4<f32>, INVOCATIONS>;
 
 // The sum of `value` over the workgroup, in a fixed tree order; every invocation must call it
 // (it contains barriers) and all receive the total.
 fn workgroup_sum(lid: u32, value: vec4<f32>) -> vec4<f32> {
     reduction[lid] = value;
     workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
+    for (var stride = INVOCATIONS / 2u; stride > 0u; stride = stride / 2u) {
         if (lid < stride) {
             reduction[lid] += reduction[lid + stride];
         }
@@ -26,7 +30,7 @@ fn workgroup_sum(lid: u32, value: vec4<f32>) -> vec4<f32> {
 fn workgroup_min(lid: u32, value: f32) -> f32 {
     reduction[lid] = vec4<f32>(value, 0.0, 0.0, 0.0);
     workgroupBarrier();
-    for (var stride = WORKGROUP / 2u; stride > 0u; stride = stride / 2u) {
+    for (var stride = INVOCATIONS / 2u; stride > 0u; stride = stride / 2u) {
         if (lid < stride) {
             reduction[lid].x = min(reduction[lid].x, reduction[lid + stride].x);
         }

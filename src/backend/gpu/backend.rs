@@ -14,7 +14,7 @@ use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
 use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
-use super::pcg::{FSAI, FsaiFactors, JACOBI, PcgGroups, PcgParams, PcgStatus, SMALL_SOLVE_VERTICES, Solve};
+use super::pcg::{FSAI, FsaiFactors, JACOBI, PcgGroups, PcgParams, PcgStatus, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -118,8 +118,9 @@ pub struct GpuBackend {
     /// The most CG iterations a global step of the last local/global solve took: how many
     /// each global step records.
     last_global_cg: u32,
-    /// Bodies up to this many vertices solve PCG in one workgroup.
-    small_solve_vertices: usize,
+    /// Bodies up to this many vertices solve PCG in one workgroup (a test's choice; else
+    /// the PCG stage's limit for its shape and preconditioner).
+    small_solve_vertices: Option<usize>,
     /// The model has a projective form (the local/global solver takes it).
     projective: bool,
     /// The mixed solver's stretches on the device belong to these positions (as last read
@@ -216,7 +217,7 @@ impl GpuBackend {
             projective_diagonal: Vec::new(),
             fsai: None,
             last_global_cg: FIRST_CHUNK,
-            small_solve_vertices: SMALL_SOLVE_VERTICES,
+            small_solve_vertices: None,
             projective,
             mixed_left_at: None,
             mixed_moved: false,
@@ -491,12 +492,14 @@ impl GpuBackend {
         Ok(status)
     }
 
-    /// Records a PCG solve: for a body of at most `SMALL_SOLVE_VERTICES` the whole solve in
+    /// Records a PCG solve: for a body of at most the small-solve limit the whole solve in
     /// one workgroup and one dispatch, else the loop's start and its first `chunk` iterations
     /// (returned, to go on with). Returns where the status will be.
     fn record_solve(&mut self, params: PcgParams, chunk: u32) -> Result<(Staged, Option<Solve>)> {
         let (c, rec) = (&self.context, &mut self.recording);
-        if self.buffers.vertex_count <= self.small_solve_vertices {
+        let limit =
+            self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(params.preconditioner));
+        if self.buffers.vertex_count <= limit {
             return Ok((self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, params)?, None));
         }
         let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
@@ -1166,7 +1169,7 @@ impl GpuBackend {
 
     /// Solves PCG in one workgroup only for bodies of at most `vertices` (0: never).
     pub(crate) fn set_small_solve_limit(&mut self, vertices: usize) {
-        self.small_solve_vertices = vertices;
+        self.small_solve_vertices = Some(vertices);
     }
 
     /// Forgets the last solve's length, so that the next records only a few iterations ahead.

@@ -46,16 +46,6 @@ pub const JACOBI: u32 = 0;
 /// its product in `fsai_inverse` (the loop).
 pub const FSAI: u32 = 1;
 
-/// Bodies up to this many vertices solve in one workgroup (`WgPcg::solve_small`): one
-/// dispatch per solve instead of two per CG iteration. Measured on an H200: a CG iteration
-/// costs 17-20 us in one workgroup with Jacobi (Newton at 1K tets) and 41 us with FSAI's two
-/// sweeps (local/global at 375 vertices), against the loop's two dispatches of about 10 us
-/// each with 16 lanes, which also records idle iterations after a solve ends. At 375
-/// vertices the loop took a local/global backward-Euler step in 4.84 ms against 6.84 in one
-/// workgroup, and a stabilized one in 4.83 against 4.19: no clear winner, so the limit
-/// stays.
-pub const SMALL_SOLVE_VERTICES: usize = 2048;
-
 /// At most this many invocations share a row of the loop's kernels (`lanes` in the shader).
 pub const MAX_LANES: u32 = 16;
 
@@ -88,6 +78,8 @@ fn lanes_filling(invocations: usize, vertex_count: usize, software: bool) -> u32
 pub struct SmallSolve {
     pub invocations: u32,
     pub lanes: u32,
+    /// On a software adapter (see [`SmallSolve::vertex_limit`]).
+    pub software: bool,
 }
 
 /// The widest one-workgroup solve: its invocations and the workgroup memory it needs (the
@@ -108,7 +100,25 @@ impl SmallSolve {
             && limits.max_compute_workgroup_size_x >= WIDE_SOLVE
             && limits.max_compute_workgroup_storage_size >= WIDE_SOLVE_MEMORY;
         let invocations = if wide { WIDE_SOLVE } else { super::stage::WORKGROUP };
-        SmallSolve { invocations, lanes: lanes_filling(invocations as usize, vertex_count, context.software) }
+        let lanes = lanes_filling(invocations as usize, vertex_count, context.software);
+        SmallSolve { invocations, lanes, software: context.software }
+    }
+
+    /// The largest body this shape solves faster than the loop, whose CG iteration costs two
+    /// dispatches (about 19 us with Jacobi, 18-26 us with FSAI on an H200) however small the
+    /// body; one workgroup's cost grows with the rows each invocation walks. On the H200, with
+    /// 1 024 invocations: Jacobi 12.8 us a CG iteration at 330 vertices and 44 us at 2 541 (the
+    /// loop's equal near 770); FSAI, whose iteration walks the rows three times, 23.7 us at
+    /// 375 and 124 us at 3 718 (equal near 440). With 256 invocations both cost more: 17.9
+    /// us (Jacobi, 330 vertices) and 42 us (FSAI, 375). A software adapter has no dispatch
+    /// latency to save, and keeps the 2 048 vertices the limit was before these measurements,
+    /// so that the tests' bodies run both forms.
+    pub fn vertex_limit(&self, preconditioner: u32) -> usize {
+        if self.software {
+            return 2048;
+        }
+        let invocations = self.invocations as usize;
+        if preconditioner == FSAI { 3 * invocations / 8 } else { 3 * invocations / 4 }
     }
 
     /// Whether `context`'s device can run this shape.
@@ -240,6 +250,11 @@ pub struct PcgGroups {
 }
 
 impl PcgGroups {
+    /// The largest body whose solves with `preconditioner` run in one workgroup.
+    pub fn small_vertex_limit(&self, preconditioner: u32) -> usize {
+        self.small.vertex_limit(preconditioner)
+    }
+
     /// Gives the one-workgroup solve this shape (one the device [fits](SmallSolve::fits)).
     pub fn shape_small(&mut self, small: SmallSolve) {
         self.small = small;
@@ -298,7 +313,7 @@ impl WgPcg {
             parity: [parity(true)?, parity(false)?],
             lanes,
             workgroups: (buffers.vertex_count as u32 * lanes).div_ceil(super::stage::WORKGROUP),
-            small: SmallSolve { invocations: super::stage::WORKGROUP, lanes: 1 },
+            small: SmallSolve { invocations: super::stage::WORKGROUP, lanes: 1, software: context.software },
             small_constants: [("INVOCATIONS", 0.0)],
         };
         groups.shape_small(SmallSolve::for_body(context, buffers.vertex_count));
@@ -322,7 +337,7 @@ impl WgPcg {
     }
 
     /// Records a whole solve in one dispatch of one workgroup (`solve_small`), for bodies of
-    /// at most [`SMALL_SOLVE_VERTICES`]; returns where its status will be.
+    /// at most [`PcgGroups::small_vertex_limit`]; returns where its status will be.
     pub fn solve_small(
         &self,
         context: &GpuContext,
@@ -451,7 +466,7 @@ mod tests {
     fn small_shapes(context: &crate::backend::gpu::GpuContext) -> Vec<SmallSolve> {
         [(256, 1), (1024, 1), (1024, 2), (1024, 8)]
             .into_iter()
-            .map(|(invocations, lanes)| SmallSolve { invocations, lanes })
+            .map(|(invocations, lanes)| SmallSolve { invocations, lanes, software: context.software })
             .filter(|shape| shape.fits(context))
             .collect()
     }

@@ -25,6 +25,20 @@ pub(crate) fn fill_per_vertex<T: Send, F: Fn(usize) -> T + Sync + Send>(out: &mu
     out.par_iter_mut().with_min_len(VERTEX_CHUNK).enumerate().for_each(|(v, o)| *o = f(v));
 }
 
+/// The first vertex with a non-finite coordinate, searched on the worker pool as
+/// [`per_vertex`].
+pub(crate) fn first_non_finite(points: &[[f64; 3]]) -> Option<usize> {
+    let n = points.len();
+    let per_chunk = per_vertex(n.div_ceil(VERTEX_CHUNK), |chunk| {
+        let start = chunk * VERTEX_CHUNK;
+        let found = points[start..(start + VERTEX_CHUNK).min(n)]
+            .iter()
+            .position(|p| p.iter().any(|c| !c.is_finite()));
+        found.map(|v| start + v)
+    });
+    per_chunk.into_iter().flatten().next()
+}
+
 /// `sum_v f(v)`, summed in fixed chunks of vertices and then in chunk order: the same bits
 /// whatever the thread count.
 pub(crate) fn sum_per_vertex<F: Fn(usize) -> f64 + Sync + Send>(n: usize, f: F) -> f64 {

@@ -766,11 +766,10 @@ impl Simulation {
                 v = damped;
             }
         }
-        if let Some(bad) = x.iter().chain(&v).position(|p| p.iter().any(|c| !c.is_finite())) {
+        if let Some(bad) = crate::math::first_non_finite(&x).or_else(|| crate::math::first_non_finite(&v)) {
             return Err(Error::Solver(format!(
-                "the step produced a non-finite value at vertex {} (dt {h} may be too large for {}); \
+                "the step produced a non-finite value at vertex {bad} (dt {h} may be too large for {}); \
                  the state was left unchanged",
-                bad % n,
                 self.integrator.name()
             )));
         }

@@ -127,7 +127,7 @@ pub struct GpuBackend {
     /// back) at this node position, and whether a mixed solve moved them since.
     mixed_left_at: Option<(Vec<[f64; 3]>, f64)>,
     mixed_moved: bool,
-    /// The step's start, as the host gave it.
+    /// The step's start, as the host gave it, where contact or a mixed solve needs it.
     start: Vec<[f64; 3]>,
     /// Where the step's start and target lie on the host (compared, never read, until the
     /// guesses are recorded) and the state buffers `begin_step` uploaded them to: a guess
@@ -1241,8 +1241,16 @@ impl Stages for GpuBackend {
             (problem.target.as_ptr() as usize, "target_positions"),
         ];
         self.nodes = problem.nodes.to_vec();
+        // The start bounds the paths of projection and barrier contact, and tells a mixed
+        // solve whether the stretches it left still belong; copying it costs a large body
+        // about half a millisecond, so only those keep it.
         self.start.clear();
-        self.start.extend_from_slice(problem.start);
+        if self.model.contact.is_projection()
+            || self.model.contact.is_barrier()
+            || self.mixed_left_at.is_some()
+        {
+            self.start.extend_from_slice(problem.start);
+        }
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
         // The local/global matrix's diagonal, for the models that solver takes.

@@ -316,10 +316,15 @@ impl GpuContext {
         })
     }
 
-    /// Waits for the queue and copies the first `size` bytes out of `staging` (a
-    /// `MAP_READ` buffer the submitted work copied into).
-    pub(crate) fn map_read(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-        let bytes = self.map(staging, size)?;
+    /// Waits for the queue and copies the byte ranges `pieces` of the first `size` bytes of
+    /// `staging` (a `MAP_READ` buffer the submitted work copied into) out.
+    pub(crate) fn map_read(
+        &self,
+        staging: &wgpu::Buffer,
+        size: u64,
+        pieces: &[std::ops::Range<usize>],
+    ) -> Result<Vec<Vec<u8>>> {
+        let bytes = read_mapped_pieces(&self.device, staging, size, pieces)?;
         self.collect_times()?;
         Ok(bytes)
     }
@@ -364,6 +369,19 @@ impl GpuContext {
 /// Waits for `device`, then copies the first `size` bytes of a `MAP_READ` buffer out and unmaps
 /// it.
 pub(crate) fn read_mapped(device: &wgpu::Device, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    let mut pieces = read_mapped_pieces(device, staging, size, &[0..size as usize])?;
+    Ok(pieces.pop().expect("one piece was asked for"))
+}
+
+/// Waits for `device`, then copies the byte ranges `pieces` of a `MAP_READ` buffer's first
+/// `size` bytes out, each into a vector of its own (straight from the mapping: a million-tet
+/// body's state read back is megabytes), and unmaps it.
+pub(crate) fn read_mapped_pieces(
+    device: &wgpu::Device,
+    staging: &wgpu::Buffer,
+    size: u64,
+    pieces: &[std::ops::Range<usize>],
+) -> Result<Vec<Vec<u8>>> {
     let (sender, receiver) = std::sync::mpsc::channel();
     staging.slice(..size).map_async(wgpu::MapMode::Read, move |result| {
         let _ = sender.send(result);
@@ -378,7 +396,7 @@ pub(crate) fn read_mapped(device: &wgpu::Device, staging: &wgpu::Buffer, size: u
     let view = staging
         .get_mapped_range(..size)
         .map_err(|e| Error::DeviceLost(format!("reading a mapped buffer: {e}")))?;
-    let out = view.to_vec();
+    let out = pieces.iter().map(|piece| view[piece.clone()].to_vec()).collect();
     drop(view);
     staging.unmap();
     Ok(out)

@@ -258,10 +258,10 @@ impl Recording {
         }
         self.counts.readbacks += 1;
         self.counts.downloaded += used;
-        let bytes = context.map_read(&self.staging, used);
+        let pieces: Vec<_> = staged.iter().map(|s| s.offset as usize..(s.offset + s.size) as usize).collect();
+        let results = context.map_read(&self.staging, used, &pieces);
         self.counts.wait += started.elapsed();
-        let bytes = bytes?;
-        Ok(staged.iter().map(|s| bytes[s.offset as usize..(s.offset + s.size) as usize].to_vec()).collect())
+        results
     }
 
     /// Submits and reads `len` elements of `T` from `buffer` through a staging buffer of

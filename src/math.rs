@@ -28,23 +28,27 @@ pub(crate) fn fill_per_vertex<T: Send, F: Fn(usize) -> T + Sync + Send>(out: &mu
 /// The first vertex with a non-finite coordinate, searched on the worker pool as
 /// [`per_vertex`].
 pub(crate) fn first_non_finite(points: &[[f64; 3]]) -> Option<usize> {
-    let n = points.len();
-    let per_chunk = per_vertex(n.div_ceil(VERTEX_CHUNK), |chunk| {
-        let start = chunk * VERTEX_CHUNK;
-        let found = points[start..(start + VERTEX_CHUNK).min(n)]
-            .iter()
-            .position(|p| p.iter().any(|c| !c.is_finite()));
-        found.map(|v| start + v)
+    let found = per_chunk(points.len(), |vertices| {
+        let start = vertices.start;
+        points[vertices].iter().position(|p| p.iter().any(|c| !c.is_finite())).map(|v| start + v)
     });
-    per_chunk.into_iter().flatten().next()
+    found.into_iter().flatten().next()
+}
+
+/// `f` of each chunk of vertices, in chunk order, the chunks on the worker pool (one item each:
+/// a chunk is already the work item of [`per_vertex`]).
+fn per_chunk<T: Send, F: Fn(std::ops::Range<usize>) -> T + Sync + Send>(n: usize, f: F) -> Vec<T> {
+    use rayon::prelude::*;
+    (0..n.div_ceil(VERTEX_CHUNK))
+        .into_par_iter()
+        .map(|chunk| f(chunk * VERTEX_CHUNK..((chunk + 1) * VERTEX_CHUNK).min(n)))
+        .collect()
 }
 
 /// `sum_v f(v)`, summed in fixed chunks of vertices and then in chunk order: the same bits
 /// whatever the thread count.
 pub(crate) fn sum_per_vertex<F: Fn(usize) -> f64 + Sync + Send>(n: usize, f: F) -> f64 {
-    let partials = per_vertex(n.div_ceil(VERTEX_CHUNK), |chunk| {
-        (chunk * VERTEX_CHUNK..((chunk + 1) * VERTEX_CHUNK).min(n)).map(&f).sum::<f64>()
-    });
+    let partials = per_chunk(n, |vertices| vertices.map(&f).sum::<f64>());
     partials.iter().sum()
 }
 

@@ -244,7 +244,7 @@ pub struct LocalGlobalReport {
 /// A fixed-budget Newton solve (`Solver::budget`), asked for whole: every decision in it —
 /// which initial guess, and which step length along each direction — is made by the rule of
 /// `cpu/line_search.rs`, which a GPU evaluates on the device, so that it records the whole
-/// solve, and the state it ends in, as one submission with one readback.
+/// solve, and the state it ends in, with one readback.
 #[derive(Clone, Copy, Debug)]
 pub struct BudgetRequest<'a> {
     /// Initial guesses; the last is a fallback, taken only when every other puts an element

@@ -298,7 +298,7 @@ impl Stepper<'_> {
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, inertial];
         guesses.extend(warm_start);
-        // A fixed budget is run whole by the backend: on a GPU one submission and one readback,
+        // A fixed budget is run whole by the backend: on a GPU with one readback,
         // the step's start the fallback guess.
         let with_fallback: Vec<&[[f64; 3]]> = guesses.iter().copied().chain([input.positions]).collect();
         if let Some(request) = crate::solver::newton::budget_request(self.solver, &with_fallback) {

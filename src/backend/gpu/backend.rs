@@ -911,11 +911,11 @@ impl GpuBackend {
         if record.picked == super::line_search::NONE { f64::INFINITY } else { record.value as f64 }
     }
 
-    /// A fixed-budget solve in one submission and one readback: the guesses' objectives and
-    /// the pick, then per iteration the linearization, the whole PCG solve at its cap, the
-    /// dots, the line search's candidates, the choice and the step, all decided on the
-    /// device; then the gradient norm, the potential and its gradient, the dissipation and
-    /// the iterate at the end.
+    /// A fixed-budget solve in one readback: the guesses' objectives and the pick, then per
+    /// iteration the linearization, the whole PCG solve at its cap, the dots, the line
+    /// search's candidates, the choice and the step, all decided on the device; then the
+    /// gradient norm, the potential and its gradient, the dissipation and the iterate at the
+    /// end. Submitted in parts, one per iteration, the last with the end.
     fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
         use crate::backend::cpu::line_search::step_lengths;
         let picked = self.record_start(request.guesses)?;
@@ -927,6 +927,11 @@ impl GpuBackend {
         );
         let mut iterations = Vec::with_capacity(request.iterations);
         for _ in 0..request.iterations {
+            // What is recorded so far goes to the device while the host records the next
+            // iteration (the readback stays one): on an H200, medians of a 2x40 step went
+            // from 2.2-2.6 to 2.0-2.1 ms at 1K tets, 3.0-3.2 to 2.5 at 10K, 4.8-5.3 to
+            // 4.3-4.6 at 100K.
+            self.recording.submit(&self.context);
             self.record_linearization(request.projection)?;
             self.decide(Decision::Linearization)?;
             // The whole budget at once: a solve ends early only at its tolerance.

@@ -390,7 +390,8 @@ pub trait Stages: Send {
     }
     /// Local/global (projective dynamics) iterations from the iterate: each evaluates the
     /// projections and `grad G`, then takes the global step `x -= A^-1 grad G` with the fixed
-    /// matrix of `projective`. A GPU records every iteration into one submission.
+    /// matrix of `projective`. A GPU records every iteration, submitting each as it goes, and
+    /// reads the solve back once.
     fn local_global(&mut self, request: &LocalGlobalRequest) -> LocalGlobalReport;
     /// Mixed FEM (mixed-fem-sqp.md): readies the tets' stretches for a solve of this step's
     /// objective, which has one quadrature node. They are kept where the last solve left

@@ -284,34 +284,35 @@ fn precondition_row(v: u32, upper: vec3<f32>) -> vec2<f32> {
 // the rows, y = G E r in `fsai_y` between them (r complete in memory before the call);
 // returns this invocation's share of (r.r, r.z). Every invocation must call it.
 fn precondition_small(lid: u32) -> vec2<f32> {
-    let n = params.vertex_count;
-    for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
-        let row = row_of(sweep, lid);
-        var y = vec3<f32>(0.0);
-        if (row.v < n) {
-            y = lower_share(row);
-        }
-        y = row_total(lid, y);
-        if (row.v < n && row.lane == 0u) {
-            store_y(row.v, y);
-        }
-    }
+    fsai_sweep(lid, false);
     storageBarrier();
-    var sums = vec2<f32>(0.0);
-    for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
-        let row = row_of(sweep, lid);
-        var upper = vec3<f32>(0.0);
-        if (row.v < n) {
-            upper = upper_share(row);
-        }
-        upper = row_total(lid, upper);
-        if (row.v < n && row.lane == 0u) {
-            sums += precondition_row(row.v, upper);
-        }
-    }
+    let sums = fsai_sweep(lid, true);
     // A row's z was written by its lane 0; the per-vertex work that follows reads it from
     // another invocation.
     storageBarrier();
+    return sums;
+}
+
+// One sweep of the one-workgroup solve over the rows with their lanes: y = G E r into
+// `fsai_y`, or (`upper`) z from G^T y, returning this invocation's share of (r.r, r.z).
+fn fsai_sweep(lid: u32, upper: bool) -> vec2<f32> {
+    let n = params.vertex_count;
+    var sums = vec2<f32>(0.0);
+    for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
+        let row = row_of(sweep, lid);
+        var share = vec3<f32>(0.0);
+        if (row.v < n && upper) {
+            share = upper_share(row);
+        } else if (row.v < n) {
+            share = lower_share(row);
+        }
+        let total = row_total(lid, share);
+        if (row.v < n && row.lane == 0u && upper) {
+            sums += precondition_row(row.v, total);
+        } else if (row.v < n && row.lane == 0u) {
+            store_y(row.v, total);
+        }
+    }
     return sums;
 }
 

@@ -369,7 +369,8 @@ impl GpuContext {
 /// Waits for `device`, then copies the first `size` bytes of a `MAP_READ` buffer out and unmaps
 /// it.
 pub(crate) fn read_mapped(device: &wgpu::Device, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-    let mut pieces = read_mapped_pieces(device, staging, size, &[0..size as usize])?;
+    let whole = 0..size as usize;
+    let mut pieces = read_mapped_pieces(device, staging, size, std::slice::from_ref(&whole))?;
     Ok(pieces.pop().expect("one piece was asked for"))
 }
 

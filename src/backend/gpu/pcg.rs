@@ -82,10 +82,18 @@ pub struct SmallSolve {
     pub software: bool,
 }
 
-/// The widest one-workgroup solve: its invocations and the workgroup memory it needs (the
-/// reduction's `vec4` per invocation, and a flag).
+/// The widest one-workgroup solve's invocations.
 const WIDE_SOLVE: u32 = 1024;
-const WIDE_SOLVE_MEMORY: u32 = 16 * WIDE_SOLVE + 16;
+
+/// Whether a device of `limits` runs a one-workgroup solve of `invocations`: the stages'
+/// WORKGROUP always; more where the workgroup may be that large and hold the reduction's
+/// `vec4` per invocation, and a flag.
+fn allows(limits: &wgpu::Limits, invocations: u32) -> bool {
+    invocations == super::stage::WORKGROUP
+        || (limits.max_compute_invocations_per_workgroup >= invocations
+            && limits.max_compute_workgroup_size_x >= invocations
+            && limits.max_compute_workgroup_storage_size >= 16 * invocations + 16)
+}
 
 impl SmallSolve {
     /// For a body of `vertex_count` vertices on `context`'s device: 1 024 invocations where
@@ -94,11 +102,7 @@ impl SmallSolve {
     /// loads); the stages' WORKGROUP and one lane on a software adapter, which runs a
     /// workgroup on one thread.
     pub fn for_body(context: &GpuContext, vertex_count: usize) -> SmallSolve {
-        let limits = context.device.limits();
-        let wide = !context.software
-            && limits.max_compute_invocations_per_workgroup >= WIDE_SOLVE
-            && limits.max_compute_workgroup_size_x >= WIDE_SOLVE
-            && limits.max_compute_workgroup_storage_size >= WIDE_SOLVE_MEMORY;
+        let wide = !context.software && allows(&context.device.limits(), WIDE_SOLVE);
         let invocations = if wide { WIDE_SOLVE } else { super::stage::WORKGROUP };
         let lanes = lanes_filling(invocations as usize, vertex_count, context.software);
         SmallSolve { invocations, lanes, software: context.software }
@@ -123,11 +127,7 @@ impl SmallSolve {
 
     /// Whether `context`'s device can run this shape.
     pub fn fits(&self, context: &GpuContext) -> bool {
-        let limits = context.device.limits();
-        self.invocations == super::stage::WORKGROUP
-            || (limits.max_compute_invocations_per_workgroup >= self.invocations
-                && limits.max_compute_workgroup_size_x >= self.invocations
-                && limits.max_compute_workgroup_storage_size >= 16 * self.invocations + 16)
+        allows(&context.device.limits(), self.invocations)
     }
 }
 

@@ -274,6 +274,31 @@ mod tests {
         DMat3::from_cols_array(&std::array::from_fn(|_| rng.random_range(-2.0..2.0)))
     }
 
+    /// The passes over a large body's vertices: a sum is its fixed chunks' sums added in
+    /// order, the same bits on a pool of one thread as on the default one, and the first
+    /// non-finite vertex is the first in the order of the vertices, in whichever chunk.
+    #[test]
+    fn vertex_passes_keep_the_order_of_their_chunks() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let n = 9 * VERTEX_CHUNK + 123;
+        let values: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let chunked: f64 = values
+            .chunks(VERTEX_CHUNK)
+            .map(|chunk| chunk.iter().sum::<f64>())
+            .collect::<Vec<_>>()
+            .iter()
+            .sum();
+        let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let serial = one_thread.install(|| sum_per_vertex(n, |v| values[v]));
+        assert_eq!(sum_per_vertex(n, |v| values[v]).to_bits(), chunked.to_bits());
+        assert_eq!(serial.to_bits(), chunked.to_bits());
+        let mut points = vec![[0.5; 3]; n];
+        assert_eq!(first_non_finite(&points), None);
+        points[7 * VERTEX_CHUNK + 5][1] = f64::INFINITY;
+        points[2 * VERTEX_CHUNK + 9][2] = f64::NAN;
+        assert_eq!(first_non_finite(&points), Some(2 * VERTEX_CHUNK + 9));
+    }
+
     #[test]
     fn signed_svd_reconstructs_and_is_orthogonal() {
         let mut rng = ChaCha8Rng::seed_from_u64(7);

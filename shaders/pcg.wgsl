@@ -228,29 +228,17 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return acc;
 }
 
-// A lane's share of row v of G E times r.
-fn lower_share(row: Row) -> vec3<f32> {
+// A lane's share of row v of G E times r, or (`upper`) of G^T times y.
+fn fsai_share(row: Row, upper: bool) -> vec3<f32> {
     let v = row.v;
     var acc = vec3<f32>(0.0);
     for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
         let slot = matrix_slot(v, j);
         let c = slot_columns[slot];
-        if (c <= v && !in_contact(c)) {
-            acc += fsai[slot] * load3(c, 1u);
-        }
-    }
-    return acc;
-}
-
-// A lane's share of row v of G^T times y.
-fn upper_share(row: Row) -> vec3<f32> {
-    let v = row.v;
-    var acc = vec3<f32>(0.0);
-    for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
-        let slot = matrix_slot(v, j);
-        let c = slot_columns[slot];
-        if (c >= v) {
+        if (upper && c >= v) {
             acc += fsai[slot] * vec3<f32>(fsai_y[3u * c], fsai_y[3u * c + 1u], fsai_y[3u * c + 2u]);
+        } else if (!upper && c <= v && !in_contact(c)) {
+            acc += fsai[slot] * load3(c, 1u);
         }
     }
     return acc;
@@ -301,10 +289,8 @@ fn fsai_sweep(lid: u32, upper: bool) -> vec2<f32> {
     for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
         let row = row_of(sweep, lid);
         var share = vec3<f32>(0.0);
-        if (row.v < n && upper) {
-            share = upper_share(row);
-        } else if (row.v < n) {
-            share = lower_share(row);
+        if (row.v < n) {
+            share = fsai_share(row, upper);
         }
         let total = row_total(lid, share);
         if (row.v < n && row.lane == 0u && upper) {

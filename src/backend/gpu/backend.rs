@@ -1055,8 +1055,8 @@ impl GpuBackend {
     }
 
     /// Local/global iterations, each submitted as it is recorded, read back once: the step's
-    /// matrix, then per iteration the local step and gather, a PCG solve of as many iterations as the last solve's longest
-    /// global step needed, an eighth and two more, twice as many after a solve that ran out (an
+    /// matrix, then per iteration the local step and gather, a PCG solve of as many
+    /// iterations as the last solve's longest global step needed, an eighth and two more, twice as many after a solve that ran out (an
     /// unfinished CG solve still lowers the frozen quadratic, so the iteration still never
     /// increases `G`), and the step `x += d`; with penalty colliders, the
     /// contact set and the matrix it gives before the solve, and the step cut short where a

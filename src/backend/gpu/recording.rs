@@ -2,9 +2,9 @@
 //! dispatches to it instead of submitting them: consecutive dispatches share one compute pass
 //! (wgpu orders them inside it), every dispatch's parameters go into one uniform arena bound
 //! at a dynamic offset, and results the host needs are copied into one staging buffer as the
-//! work is recorded. A readback submits what is pending (a fixed-budget step also submits
-//! each part as it is recorded), so a Newton iteration is one readback however many stages it
-//! runs.
+//! work is recorded. A readback submits what is pending (a fixed-budget step and a
+//! local/global solve also submit each iteration as it is recorded, so that the device starts
+//! early), so a Newton iteration is one readback however many stages it runs.
 
 use encase::ShaderType;
 use encase::internal::WriteInto;

@@ -191,26 +191,28 @@ pub(crate) fn contact_stiffness(model: &Model, nodes: &[Node]) -> f64 {
 }
 
 /// The step's diagonal `M/h^2 + a K_v + D_v` per vertex (pinned vertices get 1: their rows
-/// are the identity), `K_v` the handles' stiffness; the colliders' is added per vertex in a
-/// contact set by [`with_contacts`].
-pub(crate) fn vertex_diagonal(model: &Model, anchors: &Anchors, problem: &StepProblem<'_>) -> Vec<f64> {
-    let inv_h2 = 1.0 / (problem.dt * problem.dt);
-    let a = stiffness_weight(problem.nodes);
-    let damping = problem.damping_matrix(model.vertex_count());
-    (0..model.vertex_count())
-        .map(|v| {
-            if model.pinned[v] {
-                return 1.0;
-            }
-            let stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
-            // The largest eigenvalue of a damping block, bounded by its largest absolute row sum.
-            let damping = damping.as_ref().map_or(0.0, |d| {
-                let b = &d.vertex_blocks[v];
-                (0..3).map(|r| b[3 * r].abs() + b[3 * r + 1].abs() + b[3 * r + 2].abs()).fold(0.0, f64::max)
-            });
-            model.masses[v] * inv_h2 + a * stiffness + damping
-        })
-        .collect()
+/// are the identity), `K_v` the handles' stiffness and `D_v` from the step's damping matrix;
+/// the colliders' is added per vertex in a contact set by [`with_contacts`].
+pub(crate) fn vertex_diagonal(
+    model: &Model,
+    anchors: &Anchors,
+    inv_h2: f64,
+    nodes: &[Node],
+    damping: Option<&crate::objective::DampingMatrix>,
+) -> Vec<f64> {
+    let a = stiffness_weight(nodes);
+    crate::math::per_vertex(model.vertex_count(), |v| {
+        if model.pinned[v] {
+            return 1.0;
+        }
+        let stiffness: f64 = anchors.of(v).iter().map(|(k, _)| k).sum();
+        // The largest eigenvalue of a damping block, bounded by its largest absolute row sum.
+        let damping = damping.map_or(0.0, |d| {
+            let b = &d.vertex_blocks[v];
+            (0..3).map(|r| b[3 * r].abs() + b[3 * r + 1].abs() + b[3 * r + 2].abs()).fold(0.0, f64::max)
+        });
+        model.masses[v] * inv_h2 + a * stiffness + damping
+    })
 }
 
 /// `base` with `stiffness` (`a k`, [`contact_stiffness`]) added for the vertices in `set`.

@@ -448,7 +448,14 @@ impl Stages for CpuBackend {
         self.nodes = problem.nodes.to_vec();
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
-        self.projective_base = super::projective::vertex_diagonal(&self.model, &self.anchors, &problem);
+        let damping = problem.damping_matrix(self.x.len());
+        self.projective_base = super::projective::vertex_diagonal(
+            &self.model,
+            &self.anchors,
+            self.inv_h2,
+            &self.nodes,
+            damping.as_ref(),
+        );
         super::projective::with_contacts(
             &self.projective_base,
             &super::projective::contact_set(&self.model, &self.colliders, &problem),
@@ -459,7 +466,7 @@ impl Stages for CpuBackend {
         self.damping_linear.clear();
         self.friction_couplings =
             problem.couplings.iter().map(|c| c.scaled(problem.damping_weight)).collect();
-        let Some(matrix) = problem.damping_matrix(self.x.len()) else { return };
+        let Some(matrix) = damping else { return };
         self.damping_linear = matrix.vertex_linear.clone();
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
         // 4.2) and A_v the per-vertex ether and friction blocks.

@@ -111,18 +111,23 @@ pub struct GpuBackend {
     /// The colliders as they are this step, as the host keeps them for the local/global
     /// matrix (the device has them packed).
     colliders: Vec<crate::contact::Collider>,
-    /// The local/global solver's vertex diagonal for the current step.
+    /// The local/global matrix's vertex diagonal for the current step (empty until a solve
+    /// asks for it), and the step's damping matrix it is made from.
     projective_diagonal: Vec<f64>,
-    /// The local/global matrices' preconditioners (made at the first local/global solve).
+    step_damping: Option<crate::objective::DampingMatrix>,
+    /// The local/global matrices' approximate inverses (made at the first solve they
+    /// precondition).
     fsai: Option<FsaiFactors>,
+    /// Newton's FSAI preconditioner this step: the penalty contact set whose rows take
+    /// Jacobi's, as flags (empty: none), and whether it and the factor are on the device.
+    newton_contact: Vec<u32>,
+    newton_fsai_ready: bool,
     /// The most CG iterations a global step of the last local/global solve took: how many
     /// each global step records.
     last_global_cg: u32,
     /// Bodies up to this many vertices solve PCG in one workgroup (a test's choice; else
     /// the PCG stage's limit for its shape and preconditioner).
     small_solve_vertices: Option<usize>,
-    /// The model has a projective form (the local/global solver takes it).
-    projective: bool,
     /// The mixed solver's stretches on the device belong to these positions (as last read
     /// back) at this node position, and whether a mixed solve moved them since.
     mixed_left_at: Option<(Vec<[f64; 3]>, f64)>,
@@ -187,7 +192,6 @@ struct StagedCandidates(Vec<(Staged, Staged)>);
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
-        let projective = projective::check(&model).is_ok();
         let (stages, buffers, recording, groups) = context.guarded(|| {
             let stages = context.stages()?;
             let buffers = GpuBuffers::new(&context, &model, super::element::partial_count(&model));
@@ -215,10 +219,12 @@ impl GpuBackend {
             anchors: Anchors::default(),
             colliders,
             projective_diagonal: Vec::new(),
+            step_damping: None,
             fsai: None,
+            newton_contact: Vec::new(),
+            newton_fsai_ready: false,
             last_global_cg: FIRST_CHUNK,
             small_solve_vertices: None,
-            projective,
             mixed_left_at: None,
             mixed_moved: false,
             start: Vec::new(),
@@ -645,8 +651,10 @@ impl GpuBackend {
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
         self.vector("negate_gradient", 0.0)?;
-        let pcg =
-            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
+        let pcg = PcgParams {
+            preconditioner: self.preconditioner(request.solver)?,
+            ..self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations)
+        };
         let chunk = self.first_chunk(pcg.max_iterations);
         let (status, solve) = self.record_solve(pcg, chunk)?;
         let mut staged = vec![status];
@@ -705,8 +713,10 @@ impl GpuBackend {
                 ..Default::default()
             });
         }
-        let params =
-            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations);
+        let params = PcgParams {
+            preconditioner: self.preconditioner(request.solver)?,
+            ..self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations)
+        };
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let chunk = self.first_chunk(params.max_iterations);
         let (status, solve) = self.record_solve(params, chunk)?;
@@ -768,6 +778,18 @@ impl GpuBackend {
         })
     }
 }
+
+/// The largest body whose Newton and mixed-FEM solves by `LinearSolver::PcgProjective` the
+/// approximate inverse preconditions (above the one-workgroup solve's size). On the benchmark
+/// bars it needs 27-36 % fewer CG iterations than Jacobi (backward Euler and A-search to
+/// 1e-4 N, 1K and 10K tets), and where the loop's dispatches are latency-bound an iteration
+/// costs what Jacobi's does (H200: 18 us at 3 718 vertices, Jacobi 19.4 us at 2 541). Beyond,
+/// the loop is bandwidth-bound and the product `G^T G` it applies reads about twice the
+/// matrix's entries (a million-tet bar's matrix product alone took 94 us), so an iteration
+/// would cost more than the iterations save. In one workgroup FSAI's iteration walks the
+/// rows three times (23.7 us against Jacobi's 12.8 at 330-375 vertices): small bodies keep
+/// Jacobi too.
+const NEWTON_FSAI_VERTICES: usize = 16_384;
 
 /// Iterations a budgeted solve records at most (their records fill the staging buffer);
 /// a larger budget runs stage by stage, one readback per iteration.
@@ -1047,6 +1069,62 @@ impl GpuBackend {
         Ok(Some((elements, vertices)))
     }
 
+    /// Puts on the device the approximate inverse of the local/global matrix `a L + diagonal`
+    /// (the step's diagonal made here if no solve has made it yet), unless it is there.
+    fn upload_fsai(&mut self, a: f64) -> Result<()> {
+        if self.projective_diagonal.is_empty() {
+            let damping = self.step_damping.as_ref();
+            self.projective_diagonal =
+                projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, damping);
+        }
+        let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
+        if self.buffers.reserve_fsai(&self.context, fsai.inverse_pattern()) {
+            self.rebind()?;
+        }
+        let fsai = self.fsai.as_mut().expect("made above");
+        if let Some(factor) = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal) {
+            let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
+            rec.upload(c, scratch.named("fsai"), bytemuck::cast_slice(&factor.slots));
+            rec.upload(c, scratch.named("fsai_inverse"), bytemuck::cast_slice(&factor.inverse));
+        }
+        Ok(())
+    }
+
+    /// The preconditioner of a Newton or mixed-FEM solve by `solver`: for
+    /// `LinearSolver::PcgProjective` the approximate inverse of the step's local/global matrix
+    /// (the elasticity's Laplacian, which the CPU factors exactly), with the rows of this
+    /// step's penalty contacts on Jacobi, since the matrix leaves their stiffness out; put on
+    /// the device at the first such solve of a step. Jacobi for `LinearSolver::Pcg`, with
+    /// self-contact, whose stiffness the matrix leaves out everywhere (as on the CPU), and
+    /// outside the sizes where it pays ([`NEWTON_FSAI_VERTICES`]).
+    fn preconditioner(&mut self, solver: LinearSolver) -> Result<u32> {
+        let n = self.buffers.vertex_count;
+        let one_workgroup =
+            n <= self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(JACOBI));
+        if solver != LinearSolver::PcgProjective
+            || self.groups.self_contact.is_some()
+            || one_workgroup
+            || n > NEWTON_FSAI_VERTICES
+        {
+            return Ok(JACOBI);
+        }
+        if !self.newton_fsai_ready {
+            self.upload_fsai(projective::stiffness_weight(&self.nodes))?;
+            let n = self.buffers.vertex_count;
+            let none;
+            let flags = if self.newton_contact.is_empty() {
+                none = vec![0u32; n];
+                &none
+            } else {
+                &self.newton_contact
+            };
+            let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
+            rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
+            self.newton_fsai_ready = true;
+        }
+        Ok(FSAI)
+    }
+
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
     fn record_contact_set(&mut self, entry: &'static str, nodes: &[Node], stiffness: f64) -> Result<()> {
         let params = ContactParams::local_global(&self.buffers, self.colliders.len(), nodes, stiffness);
@@ -1069,26 +1147,20 @@ impl GpuBackend {
         // finite everywhere.
         self.pending_start = None;
         let nodes = self.nodes.clone();
+        // The global steps are preconditioned by the approximate inverse of the matrix without
+        // penalty contacts; the contact set's rows take Jacobi's (`shaders/pcg.wgsl`).
+        let a = projective::stiffness_weight(&nodes);
+        self.upload_fsai(a)?;
+        // The solve writes its own contact flags.
+        self.newton_fsai_ready = false;
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
         // With penalty colliders the contact set changes the diagonal at every iterate
         // (`projective::LocalContact::grow_set`), from the base uploaded here.
         let contact = projective::has_penalty_contact(&self.model, &self.colliders);
         let base = if contact { "projective_base" } else { "projective_diagonal" };
-        // The global steps are preconditioned by the approximate inverse of the matrix without
-        // penalty contacts; the contact set's rows take Jacobi's (`shaders/pcg.wgsl`).
-        let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
-        if self.buffers.reserve_fsai(&self.context, fsai.inverse_pattern()) {
-            self.rebind()?;
-        }
         let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
         rec.upload(c, scratch.named(base), bytemuck::cast_slice(&diagonal));
-        let a = projective::stiffness_weight(&nodes);
         let matrix = Target::Projective { a };
-        let fsai = self.fsai.as_mut().expect("made above");
-        if let Some(factor) = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal) {
-            rec.upload(c, scratch.named("fsai"), bytemuck::cast_slice(&factor.slots));
-            rec.upload(c, scratch.named("fsai_inverse"), bytemuck::cast_slice(&factor.inverse));
-        }
         let stiffness = projective::contact_stiffness(&self.model, &nodes);
         if contact {
             // Each solve starts with an empty set.
@@ -1263,14 +1335,19 @@ impl Stages for GpuBackend {
         }
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
         self.damping_weight = problem.damping_weight;
-        // The local/global matrix's diagonal, for the models that solver takes.
-        if self.projective {
-            self.projective_diagonal = projective::vertex_diagonal(&self.model, &self.anchors, &problem);
-        }
-        let matrix = problem.damping_matrix(self.buffers.vertex_count);
-        self.damped = matrix.is_some();
+        // The local/global matrix's diagonal is made when a solve first asks for it.
+        self.projective_diagonal.clear();
+        self.newton_fsai_ready = false;
+        self.step_damping = problem.damping_matrix(self.buffers.vertex_count);
+        self.damped = self.step_damping.is_some();
         self.friction = false;
-        let Some(matrix) = matrix else { return };
+        if projective::has_penalty_contact(&self.model, &self.colliders) {
+            let set = projective::contact_set(&self.model, &self.colliders, &problem);
+            self.newton_contact = set.iter().map(|&member| member as u32).collect();
+        } else {
+            self.newton_contact.clear();
+        }
+        let Some(matrix) = self.step_damping.take() else { return };
         // D = w (k/h K(x_n) + diag(A_v)): the projected stiffness at the step's start, scaled,
         // plus the vertex blocks, assembled into the damping matrix.
         let result = (|| {
@@ -1292,6 +1369,7 @@ impl Stages for GpuBackend {
             }
             self.assemble(Target::Damping { element_scale: matrix.stiffness_scale })
         })();
+        self.step_damping = Some(matrix);
         self.settle(result, ());
     }
 
@@ -1493,14 +1571,17 @@ impl Stages for GpuBackend {
 
     fn solve_direction(
         &mut self,
-        _solver: LinearSolver,
+        solver: LinearSolver,
         tolerance: f64,
         max_iterations: usize,
     ) -> DirectionReport {
         // The GPU always solves with PCG; the direct solver is a CPU option.
         self.step_bound = None;
-        let params = self.pcg_params(Some(tolerance), 0.0, max_iterations);
         let result = (|| {
+            let params = PcgParams {
+                preconditioner: self.preconditioner(solver)?,
+                ..self.pcg_params(Some(tolerance), 0.0, max_iterations)
+            };
             let status = self.solve(params)?;
             self.record_projection("keep_pressed")?;
             let dots = self.dots()?;

@@ -34,11 +34,12 @@ pub struct Anchor {
 pub enum LinearSolver {
     /// Jacobi-preconditioned conjugate gradients with early exit on negative curvature.
     Pcg,
-    /// Conjugate gradients preconditioned by the factored local/global matrix
-    /// `M/h^2 + a L` (`backend::projective`: the elasticity's Laplacian, unchanged by
-    /// rotations, factored once per step weight) where its factor is small — bodies of up to
-    /// a few thousand vertices, elongated ones further — and by Jacobi beyond; CPU only, a
-    /// GPU runs `Pcg`.
+    /// Conjugate gradients preconditioned by the local/global matrix `M/h^2 + a L`
+    /// (`backend::projective`: the elasticity's Laplacian, unchanged by rotations). The CPU
+    /// factors it once per step weight where its factor is small — bodies of up to a few
+    /// thousand vertices, elongated ones further — and uses Jacobi beyond. A GPU applies its
+    /// sparse approximate inverse to bodies between the one-workgroup solve's size and 16K
+    /// vertices, where a CG iteration costs what Jacobi's does, and Jacobi elsewhere.
     PcgProjective,
     /// Sparse Cholesky (faer) with Tikhonov retries; CPU only, for small systems and checks.
     Cholesky,

@@ -163,9 +163,10 @@ impl Solver {
     }
 
     /// Newton's method (the default): tolerance 1e-6 N, at most 50 iterations, PCG
-    /// preconditioned on the CPU by the factored local/global matrix where its factor is small
-    /// ([`LinearSolver::PcgProjective`]; 3-6x fewer CG iterations than Jacobi on the
-    /// benchmark beams) and by Jacobi elsewhere and on a GPU.
+    /// preconditioned by the local/global matrix ([`LinearSolver::PcgProjective`]): on the
+    /// CPU by its factor where that is small (3-6x fewer CG iterations than Jacobi on the
+    /// benchmark beams), on a GPU by its approximate inverse at mid sizes (27-36 % fewer),
+    /// and by Jacobi elsewhere.
     pub fn newton() -> Solver {
         Solver::with_kind(SolverKind::Newton)
     }

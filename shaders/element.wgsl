@@ -7,7 +7,8 @@
 // Each pipeline is specialized by two override constants: what it computes (OUTPUTS) and,
 // for a run of tets of one material, which material (MATERIAL), so that an energy pass
 // carries no derivative code and StVK no SVD. The element Hessian is built column by column
-// from the tangent applied to dF = e_k beta_b^T, with constant indices throughout.
+// from the tangent applied to dF = e_k beta_b^T, with constant indices throughout. An
+// energy-only pass may evaluate a batch of positions at once (shared/tets' `members`).
 
 #import shared/elastic
 #import shared/reduce
@@ -157,10 +158,10 @@ fn spring(s: u32) -> f32 {
 
 @compute @workgroup_size(WORKGROUP)
 fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
+    let slot = run_slot(group, groups);
     let index = slot * WORKGROUP + lid;
     var energy = 0.0;
-    if (index < params.count) {
+    if (index < params.count && in_batch()) {
         energy = tet(params.first + index);
     }
     reduce(lid, slot, energy);
@@ -168,10 +169,10 @@ fn tets_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
 
 @compute @workgroup_size(WORKGROUP)
 fn springs_main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
+    let slot = run_slot(group, groups);
     let index = slot * WORKGROUP + lid;
     var energy = 0.0;
-    if (index < params.count) {
+    if (index < params.count && in_batch()) {
         energy = spring(params.first + index);
     }
     reduce(lid, slot, energy);

@@ -54,6 +54,10 @@ struct Params {
     surface_count: u32,
     contact_set: u32,
     friction: u32,
+    // An energy-only gather of a batch of positions (`members` > 1): the workgroups repeat
+    // once per member; member j reads its displacements from j * vertex_count on in `x` and
+    // writes its partials from j * (the workgroups of one) on.
+    members: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -96,9 +100,13 @@ struct Params {
 // The detection's counts, cleared here for the next.
 @group(3) @binding(10) var<storage, read_write> coupling_counts: array<u32>;
 
+// The batch member this workgroup evaluates (0 outside a batch).
+var<private> member: u32 = 0u;
+
 fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     if (buffer_index == 0u) {
-        return vec3<f32>(x[3u * v], x[3u * v + 1u], x[3u * v + 2u]);
+        let at = 3u * (member * params.vertex_count + v);
+        return vec3<f32>(x[at], x[at + 1u], x[at + 2u]);
     }
     if (buffer_index == 1u) {
         return vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
@@ -387,14 +395,18 @@ fn vertex(v: u32) -> vec4<f32> {
 
 @compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
+    let per_member = max((params.vertex_count + WORKGROUP - 1u) / WORKGROUP, 1u);
+    member = workgroup_slot(group, groups) / per_member;
+    let slot = workgroup_slot(group, groups) - member * per_member;
     let index = slot * WORKGROUP + lid;
+    // A two-dimensional dispatch's last row runs past the batch's members.
+    let in_batch = member < max(params.members, 1u);
     var sums = vec4<f32>(0.0);
-    if (index < params.vertex_count) {
+    if (index < params.vertex_count && in_batch) {
         sums = vertex(index);
     }
     let total = workgroup_sum(lid, sums);
-    if (lid == 0u && slot * WORKGROUP < params.vertex_count) {
-        gather_partials[slot] = total;
+    if (lid == 0u && slot * WORKGROUP < params.vertex_count && in_batch) {
+        gather_partials[member * per_member + slot] = total;
     }
 }

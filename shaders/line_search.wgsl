@@ -66,8 +66,9 @@ const PRECISION: f32 = 1.1920929e-7;
 @group(3) @binding(3) var<storage, read> gather_partials: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read> dot_partials: array<vec4<f32>>;
 @group(3) @binding(5) var<storage, read_write> search: Search;
-// The initial guesses, one after another (displacements, 3 per vertex).
-@group(3) @binding(6) var<storage, read> guesses: array<f32>;
+// A batch of positions evaluated at once, one after another (displacements, 3 per vertex):
+// the initial guesses, later a line search's candidates.
+@group(3) @binding(6) var<storage, read> batch: array<f32>;
 // The contact stage's per-workgroup bounds on the step.
 @group(3) @binding(7) var<storage, read> bound_partials: array<f32>;
 
@@ -75,22 +76,27 @@ fn is_finite(v: f32) -> bool {
     return abs(v) < bitcast<f32>(0x7f800000u);
 }
 
-// The objective: element energy partials and the gather's vertex energies.
+// The objective of each member of the last energy passes, a workgroup each: its element
+// energy partials and the gather's vertex energies, into the candidate slots from `slot` on
+// (or, for VALUE, the iterate's own objective).
 @compute @workgroup_size(WORKGROUP)
-fn energy(@builtin(local_invocation_index) lid: u32) {
+fn energy(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let member = group.x;
+    let elements = member * params.energy_partial_count;
+    let vertices = member * params.vertex_partial_count;
     var sum = 0.0;
     for (var i = lid; i < params.energy_partial_count; i += WORKGROUP) {
-        sum += energy_partials[i];
+        sum += energy_partials[elements + i];
     }
     for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
-        sum += gather_partials[i].x;
+        sum += gather_partials[vertices + i].x;
     }
     let total = workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0, 0.0)).x;
     if (lid == 0u) {
         if (params.slot == VALUE) {
             search.value = total;
         } else {
-            search.candidates[params.slot] = total;
+            search.candidates[params.slot + member] = total;
         }
     }
 }
@@ -235,7 +241,7 @@ fn take_guess(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) 
     }
     let n = 3u * params.vertex_count;
     if (index < n) {
-        x[index] = guesses[guess * n + index];
+        x[index] = batch[guess * n + index];
     }
 }
 

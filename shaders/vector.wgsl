@@ -8,6 +8,9 @@
 struct Params {
     vertex_count: u32,
     alpha: f32,
+    // `batch_offsets`: how many candidates, and their step lengths.
+    count: u32,
+    steps: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -19,6 +22,8 @@ struct Params {
 @group(3) @binding(2) var<storage, read_write> gradient: array<f32>;
 @group(3) @binding(3) var<storage, read_write> rhs: array<f32>;
 @group(3) @binding(4) var<storage, read_write> dot_partials: array<vec4<f32>>;
+// A batch of positions evaluated at once, one after another (see line_search.wgsl).
+@group(3) @binding(5) var<storage, read_write> batch: array<f32>;
 
 // rhs = -gradient (the Newton system's right-hand side).
 @compute @workgroup_size(WORKGROUP)
@@ -68,6 +73,19 @@ fn offset(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     let index = slot * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
         x[index] = x_saved[index] + params.alpha * direction[index];
+    }
+}
+
+// Member j of the batch = x_saved + steps[j] direction: a line search's candidates, evaluated
+// together.
+@compute @workgroup_size(WORKGROUP)
+fn batch_offsets(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let index = workgroup_slot(group, groups) * WORKGROUP + lid;
+    let n = 3u * params.vertex_count;
+    let j = index / n;
+    if (j < params.count) {
+        let i = index - j * n;
+        batch[index] = x_saved[i] + params.steps[j / 4u][j % 4u] * direction[i];
     }
 }
 

@@ -21,6 +21,12 @@ struct Params {
     theta_1: f32,
     // A step length (the mixed stage's merit and advance).
     alpha: f32,
+    // A batch of energy passes (`members` > 1, the element stage's): the run's workgroups
+    // repeat once per member; member j reads its displacements from j * vertex_count on in
+    // `x` and writes its energy partials from j * partial_count on.
+    vertex_count: u32,
+    partial_count: u32,
+    members: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -34,6 +40,24 @@ struct Params {
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
 
+// The batch member this workgroup evaluates (0 outside a batch).
+var<private> member: u32 = 0u;
+
+// The workgroup's slot within its member's run, setting `member`: a batch repeats the run's
+// workgroups once per member.
+fn run_slot(group: vec3<u32>, groups: vec3<u32>) -> u32 {
+    let slot = workgroup_slot(group, groups);
+    let per_member = max((params.count + WORKGROUP - 1u) / WORKGROUP, 1u);
+    member = slot / per_member;
+    return slot - member * per_member;
+}
+
+// Whether the workgroup's member is one of the batch's (a two-dimensional dispatch's last row
+// runs past them).
+fn in_batch() -> bool {
+    return member < max(params.members, 1u);
+}
+
 fn node(q: u32) -> vec2<f32> {
     if (q == 0u) {
         return vec2<f32>(params.weight_0, params.theta_0);
@@ -43,7 +67,8 @@ fn node(q: u32) -> vec2<f32> {
 
 // Displacements from the rest shape (the GPU stores positions so; see gpu/buffers.rs).
 fn point(v: u32, theta: f32) -> vec3<f32> {
-    let p = vec3<f32>(x[3u * v], x[3u * v + 1u], x[3u * v + 2u]);
+    let at = 3u * (member * params.vertex_count + v);
+    let p = vec3<f32>(x[at], x[at + 1u], x[at + 2u]);
     let s = vec3<f32>(x_start[3u * v], x_start[3u * v + 1u], x_start[3u * v + 2u]);
     return p * theta + s * (1.0 - theta);
 }
@@ -86,7 +111,7 @@ fn store_corner(e: u32, a: u32, g: vec3<f32>) {
 // Sums `value` over the workgroup into its energy partial.
 fn reduce(lid: u32, slot: u32, value: f32) {
     let total = workgroup_sum(lid, vec4<f32>(value, 0.0, 0.0, 0.0));
-    if (lid == 0u && slot * WORKGROUP < params.count) {
-        energy_partials[params.partial_base + slot] = total.x;
+    if (lid == 0u && slot * WORKGROUP < params.count && in_batch()) {
+        energy_partials[member * params.partial_count + params.partial_base + slot] = total.x;
     }
 }

@@ -33,7 +33,7 @@ use crate::objective::{Node, StepProblem};
 const MAX_BLENDS: usize = 8;
 
 /// Line-search candidates evaluated in one submission at most.
-pub const MAX_BATCH: usize = 8;
+pub const MAX_BATCH: usize = super::buffers::BATCH;
 
 /// CG iterations recorded before the first status read when there is no history yet.
 const FIRST_CHUNK: u32 = 32;
@@ -186,8 +186,9 @@ impl PotentialAt {
     }
 }
 
-/// Staged results of one batch of line-search candidates: element and gather partials.
-struct StagedCandidates(Vec<(Staged, Staged)>);
+/// Staged results of one batch of line-search candidates: element and gather partials, each
+/// of a pass over `members` positions (one member's partials after another).
+struct StagedCandidates(Vec<(Staged, Staged, usize)>);
 
 impl GpuBackend {
     /// Compiles the stages (once per context) and uploads `model`.
@@ -432,18 +433,47 @@ impl GpuBackend {
         super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)
     }
 
-    /// Records the line-search candidates `x + alpha d` (restoring `x` after).
+    /// Records the line-search candidates `x + alpha d`: together where positions
+    /// [batch](Self::batches) and the projection model does not stop each at its colliders,
+    /// else one after another in `x` (restored after).
     fn record_candidates(&mut self, alphas: &[f64]) -> Result<StagedCandidates> {
-        let nodes = self.nodes.clone();
         self.vector("save", 0.0)?;
+        if self.batches() && !self.model.contact.is_projection() {
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.stages.vector.batch_offsets(c, rec, &self.groups.vector, alphas)?;
+            self.record_batch_energy(alphas.len())?;
+            let (c, rec, buffers) = (&self.context, &mut self.recording, &self.buffers);
+            let elements = WgElement::stage_batch_energy(c, rec, buffers, alphas.len())?;
+            let vertices = super::gather::stage_batch_partials(c, rec, buffers, alphas.len())?;
+            return Ok(StagedCandidates(vec![(elements, vertices, alphas.len())]));
+        }
+        let nodes = self.nodes.clone();
         let mut staged = Vec::with_capacity(alphas.len());
         for &alpha in alphas {
             self.vector("offset", alpha)?;
             self.record_projection("stop_at_contact")?;
-            staged.push(self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?);
+            let (elements, vertices) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
+            staged.push((elements, vertices, 1));
         }
         self.vector("offset", 0.0)?;
         Ok(StagedCandidates(staged))
+    }
+
+    /// Whether several positions are evaluated in one pass: not with self-contact, whose
+    /// records are detected at one set of positions at a time.
+    fn batches(&self) -> bool {
+        self.groups.self_contact.is_none()
+    }
+
+    /// Records the element and vertex energies of the step objective at the first `members`
+    /// positions of the `batch` buffer, in one pass each.
+    fn record_batch_energy(&mut self, members: usize) -> Result<()> {
+        let nodes = self.nodes.clone();
+        let params =
+            GatherParams { members: members as u32, ..self.gather_params(&nodes, self.inv_h2, None, true) };
+        let (c, rec) = (&self.context, &mut self.recording);
+        self.stages.element.queue_batch(c, rec, &self.groups.element, &nodes, members)?;
+        self.stages.gather.queue(c, rec, &self.groups.gather, &params, Positions::Batch)
     }
 
     fn pcg_params(
@@ -544,7 +574,18 @@ impl GpuBackend {
     }
 
     fn candidate_values(results: &[Vec<u8>]) -> Vec<f64> {
-        results.chunks(2).map(|pair| WgElement::energy(&pair[0]) + sums::<1>(&pair[1])[0]).collect()
+        results.chunks(2).flat_map(|pair| Self::member_values(&pair[0], &pair[1], 1)).collect()
+    }
+
+    /// The objectives of a pass over `members` positions from its staged element and gather
+    /// partials, one member's after another.
+    fn member_values(elements: &[u8], vertices: &[u8], members: usize) -> Vec<f64> {
+        let (e, v) = (elements.len() / members, vertices.len() / members);
+        (0..members)
+            .map(|j| {
+                WgElement::energy(&elements[j * e..(j + 1) * e]) + sums::<1>(&vertices[j * v..(j + 1) * v])[0]
+            })
+            .collect()
     }
 
     fn read_candidates(
@@ -553,9 +594,14 @@ impl GpuBackend {
         candidates: StagedCandidates,
     ) -> Result<(Vec<Vec<u8>>, Vec<f64>)> {
         let mut all = staged.to_vec();
-        all.extend(candidates.0.iter().flat_map(|&(e, g)| [e, g]));
+        all.extend(candidates.0.iter().flat_map(|&(e, g, _)| [e, g]));
         let results = self.recording.read(&self.context, &all)?;
-        let values = Self::candidate_values(&results[staged.len()..]);
+        let values = candidates
+            .0
+            .iter()
+            .zip(results[staged.len()..].chunks(2))
+            .flat_map(|(&(_, _, members), pair)| Self::member_values(&pair[0], &pair[1], members))
+            .collect();
         Ok((results[..staged.len()].to_vec(), values))
     }
 
@@ -901,7 +947,7 @@ impl GpuBackend {
     /// unless it competes) and the iterate
     /// set to the picked guess; stages the search record, whose value is `G` there.
     fn record_start(&mut self, guesses: &[&[[f64; 3]]]) -> Result<Staged> {
-        let buffer = self.buffers.scratch.named("guesses").clone();
+        let buffer = self.buffers.scratch.named("batch").clone();
         let bytes = 12 * self.buffers.vertex_count as u64;
         let on_device = std::mem::take(&mut self.step_vectors);
         for (k, guess) in guesses.iter().enumerate() {
@@ -917,9 +963,14 @@ impl GpuBackend {
                 }
             }
         }
-        for k in 0..guesses.len() {
-            self.decide(Decision::TakeGuess(Some(k)))?;
-            self.record_objective(Some(k))?;
+        if self.batches() {
+            self.record_batch_energy(guesses.len())?;
+            self.decide(Decision::Energies { first: 0, count: guesses.len() })?;
+        } else {
+            for k in 0..guesses.len() {
+                self.decide(Decision::TakeGuess(Some(k)))?;
+                self.record_objective(Some(k))?;
+            }
         }
         let fallback = !self.start_competes();
         self.decide(Decision::Pick { count: guesses.len(), fallback })?;
@@ -962,9 +1013,16 @@ impl GpuBackend {
             self.decide(Decision::Direction)?;
             self.decide(Decision::ScaleDirection)?;
             self.vector("save", 0.0)?;
-            for (k, &alpha) in alphas.iter().enumerate() {
-                self.vector("offset", alpha)?;
-                self.record_objective(Some(k))?;
+            if self.batches() {
+                let (c, rec) = (&self.context, &mut self.recording);
+                self.stages.vector.batch_offsets(c, rec, &self.groups.vector, &alphas)?;
+                self.record_batch_energy(alphas.len())?;
+                self.decide(Decision::Energies { first: 0, count: alphas.len() })?;
+            } else {
+                for (k, &alpha) in alphas.iter().enumerate() {
+                    self.vector("offset", alpha)?;
+                    self.record_objective(Some(k))?;
+                }
             }
             self.decide(Decision::Choose { steps: request.steps, extrapolate: request.extrapolate })?;
             self.decide(Decision::Advance)?;

@@ -23,6 +23,12 @@ use crate::model::Model;
 /// a warm start, and the step's start as the fallback.
 pub const GUESSES: usize = 4;
 
+/// Positions evaluated in one energy pass at most (the guesses, or a line search's
+/// candidates): the `batch` buffer holds them, and the element and gather partials have room
+/// for each.
+pub const BATCH: usize = super::line_search::CANDIDATES;
+const _: () = assert!(GUESSES <= BATCH);
+
 /// Device buffers of one lifetime, by name.
 #[derive(Default)]
 pub struct NamedBuffers(Vec<(&'static str, wgpu::Buffer)>);
@@ -82,6 +88,8 @@ pub struct GpuBuffers {
     pub slot_count: usize,
     /// Per stored block (CSR index), its slot.
     pub slot_of: Vec<u32>,
+    /// Energy partials of one element pass.
+    pub energy_partial_count: usize,
     /// The model's self-contact, where it has it (its buffers exist as placeholders without).
     pub self_contact: Option<super::self_contact::SelfContactLayout>,
     /// The rest positions in f64, for converting positions to displacements and back.
@@ -183,7 +191,7 @@ impl GpuBuffers {
         let mut w = GpuScratch::default();
         w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));
         w.set("element_blocks", c.scratch::<f32>("element_blocks", 90 * nt + 27 * ns));
-        w.set("energy_partials", c.scratch::<f32>("energy_partials", energy_partials));
+        w.set("energy_partials", c.scratch::<f32>("energy_partials", BATCH * energy_partials));
         for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "p_even", "p_odd", "ap"] {
             w.set(name, vector(name));
         }
@@ -198,7 +206,7 @@ impl GpuBuffers {
         w.set("contact_flags", c.scratch::<u32>("contact_flags", n));
         w.set("vertex_blocks", c.scratch::<f32>("vertex_blocks", 9 * n));
         w.set("blocks", c.scratch::<f32>("blocks", 9 * slot_count));
-        w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", partials));
+        w.set("gather_partials", c.scratch::<[f32; 4]>("gather_partials", BATCH * partials));
         w.set("bound_partials", c.scratch::<f32>("bound_partials", partials));
         // The projection model's pressed vertices: outward normal and normal force.
         w.set("pressed", c.scratch::<[f32; 4]>("pressed", n));
@@ -207,9 +215,9 @@ impl GpuBuffers {
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
-        // A budgeted solve's decisions (`line_search`) and its initial guesses.
+        // A budgeted solve's decisions (`line_search`), and positions evaluated together.
         w.set("search", c.scratch::<super::line_search::SearchRecord>("search", 1));
-        w.set("guesses", c.scratch::<f32>("guesses", GUESSES * 3 * n));
+        w.set("batch", c.scratch::<f32>("batch", BATCH * 3 * n));
         w.set("scalars_even", c.scratch::<PcgStatus>("scalars_even", 1));
         w.set("scalars_odd", c.scratch::<PcgStatus>("scalars_odd", 1));
         // Bound where a stage's damping input is unused (a buffer may not be bound for
@@ -231,6 +239,7 @@ impl GpuBuffers {
             spring_count: ns,
             slot_count,
             slot_of: slots.slot_of,
+            energy_partial_count: energy_partials,
             self_contact,
             rest: model.rest.clone(),
             anchor_capacity: 1,

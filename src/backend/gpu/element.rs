@@ -30,6 +30,11 @@ pub struct ElementParams {
     pub theta_1: f32,
     /// A step length (the mixed stage's merit and advance).
     pub alpha: f32,
+    /// A batch of energy passes (`members` > 1): member `j` reads its displacements from
+    /// `j * vertex_count` on and writes its partials from `j * partial_count` on.
+    pub vertex_count: u32,
+    pub partial_count: u32,
+    pub members: u32,
 }
 
 const ANY_MATERIAL: u32 = 6;
@@ -79,11 +84,14 @@ struct Run {
 pub struct ElementGroups {
     tet_count: u32,
     spring_count: u32,
+    vertex_count: u32,
+    partial_count: u32,
     runs: Vec<Run>,
     param: wgpu::BindGroup,
-    /// Reading the iterate, and reading the auxiliary positions.
+    /// Reading the iterate, the auxiliary positions, and a batch of positions.
     iterate: Vec<wgpu::BindGroup>,
     aux: Vec<wgpu::BindGroup>,
+    batch: Vec<wgpu::BindGroup>,
 }
 
 impl ElementGroups {
@@ -105,6 +113,9 @@ impl ElementGroups {
             weight_1: second.weight as f32,
             theta_1: second.theta as f32,
             alpha: 0.0,
+            vertex_count: self.vertex_count,
+            partial_count: self.partial_count,
+            members: 1,
         })
     }
 
@@ -185,13 +196,20 @@ impl WgElement {
             (2, "x" | "x_start") => buffers.state.get("aux"),
             _ => resolve(group, name),
         };
+        let batch = |group: u32, name: &str| match (group, name) {
+            (2, "x") => buffers.scratch.get("batch"),
+            _ => resolve(group, name),
+        };
         Ok(ElementGroups {
             tet_count: model.tets.len() as u32,
             spring_count: model.springs.len() as u32,
+            vertex_count: buffers.vertex_count as u32,
+            partial_count: partial_count(model) as u32,
             runs: runs(model),
             param: recording.param_group(context, &self.0),
             iterate: self.0.bind(context, resolve)?,
             aux: self.0.bind(context, aux)?,
+            batch: self.0.bind(context, batch)?,
         })
     }
 
@@ -209,15 +227,58 @@ impl WgElement {
         outputs: Outputs,
         springs_only: bool,
     ) -> Result<()> {
-        let bound = if at == Positions::Iterate { &groups.iterate } else { &groups.aux };
+        self.queue_members(context, recording, groups, at, nodes, outputs, springs_only, 1)
+    }
+
+    /// Records the energies of the first `members` positions of the batch buffer in one pass,
+    /// their partials one member's after another.
+    pub fn queue_batch(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &ElementGroups,
+        nodes: &[Node],
+        members: usize,
+    ) -> Result<()> {
+        debug_assert!(members <= super::buffers::BATCH);
+        self.queue_members(
+            context,
+            recording,
+            groups,
+            Positions::Batch,
+            nodes,
+            Outputs::Energy,
+            false,
+            members,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue_members(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &ElementGroups,
+        at: Positions,
+        nodes: &[Node],
+        outputs: Outputs,
+        springs_only: bool,
+        members: usize,
+    ) -> Result<()> {
+        let bound = match at {
+            Positions::Iterate => &groups.iterate,
+            Positions::Aux => &groups.aux,
+            Positions::Batch => &groups.batch,
+        };
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
         for run in groups.runs.iter().filter(|run| !springs_only || run.entry == "springs_main") {
-            let params = groups.params(run, nodes)?;
+            let params = ElementParams { members: members as u32, ..groups.params(run, nodes)? };
             let offset = recording.params(context, &params)?;
             let constants = [("OUTPUTS", outputs as u32 as f64), ("MATERIAL", run.material as f64)];
             let kernel =
                 Kernel { stage: &self.0, entry: run.entry, constants: &constants, label: outputs.label() };
-            recording.dispatch(context, kernel, &groups.param, offset, &bound, run.count.div_ceil(WORKGROUP));
+            let workgroups = members as u32 * run.count.div_ceil(WORKGROUP);
+            recording.dispatch(context, kernel, &groups.param, offset, &bound, workgroups);
         }
         Ok(())
     }
@@ -228,8 +289,19 @@ impl WgElement {
         recording: &mut Recording,
         buffers: &GpuBuffers,
     ) -> Result<Staged> {
+        Self::stage_batch_energy(context, recording, buffers, 1)
+    }
+
+    /// Stages the energy partials of the last recorded batch of `members` positions, one
+    /// member's after another.
+    pub fn stage_batch_energy(
+        context: &GpuContext,
+        recording: &mut Recording,
+        buffers: &GpuBuffers,
+        members: usize,
+    ) -> Result<Staged> {
         let partials = buffers.scratch.named("energy_partials");
-        recording.stage(context, partials, partials.size())
+        recording.stage(context, partials, (4 * members * buffers.energy_partial_count) as u64)
     }
 
     /// The energy from its staged partials (added in order, in f64).

@@ -52,6 +52,10 @@ pub struct GatherParams {
     pub surface_count: u32,
     pub contact_set: u32,
     pub friction: u32,
+    /// An energy-only gather of a batch of positions (`members` > 1): member `j` reads its
+    /// displacements from `j * vertex_count` on and writes its partials from `j` times one
+    /// gather's on.
+    pub members: u32,
 }
 
 impl GatherParams {
@@ -124,6 +128,7 @@ pub struct GatherGroups {
     param: wgpu::BindGroup,
     iterate: Vec<wgpu::BindGroup>,
     aux: Vec<wgpu::BindGroup>,
+    batch: Vec<wgpu::BindGroup>,
     workgroups: u32,
 }
 
@@ -160,10 +165,15 @@ impl WgGather {
             (2, "x" | "x_start" | "target_positions") => buffers.state.get("aux"),
             _ => resolve(group, name),
         };
+        let batch = |group: u32, name: &str| match (group, name) {
+            (2, "x") => buffers.scratch.get("batch"),
+            _ => resolve(group, name),
+        };
         Ok(GatherGroups {
             param: recording.param_group(context, &self.0),
             iterate: self.0.bind(context, resolve)?,
             aux: self.0.bind(context, aux)?,
+            batch: self.0.bind(context, batch)?,
             workgroups: buffers.vertex_workgroups(),
         })
     }
@@ -177,10 +187,18 @@ impl WgGather {
         params: &GatherParams,
         at: Positions,
     ) -> Result<()> {
+        let members = params.members.max(1);
+        debug_assert!(at == Positions::Batch || members == 1);
+        debug_assert!(members == 1 || params.derivatives == 0, "a batch gathers energies alone");
         let offset = recording.params(context, params)?;
-        let bound = if at == Positions::Iterate { &groups.iterate } else { &groups.aux };
+        let bound = match at {
+            Positions::Iterate => &groups.iterate,
+            Positions::Aux => &groups.aux,
+            Positions::Batch => &groups.batch,
+        };
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
-        recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, &bound, groups.workgroups);
+        let workgroups = members * groups.workgroups;
+        recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, &bound, workgroups);
         Ok(())
     }
 }
@@ -191,8 +209,19 @@ pub fn stage_partials(
     recording: &mut Recording,
     buffers: &GpuBuffers,
 ) -> Result<Staged> {
+    stage_batch_partials(context, recording, buffers, 1)
+}
+
+/// Stages the partial sums of the last batch of `members` positions, one member's after
+/// another.
+pub fn stage_batch_partials(
+    context: &GpuContext,
+    recording: &mut Recording,
+    buffers: &GpuBuffers,
+    members: usize,
+) -> Result<Staged> {
     let partials = buffers.scratch.named("gather_partials");
-    recording.stage(context, partials, partials.size())
+    recording.stage(context, partials, 16 * (members as u64) * buffers.vertex_workgroups() as u64)
 }
 
 /// Uploads the handle springs, grouped by vertex (the CPU gather's grouping, in f32); true

@@ -67,6 +67,9 @@ pub enum Decision {
     /// The objective of the last energy pass and gather into candidate slot `Some(k)`, or as
     /// the iterate's value (`None`).
     Energy(Option<usize>),
+    /// The objectives of the last batch of `count` energy passes, into the candidate slots
+    /// from `first` on.
+    Energies { first: usize, count: usize },
     /// `|grad G|`, force scale and noise floor of the last linearization.
     Linearization,
     /// The slope and length of the direction from the last dots.
@@ -121,6 +124,10 @@ impl WgLineSearch {
         let base = groups.base;
         let (entry, params, threads) = match decision {
             Decision::Energy(k) => ("energy", LineSearchParams { slot: slot(k), ..base }, WORKGROUP),
+            Decision::Energies { first, count } => {
+                debug_assert!(first + count <= CANDIDATES);
+                ("energy", LineSearchParams { slot: first as u32, ..base }, count as u32 * WORKGROUP)
+            }
             Decision::Linearization => ("linearization", base, WORKGROUP),
             Decision::Direction => ("direction_dots", base, WORKGROUP),
             Decision::Pick { count, fallback } => {
@@ -293,7 +300,7 @@ mod tests {
             (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
         };
         let guesses = random(&mut rng, 3 * n);
-        rig.upload(3, "guesses", &guesses);
+        rig.upload(3, "batch", &guesses);
         let search = SearchRecord { picked: 2, ..SearchRecord::default() };
         run(&mut rig, &search, &[Decision::TakeGuess(None)]);
         assert_eq!(rig.read(2, "x", n), guesses[2 * n..]);

@@ -42,6 +42,9 @@ pub enum Positions {
     Iterate,
     /// The auxiliary buffer, as both `x` and start (the potential at a given state).
     Aux,
+    /// The `batch` buffer as `x`, member after member (with the iterate's start and target):
+    /// the energy passes of several positions at once.
+    Batch,
 }
 
 /// Every stage's pipelines: the one registry of stages.

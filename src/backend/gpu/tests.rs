@@ -29,6 +29,15 @@ fn batched_line_search_candidates_match_one_at_a_time() {
     gpu.read_iterate(&mut before);
     // Ten candidates: more than one batch.
     let alphas: Vec<f64> = (0..10).map(|k| 0.5f64.powi(k)).collect();
+    // A batch is one pass per stage whatever its size: a full batch of eight costs the
+    // dispatches and the readback of one candidate.
+    let work = |gpu: &mut super::GpuBackend, alphas: &[f64]| {
+        let before = gpu.device_counts().unwrap();
+        gpu.candidate_objectives(alphas);
+        let counts = gpu.device_counts().unwrap().since(&before);
+        (counts.dispatches, counts.passes, counts.readbacks)
+    };
+    assert_eq!(work(&mut gpu, &alphas[..8]), work(&mut gpu, &alphas[..1]));
     let batched = gpu.candidate_objectives(&alphas);
     let mut after = vec![[0.0; 3]; x.len()];
     gpu.read_iterate(&mut after);
@@ -331,7 +340,9 @@ fn dispatches_split_into_rows_give_the_same_bits() {
         gpu.set_iterate(&x);
         let linearization = gpu.linearize(Projection::Psd);
         let report = gpu.solve_direction(LinearSolver::Pcg, 1e-4, 500);
-        let candidates = gpu.candidate_objectives(&[1.0, 0.5]);
+        // Three candidates in one batch: the batched gather's 9 workgroups leave the last
+        // row a workgroup past the batch.
+        let candidates = gpu.candidate_objectives(&[1.0, 0.5, 0.25]);
         gpu.advance(1.0);
         let mut after = vec![[0.0; 3]; x.len()];
         gpu.read_iterate(&mut after);
@@ -470,7 +481,7 @@ fn newton_directions_preconditioned_by_the_projective_inverse() {
         if !contact.anchors.is_empty() && Arc::ptr_eq(model, &contact.model) {
             gpu.set_anchors(&contact.anchors);
         }
-        gpu.begin_step(problem.clone());
+        gpu.begin_step(*problem);
         // The loop: one workgroup keeps Jacobi.
         gpu.set_small_solve_limit(0);
         gpu.set_iterate(x);

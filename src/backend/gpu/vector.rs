@@ -14,7 +14,34 @@ use crate::error::Result;
 pub struct VectorParams {
     pub vertex_count: u32,
     pub alpha: f32,
+    /// `batch_offsets`: how many candidates, and their step lengths.
+    pub count: u32,
+    pub steps: [Vec4; 2],
 }
+
+/// A `vec4<f32>` of the shader's parameters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Vec4(pub [f32; 4]);
+
+impl AsRef<[f32; 4]> for Vec4 {
+    fn as_ref(&self) -> &[f32; 4] {
+        &self.0
+    }
+}
+
+impl AsMut<[f32; 4]> for Vec4 {
+    fn as_mut(&mut self) -> &mut [f32; 4] {
+        &mut self.0
+    }
+}
+
+impl From<[f32; 4]> for Vec4 {
+    fn from(values: [f32; 4]) -> Vec4 {
+        Vec4(values)
+    }
+}
+
+encase::impl_vector!(4, Vec4, f32; using AsRef AsMut From);
 
 /// The vector stage's pipelines.
 pub struct WgVector(pub(crate) WgStage);
@@ -56,9 +83,51 @@ impl WgVector {
         entry: &'static str,
         alpha: f64,
     ) -> Result<()> {
-        let params = VectorParams { vertex_count: groups.vertex_count as u32, alpha: alpha as f32 };
-        let offset = recording.params(context, &params)?;
+        let params = VectorParams {
+            vertex_count: groups.vertex_count as u32,
+            alpha: alpha as f32,
+            ..Default::default()
+        };
         let threads = if entry == "dots" { groups.vertex_count } else { 3 * groups.vertex_count };
+        self.dispatch(context, recording, groups, entry, &params, threads)
+    }
+
+    /// Records the batch of line-search candidates `x_saved + alpha d`, one per step length
+    /// (at most [`BATCH`](super::buffers::BATCH)), into the `batch` buffer.
+    pub fn batch_offsets(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &VectorGroups,
+        alphas: &[f64],
+    ) -> Result<()> {
+        debug_assert!(alphas.len() <= super::buffers::BATCH);
+        let mut steps = [Vec4::default(); 2];
+        for (k, &alpha) in alphas.iter().enumerate() {
+            steps[k / 4].0[k % 4] = alpha as f32;
+        }
+        let count = alphas.len() as u32;
+        let params = VectorParams { vertex_count: groups.vertex_count as u32, alpha: 0.0, count, steps };
+        self.dispatch(
+            context,
+            recording,
+            groups,
+            "batch_offsets",
+            &params,
+            alphas.len() * 3 * groups.vertex_count,
+        )
+    }
+
+    fn dispatch(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &VectorGroups,
+        entry: &'static str,
+        params: &VectorParams,
+        threads: usize,
+    ) -> Result<()> {
+        let offset = recording.params(context, params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
         let workgroups = (threads as u32).div_ceil(WORKGROUP);
         recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, workgroups);

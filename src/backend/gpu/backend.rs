@@ -516,7 +516,10 @@ impl GpuBackend {
             if solve.recorded() >= max {
                 return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
             }
-            let more = (max - solve.recorded()).min(solve.recorded().max(FIRST_CHUNK));
+            // As many as the residual's rate so far says are left, and a margin; twice as
+            // many as recorded where it says nothing.
+            let left = status.iterations_left().map_or(solve.recorded().max(FIRST_CHUNK), |n| n + n / 4 + 4);
+            let more = (max - solve.recorded()).min(left);
             let (c, rec) = (&self.context, &mut self.recording);
             let staged = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, solve, more)?;
             status = bytemuck::pod_read_unaligned(&rec.read(c, &[staged])?[0]);
@@ -837,12 +840,16 @@ const NEWTON_FSAI_VERTICES: usize = 16_384;
 /// as many as the same solve of the step before took (`previous`; Newton's solves follow one
 /// pattern step after step, long in the middle and short at the end), or as the last solve
 /// (`last`) where the step before had no such solve, and a margin. An idle iteration costs two
-/// dispatches; reading on costs a round trip, several times more. (Taking the longer of the
-/// two recorded 60-70 idle iterations for the short last solve of each step: on lavapipe's
-/// 10K-tet bar, 19 % of backward Euler's dispatches.)
+/// dispatches (about 10 us each on an H200, whatever the body); reading on costs a round trip
+/// (50-100 us) and the iterations [`PcgStatus::iterations_left`] estimates. Taking the longer
+/// of the two recorded 60-70 idle iterations for the short last solve of each step (19 % of
+/// backward Euler's dispatches on lavapipe's 10K-tet bar); a margin of an eighth and four
+/// against a quarter and eight records 28-30 fewer idle iterations a step for one more
+/// readback on the same bar (a sixteenth and two saved another 10-17 a step for two-thirds of
+/// a readback more).
 fn first_chunk(previous: &[u32], index: usize, last: u32, max_iterations: u32) -> u32 {
     let expected = previous.get(index).copied().unwrap_or(last);
-    max_iterations.min(expected + expected / 4 + 8)
+    max_iterations.min(expected + expected / 8 + 4)
 }
 
 /// Iterations a budgeted solve records at most (their records fill the staging buffer);
@@ -1860,11 +1867,33 @@ mod tests {
     fn a_solve_is_recorded_as_long_as_its_twin_of_the_step_before() {
         let previous = [44, 53, 57, 9];
         // The last solve of the step: 9 before, though the solve just done took 57.
-        assert_eq!(first_chunk(&previous, 3, 57, 1000), 9 + 2 + 8);
-        assert_eq!(first_chunk(&previous, 1, 44, 1000), 53 + 13 + 8);
+        assert_eq!(first_chunk(&previous, 3, 57, 1000), 9 + 1 + 4);
+        assert_eq!(first_chunk(&previous, 1, 44, 1000), 53 + 6 + 4);
         // A solve the step before did not have follows the last one.
-        assert_eq!(first_chunk(&previous, 4, 20, 1000), 20 + 5 + 8);
+        assert_eq!(first_chunk(&previous, 4, 20, 1000), 20 + 2 + 4);
         // Never beyond the cap.
         assert_eq!(first_chunk(&previous, 2, 0, 40), 40);
+    }
+
+    /// A solve that has cut its residual by 10 in 10 iterations needs 10 more for another
+    /// factor of 10; one that has made no progress says nothing.
+    #[test]
+    fn a_running_solve_estimates_the_iterations_it_has_left() {
+        use super::PcgStatus;
+        // |r0| = 1 and a relative tolerance of 1e-2.
+        let status = |iterations, residual: f32| PcgStatus {
+            residual_squared: residual * residual,
+            threshold_squared: 1e-4,
+            tolerance: 1e-2,
+            iterations,
+            ..PcgStatus::default()
+        };
+        // (Rounded up from f32 squares.)
+        assert!(matches!(status(10, 0.1).iterations_left(), Some(10..=11)), "{:?}", status(10, 0.1));
+        assert!(matches!(status(5, 0.1).iterations_left(), Some(5..=6)));
+        assert!(matches!(status(20, 0.1).iterations_left(), Some(20..=21)));
+        assert_eq!(status(0, 1.0).iterations_left(), None);
+        assert_eq!(status(10, 1.0).iterations_left(), None);
+        assert_eq!(status(10, 2.0).iterations_left(), None);
     }
 }

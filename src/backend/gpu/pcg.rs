@@ -232,6 +232,17 @@ impl PcgStatus {
     pub fn running(&self) -> bool {
         self.state == 0
     }
+
+    /// Iterations a running solve likely still needs: its residual has fallen at a steady
+    /// rate from the start's (the threshold over the relative tolerance), and goes on at that
+    /// rate to the threshold. `None` before it has made progress.
+    pub fn iterations_left(&self) -> Option<u32> {
+        let start = self.threshold_squared / (self.tolerance * self.tolerance);
+        let (now, goal) = (self.residual_squared as f64, self.threshold_squared as f64);
+        let rate = (now / start as f64).ln() / self.iterations as f64;
+        let left = (goal / now).ln() / rate;
+        (self.iterations > 0 && rate < 0.0 && left.is_finite()).then(|| left.max(0.0).ceil() as u32)
+    }
 }
 
 /// The PCG stage's pipelines.

@@ -41,6 +41,8 @@ struct Params {
     // 1: gather the gradient and write it and the vertex blocks; 0: the sums alone (a
     // line-search candidate must not overwrite the linearization's gradient).
     derivatives: u32,
+    // 1: a linearization's gather, which also writes Newton's right-hand side -grad G.
+    rhs: u32,
     tet_count: u32,
     spring_count: u32,
     // The barrier's activation distance and stiffness (stiffness 0: no barrier).
@@ -99,6 +101,8 @@ struct Params {
 @group(3) @binding(9) var<storage, read_write> coupling_list: array<u32>;
 // The detection's counts, cleared here for the next.
 @group(3) @binding(10) var<storage, read_write> coupling_counts: array<u32>;
+// Newton's right-hand side, -grad G (where `rhs`).
+@group(3) @binding(11) var<storage, read_write> rhs: array<f32>;
 
 // The batch member this workgroup evaluates (0 outside a batch).
 var<private> member: u32 = 0u;
@@ -273,6 +277,16 @@ fn store_block(v: u32, block: mat3x3<f32>) {
     }
 }
 
+// Writes vertex v's gradient, and where asked Newton's right-hand side.
+fn store_gradient(v: u32, g: vec3<f32>) {
+    for (var c = 0u; c < 3u; c++) {
+        gradient[3u * v + c] = g[c];
+        if (params.rhs != 0u) {
+            rhs[3u * v + c] = -g[c];
+        }
+    }
+}
+
 // (energy, |g|^2, force scale, noise magnitude) of vertex v; writes its gradient and block
 // when asked (else only the energy counts).
 fn vertex(v: u32) -> vec4<f32> {
@@ -292,9 +306,7 @@ fn vertex(v: u32) -> vec4<f32> {
             if (params.surface_count != 0u && params.node_count != 0u) {
                 coupling_counts[v] = 0u;
             }
-            for (var c = 0u; c < 3u; c++) {
-                gradient[3u * v + c] = 0.0;
-            }
+            store_gradient(v, vec3<f32>(0.0));
             store_block(v, IDENTITY3);
             if (params.projection != 0u) {
                 pressed[v] = vec4<f32>(0.0);
@@ -382,9 +394,7 @@ fn vertex(v: u32) -> vec4<f32> {
         }
         pressed[v] = press;
     }
-    for (var c = 0u; c < 3u; c++) {
-        gradient[3u * v + c] = acc[c];
-    }
+    store_gradient(v, acc);
     store_block(v, block);
     // G's noise floor counts the rounding of absolute positions: conservative, since the
     // displacements are stored finer than that.

@@ -2,8 +2,7 @@
 // that the host records the whole solve and reads it back once. The twin of
 // src/backend/cpu/line_search.rs (`pick` and `choose`, the same rules in f32), with the
 // reductions that bring its inputs together: `energy` sums an objective's element and
-// vertex partials into a slot, `linearization` and `direction` sum the gather's and the
-// dots' partials. Every reduction runs in one workgroup in a fixed order, so the decisions
+// vertex partials into a slot, `direction` the gather's and the dots' partials. Every reduction runs in one workgroup in a fixed order, so the decisions
 // are the same bits every run. `take_guess` and `advance` act on them, vertex-parallel;
 // `bound` takes the local/global step's length from the contact stage's bounds.
 
@@ -60,7 +59,7 @@ const PRECISION: f32 = 1.1920929e-7;
 
 @group(2) @binding(0) var<storage, read_write> x: array<f32>;
 
-@group(3) @binding(0) var<storage, read> x_saved: array<f32>;
+@group(3) @binding(0) var<storage, read_write> x_saved: array<f32>;
 @group(3) @binding(1) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(2) var<storage, read> energy_partials: array<f32>;
 @group(3) @binding(3) var<storage, read> gather_partials: array<vec4<f32>>;
@@ -101,31 +100,24 @@ fn energy(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_ind
     }
 }
 
-// |grad G|, the force scale and the noise floor of the last linearization's gather.
+// After a solve: |grad G|, the force scale and the noise floor of the linearization's gather
+// (its partials are still in place), and the slope and length of the direction from the
+// dots' partials (g.d, d.d, g.g).
 @compute @workgroup_size(WORKGROUP)
-fn linearization(@builtin(local_invocation_index) lid: u32) {
-    var sum = vec4<f32>(0.0);
+fn after_solve(@builtin(local_invocation_index) lid: u32) {
+    var gathered = vec4<f32>(0.0);
+    var dots = vec4<f32>(0.0);
     for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
-        sum += gather_partials[i];
+        gathered += gather_partials[i];
+        dots += dot_partials[i];
     }
-    let total = workgroup_sum(lid, sum);
+    let linearization = workgroup_sum(lid, gathered);
+    let total = workgroup_sum(lid, dots);
     if (lid == 0u) {
-        search.gradient_norm = sqrt(total.y);
-        search.force_scale = total.z;
-        search.noise_floor = PRECISION * total.w;
-    }
-}
-
-// The slope and length of the direction, from the dots' partials (g.d, d.d, g.g).
-@compute @workgroup_size(WORKGROUP)
-fn direction_dots(@builtin(local_invocation_index) lid: u32) {
-    var sum = vec4<f32>(0.0);
-    for (var i = lid; i < params.vertex_partial_count; i += WORKGROUP) {
-        sum += dot_partials[i];
-    }
-    let total = workgroup_sum(lid, sum);
-    if (lid == 0u) {
-        // Of the direction `scale_direction` makes.
+        search.gradient_norm = sqrt(linearization.y);
+        search.force_scale = linearization.z;
+        search.noise_floor = PRECISION * linearization.w;
+        // Of the direction `start_search` makes.
         search.slope = total.x * search.scale;
         search.direction_norm = sqrt(total.y) * search.scale;
     }
@@ -222,11 +214,12 @@ fn bound(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-// d *= scale (see `Search::scale`).
+// The line search starts from here: x_saved = x, and d *= scale (see `Search::scale`).
 @compute @workgroup_size(WORKGROUP)
-fn scale_direction(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn start_search(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let index = workgroup_slot(group, groups) * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
+        x_saved[index] = x[index];
         direction[index] *= search.scale;
     }
 }

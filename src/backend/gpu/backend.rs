@@ -395,7 +395,14 @@ impl GpuBackend {
         self.stages.vector.dots(c, rec, &self.groups.vector, &self.buffers)
     }
 
-    /// Records the element and vertex energy at `at` and stages both partial sums.
+    /// Records the element and vertex energies at `at` (at each position of a batch).
+    fn record_energy_pass(&mut self, at: Positions, nodes: &[Node], inv_h2: f64, damped: bool) -> Result<()> {
+        self.elements(at, nodes, Outputs::Energy)?;
+        let params = self.gather_params(nodes, inv_h2, None, damped);
+        self.gather(&params, at)
+    }
+
+    /// [`record_energy_pass`](Self::record_energy_pass), and stages both partial sums.
     fn record_energy(
         &mut self,
         at: Positions,
@@ -403,15 +410,14 @@ impl GpuBackend {
         inv_h2: f64,
         damped: bool,
     ) -> Result<(Staged, Staged)> {
-        self.elements(at, nodes, Outputs::Energy)?;
-        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
-        let params = self.gather_params(nodes, inv_h2, None, damped);
-        self.gather(&params, at)?;
-        Ok((elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?))
+        self.record_energy_pass(at, nodes, inv_h2, damped)?;
+        let (c, rec, members) = (&self.context, &mut self.recording, at.members());
+        let elements = WgElement::stage_batch_energy(c, rec, &self.buffers, members)?;
+        Ok((elements, super::gather::stage_batch_partials(c, rec, &self.buffers, members)?))
     }
 
     /// Records the linearization at the iterate: element derivatives, gather (whose partials
-    /// hold its status), assembly and the right-hand side `-grad G`.
+    /// hold its status; it writes the right-hand side `-grad G` too) and assembly.
     fn record_linearization(&mut self, projection: Projection) -> Result<()> {
         let nodes = self.nodes.clone();
         let outputs =
@@ -422,10 +428,10 @@ impl GpuBackend {
         let constrained = self.model.contact.is_projection();
         params.projection = constrained as u32;
         params.contact_set = 0;
+        params.rhs = 1;
         self.elements(Positions::Iterate, &nodes, outputs)?;
         self.gather(&params, Positions::Iterate)?;
-        self.assemble(Target::Newton { damped: self.damped, constrained })?;
-        self.vector("negate_gradient", 0.0)
+        self.assemble(Target::Newton { damped: self.damped, constrained })
     }
 
     /// Stages the last gather's partials.
@@ -438,16 +444,14 @@ impl GpuBackend {
     /// else one after another in `x` (restored after).
     fn record_candidates(&mut self, alphas: &[f64]) -> Result<StagedCandidates> {
         self.vector("save", 0.0)?;
+        let nodes = self.nodes.clone();
         if self.batches() && !self.model.contact.is_projection() {
             let (c, rec) = (&self.context, &mut self.recording);
             self.stages.vector.batch_offsets(c, rec, &self.groups.vector, alphas)?;
-            self.record_batch_energy(alphas.len())?;
-            let (c, rec, buffers) = (&self.context, &mut self.recording, &self.buffers);
-            let elements = WgElement::stage_batch_energy(c, rec, buffers, alphas.len())?;
-            let vertices = super::gather::stage_batch_partials(c, rec, buffers, alphas.len())?;
+            let at = Positions::Batch(alphas.len());
+            let (elements, vertices) = self.record_energy(at, &nodes, self.inv_h2, true)?;
             return Ok(StagedCandidates(vec![(elements, vertices, alphas.len())]));
         }
-        let nodes = self.nodes.clone();
         let mut staged = Vec::with_capacity(alphas.len());
         for &alpha in alphas {
             self.vector("offset", alpha)?;
@@ -459,21 +463,71 @@ impl GpuBackend {
         Ok(StagedCandidates(staged))
     }
 
+    /// The potential and dissipation at each of `points` (at most [`MAX_BLENDS`]), evaluated
+    /// together in the `batch` buffer (the potential's nodes weigh the start by 0, so that
+    /// the step's start stands in for each point's own); the iterate is left at the last.
+    fn energies_in_batch(&mut self, points: &[&[[f64; 3]]]) -> Result<Vec<(f64, f64)>> {
+        let members = points.len();
+        let batch = self.buffers.scratch.named("batch").clone();
+        let bytes = 12 * self.buffers.vertex_count as u64;
+        for (k, x) in points.iter().enumerate() {
+            let values = self.buffers.displacements(x);
+            self.recording.upload_at(&self.context, &batch, k as u64 * bytes, bytemuck::cast_slice(&values));
+        }
+        let at = Positions::Batch(members);
+        let (elements, vertices) = self.record_energy(at, &Node::POTENTIAL, 0.0, false)?;
+        let mut staged = vec![elements, vertices];
+        if self.dissipates() {
+            staged.push(self.record_dissipation(at)?);
+        }
+        let results = self.recording.read(&self.context, &staged)?;
+        let potentials = Self::member_values(&results[0], &results[1], members);
+        let dissipations: Vec<f64> = match results.get(2) {
+            Some(bytes) => bytes.chunks(bytes.len() / members).map(|b| self.dissipation_from(b)).collect(),
+            None => vec![0.0; members],
+        };
+        self.write_positions(Positions::Iterate, points[members - 1]);
+        Ok(potentials.into_iter().zip(dissipations).collect())
+    }
+
+    /// [`energies_in_batch`](Self::energies_in_batch), one point after another.
+    fn energies_one_by_one(&mut self, points: &[&[[f64; 3]]]) -> Result<Vec<(f64, f64)>> {
+        let mut staged = Vec::with_capacity(3 * points.len());
+        for x in points {
+            self.write_positions(Positions::Aux, x);
+            let (elements, vertices) = self.record_energy(Positions::Aux, &Node::POTENTIAL, 0.0, false)?;
+            staged.extend([elements, vertices]);
+            self.write_positions(Positions::Iterate, x);
+            if self.dissipates() {
+                staged.push(self.record_dissipation(Positions::Iterate)?);
+            }
+        }
+        let results = self.recording.read(&self.context, &staged)?;
+        let per_point = if self.dissipates() { 3 } else { 2 };
+        Ok(results
+            .chunks(per_point)
+            .map(|r| {
+                let potential = Self::candidate_values(&r[..2])[0];
+                (potential, if self.dissipates() { self.dissipation_from(&r[2]) } else { 0.0 })
+            })
+            .collect())
+    }
+
     /// Whether several positions are evaluated in one pass: not with self-contact, whose
     /// records are detected at one set of positions at a time.
     fn batches(&self) -> bool {
         self.groups.self_contact.is_none()
     }
 
-    /// Records the element and vertex energies of the step objective at the first `members`
-    /// positions of the `batch` buffer, in one pass each.
-    fn record_batch_energy(&mut self, members: usize) -> Result<()> {
+    /// Records `G` at `at` into candidate slot `first` on (the iterate's value for `None`;
+    /// each position of a batch into its own slot).
+    fn record_objectives(&mut self, at: Positions, first: Option<usize>) -> Result<()> {
         let nodes = self.nodes.clone();
-        let params =
-            GatherParams { members: members as u32, ..self.gather_params(&nodes, self.inv_h2, None, true) };
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.stages.element.queue_batch(c, rec, &self.groups.element, &nodes, members)?;
-        self.stages.gather.queue(c, rec, &self.groups.gather, &params, Positions::Batch)
+        self.record_energy_pass(at, &nodes, self.inv_h2, true)?;
+        match (at, first) {
+            (Positions::Batch(count), Some(first)) => self.decide(Decision::Energies { first, count }),
+            _ => self.decide(Decision::Energy(first)),
+        }
     }
 
     fn pcg_params(
@@ -691,11 +745,10 @@ impl GpuBackend {
                 ..Default::default()
             });
         }
-        // The condensed system: gather, assembly, right-hand side, PCG.
-        let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
+        // The condensed system: gather (with the right-hand side), assembly, PCG.
+        let params = GatherParams { rhs: 1, ..self.gather_params(&nodes, self.inv_h2, Some(false), true) };
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
-        self.vector("negate_gradient", 0.0)?;
         let pcg = PcgParams {
             preconditioner: self.preconditioner(request.solver)?,
             ..self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations)
@@ -865,15 +918,6 @@ impl GpuBackend {
         self.stages.line_search.queue(c, rec, &self.groups.line_search, decision)
     }
 
-    /// Records `G` at the iterate into candidate slot `slot` (the iterate's value for `None`).
-    fn record_objective(&mut self, slot: Option<usize>) -> Result<()> {
-        let nodes = self.nodes.clone();
-        self.elements(Positions::Iterate, &nodes, Outputs::Energy)?;
-        let params = self.gather_params(&nodes, self.inv_h2, None, true);
-        self.gather(&params, Positions::Iterate)?;
-        self.decide(Decision::Energy(slot))
-    }
-
     /// Records the potential `E` and its gradient at `at` (the iterate, or the auxiliary
     /// positions), and stages the energy partials, the gather's partials and the gradient.
     fn record_potential(&mut self, at: Positions) -> Result<[Staged; 3]> {
@@ -919,13 +963,14 @@ impl GpuBackend {
         self.damped && self.damping_weight > 0.0
     }
 
-    /// Records the damping pseudo-potential at the iterate (unweighted, as `dissipation`
-    /// gives it) and stages its partials.
-    fn record_dissipation(&mut self) -> Result<Staged> {
+    /// Records the damping pseudo-potential at `at` (unweighted, as `dissipation` gives it)
+    /// and stages its partials.
+    fn record_dissipation(&mut self, at: Positions) -> Result<Staged> {
         // The gather with no nodes and no inertia leaves only the damping quadratic.
         let params = self.gather_params(&[], 0.0, None, true);
-        self.gather(&params, Positions::Iterate)?;
-        self.stage_gather()
+        self.gather(&params, at)?;
+        let (c, rec) = (&self.context, &mut self.recording);
+        super::gather::stage_batch_partials(c, rec, &self.buffers, at.members())
     }
 
     fn dissipation_from(&self, bytes: &[u8]) -> f64 {
@@ -941,7 +986,7 @@ impl GpuBackend {
         let bytes = (12 * self.buffers.vertex_count) as u64;
         staged.push(self.recording.stage(&self.context, &x, bytes)?);
         if self.dissipates() {
-            staged.push(self.record_dissipation()?);
+            staged.push(self.record_dissipation(Positions::Iterate)?);
         }
         Ok(staged)
     }
@@ -979,12 +1024,11 @@ impl GpuBackend {
             }
         }
         if self.batches() {
-            self.record_batch_energy(guesses.len())?;
-            self.decide(Decision::Energies { first: 0, count: guesses.len() })?;
+            self.record_objectives(Positions::Batch(guesses.len()), Some(0))?;
         } else {
             for k in 0..guesses.len() {
                 self.decide(Decision::TakeGuess(Some(k)))?;
-                self.record_objective(Some(k))?;
+                self.record_objectives(Positions::Iterate, Some(k))?;
             }
         }
         let fallback = !self.start_competes();
@@ -1021,22 +1065,19 @@ impl GpuBackend {
             // 4.3-4.6 at 100K.
             self.recording.submit(&self.context);
             self.record_linearization(request.projection)?;
-            self.decide(Decision::Linearization)?;
             // The whole budget at once: a solve ends early only at its tolerance.
             let (status, _) = self.record_solve(pcg, pcg.max_iterations)?;
             self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, "dots", 0.0)?;
             self.decide(Decision::Direction)?;
-            self.decide(Decision::ScaleDirection)?;
-            self.vector("save", 0.0)?;
+            self.decide(Decision::StartSearch)?;
             if self.batches() {
                 let (c, rec) = (&self.context, &mut self.recording);
                 self.stages.vector.batch_offsets(c, rec, &self.groups.vector, &alphas)?;
-                self.record_batch_energy(alphas.len())?;
-                self.decide(Decision::Energies { first: 0, count: alphas.len() })?;
+                self.record_objectives(Positions::Batch(alphas.len()), Some(0))?;
             } else {
                 for (k, &alpha) in alphas.iter().enumerate() {
                     self.vector("offset", alpha)?;
-                    self.record_objective(Some(k))?;
+                    self.record_objectives(Positions::Iterate, Some(k))?;
                 }
             }
             self.decide(Decision::Choose { steps: request.steps, extrapolate: request.extrapolate })?;
@@ -1474,7 +1515,7 @@ impl Stages for GpuBackend {
             return dissipation;
         }
         let result = (|| {
-            let staged = self.record_dissipation()?;
+            let staged = self.record_dissipation(Positions::Iterate)?;
             let results = self.recording.read(&self.context, &[staged])?;
             Ok(self.dissipation_from(&results[0]))
         })();
@@ -1759,28 +1800,8 @@ impl Stages for GpuBackend {
             values.extend(self.energies_at(rest));
             return values;
         }
-        let result = (|| {
-            let mut staged = Vec::with_capacity(3 * points.len());
-            for x in points {
-                self.write_positions(Positions::Aux, x);
-                let (elements, vertices) =
-                    self.record_energy(Positions::Aux, &Node::POTENTIAL, 0.0, false)?;
-                staged.extend([elements, vertices]);
-                self.write_positions(Positions::Iterate, x);
-                if self.dissipates() {
-                    staged.push(self.record_dissipation()?);
-                }
-            }
-            let results = self.recording.read(&self.context, &staged)?;
-            let per_point = if self.dissipates() { 3 } else { 2 };
-            Ok(results
-                .chunks(per_point)
-                .map(|r| {
-                    let potential = Self::candidate_values(&r[..2])[0];
-                    (potential, if self.dissipates() { self.dissipation_from(&r[2]) } else { 0.0 })
-                })
-                .collect())
-        })();
+        let result =
+            if self.batches() { self.energies_in_batch(points) } else { self.energies_one_by_one(points) };
         self.settle(result, vec![(f64::NAN, f64::NAN); points.len()])
     }
 

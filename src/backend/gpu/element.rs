@@ -215,7 +215,8 @@ impl WgElement {
 
     /// Records the element pass at `at`, leaving its outputs in the shared buffers; with
     /// `springs_only`, the springs' dispatch alone (the local/global solver's local stage
-    /// takes the tets).
+    /// takes the tets). A batch of positions gives energies alone, one member's partials after
+    /// another.
     #[allow(clippy::too_many_arguments)]
     pub fn queue(
         &self,
@@ -227,48 +228,13 @@ impl WgElement {
         outputs: Outputs,
         springs_only: bool,
     ) -> Result<()> {
-        self.queue_members(context, recording, groups, at, nodes, outputs, springs_only, 1)
-    }
-
-    /// Records the energies of the first `members` positions of the batch buffer in one pass,
-    /// their partials one member's after another.
-    pub fn queue_batch(
-        &self,
-        context: &GpuContext,
-        recording: &mut Recording,
-        groups: &ElementGroups,
-        nodes: &[Node],
-        members: usize,
-    ) -> Result<()> {
+        let members = at.members();
+        debug_assert!(members == 1 || outputs == Outputs::Energy, "a batch evaluates energies alone");
         debug_assert!(members <= super::buffers::BATCH);
-        self.queue_members(
-            context,
-            recording,
-            groups,
-            Positions::Batch,
-            nodes,
-            Outputs::Energy,
-            false,
-            members,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn queue_members(
-        &self,
-        context: &GpuContext,
-        recording: &mut Recording,
-        groups: &ElementGroups,
-        at: Positions,
-        nodes: &[Node],
-        outputs: Outputs,
-        springs_only: bool,
-        members: usize,
-    ) -> Result<()> {
         let bound = match at {
             Positions::Iterate => &groups.iterate,
             Positions::Aux => &groups.aux,
-            Positions::Batch => &groups.batch,
+            Positions::Batch(_) => &groups.batch,
         };
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
         for run in groups.runs.iter().filter(|run| !springs_only || run.entry == "springs_main") {

@@ -39,6 +39,8 @@ pub struct GatherParams {
     pub damped: u32,
     /// 1: gather and write the gradient and vertex blocks; 0: the energy alone.
     pub derivatives: u32,
+    /// 1: a linearization's gather, which also writes Newton's right-hand side `-grad G`.
+    pub rhs: u32,
     pub tet_count: u32,
     pub spring_count: u32,
     /// The barrier's activation distance and stiffness (stiffness 0: no barrier).
@@ -52,9 +54,9 @@ pub struct GatherParams {
     pub surface_count: u32,
     pub contact_set: u32,
     pub friction: u32,
-    /// An energy-only gather of a batch of positions (`members` > 1): member `j` reads its
-    /// displacements from `j * vertex_count` on and writes its partials from `j` times one
-    /// gather's on.
+    /// An energy-only gather of a batch of positions (`members` > 1, set from
+    /// `Positions::Batch`): member `j` reads its displacements from `j * vertex_count` on and
+    /// writes its partials from `j` times one gather's on.
     pub members: u32,
 }
 
@@ -187,14 +189,13 @@ impl WgGather {
         params: &GatherParams,
         at: Positions,
     ) -> Result<()> {
-        let members = params.members.max(1);
-        debug_assert!(at == Positions::Batch || members == 1);
+        let members = at.members() as u32;
         debug_assert!(members == 1 || params.derivatives == 0, "a batch gathers energies alone");
-        let offset = recording.params(context, params)?;
+        let offset = recording.params(context, &GatherParams { members, ..*params })?;
         let bound = match at {
             Positions::Iterate => &groups.iterate,
             Positions::Aux => &groups.aux,
-            Positions::Batch => &groups.batch,
+            Positions::Batch(_) => &groups.batch,
         };
         let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
         let workgroups = members * groups.workgroups;

@@ -70,9 +70,8 @@ pub enum Decision {
     /// The objectives of the last batch of `count` energy passes, into the candidate slots
     /// from `first` on.
     Energies { first: usize, count: usize },
-    /// `|grad G|`, force scale and noise floor of the last linearization.
-    Linearization,
-    /// The slope and length of the direction from the last dots.
+    /// After a solve: `|grad G|`, force scale and noise floor of the linearization (from
+    /// its gather's partials), and the slope and length of the direction from the last dots.
     Direction,
     /// The initial guess among `count` candidates, the last a fallback when `fallback`.
     Pick { count: usize, fallback: bool },
@@ -82,8 +81,9 @@ pub enum Decision {
     TakeGuess(Option<usize>),
     /// `x = x_saved + alpha d` with the chosen step.
     Advance,
-    /// `d *= scale`: after a batch that found no decrease, the next goes on from its end.
-    ScaleDirection,
+    /// The line search starts: `x_saved = x`, and `d *= scale` (after a batch that found no
+    /// decrease, the next goes on from its end).
+    StartSearch,
     /// The step length `Advance` takes: the least of the contact stage's bounds.
     Bound,
 }
@@ -128,8 +128,7 @@ impl WgLineSearch {
                 debug_assert!(first + count <= CANDIDATES);
                 ("energy", LineSearchParams { slot: first as u32, ..base }, count as u32 * WORKGROUP)
             }
-            Decision::Linearization => ("linearization", base, WORKGROUP),
-            Decision::Direction => ("direction_dots", base, WORKGROUP),
+            Decision::Direction => ("after_solve", base, WORKGROUP),
             Decision::Pick { count, fallback } => {
                 debug_assert!(count <= CANDIDATES);
                 ("pick", LineSearchParams { count: count as u32, fallback: fallback as u32, ..base }, 1)
@@ -144,7 +143,7 @@ impl WgLineSearch {
                 ("take_guess", LineSearchParams { slot: slot(k), ..base }, 3 * base.vertex_count)
             }
             Decision::Advance => ("advance", base, 3 * base.vertex_count),
-            Decision::ScaleDirection => ("scale_direction", base, 3 * base.vertex_count),
+            Decision::StartSearch => ("start_search", base, 3 * base.vertex_count),
             Decision::Bound => ("bound", base, WORKGROUP),
         };
         let offset = recording.params(context, &params)?;
@@ -275,12 +274,7 @@ mod tests {
         let gpu = run(
             &mut rig,
             &SearchRecord { scale: 0.5, ..SearchRecord::default() },
-            &[
-                Decision::Energy(None),
-                Decision::Energy(Some(5)),
-                Decision::Linearization,
-                Decision::Direction,
-            ],
+            &[Decision::Energy(None), Decision::Energy(Some(5)), Decision::Direction],
         );
         let sum = |lane: usize, p: &[[f32; 4]]| p.iter().map(|v| v[lane] as f64).sum::<f64>();
         let objective = energy.iter().map(|&e| e as f64).sum::<f64>() + sum(0, &gather);
@@ -314,12 +308,14 @@ mod tests {
         for i in 0..n {
             assert!((x[i] - (saved[i] + 0.25 * direction[i])).abs() <= 1e-6, "entry {i}");
         }
+        // The search starts from the iterate just advanced to, along the scaled direction.
         run(
             &mut rig,
             &SearchRecord { scale: 1.0 / 128.0, ..SearchRecord::default() },
-            &[Decision::ScaleDirection],
+            &[Decision::StartSearch],
         );
         let scaled = rig.read(3, "direction", n);
+        assert_eq!(rig.read(3, "x_saved", n), x);
         for i in 0..n {
             assert_eq!(scaled[i], direction[i] / 128.0, "entry {i}");
         }

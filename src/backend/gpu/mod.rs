@@ -42,9 +42,19 @@ pub enum Positions {
     Iterate,
     /// The auxiliary buffer, as both `x` and start (the potential at a given state).
     Aux,
-    /// The `batch` buffer as `x`, member after member (with the iterate's start and target):
-    /// the energy passes of several positions at once.
-    Batch,
+    /// The first `n` positions of the `batch` buffer as `x`, member after member (with the
+    /// iterate's start and target): the energy passes of several positions at once.
+    Batch(usize),
+}
+
+impl Positions {
+    /// How many positions a pass at these evaluates.
+    pub fn members(self) -> usize {
+        match self {
+            Positions::Batch(members) => members,
+            _ => 1,
+        }
+    }
 }
 
 /// Every stage's pipelines: the one registry of stages.

@@ -272,5 +272,31 @@ pub(crate) fn assert_energies_match(
     let gpu_force: Vec<f32> = gpu_force.as_flattened().iter().map(|&v| v as f32).collect();
     let (f_error, f_at) = worst(&gpu_force, cpu_force.as_flattened());
     assert!(f_error < 1e-5, "potential gradient entry {f_at} off by {f_error:e}");
+    // A stabilized step's blends, evaluated together on the GPU: the potential and the
+    // dissipation at each, and the iterate left at the last. (Deformations: a translation
+    // of the whole body lies in the Rayleigh stiffness's null space, where f32 sums of its
+    // large entries cancel; the blends of two solutions differ by far less than that.)
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let blends: Vec<Vec<[f64; 3]>> = (1..=3)
+        .map(|k| {
+            let size = 0.002 * k as f64;
+            x.iter().map(|p| std::array::from_fn(|c| p[c] + rng.random_range(-size..size))).collect()
+        })
+        .collect();
+    let points: Vec<&[[f64; 3]]> = blends.iter().map(|b| b.as_slice()).collect();
+    let (on_gpu, on_cpu) = (gpu.energies_at(&points), cpu.energies_at(&points));
+    println!("energies at blends {on_gpu:?} / {on_cpu:?}");
+    for (k, (g, c)) in on_gpu.iter().zip(&on_cpu).enumerate() {
+        assert!(relative(g.0, c.0) < 1e-5, "blend {k}: potential {g:?} against {c:?}");
+        assert!(
+            relative(g.1, c.1) < 1e-4 || (g.1 - c.1).abs() < 1e-9,
+            "blend {k}: dissipation {g:?} against {c:?}"
+        );
+    }
+    let mut left = vec![[0.0; 3]; x.len()];
+    gpu.read_iterate(&mut left);
+    let (l_error, _) =
+        worst(&left.as_flattened().iter().map(|&v| v as f32).collect::<Vec<_>>(), blends[2].as_flattened());
+    assert!(l_error < 1e-6, "the iterate is not the last blend: {l_error:e}");
     assert!(gpu.take_error().is_none());
 }

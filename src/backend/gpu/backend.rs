@@ -882,11 +882,11 @@ impl GpuBackend {
 /// bars it needs 27-36 % fewer CG iterations than Jacobi (backward Euler and A-search to
 /// 1e-4 N, 1K and 10K tets), and where the loop's dispatches are latency-bound an iteration
 /// costs what Jacobi's does (H200: 18 us at 3 718 vertices, Jacobi 19.4 us at 2 541). Beyond,
-/// the loop is bandwidth-bound and the product `G^T G` it applies reads about twice the
-/// matrix's entries (a million-tet bar's matrix product alone took 94 us), so an iteration
-/// would cost more than the iterations save. In one workgroup FSAI's iteration walks the
-/// rows three times (23.7 us against Jacobi's 12.8 at 330-375 vertices): small bodies keep
-/// Jacobi too.
+/// the loop is bandwidth-bound, and the product `G^T G` it applies has about twice the
+/// matrix's entries per row (scalars, where the matrix has 3x3 blocks): whether those bytes
+/// cost less than the iterations they save is unmeasured, so larger bodies keep Jacobi until a
+/// device says. In one workgroup FSAI's iteration walks the rows three times (23.7 us against
+/// Jacobi's 12.8 at 330-375 vertices): small bodies keep Jacobi too.
 const NEWTON_FSAI_VERTICES: usize = 16_384;
 
 /// CG iterations to record before the first status read of a step's solve number `index`:

@@ -445,7 +445,7 @@ impl GpuBackend {
     fn record_candidates(&mut self, alphas: &[f64]) -> Result<StagedCandidates> {
         self.vector("save", 0.0)?;
         let nodes = self.nodes.clone();
-        if self.batches() && !self.model.contact.is_projection() {
+        if self.batches() && !self.model.contact.is_projection() && !alphas.is_empty() {
             let (c, rec) = (&self.context, &mut self.recording);
             self.stages.vector.batch_offsets(c, rec, &self.groups.vector, alphas)?;
             let at = Positions::Batch(alphas.len());
@@ -1800,8 +1800,11 @@ impl Stages for GpuBackend {
             values.extend(self.energies_at(rest));
             return values;
         }
-        let result =
-            if self.batches() { self.energies_in_batch(points) } else { self.energies_one_by_one(points) };
+        let result = if self.batches() && !points.is_empty() {
+            self.energies_in_batch(points)
+        } else {
+            self.energies_one_by_one(points)
+        };
         self.settle(result, vec![(f64::NAN, f64::NAN); points.len()])
     }
 

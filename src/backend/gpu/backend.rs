@@ -1455,7 +1455,10 @@ impl Stages for GpuBackend {
         self.step_damping = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = self.step_damping.is_some();
         self.friction = false;
-        if projective::has_penalty_contact(&self.model, &self.colliders) {
+        // Only the bodies whose Newton solves FSAI may precondition need the set.
+        if self.buffers.vertex_count <= NEWTON_FSAI_VERTICES
+            && projective::has_penalty_contact(&self.model, &self.colliders)
+        {
             let set = projective::contact_set(&self.model, &self.colliders, &problem);
             self.newton_contact = set.iter().map(|&member| member as u32).collect();
         } else {

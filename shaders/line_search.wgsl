@@ -2,9 +2,10 @@
 // that the host records the whole solve and reads it back once. The twin of
 // src/backend/cpu/line_search.rs (`pick` and `choose`, the same rules in f32), with the
 // reductions that bring its inputs together: `energy` sums an objective's element and
-// vertex partials into a slot, `direction` the gather's and the dots' partials. Every reduction runs in one workgroup in a fixed order, so the decisions
-// are the same bits every run. `take_guess` and `advance` act on them, vertex-parallel;
-// `bound` takes the local/global step's length from the contact stage's bounds.
+// vertex partials into a slot, `after_solve` the gather's and the dots' partials. Every
+// reduction runs in one workgroup in a fixed order, so the decisions are the same bits every
+// run. `take_guess`, `start_search` and `advance` act on them, vertex-parallel; `bound` takes
+// the local/global step's length from the contact stage's bounds.
 
 #import shared/reduce
 

@@ -524,10 +524,7 @@ impl GpuBackend {
     fn record_objectives(&mut self, at: Positions, first: Option<usize>) -> Result<()> {
         let nodes = self.nodes.clone();
         self.record_energy_pass(at, &nodes, self.inv_h2, true)?;
-        match (at, first) {
-            (Positions::Batch(count), Some(first)) => self.decide(Decision::Energies { first, count }),
-            _ => self.decide(Decision::Energy(first)),
-        }
+        self.decide(Decision::Energy { slot: first, count: at.members() })
     }
 
     fn pcg_params(

@@ -64,12 +64,9 @@ pub struct LineSearchGroups {
 /// What one dispatch of the stage does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Decision {
-    /// The objective of the last energy pass and gather into candidate slot `Some(k)`, or as
-    /// the iterate's value (`None`).
-    Energy(Option<usize>),
-    /// The objectives of the last batch of `count` energy passes, into the candidate slots
-    /// from `first` on.
-    Energies { first: usize, count: usize },
+    /// The objectives of the last energy pass and gather, over `count` positions, into the
+    /// candidate slots from `Some(k)` on, or as the iterate's value (`None`, one position).
+    Energy { slot: Option<usize>, count: usize },
     /// After a solve: `|grad G|`, force scale and noise floor of the linearization (from
     /// its gather's partials), and the slope and length of the direction from the last dots.
     Direction,
@@ -123,10 +120,9 @@ impl WgLineSearch {
         let slot = |k: Option<usize>| k.map_or(VALUE, |k| k as u32);
         let base = groups.base;
         let (entry, params, threads) = match decision {
-            Decision::Energy(k) => ("energy", LineSearchParams { slot: slot(k), ..base }, WORKGROUP),
-            Decision::Energies { first, count } => {
-                debug_assert!(first + count <= CANDIDATES);
-                ("energy", LineSearchParams { slot: first as u32, ..base }, count as u32 * WORKGROUP)
+            Decision::Energy { slot: k, count } => {
+                debug_assert!(k.map_or(count == 1, |k| k + count <= CANDIDATES));
+                ("energy", LineSearchParams { slot: slot(k), ..base }, count as u32 * WORKGROUP)
             }
             Decision::Direction => ("after_solve", base, WORKGROUP),
             Decision::Pick { count, fallback } => {
@@ -270,11 +266,15 @@ mod tests {
         rig.upload(3, "energy_partials", &energy);
         rig.upload(3, "gather_partials", &gather);
         rig.upload(3, "dot_partials", &dots);
-        // The slope and norm come scaled as `scale_direction` will scale the direction.
+        // The slope and norm come scaled as `start_search` will scale the direction.
         let gpu = run(
             &mut rig,
             &SearchRecord { scale: 0.5, ..SearchRecord::default() },
-            &[Decision::Energy(None), Decision::Energy(Some(5)), Decision::Direction],
+            &[
+                Decision::Energy { slot: None, count: 1 },
+                Decision::Energy { slot: Some(5), count: 1 },
+                Decision::Direction,
+            ],
         );
         let sum = |lane: usize, p: &[[f32; 4]]| p.iter().map(|v| v[lane] as f64).sum::<f64>();
         let objective = energy.iter().map(|&e| e as f64).sum::<f64>() + sum(0, &gather);
@@ -287,6 +287,23 @@ mod tests {
             close(gpu.slope, 0.5 * sum(0, &dots)) && close(gpu.direction_norm, 0.5 * sum(1, &dots).sqrt()),
             "{gpu:?}"
         );
+
+        // A batch of three passes' partials, one member's after another, into slots 2-4.
+        let members = 3;
+        let energy: Vec<f32> = (0..members * energy_partials).map(|_| rng.random_range(0.0..10.0)).collect();
+        let gather: Vec<[f32; 4]> = (0..members * vertex_partials)
+            .map(|_| std::array::from_fn(|_| rng.random_range(0.0..10.0)))
+            .collect();
+        rig.upload(3, "energy_partials", &energy);
+        rig.upload(3, "gather_partials", &gather);
+        let gpu =
+            run(&mut rig, &SearchRecord::default(), &[Decision::Energy { slot: Some(2), count: members }]);
+        for j in 0..members {
+            let objective =
+                energy[j * energy_partials..(j + 1) * energy_partials].iter().map(|&e| e as f64).sum::<f64>()
+                    + sum(0, &gather[j * vertex_partials..(j + 1) * vertex_partials]);
+            assert!(close(gpu.candidates[2 + j], objective), "member {j}: {gpu:?} vs {objective}");
+        }
 
         // Taking a guess and advancing by the chosen step.
         let n = 3 * rig.buffers.vertex_count;

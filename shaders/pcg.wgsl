@@ -53,8 +53,12 @@ struct Params {
     // and 1 where the step's friction records (set 2) are part of the matrix.
     surface_count: u32,
     friction: u32,
-    // 0 Jacobi, 1 FSAI.
+    // 0 Jacobi, 1 FSAI: the factor from `fsai_offset` on in `fsai`, its product from
+    // `fsai_inverse_offset` on in `fsai_inverse` (the buffers hold two factors, a stabilized
+    // step's two step weights).
     preconditioner: u32,
+    fsai_offset: u32,
+    fsai_inverse_offset: u32,
     // Invocations per row in the loop's kernels.
     lanes: u32,
 }
@@ -111,7 +115,7 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(14) var<storage, read> coupling_records: array<vec4<f32>>;
 @group(3) @binding(15) var<storage, read> coupling_offsets: array<u32>;
 @group(3) @binding(16) var<storage, read> coupling_list: array<u32>;
-// FSAI's factor by slot, and y = G r between its two halves.
+// FSAI's factors by slot, and y = G r between the two halves of one.
 @group(3) @binding(17) var<storage, read> fsai: array<f32>;
 @group(3) @binding(18) var<storage, read_write> fsai_y: array<f32>;
 @group(3) @binding(19) var<storage, read> fsai_inverse: array<f32>;
@@ -223,7 +227,7 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
     let end = fsai_inverse_pattern[row.v + 1u];
     for (var e = fsai_inverse_pattern[row.v] + row.lane; e < end; e += params.lanes) {
         let c = fsai_inverse_pattern[n + 1u + e];
-        acc += select(fsai_inverse[e], 0.0, in_contact(c)) * residual_at(c, alpha, from_rhs);
+        acc += select(fsai_inverse[params.fsai_inverse_offset + e], 0.0, in_contact(c)) * residual_at(c, alpha, from_rhs);
     }
     return acc;
 }
@@ -236,9 +240,9 @@ fn fsai_share(row: Row, upper: bool) -> vec3<f32> {
         let slot = matrix_slot(v, j);
         let c = slot_columns[slot];
         if (upper && c >= v) {
-            acc += fsai[slot] * vec3<f32>(fsai_y[3u * c], fsai_y[3u * c + 1u], fsai_y[3u * c + 2u]);
+            acc += fsai[params.fsai_offset + slot] * vec3<f32>(fsai_y[3u * c], fsai_y[3u * c + 1u], fsai_y[3u * c + 2u]);
         } else if (!upper && c <= v && !in_contact(c)) {
-            acc += fsai[slot] * load3(c, 1u);
+            acc += fsai[params.fsai_offset + slot] * load3(c, 1u);
         }
     }
     return acc;

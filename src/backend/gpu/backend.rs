@@ -116,8 +116,10 @@ pub struct GpuBackend {
     projective_diagonal: Vec<f64>,
     step_damping: Option<crate::objective::DampingMatrix>,
     /// The local/global matrices' approximate inverses (made at the first solve they
-    /// precondition).
+    /// precondition), and where the one the next solve uses lies in the device buffers (its
+    /// `fsai` and `fsai_inverse` offsets).
     fsai: Option<FsaiFactors>,
+    fsai_offsets: (u32, u32),
     /// Newton's FSAI preconditioner this step: the penalty contact set whose rows take
     /// Jacobi's, as flags (empty: none), and whether it and the factor are on the device.
     newton_contact: Vec<u32>,
@@ -222,6 +224,7 @@ impl GpuBackend {
             projective_diagonal: Vec::new(),
             step_damping: None,
             fsai: None,
+            fsai_offsets: (0, 0),
             newton_contact: Vec::new(),
             newton_fsai_ready: false,
             last_global_cg: FIRST_CHUNK,
@@ -543,6 +546,8 @@ impl GpuBackend {
             surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
             friction: self.friction as u32,
             preconditioner: JACOBI,
+            fsai_offset: 0,
+            fsai_inverse_offset: 0,
             // The bound groups' (`WgPcg::start`).
             lanes: 1,
         }
@@ -746,10 +751,10 @@ impl GpuBackend {
         let params = GatherParams { rhs: 1, ..self.gather_params(&nodes, self.inv_h2, Some(false), true) };
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
-        let pcg = PcgParams {
-            preconditioner: self.preconditioner(request.solver)?,
-            ..self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations)
-        };
+        let pcg = self.preconditioned(
+            request.solver,
+            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
+        )?;
         let chunk = self.first_chunk(pcg.max_iterations);
         let (status, solve) = self.record_solve(pcg, chunk)?;
         let mut staged = vec![status];
@@ -808,10 +813,10 @@ impl GpuBackend {
                 ..Default::default()
             });
         }
-        let params = PcgParams {
-            preconditioner: self.preconditioner(request.solver)?,
-            ..self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations)
-        };
+        let params = self.preconditioned(
+            request.solver,
+            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
+        )?;
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let chunk = self.first_chunk(params.max_iterations);
         let (status, solve) = self.record_solve(params, chunk)?;
@@ -1193,22 +1198,36 @@ impl GpuBackend {
             self.rebind()?;
         }
         let fsai = self.fsai.as_mut().expect("made above");
-        if let Some(factor) = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal) {
+        let place = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal);
+        let offsets = (place.part * self.buffers.slot_count, place.part * fsai.inverse_entries());
+        self.fsai_offsets = (offsets.0 as u32, offsets.1 as u32);
+        if let Some((slots, inverse)) = place.upload {
             let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
-            rec.upload(c, scratch.named("fsai"), bytemuck::cast_slice(&factor.slots));
-            rec.upload(c, scratch.named("fsai_inverse"), bytemuck::cast_slice(&factor.inverse));
+            rec.upload_at(c, scratch.named("fsai"), 4 * offsets.0 as u64, bytemuck::cast_slice(&slots));
+            rec.upload_at(
+                c,
+                scratch.named("fsai_inverse"),
+                4 * offsets.1 as u64,
+                bytemuck::cast_slice(&inverse),
+            );
         }
         Ok(())
     }
 
-    /// The preconditioner of a Newton or mixed-FEM solve by `solver`: for
+    /// `params` preconditioned by the FSAI factor [`upload_fsai`](Self::upload_fsai) placed last.
+    fn with_fsai(&self, params: PcgParams) -> PcgParams {
+        let (fsai_offset, fsai_inverse_offset) = self.fsai_offsets;
+        PcgParams { preconditioner: FSAI, fsai_offset, fsai_inverse_offset, ..params }
+    }
+
+    /// `params` with the preconditioner of a Newton or mixed-FEM solve by `solver`: for
     /// `LinearSolver::PcgProjective` the approximate inverse of the step's local/global matrix
     /// (the elasticity's Laplacian, which the CPU factors exactly), with the rows of this
     /// step's penalty contacts on Jacobi, since the matrix leaves their stiffness out; put on
     /// the device at the first such solve of a step. Jacobi for `LinearSolver::Pcg`, with
     /// self-contact, whose stiffness the matrix leaves out everywhere (as on the CPU), and
     /// outside the sizes where it pays ([`NEWTON_FSAI_VERTICES`]).
-    fn preconditioner(&mut self, solver: LinearSolver) -> Result<u32> {
+    fn preconditioned(&mut self, solver: LinearSolver, params: PcgParams) -> Result<PcgParams> {
         let n = self.buffers.vertex_count;
         let one_workgroup =
             n <= self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(JACOBI));
@@ -1217,7 +1236,7 @@ impl GpuBackend {
             || one_workgroup
             || n > NEWTON_FSAI_VERTICES
         {
-            return Ok(JACOBI);
+            return Ok(PcgParams { preconditioner: JACOBI, ..params });
         }
         if !self.newton_fsai_ready {
             self.upload_fsai(projective::stiffness_weight(&self.nodes))?;
@@ -1233,7 +1252,7 @@ impl GpuBackend {
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
             self.newton_fsai_ready = true;
         }
-        Ok(FSAI)
+        Ok(self.with_fsai(params))
     }
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
@@ -1284,11 +1303,10 @@ impl GpuBackend {
         // bar), so the margin is small; a step that outruns it costs a little accuracy once.
         let chunk =
             (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 8 + 2);
-        let params = PcgParams {
+        let params = self.with_fsai(PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
-            preconditioner: FSAI,
             ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
-        };
+        });
         let mut last = None;
         for k in 0..=request.iterations {
             // What is recorded so far goes to the device while the host records the next
@@ -1692,10 +1710,8 @@ impl Stages for GpuBackend {
         // The GPU always solves with PCG; the direct solver is a CPU option.
         self.step_bound = None;
         let result = (|| {
-            let params = PcgParams {
-                preconditioner: self.preconditioner(solver)?,
-                ..self.pcg_params(Some(tolerance), 0.0, max_iterations)
-            };
+            let params =
+                self.preconditioned(solver, self.pcg_params(Some(tolerance), 0.0, max_iterations))?;
             let status = self.solve(params)?;
             self.record_projection("keep_pressed")?;
             let dots = self.dots()?;

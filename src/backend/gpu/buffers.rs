@@ -12,7 +12,7 @@
 
 use super::context::GpuContext;
 use super::gather::GpuCollider;
-use super::pcg::PcgStatus;
+use super::pcg::{FSAI_FACTORS, PcgStatus};
 use super::stage::WORKGROUP;
 use crate::backend::topology::Topology;
 use crate::material::MaterialModel;
@@ -310,17 +310,18 @@ impl GpuBuffers {
         true
     }
 
-    /// Makes the buffers of the FSAI factor (one value per slot) and of its product on
-    /// `pattern` (offsets, then columns) unless they exist; true when it made them (the bind
-    /// groups must then be made again).
+    /// Makes the buffers of [`FSAI_FACTORS`] FSAI factors (one value per slot) and of their
+    /// products on `pattern` (offsets, then columns), one after another, unless they exist;
+    /// true when it made them (the bind groups must then be made again).
     pub fn reserve_fsai(&mut self, context: &GpuContext, pattern: &[u32]) -> bool {
         if self.model.named("fsai_inverse_pattern").size() >= 4 * pattern.len() as u64 {
             return false;
         }
         let entries = pattern.len() - (self.vertex_count + 1);
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
-        self.scratch.set("fsai", context.scratch::<f32>("fsai", self.slot_count.max(1)));
-        self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", entries.max(1)));
+        let parts = |count: usize| FSAI_FACTORS * count.max(1);
+        self.scratch.set("fsai", context.scratch::<f32>("fsai", parts(self.slot_count)));
+        self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", parts(entries)));
         true
     }
 

@@ -33,8 +33,11 @@ pub struct PcgParams {
     /// and 1 where the step's friction records are part of the matrix.
     pub surface_count: u32,
     pub friction: u32,
-    /// [`JACOBI`] or [`FSAI`] (the factor uploaded to the `fsai` buffer).
+    /// [`JACOBI`] or [`FSAI`] (the factor in the `fsai` buffer from `fsai_offset` on, its
+    /// product in `fsai_inverse` from `fsai_inverse_offset` on: see [`FsaiFactors`]).
     pub preconditioner: u32,
+    pub fsai_offset: u32,
+    pub fsai_inverse_offset: u32,
     /// Invocations per row in the loop's kernels, or in the one-workgroup solve's walks: set
     /// from the bound groups when recorded.
     pub lanes: u32,
@@ -131,29 +134,40 @@ impl SmallSolve {
     }
 }
 
+/// How many FSAI factors stay on the device at once: a stabilized step alternates two step
+/// weights, and before they stayed, a 15K-tet bar's step uploaded both factors (about 0.6 MB
+/// each) every step.
+pub const FSAI_FACTORS: usize = 2;
+
 /// The local/global matrices' FSAI factors for the GPU's global steps, built on the host in
 /// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` on
-/// its own pattern (the loop). A stabilized step alternates two step weights, so the last two
-/// factors are kept; a factor serves while the vertex diagonal stays within 1 % of the one it
-/// was built for (lagged damping moves it a little every step, and an approximate inverse of a
-/// nearby matrix preconditions as well).
+/// its own pattern (the loop). The `fsai` and `fsai_inverse` buffers hold [`FSAI_FACTORS`]
+/// of them, one per part; a factor serves while the vertex diagonal stays within 1 % of the
+/// one it was built for (lagged damping moves it a little every step, and an approximate
+/// inverse of a nearby matrix preconditions as well), and a new one takes the part of the
+/// factor used longest ago.
 pub struct FsaiFactors {
     topology: Topology,
     laplacian: Vec<f64>,
     inverse: Inverse,
-    /// The latest first: the one on the device.
+    /// The latest first.
     factors: Vec<FsaiFactor>,
 }
 
-/// One matrix's factor, as uploaded.
-pub struct FsaiFactor {
-    /// The step weight and the vertex diagonal it was built for.
+/// A factor on the device: the step weight and the vertex diagonal it was built for, and
+/// its part of the buffers.
+struct FsaiFactor {
     a: f64,
     diagonal: Vec<f64>,
-    /// `G` in slot order, for the `fsai` buffer.
-    pub slots: Vec<f32>,
-    /// `M = G^T G`'s values, for the `fsai_inverse` buffer.
-    pub inverse: Vec<f32>,
+    part: usize,
+}
+
+/// Where the factor a solve asks for lies, and what to upload there first when it is new.
+pub struct FsaiPlace {
+    pub part: usize,
+    /// `G` in slot order, for the part of the `fsai` buffer, and `M = G^T G`'s values, for
+    /// that of `fsai_inverse`.
+    pub upload: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 impl FsaiFactors {
@@ -169,39 +183,35 @@ impl FsaiFactors {
         &self.inverse.pattern
     }
 
-    /// The factor of `S = a L + diagonal` when it is not on the device yet.
-    pub fn for_matrix(
-        &mut self,
-        model: &Model,
-        buffers: &GpuBuffers,
-        a: f64,
-        diagonal: &[f64],
-    ) -> Option<&FsaiFactor> {
+    /// The values `M` has (one part of the `fsai_inverse` buffer).
+    pub fn inverse_entries(&self) -> usize {
+        self.inverse.pattern.len() - self.topology.row_offsets.len()
+    }
+
+    /// The part holding the factor of `S = a L + diagonal`, built (with what to upload) when
+    /// none is close enough.
+    pub fn for_matrix(&mut self, model: &Model, buffers: &GpuBuffers, a: f64, diagonal: &[f64]) -> FsaiPlace {
         let close = |d: &[f64]| d.iter().zip(diagonal).all(|(p, q)| (p - q).abs() <= 0.01 * q.abs());
-        match self.factors.iter().position(|f| f.a == a && close(&f.diagonal)) {
-            Some(0) => return None,
-            Some(k) => {
-                let factor = self.factors.remove(k);
-                self.factors.insert(0, factor);
-            }
-            None => {
-                let mut matrix = Vec::new();
-                let (topology, laplacian) = (&self.topology, &self.laplacian);
-                crate::backend::projective::matrix(model, topology, laplacian, a, diagonal, &mut matrix);
-                let fsai = Fsai::new(topology, &matrix);
-                self.inverse.fill(topology, &fsai);
-                let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
-                let factor = FsaiFactor {
-                    a,
-                    diagonal: diagonal.to_vec(),
-                    slots: buffers.values_to_slots(&to_f32(&fsai.values)),
-                    inverse: to_f32(&self.inverse.values),
-                };
-                self.factors.insert(0, factor);
-                self.factors.truncate(2);
-            }
+        if let Some(k) = self.factors.iter().position(|f| f.a == a && close(&f.diagonal)) {
+            let factor = self.factors.remove(k);
+            let part = factor.part;
+            self.factors.insert(0, factor);
+            return FsaiPlace { part, upload: None };
         }
-        Some(&self.factors[0])
+        let part = if self.factors.len() < FSAI_FACTORS {
+            (0..FSAI_FACTORS).find(|p| self.factors.iter().all(|f| f.part != *p)).expect("a free part")
+        } else {
+            self.factors.pop().expect("full").part
+        };
+        let mut matrix = Vec::new();
+        let (topology, laplacian) = (&self.topology, &self.laplacian);
+        crate::backend::projective::matrix(model, topology, laplacian, a, diagonal, &mut matrix);
+        let fsai = Fsai::new(topology, &matrix);
+        self.inverse.fill(topology, &fsai);
+        let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        let upload = (buffers.values_to_slots(&to_f32(&fsai.values)), to_f32(&self.inverse.values));
+        self.factors.insert(0, FsaiFactor { a, diagonal: diagonal.to_vec(), part });
+        FsaiPlace { part, upload: Some(upload) }
     }
 }
 
@@ -482,6 +492,36 @@ mod tests {
             .collect()
     }
 
+    /// The device keeps the last two factors: a stabilized step's two step weights upload
+    /// theirs once, not every step; a third weight takes the part of the one used longest
+    /// ago, and a diagonal that moves by more than 1 % makes a new factor.
+    #[test]
+    fn fsai_factors_stay_on_the_device() {
+        let Some(context) = context() else { return };
+        let (model, _, _) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 1.0);
+        let model = std::sync::Arc::new(model);
+        let rig = Rig::new(&context, &model);
+        let mut factors = super::FsaiFactors::new(&model);
+        let diagonal: Vec<f64> = model.masses.iter().map(|m| 900.0 * m).collect();
+        let moved: Vec<f64> = diagonal.iter().map(|d| 1.02 * d).collect();
+        let mut place = |a: f64, d: &[f64]| {
+            let placed = factors.for_matrix(&model, &rig.buffers, a, d);
+            (placed.part, placed.upload.is_some())
+        };
+        let (midpoint, backward) = (0.25, 1.0);
+        let parts: Vec<(usize, bool)> = [midpoint, backward, midpoint, backward, midpoint, backward]
+            .iter()
+            .map(|&a| place(a, &diagonal))
+            .collect();
+        assert_eq!(parts, [(0, true), (1, true), (0, false), (1, false), (0, false), (1, false)]);
+        // The midpoint's factor was used longest ago.
+        assert_eq!(place(0.5, &diagonal), (0, true));
+        assert_eq!(place(backward, &diagonal), (1, false));
+        assert_eq!(place(midpoint, &diagonal), (0, true));
+        assert_eq!(place(midpoint, &moved), (1, true));
+        assert_eq!(place(midpoint, &moved), (1, false));
+    }
+
     /// Lanes fill about 2^17 invocations on hardware: 16 for small bodies, fewer as they grow,
     /// one for a million tets and on a software adapter.
     #[test]
@@ -643,7 +683,8 @@ mod tests {
     /// the tolerance's scale, the true residual met; and it takes far fewer iterations than
     /// Jacobi on the same system. Twice: as it is, and with every fifth free vertex in a
     /// penalty contact set that stiffens its diagonal 10^4-fold (the factor made without it,
-    /// the set's rows preconditioned by Jacobi).
+    /// the set's rows preconditioned by Jacobi). The factor lies in the buffers' second part,
+    /// the first part zero: a solve that read the wrong part would stop at once.
     #[test]
     fn fsai_pcg_follows_its_cpu_twin() {
         let Some(context) = context() else { return };
@@ -697,13 +738,20 @@ mod tests {
         inverse.fill(&topology, &fsai);
         assert!(rig.buffers.reserve_fsai(&rig.context, &inverse.pattern));
         let slots = rig.buffers.values_to_slots(&to_f32(&fsai.values));
-        rig.upload(3, "fsai", &slots);
-        rig.upload(3, "fsai_inverse", &to_f32(&inverse.values));
+        let entries = inverse.values.len();
+        let second_part = |first: usize, values: Vec<f32>| [vec![0.0f32; first], values].concat();
+        rig.upload(3, "fsai", &second_part(slots.len(), slots.clone()));
+        rig.upload(3, "fsai_inverse", &second_part(entries, to_f32(&inverse.values)));
         let blocks_f32: Vec<f64> = blocks.iter().flatten().copied().collect();
         let block_slots = rig.buffers.blocks_to_slots(&to_f32(&blocks_f32));
         rig.upload(3, "blocks", &block_slots);
         rig.upload(3, "rhs", &to_f32(b.as_flattened()));
-        let params = PcgParams { preconditioner: FSAI, ..fixed_tolerance(&rig, tolerance, 1000) };
+        let params = PcgParams {
+            preconditioner: FSAI,
+            fsai_offset: slots.len() as u32,
+            fsai_inverse_offset: entries as u32,
+            ..fixed_tolerance(&rig, tolerance, 1000)
+        };
         let mut solves = Vec::new();
         for lanes in [1, 4, 16] {
             let looped = solve_with(&mut rig, params, lanes);

@@ -124,9 +124,10 @@ pub struct GpuBackend {
     /// Jacobi's, as flags (empty: none), and whether it and the factor are on the device.
     newton_contact: Vec<u32>,
     newton_fsai_ready: bool,
-    /// The most CG iterations a global step of the last local/global solve took: how many
-    /// each global step records.
-    last_global_cg: u32,
+    /// The CG iterations each global step of the last local/global solves took, by its place
+    /// in the solve (a warm-started step needs fewer the later it comes): how many the same
+    /// step of the next solve records.
+    global_lengths: Vec<u32>,
     /// Bodies up to this many vertices solve PCG in one workgroup (a test's choice; else
     /// the PCG stage's limit for its shape and preconditioner).
     small_solve_vertices: Option<usize>,
@@ -227,7 +228,7 @@ impl GpuBackend {
             fsai_offsets: (0, 0),
             newton_contact: Vec::new(),
             newton_fsai_ready: false,
-            last_global_cg: FIRST_CHUNK,
+            global_lengths: Vec::new(),
             small_solve_vertices: None,
             mixed_left_at: None,
             mixed_moved: false,
@@ -550,6 +551,7 @@ impl GpuBackend {
             fsai_inverse_offset: 0,
             // The bound groups' (`WgPcg::start`).
             lanes: 1,
+            warm: 0,
         }
     }
 
@@ -1137,9 +1139,27 @@ struct Tally {
     energies: Vec<(Staged, Staged)>,
     report: LocalGlobalReport,
     values: Vec<f64>,
-    longest: u32,
-    /// A global step ran out of recorded iterations before its tolerance.
-    cut_short: bool,
+    /// The CG iterations each global step read so far took: twice what it recorded when it
+    /// ran out before its tolerance, and what was expected when it had nothing to do.
+    lengths: Vec<u32>,
+    /// Each global step's expected CG iterations, in order.
+    expected: Vec<u32>,
+}
+
+/// CG iterations to record for a global step expected to take `length`, at most `max`.
+fn global_chunk(length: u32, max: u32) -> u32 {
+    max.min(length + length / 8 + 2)
+}
+
+/// What the same global step of the next solve should expect, from what this one (expected
+/// to take `expected`) did: its iterations; twice what it recorded when it ran out; the same
+/// when it had nothing to do.
+fn global_length(status: &PcgStatus, expected: u32) -> u32 {
+    match status.iterations {
+        _ if status.running() => 2 * global_chunk(expected, u32::MAX),
+        0 => expected,
+        n => n,
+    }
 }
 
 impl GpuBackend {
@@ -1153,12 +1173,12 @@ impl GpuBackend {
         let results = self.recording.read(&self.context, &staged)?;
         for bytes in &results[extra.len()..statuses] {
             let status: PcgStatus = bytemuck::pod_read_unaligned(bytes);
-            tally.cut_short |= status.running();
+            let expected = tally.expected[tally.lengths.len()];
+            tally.lengths.push(global_length(&status, expected));
             // A solve that did nothing found the gradient within tolerance: an idle iteration.
             if status.iterations > 0 {
                 tally.report.iterations += 1;
                 tally.report.linear_iterations += status.iterations as usize;
-                tally.longest = tally.longest.max(status.iterations);
             }
         }
         tally.values.extend(Self::candidate_values(&results[statuses..]));
@@ -1263,8 +1283,9 @@ impl GpuBackend {
     }
 
     /// Local/global iterations, each submitted as it is recorded, read back once: the step's
-    /// matrix, then per iteration the local step and gather, a PCG solve of as many
-    /// iterations as the last solve's longest global step needed, an eighth and two more, twice as many after a solve that ran out (an
+    /// matrix, then per iteration the local step and gather, a PCG solve (after the first,
+    /// warm-started from the last direction) of as many iterations as the same global step of
+    /// the last solve needed, an eighth and two more, twice as many after one that ran out (an
     /// unfinished CG solve still lowers the frozen quadratic, so the iteration still never
     /// increases `G`), and the step `x += d`; with penalty colliders, the
     /// contact set and the matrix it gives before the solve, and the step cut short where a
@@ -1299,10 +1320,14 @@ impl GpuBackend {
             self.assemble(matrix)?;
         }
         let mut tally = Tally::default();
-        // The global steps of a solve take nearly the same CG count (27-28 each on the 15K-tet
-        // bar), so the margin is small; a step that outruns it costs a little accuracy once.
-        let chunk =
-            (request.max_linear_iterations as u32).min(self.last_global_cg + self.last_global_cg / 8 + 2);
+        // Each global step records what the same step of the last solve took (later steps,
+        // warm-started, take fewer: on the 15K-tet bar about 27 CG iterations at first, 11 at
+        // the end) and a small margin; a step that outruns it costs a little accuracy once.
+        let longest = self.global_lengths.iter().copied().max().unwrap_or(FIRST_CHUNK);
+        tally.expected =
+            (0..request.iterations).map(|k| self.global_lengths.get(k).copied().unwrap_or(longest)).collect();
+        let max = request.max_linear_iterations as u32;
+        let chunks: Vec<u32> = tally.expected.iter().map(|&length| global_chunk(length, max)).collect();
         let params = self.with_fsai(PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
             ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
@@ -1331,8 +1356,10 @@ impl GpuBackend {
             }
             self.vector("negate_gradient", 0.0)?;
             // A large body's solve records `chunk` iterations and is not read on: an unfinished
-            // CG solve still lowers the frozen quadratic.
-            tally.statuses.push(self.record_solve(params, chunk)?.0);
+            // CG solve still lowers the frozen quadratic. After the first global step each
+            // starts from the Galerkin multiple of the last one's direction.
+            let params = PcgParams { warm: u32::from(k > 0), ..params };
+            tally.statuses.push(self.record_solve(params, chunks[k])?.0);
             self.vector("save", 0.0)?;
             if contact {
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;
@@ -1348,7 +1375,10 @@ impl GpuBackend {
         let results = self.read_tally(&mut tally, &extra)?;
         self.remember_end_state(&results[1..]);
         let mut report = std::mem::take(&mut tally.report);
-        self.last_global_cg = if tally.cut_short { 2 * chunk } else { tally.longest.max(1) };
+        // A solve of fewer iterations (a stabilized step's blend) leaves the later steps' lengths.
+        let lengths = &mut self.global_lengths;
+        lengths.resize(lengths.len().max(tally.lengths.len()), FIRST_CHUNK);
+        lengths[..tally.lengths.len()].copy_from_slice(&tally.lengths);
         report.gradient_norm =
             results.first().map_or(f64::NAN, |bytes| Self::linearization(bytes).gradient_norm);
         report.converged = report.gradient_norm <= request.gradient_tolerance;
@@ -1900,6 +1930,17 @@ impl Stages for GpuBackend {
 #[cfg(test)]
 mod tests {
     use super::first_chunk;
+
+    /// A global step expects what the same step took last time; twice what it recorded after
+    /// running out, and the same after a step with nothing to do.
+    #[test]
+    fn a_global_step_expects_what_its_twin_took() {
+        use super::{PcgStatus, global_length};
+        let status = |iterations, state| PcgStatus { iterations, state, ..PcgStatus::default() };
+        assert_eq!(global_length(&status(11, 1), 27), 11);
+        assert_eq!(global_length(&status(40, 0), 27), 2 * (27 + 3 + 2));
+        assert_eq!(global_length(&status(0, 1), 27), 27);
+    }
 
     /// A solve records what the same solve of the step before took and a margin, not the
     /// longer last solve: a step's last Newton solve is short.

@@ -1327,7 +1327,6 @@ impl GpuBackend {
         tally.expected =
             (0..request.iterations).map(|k| self.global_lengths.get(k).copied().unwrap_or(longest)).collect();
         let max = request.max_linear_iterations as u32;
-        let chunks: Vec<u32> = tally.expected.iter().map(|&length| global_chunk(length, max)).collect();
         let params = self.with_fsai(PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
             ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
@@ -1359,7 +1358,8 @@ impl GpuBackend {
             // CG solve still lowers the frozen quadratic. After the first global step each
             // starts from the Galerkin multiple of the last one's direction.
             let params = PcgParams { warm: u32::from(k > 0), ..params };
-            tally.statuses.push(self.record_solve(params, chunks[k])?.0);
+            let chunk = global_chunk(tally.expected[k], max);
+            tally.statuses.push(self.record_solve(params, chunk)?.0);
             self.vector("save", 0.0)?;
             if contact {
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;

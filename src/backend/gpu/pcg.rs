@@ -547,7 +547,7 @@ mod tests {
         let params = PcgParams { preconditioner: FSAI, ..fixed_tolerance(&rig, tolerance, 1000) };
         let unrelated = random(1e-2);
         let shapes = small_shapes(&context);
-        let mut run = |rig: &mut Rig, start: Option<&[f64]>, shape: Option<SmallSolve>| {
+        let run = |rig: &mut Rig, start: Option<&[f64]>, shape: Option<SmallSolve>| {
             let warm = u32::from(start.is_some());
             if let Some(start) = start {
                 rig.upload(3, "direction", &to_f32(start));

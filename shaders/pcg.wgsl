@@ -200,6 +200,16 @@ fn product_share(row: Row) -> vec3<f32> {
     return acc;
 }
 
+// Row `row` of the matrix times the vector `product_share` multiplies, summed over the row's
+// lanes to its lane 0 (zero past the last row); every invocation must call it.
+fn row_product(lid: u32, row: Row) -> vec3<f32> {
+    var acc = vec3<f32>(0.0);
+    if (row.v < params.vertex_count) {
+        acc = product_share(row);
+    }
+    return row_total(lid, acc);
+}
+
 // The block in `slot` times u.
 fn block_times(slot: u32, u: vec3<f32>) -> vec3<f32> {
     return vec3<f32>(
@@ -443,11 +453,7 @@ fn warm_product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     multiply_solution = true;
-    var acc = vec3<f32>(0.0);
-    if (row.v < params.vertex_count) {
-        acc = product_share(row);
-    }
-    acc = row_total(lid, acc);
+    let acc = row_product(lid, row);
     var dots = vec4<f32>(0.0);
     if (row.v < params.vertex_count && row.lane == 0u) {
         dots = warm_row(row.v, acc);
@@ -697,11 +703,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         var dots = vec4<f32>(0.0);
         for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
             let row = row_of(sweep, lid);
-            var acc = vec3<f32>(0.0);
-            if (row.v < n) {
-                acc = product_share(row);
-            }
-            acc = row_total(lid, acc);
+            let acc = row_product(lid, row);
             if (row.v < n && row.lane == 0u) {
                 dots += warm_row(row.v, acc);
             }
@@ -744,11 +746,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         var curvature = 0.0;
         for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
             let row = row_of(sweep, lid);
-            var acc = vec3<f32>(0.0);
-            if (row.v < n) {
-                acc = product_share(row);
-            }
-            acc = row_total(lid, acc);
+            let acc = row_product(lid, row);
             if (row.v < n && row.lane == 0u) {
                 for (var c = 0u; c < 3u; c++) {
                     ap[3u * row.v + c] = acc[c];

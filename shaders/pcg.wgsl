@@ -5,11 +5,15 @@
 //
 // Warm start (`params.warm`, local/global's global steps): successive global steps solve with
 // one matrix for directions that are nearly parallel, so the solve starts from the Galerkin
-// multiple of the last solution d, x0 = c d with c = b.d / d.S d (`warm_product` forms S d
-// into `ap` and the dots; c = 0 when d.S d is not positive). The objective's quadratic is
-// then -(b.d)^2 / 2 d.S d <= 0 at x0, and CG only lowers it, so an unfinished solve still
-// never increases local/global's objective; the tolerance stays relative to |b|. On the 15K-tet
-// bar the start's residual is 5-30 % of |b| after the first two global steps.
+// combination of the last solution d1 (`warm` 1) or the last two d1, d2 (`warm` 2; d2 in
+// `earlier_direction`): x0 = c1 d1 + c2 d2 minimizes the quadratic q(x) = x.S x / 2 - b.x
+// over their span (`warm_product` forms S d1 into `ap`, S d2 into `earlier_product`, and the
+// dot products; every workgroup of `setup` solves the 2x2 system). Two nearly parallel
+// directions fall back to d1 alone, c1 = b.d1 / d1.S d1, and c1 is 0 when d1.S d1 is not
+// positive. Then q(x0) <= 0, and CG only lowers it, so an unfinished solve still never
+// increases local/global's objective; the tolerance stays relative to |b|. On the 15K-tet
+// bar the start's residual is 5-30 % of |b| from d1 alone after the first two global steps,
+// and 0.6-8 % from both after the first three.
 //
 // FSAI (src/backend/fsai.rs) applies z = G^T G r per coordinate. The loop multiplies by the
 // explicit product M = G^T G (`fsai_inverse`, compressed rows): z needs the new r at every
@@ -69,7 +73,8 @@ struct Params {
     fsai_inverse_offset: u32,
     // Invocations per row in the loop's kernels.
     lanes: u32,
-    // 1: start from the Galerkin multiple of the last solution (see the header).
+    // 0: start from zero; 1 or 2: from the Galerkin combination of the last one or two
+    // solutions (see the header).
     warm: u32,
 }
 
@@ -130,8 +135,12 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(18) var<storage, read_write> fsai_y: array<f32>;
 @group(3) @binding(19) var<storage, read> fsai_inverse: array<f32>;
 @group(3) @binding(20) var<storage, read> contact_flags: array<u32>;
-// Per workgroup (b.d, d.S d, b.b) of the warm start, written by `warm_product`.
+// Per workgroup, the warm start's (b.d1, d1.S d1, b.b, 0) and (b.d2, d1.S d2, d2.S d2, 0),
+// written by `warm_product`.
 @group(3) @binding(21) var<storage, read_write> warm_partials: array<vec4<f32>>;
+// The solution before the last (d2), and S d2.
+@group(3) @binding(22) var<storage, read_write> earlier_direction: array<f32>;
+@group(3) @binding(23) var<storage, read_write> earlier_product: array<f32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -227,40 +236,88 @@ fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return load3(c, 1u) - alpha * load3(c, 5u);
 }
 
-// The warm start's multiple c (0 when not warm), set by `setup` and `solve_small`.
-var<private> warm_multiple: f32;
+// The warm start's (c1, c2) (zero when not warm), set by `setup` and `solve_small`.
+var<private> warm_multiples: vec2<f32>;
 
-fn starting_residual(v: u32) -> vec3<f32> {
-    if (params.warm == 0u) {
-        return load3(v, 0u);
+fn load_earlier(v: u32, product: bool) -> vec3<f32> {
+    let i = 3u * v;
+    if (product) {
+        return vec3<f32>(earlier_product[i], earlier_product[i + 1u], earlier_product[i + 2u]);
     }
-    return load3(v, 0u) - warm_multiple * load3(v, 5u);
+    return vec3<f32>(earlier_direction[i], earlier_direction[i + 1u], earlier_direction[i + 2u]);
 }
 
-// c = b.d / d.S d from the summed (b.d, d.S d, b.b), 0 unless d.S d is positive.
-fn galerkin_multiple(dots: vec4<f32>) -> f32 {
-    let c = dots.x / dots.y;
-    return select(0.0, c, dots.y > 0.0 && abs(c) < 3.0e38);
+// b - c1 S d1 - c2 S d2 at v (b when not warm).
+fn starting_residual(v: u32) -> vec3<f32> {
+    var residual = load3(v, 0u);
+    if (params.warm != 0u) {
+        residual -= warm_multiples.x * load3(v, 5u);
+    }
+    if (params.warm == 2u) {
+        residual -= warm_multiples.y * load_earlier(v, true);
+    }
+    return residual;
 }
 
-// Row v of the warm start's S d (`acc`, into `ap`); returns (b.d, d.S d, b.b).
-fn warm_row(v: u32, acc: vec3<f32>) -> vec4<f32> {
+// The warm start's dot products (see `warm_partials`).
+struct WarmDots {
+    last: vec4<f32>,
+    earlier: vec4<f32>,
+}
+
+// (c1, c2) from the summed dots: the 2x2 Galerkin system's solution where the two directions
+// are far enough from parallel for f32 (the Gram determinant above 1e-4 of its diagonal's
+// product), else (b.d1 / d1.S d1, 0), and zero unless d1.S d1 is positive.
+fn galerkin_multiples(dots: WarmDots) -> vec2<f32> {
+    let first = dots.last;
+    let second = dots.earlier;
+    let c1 = first.x / first.y;
+    let one = vec2<f32>(select(0.0, c1, first.y > 0.0 && abs(c1) < 3.0e38), 0.0);
+    let det = first.y * second.z - second.y * second.y;
+    let both = vec2<f32>(first.x * second.z - second.x * second.y, first.y * second.x - second.y * first.x) / det;
+    let usable = params.warm == 2u && first.y > 0.0 && second.z > 0.0 && det > 1e-4 * first.y * second.z
+        && all(abs(both) < vec2<f32>(3.0e38));
+    return select(one, both, usable);
+}
+
+// Row v of the warm start: S d1 (`last`, into `ap`) and S d2 (`earlier`, into
+// `earlier_product`); returns its dot products.
+fn warm_row(v: u32, last: vec3<f32>, earlier: vec3<f32>) -> WarmDots {
     for (var c = 0u; c < 3u; c++) {
-        ap[3u * v + c] = acc[c];
+        ap[3u * v + c] = last[c];
+        earlier_product[3u * v + c] = earlier[c];
     }
     let b = load3(v, 0u);
-    let d = load3(v, 6u);
-    return vec4<f32>(dot(b, d), dot(d, acc), dot(b, b), 0.0);
+    let d1 = load3(v, 6u);
+    let d2 = load_earlier(v, false);
+    return WarmDots(
+        vec4<f32>(dot(b, d1), dot(d1, last), dot(b, b), 0.0),
+        vec4<f32>(dot(b, d2), dot(d1, earlier), dot(d2, earlier), 0.0),
+    );
+}
+
+// Row `row`'s S d1 and (with `warm` 2) S d2, on its lane 0; every invocation must call it.
+fn warm_products(lid: u32, row: Row) -> array<vec3<f32>, 2> {
+    multiplied = LAST_SOLUTION;
+    let last = row_product(lid, row);
+    var earlier = vec3<f32>(0.0);
+    if (params.warm == 2u) {
+        multiplied = EARLIER_SOLUTION;
+        earlier = row_product(lid, row);
+    }
+    return array<vec3<f32>, 2>(last, earlier);
 }
 
 // The sum of every workgroup's warm-start partials, in a fixed order: the same bits in every
 // workgroup.
-fn all_warm_partials(lid: u32) -> vec4<f32> {
-    var sum = vec4<f32>(0.0);
+fn all_warm_partials(lid: u32) -> WarmDots {
+    var last = vec4<f32>(0.0);
+    var earlier = vec4<f32>(0.0);
     for (var i = lid; i < loop_partials(); i += INVOCATIONS) {
-        sum += warm_partials[i];
+        last += warm_partials[2u * i];
+        earlier += warm_partials[2u * i + 1u];
     }
-    return workgroup_sum(lid, sum);
+    return WarmDots(workgroup_sum(lid, last), workgroup_sum(lid, earlier));
 }
 
 // Vertex v is in the penalty contact set.
@@ -372,22 +429,25 @@ fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
     return load3(u, 2u) + beta * load3(u, 3u);
 }
 
-// The vector `product_share` multiplies: p formed on the fly (`product`), p itself
-// (`solve_small`, which sets `one_workgroup`), or the last solution (`warm_product`, and
-// `solve_small`'s warm start, which set `multiply_solution`).
+// The vector `product_share` multiplies (`multiplied`): p formed on the fly (`product`), p
+// itself (`solve_small`), or the last or earlier solution (the warm start).
+const P_ON_THE_FLY: u32 = 0u;
+const P_ITSELF: u32 = 1u;
+const LAST_SOLUTION: u32 = 2u;
+const EARLIER_SOLUTION: u32 = 3u;
+var<private> multiplied: u32;
 var<private> coupled_beta: f32;
 var<private> coupled_first: bool;
+// Set by `solve_small`.
 var<private> one_workgroup: bool;
-var<private> multiply_solution: bool;
 
 fn coupled_vector(u: u32) -> vec3<f32> {
-    if (multiply_solution) {
-        return load3(u, 6u);
+    switch multiplied {
+        case P_ITSELF: { return load3(u, 4u); }
+        case LAST_SOLUTION: { return load3(u, 6u); }
+        case EARLIER_SOLUTION: { return load_earlier(u, false); }
+        default: { return direction_at(u, coupled_beta, coupled_first); }
     }
-    if (one_workgroup) {
-        return load3(u, 4u);
-    }
-    return direction_at(u, coupled_beta, coupled_first);
 }
 
 // Row v of the couplings (self-contact and its friction) times the direction.
@@ -447,31 +507,34 @@ fn forcing_term(gradient_norm: f32, force_scale: f32) -> f32 {
     return min(0.5, max(sqrt(imbalance), sufficient));
 }
 
-// The warm start's S d into `ap`, with partials (b.d, d.S d, b.b); recorded before `setup`.
+// The warm start's S d1 into `ap` and S d2 into `earlier_product`, with their partials;
+// recorded before `setup`.
 @compute @workgroup_size(WORKGROUP)
 fn warm_product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
-    multiply_solution = true;
-    let acc = row_product(lid, row);
-    var dots = vec4<f32>(0.0);
+    let products = warm_products(lid, row);
+    var dots = WarmDots(vec4<f32>(0.0), vec4<f32>(0.0));
     if (row.v < params.vertex_count && row.lane == 0u) {
-        dots = warm_row(row.v, acc);
+        dots = warm_row(row.v, products[0], products[1]);
     }
-    let total = workgroup_sum(lid, dots);
+    let last = workgroup_sum(lid, dots.last);
+    let earlier = workgroup_sum(lid, dots.earlier);
     if (lid == 0u && slot < loop_partials()) {
-        warm_partials[slot] = total;
+        warm_partials[2u * slot] = last;
+        warm_partials[2u * slot + 1u] = earlier;
     }
 }
 
-// direction = c d (0 when not warm), r = b - c S d, z = P r; partials (r.r, r.z).
+// direction = c1 d1 + c2 d2 (0 when not warm; d1 becomes the earlier solution), r = b - S
+// direction, z = P r; partials (r.r, r.z).
 @compute @workgroup_size(WORKGROUP)
 fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     let inside = row.v < params.vertex_count;
     if (params.warm != 0u) {
-        warm_multiple = galerkin_multiple(all_warm_partials(lid));
+        warm_multiples = galerkin_multiples(all_warm_partials(lid));
     }
     var inverse_z = vec3<f32>(0.0);
     if (params.preconditioner == FSAI) {
@@ -490,11 +553,21 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
     }
 }
 
-// Row v of the setup: direction = c d, r = b - c S d (b and 0 when not warm), z = P r;
-// returns (r.r, r.z). `inverse_z` is the loop's row of E M E r.
+// Row v of the setup: direction = c1 d1 + c2 d2 and r = b - S direction (0 and b when not
+// warm; d1 kept as the earlier solution), z = P r; returns (r.r, r.z). `inverse_z` is the
+// loop's row of E M E r.
 fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
     let bv = starting_residual(v);
-    let start = warm_multiple * load3(v, 6u);
+    let last = load3(v, 6u);
+    var start = warm_multiples.x * last;
+    if (params.warm == 2u) {
+        start += warm_multiples.y * load_earlier(v, false);
+    }
+    if (params.warm != 0u) {
+        for (var c = 0u; c < 3u; c++) {
+            earlier_direction[3u * v + c] = last[c];
+        }
+    }
     var zv = vec3<f32>(0.0);
     for (var c = 0u; c < 3u; c++) {
         // An indefinite diagonal cannot precondition CG; its magnitude still scales well.
@@ -577,7 +650,7 @@ fn start(@builtin(local_invocation_index) lid: u32) {
     let sums = all_residual_partials(lid);
     var bb = sums.x;
     if (params.warm != 0u) {
-        bb = all_warm_partials(lid).z;
+        bb = all_warm_partials(lid).last.z;
     }
     let scalars = starting_scalars(lid, sums, bb);
     if (lid == 0u) {
@@ -698,22 +771,24 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
     let n = params.vertex_count;
     var bb = 0.0;
     if (params.warm != 0u) {
-        // S d into `ap`, and the dots.
-        multiply_solution = true;
-        var dots = vec4<f32>(0.0);
+        // S d1 and S d2, and the dots.
+        var last = vec4<f32>(0.0);
+        var earlier = vec4<f32>(0.0);
         for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
             let row = row_of(sweep, lid);
-            let acc = row_product(lid, row);
+            let products = warm_products(lid, row);
             if (row.v < n && row.lane == 0u) {
-                dots += warm_row(row.v, acc);
+                let dots = warm_row(row.v, products[0], products[1]);
+                last += dots.last;
+                earlier += dots.earlier;
             }
         }
-        multiply_solution = false;
-        dots = workgroup_sum(lid, dots);
-        warm_multiple = galerkin_multiple(dots);
-        bb = dots.z;
+        let dots = WarmDots(workgroup_sum(lid, last), workgroup_sum(lid, earlier));
+        warm_multiples = galerkin_multiples(dots);
+        bb = dots.last.z;
         storageBarrier();
     }
+    multiplied = P_ITSELF;
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < n; v += INVOCATIONS) {
         partial += setup_row(v, vec3<f32>(0.0));

@@ -1356,8 +1356,9 @@ impl GpuBackend {
             self.vector("negate_gradient", 0.0)?;
             // A large body's solve records `chunk` iterations and is not read on: an unfinished
             // CG solve still lowers the frozen quadratic. After the first global step each
-            // starts from the Galerkin multiple of the last one's direction.
-            let params = PcgParams { warm: u32::from(k > 0), ..params };
+            // starts from the Galerkin combination of the last one's direction, and after the
+            // second of the last two.
+            let params = PcgParams { warm: k.min(2) as u32, ..params };
             let chunk = global_chunk(tally.expected[k], max);
             tally.statuses.push(self.record_solve(params, chunk)?.0);
             self.vector("save", 0.0)?;

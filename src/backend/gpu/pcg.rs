@@ -41,8 +41,9 @@ pub struct PcgParams {
     /// Invocations per row in the loop's kernels, or in the one-workgroup solve's walks: set
     /// from the bound groups when recorded.
     pub lanes: u32,
-    /// 1: start from the Galerkin multiple `c d` of the last solution `d` (in the `direction`
-    /// buffer), `c = b.d / d.S d`, instead of zero (see `shaders/pcg.wgsl`).
+    /// 0: start from zero; 1 or 2: from the Galerkin combination of the last solution (in the
+    /// `direction` buffer) or of the last two (the one before in `earlier_direction`), which
+    /// minimizes the quadratic over their span (see `shaders/pcg.wgsl`).
     pub warm: u32,
 }
 
@@ -500,12 +501,14 @@ mod tests {
             .collect()
     }
 
-    /// A warm start from the last solution, as local/global's later global steps take it, in
+    /// A warm start from the last solutions, as local/global's later global steps take it, in
     /// the loop and the one-workgroup solve: from a multiple of the solution (0.9 of it) the
     /// Galerkin multiple is the solution, met within a couple of iterations (16 from zero);
-    /// from a direction near it (0.9 of it plus 0.001 of another system's solution) the same
-    /// true residual takes fewer iterations than from zero; from an unrelated direction and
-    /// from zero (whose multiple is 0) it is still met.
+    /// from a direction near it (0.9 of it plus 0.001 of another system's solution y) the same
+    /// true residual takes fewer iterations than from zero; from two directions whose span
+    /// holds the solution (0.9 x + 0.5 y, and y) the combination is the solution, where the
+    /// first alone is not; from an unrelated direction and from zero (whose multiple is 0) it
+    /// is still met. A warm solve keeps its last solution as the earlier one.
     #[test]
     fn a_warm_start_needs_fewer_iterations() {
         use rand::{RngExt, SeedableRng};
@@ -547,12 +550,11 @@ mod tests {
         let params = PcgParams { preconditioner: FSAI, ..fixed_tolerance(&rig, tolerance, 1000) };
         let unrelated = random(1e-2);
         let shapes = small_shapes(&context);
-        let run = |rig: &mut Rig, start: Option<&[f64]>, shape: Option<SmallSolve>| {
-            let warm = u32::from(start.is_some());
-            if let Some(start) = start {
-                rig.upload(3, "direction", &to_f32(start));
+        let run = |rig: &mut Rig, starts: &[&[f64]], shape: Option<SmallSolve>| {
+            for (name, start) in ["direction", "earlier_direction"].iter().zip(starts) {
+                rig.upload(3, name, &to_f32(start));
             }
-            let params = PcgParams { warm, ..params };
+            let params = PcgParams { warm: starts.len() as u32, ..params };
             let status = match shape {
                 Some(shape) => solve_small_with(rig, params, shape),
                 None => solve_with(rig, params, 4),
@@ -561,28 +563,42 @@ mod tests {
         };
         for shape in std::iter::once(None).chain(shapes.into_iter().map(Some)) {
             rig.upload(3, "rhs", &to_f32(&other));
-            let (_, other_solution) = run(&mut rig, None, shape);
+            let (_, other_solution) = run(&mut rig, &[], shape);
             rig.upload(3, "rhs", &to_f32(&b));
-            let (cold, solution) = run(&mut rig, None, shape);
+            let (cold, solution) = run(&mut rig, &[], shape);
             let multiple: Vec<f64> = solution.iter().map(|&x| 0.9 * x as f64).collect();
             let near: Vec<f64> =
                 multiple.iter().zip(&other_solution).map(|(&x, &y)| x + 0.001 * y as f64).collect();
             let zero = vec![0.0; 3 * n];
-            let (exact, _) = run(&mut rig, Some(&multiple), shape);
-            let (warm, x) = run(&mut rig, Some(&near), shape);
+            let (exact, _) = run(&mut rig, &[&multiple], shape);
+            let (warm, x) = run(&mut rig, &[&near], shape);
+            let other_solution: Vec<f64> = other_solution.iter().map(|&y| y as f64).collect();
+            let mixed: Vec<f64> = multiple.iter().zip(&other_solution).map(|(x, y)| x + 0.5 * y).collect();
+            let (first_alone, _) = run(&mut rig, &[&mixed], shape);
+            let (both, both_x) = run(&mut rig, &[&mixed, &other_solution], shape);
+            assert_eq!(rig.read(3, "earlier_direction", 3 * n), to_f32(&mixed), "{shape:?}");
             println!(
-                "{shape:?}: from zero {} iterations, from 0.9 x {}, from near it {} (true relative residual {:.2e})",
+                "{shape:?}: from zero {} iterations, from 0.9 x {}, from near it {} (true relative residual \
+                 {:.2e}); from 0.9 x + 0.5 y {}, and with y {}",
                 cold.iterations,
                 exact.iterations,
                 warm.iterations,
-                relative_residual(&x)
+                relative_residual(&x),
+                first_alone.iterations,
+                both.iterations
             );
-            assert_eq!((cold.state, exact.state, warm.state), (1, 1, 1), "{shape:?}: {cold:?} {warm:?}");
+            let states = [cold.state, exact.state, warm.state, first_alone.state, both.state];
+            assert_eq!(states, [1; 5], "{shape:?}: {cold:?} {warm:?}");
             assert!(cold.iterations >= 10 && exact.iterations <= 3, "{shape:?}: {exact:?} against {cold:?}");
             assert!(warm.iterations < cold.iterations, "{shape:?}: {warm:?} against {cold:?}");
+            assert!(
+                both.iterations <= 3 && first_alone.iterations > 3,
+                "{shape:?}: {both:?} {first_alone:?}"
+            );
             assert!(relative_residual(&x) < 3.0 * tolerance, "{shape:?}");
+            assert!(relative_residual(&both_x) < 3.0 * tolerance, "{shape:?}");
             for start in [&unrelated, &zero] {
-                let (status, x) = run(&mut rig, Some(start), shape);
+                let (status, x) = run(&mut rig, &[start], shape);
                 assert_eq!(status.state, 1, "{shape:?}: {status:?}");
                 assert!(relative_residual(&x) < 3.0 * tolerance, "{shape:?}");
             }

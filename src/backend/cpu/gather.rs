@@ -160,18 +160,34 @@ pub(crate) fn vertex_energy(terms: &VertexTerms<'_>, x: &[[f64; 3]]) -> f64 {
     partial.iter().sum()
 }
 
+/// What [`gradient`] gathers besides `grad G`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Gathered {
+    /// The vertex Hessian blocks, the force scale and the noise floor too (a linearization).
+    Everything,
+    /// `grad G` alone (the local/global solver's local steps, the potential's gradient): the
+    /// blocks are left as they are and the force scale and noise floor come back 0. The
+    /// forces' lengths are a square root per element corner; skipping them and the blocks
+    /// made a 15K-tet local/global step about 3 % faster on two cores.
+    GradientOnly,
+}
+
 /// `grad G` per vertex (gathered element corners plus the vertex terms; zero on pinned
-/// vertices) and the vertex Hessian blocks (identity on pinned vertices). Returns
-/// `|grad G|^2`, the force scale and the noise floor of `G` (see `Linearization`).
+/// vertices) and, unless `GradientOnly`, the vertex Hessian blocks (identity on pinned
+/// vertices). Returns `|grad G|^2`, the force scale and the noise floor of `G` (see
+/// `Linearization`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gradient(
     terms: &VertexTerms<'_>,
     topology: &Topology,
     corner_gradients: &[[f64; 3]],
     x: &[[f64; 3]],
     projection: Projection,
+    gathered: Gathered,
     out: &mut [[f64; 3]],
     vertex_blocks: &mut [[f64; 9]],
 ) -> (f64, f64, f64) {
+    let everything = gathered == Gathered::Everything;
     let partial: Vec<(f64, f64, f64)> = out
         .par_chunks_mut(CHUNK)
         .zip(vertex_blocks.par_chunks_mut(CHUNK))
@@ -182,7 +198,9 @@ pub(crate) fn gradient(
                 let v = c * CHUNK + local;
                 if terms.model.pinned[v] {
                     *o = [0.0; 3];
-                    *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+                    if everything {
+                        *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+                    }
                     continue;
                 }
                 let xv = DVec3::from(x[v]);
@@ -191,13 +209,17 @@ pub(crate) fn gradient(
                 for &corner in &topology.corners[range] {
                     let f = DVec3::from(corner_gradients[corner as usize]);
                     acc += f;
-                    forces += f.length();
+                    if everything {
+                        forces += f.length();
+                    }
                 }
                 sum += acc.length_squared();
-                scale += forces;
-                magnitude += forces * xv.abs().max_element();
                 *o = acc.into();
-                *block = h.transpose().to_cols_array();
+                if everything {
+                    scale += forces;
+                    magnitude += forces * xv.abs().max_element();
+                    *block = h.transpose().to_cols_array();
+                }
             }
             (sum, scale, magnitude)
         })

@@ -336,6 +336,11 @@ impl CpuBackend {
     /// `grad G` at the iterate from the corner gradients in hand, the vertex terms and the
     /// lagged damping, into `gradient`; the vertex Hessian blocks into `vertex_blocks`.
     fn gather(&mut self, projection: Projection) -> Linearization {
+        self.gather_what(projection, gather::Gathered::Everything)
+    }
+
+    /// [`gather`](Self::gather) of what `gathered` names.
+    fn gather_what(&mut self, projection: Projection, gathered: gather::Gathered) -> Linearization {
         let mut gradient = std::mem::take(&mut self.gradient);
         let mut vertex_blocks = std::mem::take(&mut self.vertex_blocks);
         let (mut squared, mut force_scale, mut magnitude) = gather::gradient(
@@ -344,6 +349,7 @@ impl CpuBackend {
             &self.corner_gradients,
             &self.x,
             projection,
+            gathered,
             &mut gradient,
             &mut vertex_blocks,
         );
@@ -590,7 +596,8 @@ impl Stages for CpuBackend {
                 &mut self.rotations,
                 &mut self.corner_gradients,
             );
-            report.gradient_norm = self.gather(Projection::None).gradient_norm;
+            report.gradient_norm =
+                self.gather_what(Projection::None, gather::Gathered::GradientOnly).gradient_norm;
             report.objective = elements + self.vertex_objective(&self.x);
             if report.iterations == 0 {
                 report.start_objective = report.objective;
@@ -918,6 +925,7 @@ impl Stages for CpuBackend {
             &self.state_corners,
             x,
             Projection::None,
+            gather::Gathered::GradientOnly,
             out,
             &mut vertex_blocks,
         );

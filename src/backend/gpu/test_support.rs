@@ -106,8 +106,17 @@ pub(crate) fn reference(
     };
     let n = model.vertex_count();
     let (mut gradient, mut vertex_blocks) = (vec![[0.0; 3]; n], vec![[0.0; 9]; n]);
-    let sums =
-        gather::gradient(&terms, &topology, &corners, x, projection, &mut gradient, &mut vertex_blocks);
+    let everything = gather::Gathered::Everything;
+    let sums = gather::gradient(
+        &terms,
+        &topology,
+        &corners,
+        x,
+        projection,
+        everything,
+        &mut gradient,
+        &mut vertex_blocks,
+    );
     let vertex_energy = gather::vertex_energy(&terms, x);
     let mut blocks = vec![[0.0; 9]; topology.block_count()];
     assemble::matrix(model, &topology, &element_blocks, Some(&vertex_blocks), None, &mut blocks);

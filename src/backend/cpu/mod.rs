@@ -228,6 +228,20 @@ impl CpuBackend {
         energy
     }
 
+    /// Keeps the element pass in hand, at the iterate with the potential's node, as the
+    /// state's (see [`state_elements`](Self::state_elements)).
+    fn keep_pass_as_state(&mut self, energy: f64) {
+        self.state_corners.copy_from_slice(&self.corner_gradients);
+        self.state_rotations.clone_from(&self.rotations);
+        match &mut self.state {
+            Some((at, kept)) => {
+                at.copy_from_slice(&self.x);
+                *kept = energy;
+            }
+            None => self.state = Some((self.x.clone(), energy)),
+        }
+    }
+
     /// The element pass at `x` (the iterate, or a candidate in `scratch`): energies, corner
     /// gradients and, with a projection, Hessian blocks. Returns the elements' energy.
     fn element_pass(&mut self, x: &[[f64; 3]], hessian: Option<Projection>) -> f64 {
@@ -606,11 +620,13 @@ impl Stages for CpuBackend {
                 report.objectives.push(report.objective);
             }
             report.evaluate += started.elapsed();
-            if report.gradient_norm <= request.gradient_tolerance {
-                report.converged = true;
-                break;
-            }
-            if report.iterations == request.iterations {
+            report.converged = report.gradient_norm <= request.gradient_tolerance;
+            if report.converged || report.iterations == request.iterations {
+                // Backward Euler's local step at the result is the potential's element pass
+                // there, which the step's end books.
+                if self.nodes == Node::POTENTIAL {
+                    self.keep_pass_as_state(elements);
+                }
                 break;
             }
             let started = std::time::Instant::now();

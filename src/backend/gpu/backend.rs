@@ -116,10 +116,8 @@ pub struct GpuBackend {
     projective_diagonal: Vec<f64>,
     step_damping: Option<crate::objective::DampingMatrix>,
     /// The local/global matrices' approximate inverses (made at the first solve they
-    /// precondition), and where the one the next solve uses lies in the device buffers (its
-    /// `fsai` and `fsai_inverse` offsets).
+    /// precondition).
     fsai: Option<FsaiFactors>,
-    fsai_offsets: (u32, u32),
     /// Newton's FSAI preconditioner this step: the penalty contact set whose rows take
     /// Jacobi's, as flags (empty: none), and whether it and the factor are on the device.
     newton_contact: Vec<u32>,
@@ -225,7 +223,6 @@ impl GpuBackend {
             projective_diagonal: Vec::new(),
             step_damping: None,
             fsai: None,
-            fsai_offsets: (0, 0),
             newton_contact: Vec::new(),
             newton_fsai_ready: false,
             global_lengths: Vec::new(),
@@ -906,7 +903,13 @@ const NEWTON_FSAI_VERTICES: usize = 16_384;
 /// a readback more).
 fn first_chunk(previous: &[u32], index: usize, last: u32, max_iterations: u32) -> u32 {
     let expected = previous.get(index).copied().unwrap_or(last);
-    max_iterations.min(expected + expected / 8 + 4)
+    recorded(expected, 4, max_iterations)
+}
+
+/// CG iterations to record for a solve expected to take `expected`: an eighth and `slack`
+/// more, at most `max`.
+fn recorded(expected: u32, slack: u32, max: u32) -> u32 {
+    max.min(expected + expected / 8 + slack)
 }
 
 /// Iterations a budgeted solve records at most (their records fill the staging buffer);
@@ -1146,17 +1149,16 @@ struct Tally {
     expected: Vec<u32>,
 }
 
-/// CG iterations to record for a global step expected to take `length`, at most `max`.
-fn global_chunk(length: u32, max: u32) -> u32 {
-    max.min(length + length / 8 + 2)
-}
+/// The slack a local/global global step records beyond what it expects (see [`recorded`]):
+/// its twin of the last solve is a close guide, and one that runs out is not read on.
+const GLOBAL_SLACK: u32 = 2;
 
 /// What the same global step of the next solve should expect, from what this one (expected
 /// to take `expected`) did: its iterations; twice what it recorded when it ran out; the same
 /// when it had nothing to do.
 fn global_length(status: &PcgStatus, expected: u32) -> u32 {
     match status.iterations {
-        _ if status.running() => 2 * global_chunk(expected, u32::MAX),
+        _ if status.running() => 2 * recorded(expected, GLOBAL_SLACK, u32::MAX),
         0 => expected,
         n => n,
     }
@@ -1218,10 +1220,10 @@ impl GpuBackend {
             self.rebind()?;
         }
         let fsai = self.fsai.as_mut().expect("made above");
-        let place = fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal);
-        let offsets = (place.part * self.buffers.slot_count, place.part * fsai.inverse_entries());
-        self.fsai_offsets = (offsets.0 as u32, offsets.1 as u32);
-        if let Some((slots, inverse)) = place.upload {
+        if let Some((slots, inverse)) =
+            fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal)
+        {
+            let offsets = fsai.offsets(self.buffers.slot_count);
             let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
             rec.upload_at(c, scratch.named("fsai"), 4 * offsets.0 as u64, bytemuck::cast_slice(&slots));
             rec.upload_at(
@@ -1236,8 +1238,14 @@ impl GpuBackend {
 
     /// `params` preconditioned by the FSAI factor [`upload_fsai`](Self::upload_fsai) placed last.
     fn with_fsai(&self, params: PcgParams) -> PcgParams {
-        let (fsai_offset, fsai_inverse_offset) = self.fsai_offsets;
-        PcgParams { preconditioner: FSAI, fsai_offset, fsai_inverse_offset, ..params }
+        let fsai = self.fsai.as_ref().expect("upload_fsai makes the factors before a solve uses them");
+        let (slots, inverse) = fsai.offsets(self.buffers.slot_count);
+        PcgParams {
+            preconditioner: FSAI,
+            fsai_offset: slots as u32,
+            fsai_inverse_offset: inverse as u32,
+            ..params
+        }
     }
 
     /// `params` with the preconditioner of a Newton or mixed-FEM solve by `solver`: for
@@ -1359,7 +1367,7 @@ impl GpuBackend {
             // starts from the Galerkin combination of the last one's direction, and after the
             // second of the last two.
             let params = PcgParams { warm: k.min(2) as u32, ..params };
-            let chunk = global_chunk(tally.expected[k], max);
+            let chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
             tally.statuses.push(self.record_solve(params, chunk)?.0);
             self.vector("save", 0.0)?;
             if contact {

@@ -166,13 +166,9 @@ struct FsaiFactor {
     part: usize,
 }
 
-/// Where the factor a solve asks for lies, and what to upload there first when it is new.
-pub struct FsaiPlace {
-    pub part: usize,
-    /// `G` in slot order, for the part of the `fsai` buffer, and `M = G^T G`'s values, for
-    /// that of `fsai_inverse`.
-    pub upload: Option<(Vec<f32>, Vec<f32>)>,
-}
+/// A new factor to upload at [`FsaiFactors::offsets`]: `G` in slot order, for the `fsai`
+/// buffer, and `M = G^T G`'s values, for `fsai_inverse`.
+pub type FsaiUpload = (Vec<f32>, Vec<f32>);
 
 impl FsaiFactors {
     pub fn new(model: &Model) -> FsaiFactors {
@@ -187,20 +183,28 @@ impl FsaiFactors {
         &self.inverse.pattern
     }
 
-    /// The values `M` has (one part of the `fsai_inverse` buffer).
-    pub fn inverse_entries(&self) -> usize {
-        self.inverse.pattern.len() - self.topology.row_offsets.len()
+    /// Where the latest factor (the one the next solve uses) lies: its offsets in the `fsai`
+    /// buffer (of `slot_count` values a part) and in `fsai_inverse`.
+    pub fn offsets(&self, slot_count: usize) -> (usize, usize) {
+        let part = self.factors.first().map_or(0, |f| f.part);
+        let inverse_entries = self.inverse.pattern.len() - self.topology.row_offsets.len();
+        (part * slot_count, part * inverse_entries)
     }
 
-    /// The part holding the factor of `S = a L + diagonal`, built (with what to upload) when
-    /// none is close enough.
-    pub fn for_matrix(&mut self, model: &Model, buffers: &GpuBuffers, a: f64, diagonal: &[f64]) -> FsaiPlace {
+    /// Makes the factor of `S = a L + diagonal` the latest, building it (and returning what to
+    /// upload) when none is close enough.
+    pub fn for_matrix(
+        &mut self,
+        model: &Model,
+        buffers: &GpuBuffers,
+        a: f64,
+        diagonal: &[f64],
+    ) -> Option<FsaiUpload> {
         let close = |d: &[f64]| d.iter().zip(diagonal).all(|(p, q)| (p - q).abs() <= 0.01 * q.abs());
         if let Some(k) = self.factors.iter().position(|f| f.a == a && close(&f.diagonal)) {
             let factor = self.factors.remove(k);
-            let part = factor.part;
             self.factors.insert(0, factor);
-            return FsaiPlace { part, upload: None };
+            return None;
         }
         let part = if self.factors.len() < FSAI_FACTORS {
             (0..FSAI_FACTORS).find(|p| self.factors.iter().all(|f| f.part != *p)).expect("a free part")
@@ -215,7 +219,7 @@ impl FsaiFactors {
         let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
         let upload = (buffers.values_to_slots(&to_f32(&fsai.values)), to_f32(&self.inverse.values));
         self.factors.insert(0, FsaiFactor { a, diagonal: diagonal.to_vec(), part });
-        FsaiPlace { part, upload: Some(upload) }
+        Some(upload)
     }
 }
 
@@ -617,9 +621,10 @@ mod tests {
         let mut factors = super::FsaiFactors::new(&model);
         let diagonal: Vec<f64> = model.masses.iter().map(|m| 900.0 * m).collect();
         let moved: Vec<f64> = diagonal.iter().map(|d| 1.02 * d).collect();
+        let slot_count = rig.buffers.slot_count;
         let mut place = |a: f64, d: &[f64]| {
-            let placed = factors.for_matrix(&model, &rig.buffers, a, d);
-            (placed.part, placed.upload.is_some())
+            let upload = factors.for_matrix(&model, &rig.buffers, a, d);
+            (factors.offsets(slot_count).0 / slot_count, upload.is_some())
         };
         let (midpoint, backward) = (0.25, 1.0);
         let parts: Vec<(usize, bool)> = [midpoint, backward, midpoint, backward, midpoint, backward]

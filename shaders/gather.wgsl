@@ -405,9 +405,9 @@ fn vertex(v: u32) -> vec4<f32> {
 
 @compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let per_member = max((params.vertex_count + WORKGROUP - 1u) / WORKGROUP, 1u);
-    member = workgroup_slot(group, groups) / per_member;
-    let slot = workgroup_slot(group, groups) - member * per_member;
+    let place = batch_place(group, groups, params.vertex_count);
+    member = place.x;
+    let slot = place.y;
     let index = slot * WORKGROUP + lid;
     // A two-dimensional dispatch's last row runs past the batch's members.
     let in_batch = member < max(params.members, 1u);
@@ -417,6 +417,7 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     }
     let total = workgroup_sum(lid, sums);
     if (lid == 0u && slot * WORKGROUP < params.vertex_count && in_batch) {
-        gather_partials[member * per_member + slot] = total;
+        // Member by member, each member's partials in a row.
+        gather_partials[workgroup_slot(group, groups)] = total;
     }
 }

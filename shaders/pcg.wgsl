@@ -151,6 +151,8 @@ fn load3(v: u32, which: u32) -> vec3<f32> {
         case 3u: { return vec3<f32>(p_in[i], p_in[i + 1u], p_in[i + 2u]); }
         case 4u: { return vec3<f32>(p_out[i], p_out[i + 1u], p_out[i + 2u]); }
         case 5u: { return vec3<f32>(ap[i], ap[i + 1u], ap[i + 2u]); }
+        case 7u: { return vec3<f32>(earlier_direction[i], earlier_direction[i + 1u], earlier_direction[i + 2u]); }
+        case 8u: { return vec3<f32>(earlier_product[i], earlier_product[i + 1u], earlier_product[i + 2u]); }
         default: { return vec3<f32>(direction[i], direction[i + 1u], direction[i + 2u]); }
     }
 }
@@ -228,7 +230,7 @@ fn block_times(slot: u32, u: vec3<f32>) -> vec3<f32> {
     );
 }
 
-// The starting residual b - c S d (`from_rhs`; b when not warm), or r - alpha Ap, at vertex c.
+// The starting residual (`from_rhs`; b when not warm), or r - alpha Ap, at vertex c.
 fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     if (from_rhs) {
         return starting_residual(c);
@@ -239,14 +241,6 @@ fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
 // The warm start's (c1, c2) (zero when not warm), set by `setup` and `solve_small`.
 var<private> warm_multiples: vec2<f32>;
 
-fn load_earlier(v: u32, product: bool) -> vec3<f32> {
-    let i = 3u * v;
-    if (product) {
-        return vec3<f32>(earlier_product[i], earlier_product[i + 1u], earlier_product[i + 2u]);
-    }
-    return vec3<f32>(earlier_direction[i], earlier_direction[i + 1u], earlier_direction[i + 2u]);
-}
-
 // b - c1 S d1 - c2 S d2 at v (b when not warm).
 fn starting_residual(v: u32) -> vec3<f32> {
     var residual = load3(v, 0u);
@@ -254,7 +248,7 @@ fn starting_residual(v: u32) -> vec3<f32> {
         residual -= warm_multiples.x * load3(v, 5u);
     }
     if (params.warm == 2u) {
-        residual -= warm_multiples.y * load_earlier(v, true);
+        residual -= warm_multiples.y * load3(v, 8u);
     }
     return residual;
 }
@@ -289,7 +283,7 @@ fn warm_row(v: u32, last: vec3<f32>, earlier: vec3<f32>) -> WarmDots {
     }
     let b = load3(v, 0u);
     let d1 = load3(v, 6u);
-    let d2 = load_earlier(v, false);
+    let d2 = load3(v, 7u);
     return WarmDots(
         vec4<f32>(dot(b, d1), dot(d1, last), dot(b, b), 0.0),
         vec4<f32>(dot(b, d2), dot(d1, earlier), dot(d2, earlier), 0.0),
@@ -445,7 +439,7 @@ fn coupled_vector(u: u32) -> vec3<f32> {
     switch multiplied {
         case P_ITSELF: { return load3(u, 4u); }
         case LAST_SOLUTION: { return load3(u, 6u); }
-        case EARLIER_SOLUTION: { return load_earlier(u, false); }
+        case EARLIER_SOLUTION: { return load3(u, 7u); }
         default: { return direction_at(u, coupled_beta, coupled_first); }
     }
 }
@@ -561,7 +555,7 @@ fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
     let last = load3(v, 6u);
     var start = warm_multiples.x * last;
     if (params.warm == 2u) {
-        start += warm_multiples.y * load_earlier(v, false);
+        start += warm_multiples.y * load3(v, 7u);
     }
     if (params.warm != 0u) {
         for (var c = 0u; c < 3u; c++) {

@@ -46,10 +46,9 @@ var<private> member: u32 = 0u;
 // The workgroup's slot within its member's run, setting `member`: a batch repeats the run's
 // workgroups once per member.
 fn run_slot(group: vec3<u32>, groups: vec3<u32>) -> u32 {
-    let slot = workgroup_slot(group, groups);
-    let per_member = max((params.count + WORKGROUP - 1u) / WORKGROUP, 1u);
-    member = slot / per_member;
-    return slot - member * per_member;
+    let place = batch_place(group, groups, params.count);
+    member = place.x;
+    return place.y;
 }
 
 // Whether the workgroup's member is one of the batch's (a two-dimensional dispatch's last row

@@ -13,46 +13,91 @@ struct Eigen3 {
     vectors: mat3x3<f32>,
 }
 
-// Cyclic Jacobi on a symmetric 3x3 matrix; eigenvalues descending, vectors a rotation.
-fn symmetric_eigen3(m: mat3x3<f32>) -> Eigen3 {
-    var a = m;
-    var v = identity3();
-    for (var sweep = 0u; sweep < 12u; sweep++) {
-        for (var pair = 0u; pair < 3u; pair++) {
-            let p = select(select(1u, 0u, pair == 1u), 0u, pair == 0u);
-            let q = select(select(2u, 2u, pair == 1u), 1u, pair == 0u);
-            let apq = a[q][p];
-            if (abs(apq) < 1e-30) {
-                continue;
-            }
-            let theta = (a[q][q] - a[p][p]) / (2.0 * apq);
-            var t = sign(theta) / (abs(theta) + sqrt(theta * theta + 1.0));
-            if (theta == 0.0) {
-                t = 1.0;
-            }
-            let c = 1.0 / sqrt(t * t + 1.0);
-            let s = t * c;
-            // a = J^T a J with the rotation J in the (p, q) plane; v = v J.
-            var j = identity3();
-            j[p][p] = c;
-            j[q][q] = c;
-            j[q][p] = s;
-            j[p][q] = -s;
-            a = transpose(j) * a * j;
-            v = v * j;
-        }
+// A cyclic Jacobi solve of a symmetric 3x3 matrix as it goes: the diagonal, the off-diagonal
+// entries (`off[k]` the one outside row and column k) and the rotations so far (columns).
+struct Jacobi {
+    diagonal: vec3<f32>,
+    off: vec3<f32>,
+    vectors: mat3x3<f32>,
+}
+
+// The rotation in the (0, 1) plane that zeroes off[2], as src/math.rs forms it. The other
+// planes are this one in permuted coordinates: no index is dynamic, which would put the
+// matrices in local memory.
+fn rotate01(j: Jacobi) -> Jacobi {
+    let apq = j.off.z;
+    if (apq == 0.0) {
+        return j;
     }
-    var values = vec3<f32>(a[0][0], a[1][1], a[2][2]);
-    var order = vec3<u32>(0u, 1u, 2u);
-    // Sort descending (three elements).
-    if (values[order.y] > values[order.x]) { order = order.yxz; }
-    if (values[order.z] > values[order.y]) { order = order.xzy; }
-    if (values[order.y] > values[order.x]) { order = order.yxz; }
-    var vectors = mat3x3<f32>(v[order.x], v[order.y], v[order.z]);
+    let theta = (j.diagonal.y - j.diagonal.x) / (2.0 * apq);
+    var t = sign(theta) / (abs(theta) + sqrt(theta * theta + 1.0));
+    if (theta == 0.0) {
+        t = 1.0;
+    }
+    let c = 1.0 / sqrt(t * t + 1.0);
+    let s = t * c;
+    // a_20 is off[1], a_21 is off[0].
+    let a20 = j.off.y;
+    let a21 = j.off.x;
+    let v = j.vectors;
+    return Jacobi(
+        vec3<f32>(j.diagonal.x - t * apq, j.diagonal.y + t * apq, j.diagonal.z),
+        vec3<f32>(s * a20 + c * a21, c * a20 - s * a21, 0.0),
+        mat3x3<f32>(c * v[0] - s * v[1], s * v[0] + c * v[1], v[2]),
+    );
+}
+
+// Indices 1 and 2 swapped (its own inverse).
+fn swap12(j: Jacobi) -> Jacobi {
+    return Jacobi(j.diagonal.xzy, j.off.xzy, mat3x3<f32>(j.vectors[0], j.vectors[2], j.vectors[1]));
+}
+
+// Indices (1, 2, 0) as (0, 1, 2), and back.
+fn cycle(j: Jacobi) -> Jacobi {
+    return Jacobi(j.diagonal.yzx, j.off.yzx, mat3x3<f32>(j.vectors[1], j.vectors[2], j.vectors[0]));
+}
+
+fn uncycle(j: Jacobi) -> Jacobi {
+    return Jacobi(j.diagonal.zxy, j.off.zxy, mat3x3<f32>(j.vectors[2], j.vectors[0], j.vectors[1]));
+}
+
+// Cyclic Jacobi on a symmetric 3x3 matrix (the twin of src/math.rs), sweeping the planes
+// (0, 1), (0, 2), (1, 2) until the off-diagonal entries are at f32 round-off of the largest
+// entry (at most 12 sweeps, where it always took 12); eigenvalues descending, vectors a
+// rotation.
+fn symmetric_eigen3(m: mat3x3<f32>) -> Eigen3 {
+    var j = Jacobi(vec3<f32>(m[0][0], m[1][1], m[2][2]), vec3<f32>(m[2][1], m[2][0], m[1][0]), identity3());
+    // Largest entries, not squares: a stiff material's entries squared would overflow f32.
+    let entries = max(max(abs(m[0]), abs(m[1])), abs(m[2]));
+    let round_off = 1.1920929e-7 * max(max(entries.x, entries.y), entries.z);
+    for (var sweep = 0u; sweep < 12u; sweep++) {
+        let off = abs(j.off);
+        if (max(max(off.x, off.y), off.z) <= round_off) {
+            break;
+        }
+        j = rotate01(j);
+        j = swap12(rotate01(swap12(j)));
+        j = uncycle(rotate01(cycle(j)));
+    }
+    // Sorted descending by three compare-and-swaps, each vector with its value.
+    var values = j.diagonal;
+    var vectors = j.vectors;
+    if (values.y > values.x) {
+        values = values.yxz;
+        vectors = mat3x3<f32>(vectors[1], vectors[0], vectors[2]);
+    }
+    if (values.z > values.y) {
+        values = values.xzy;
+        vectors = mat3x3<f32>(vectors[0], vectors[2], vectors[1]);
+    }
+    if (values.y > values.x) {
+        values = values.yxz;
+        vectors = mat3x3<f32>(vectors[1], vectors[0], vectors[2]);
+    }
     if (determinant(vectors) < 0.0) {
         vectors[2] = -vectors[2];
     }
-    return Eigen3(vec3<f32>(values[order.x], values[order.y], values[order.z]), vectors);
+    return Eigen3(values, vectors);
 }
 
 struct Svd {

@@ -92,6 +92,8 @@ struct Scalars {
     started: u32,
     // 1 when the last update met non-positive curvature.
     negative: u32,
+    // The pipelined loop's last step length (its recurrence for p.Ap needs it).
+    alpha: f32,
 }
 
 const RUNNING: u32 = 0u;
@@ -141,6 +143,8 @@ const LIMIT: u32 = 4u;
 // The solution before the last (d2), and S d2.
 @group(3) @binding(22) var<storage, read_write> earlier_direction: array<f32>;
 @group(3) @binding(23) var<storage, read_write> earlier_product: array<f32>;
+// The pipelined loop's direction p, w = A u and A q, 3n values each (see `pipelined`).
+@group(3) @binding(24) var<storage, read_write> pipelined_vectors: array<f32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -153,6 +157,10 @@ fn load3(v: u32, which: u32) -> vec3<f32> {
         case 5u: { return vec3<f32>(ap[i], ap[i + 1u], ap[i + 2u]); }
         case 7u: { return vec3<f32>(earlier_direction[i], earlier_direction[i + 1u], earlier_direction[i + 2u]); }
         case 8u: { return vec3<f32>(earlier_product[i], earlier_product[i + 1u], earlier_product[i + 2u]); }
+        case 9u, 10u, 11u: {
+            let j = 3u * params.vertex_count * (which - 9u) + i;
+            return vec3<f32>(pipelined_vectors[j], pipelined_vectors[j + 1u], pipelined_vectors[j + 2u]);
+        }
         default: { return vec3<f32>(direction[i], direction[i + 1u], direction[i + 2u]); }
     }
 }
@@ -424,11 +432,14 @@ fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
 }
 
 // The vector `product_share` multiplies (`multiplied`): p formed on the fly (`product`), p
-// itself (`solve_small`), or the last or earlier solution (the warm start).
+// itself (`solve_small`), the last or earlier solution (the warm start), or the pipelined
+// loop's u = P r (its start) and m = P w (in `p_in`).
 const P_ON_THE_FLY: u32 = 0u;
 const P_ITSELF: u32 = 1u;
 const LAST_SOLUTION: u32 = 2u;
 const EARLIER_SOLUTION: u32 = 3u;
+const PRECONDITIONED_RESIDUAL: u32 = 4u;
+const PIPELINED_M: u32 = 5u;
 var<private> multiplied: u32;
 var<private> coupled_beta: f32;
 var<private> coupled_first: bool;
@@ -440,6 +451,8 @@ fn coupled_vector(u: u32) -> vec3<f32> {
         case P_ITSELF: { return load3(u, 4u); }
         case LAST_SOLUTION: { return load3(u, 6u); }
         case EARLIER_SOLUTION: { return load3(u, 7u); }
+        case PRECONDITIONED_RESIDUAL: { return load3(u, 2u); }
+        case PIPELINED_M: { return load3(u, 3u); }
         default: { return direction_at(u, coupled_beta, coupled_first); }
     }
 }
@@ -464,6 +477,28 @@ fn all_residual_partials(lid: u32) -> vec2<f32> {
         sum += residual_partials[i];
     }
     return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0)).xy;
+}
+
+// The pipelined loop's partials: (r.r, r.u, w.u, 0) per workgroup after the vector in the
+// p ping-pong buffers, read from `p_in` and written to `p_out`.
+fn pipelined_partial(slot: u32) -> vec4<f32> {
+    let j = 3u * params.vertex_count + 4u * slot;
+    return vec4<f32>(p_in[j], p_in[j + 1u], p_in[j + 2u], p_in[j + 3u]);
+}
+
+fn store_pipelined_partial(slot: u32, partial: vec4<f32>) {
+    let j = 3u * params.vertex_count + 4u * slot;
+    for (var c = 0u; c < 4u; c++) {
+        p_out[j + c] = partial[c];
+    }
+}
+
+fn all_pipelined_partials(lid: u32) -> vec3<f32> {
+    var sum = vec4<f32>(0.0);
+    for (var i = lid; i < loop_partials(); i += INVOCATIONS) {
+        sum += pipelined_partial(i);
+    }
+    return workgroup_sum(lid, sum).xyz;
 }
 
 fn all_curvature_partials(lid: u32) -> f32 {
@@ -635,7 +670,7 @@ fn starting_scalars(lid: u32, sums: vec2<f32>, bb: f32) -> Scalars {
     if (gathered) {
         done = done || gradient_norm <= params.gradient_tolerance;
     }
-    return Scalars(sums.y, sums.x, tolerance * tolerance * bb, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u);
+    return Scalars(sums.y, sums.x, tolerance * tolerance * bb, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u, 0.0);
 }
 
 // One workgroup: the starting scalars.
@@ -691,7 +726,7 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
             curvature_partials[slot] = total.x;
         }
         if (slot == 0u) {
-            scalars_out = Scalars(sums.y, sums.x, s.threshold_squared, s.relative_tolerance, s.iterations, s.state, 1u, 0u);
+            scalars_out = Scalars(sums.y, sums.x, s.threshold_squared, s.relative_tolerance, s.iterations, s.state, 1u, 0u, 0.0);
         }
     }
 }
@@ -732,15 +767,14 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     }
 }
 
-// After the recorded iterations: settles the last update into `scalars_out` (the status the
-// host reads) and, on negative curvature at the first iteration, returns the right-hand side.
-@compute @workgroup_size(WORKGROUP)
-fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+// After the recorded iterations: settles the last update (whose r.r is `rr`) into
+// `scalars_out` (the status the host reads) and, on negative curvature at the first
+// iteration, returns the right-hand side.
+fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     let v = row.v;
-    let sums = all_residual_partials(lid);
-    let s = settle(scalars_in, sums.x);
+    let s = settle(scalars_in, rr);
     if (s.state == NEGATIVE_FIRST && v < params.vertex_count && row.lane == 0u) {
         for (var c = 0u; c < 3u; c++) {
             direction[3u * v + c] = rhs[3u * v + c];
@@ -748,6 +782,127 @@ fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     }
     if (lid == 0u && slot == 0u) {
         scalars_out = s;
+    }
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn finish(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    settle_solve(group, groups, lid, all_residual_partials(lid).x);
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn finish_pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    settle_solve(group, groups, lid, all_pipelined_partials(lid).x);
+}
+
+// Pipelined CG (Ghysels and Vanroose 2014, Alg. 4), the loop's form for Jacobi: in exact
+// arithmetic the iterates of CG, with the two global sums of an iteration fused into one, so
+// an iteration is one dispatch instead of `product` and `update`. Besides x, r and u = P r
+// (`z`) it carries w = A u, m = P w (in `p_in`, the new one to `p_out`, the ping-pong CG
+// uses for p), the direction p, s = A p (`ap`) and A q with q = P s (p, w and A q in
+// `pipelined_vectors`). Everything but n = A m follows by recurrence, so an iteration
+// multiplies once, by the m the last dispatch completed, and sums (r.r, r.u) and w.u (the
+// partials ping-pong after m, as a dispatch both sums and writes them), the latter giving p.Ap = w.u - beta r.u / alpha_last. P must be pointwise (Jacobi), so that
+// u = P r and m = P w are formed where r and w are; FSAI's G^T G spans two rings.
+
+// After `setup` and `start`, bound with the odd parity (its outputs are the first
+// iteration's inputs): w = A u, m = P w, and the partials with w.u added to setup's.
+@compute @workgroup_size(WORKGROUP)
+fn pipeline_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let row = row_of(slot, lid);
+    multiplied = PRECONDITIONED_RESIDUAL;
+    let w = row_product(lid, row);
+    var wu = 0.0;
+    if (row.v < params.vertex_count && row.lane == 0u) {
+        let v = row.v;
+        let m = jacobi_times(v, w);
+        for (var c = 0u; c < 3u; c++) {
+            pipelined_vectors[3u * params.vertex_count + 3u * v + c] = w[c];
+            p_out[3u * v + c] = m[c];
+        }
+        wu = dot(w, load3(v, 2u));
+    }
+    let total = workgroup_sum(lid, vec4<f32>(wu, 0.0, 0.0, 0.0));
+    if (lid == 0u && slot < loop_partials()) {
+        store_pipelined_partial(slot, vec4<f32>(residual_partials[slot], total.x, 0.0));
+    }
+}
+
+// Row v of a pipelined iteration, given its n = A m: the recurrences (the old vectors
+// ignored on the first iteration), u = P r and the next m = P w; returns its share of
+// (r.r, r.u, w.u).
+fn pipelined_row(v: u32, n: vec3<f32>, alpha: f32, beta: f32, first: bool) -> vec3<f32> {
+    let w = load3(v, 10u);
+    let u = load3(v, 2u);
+    var aq = n;
+    var s = w;
+    var p = u;
+    if (!first) {
+        aq += beta * load3(v, 11u);
+        s += beta * load3(v, 5u);
+        p += beta * load3(v, 9u);
+    }
+    let x = load3(v, 6u) + alpha * p;
+    let r_new = load3(v, 1u) - alpha * s;
+    let w_new = w - alpha * aq;
+    let u_new = jacobi_times(v, r_new);
+    let m_new = jacobi_times(v, w_new);
+    let n3 = 3u * params.vertex_count;
+    for (var c = 0u; c < 3u; c++) {
+        let i = 3u * v + c;
+        pipelined_vectors[i] = p[c];
+        pipelined_vectors[n3 + i] = w_new[c];
+        pipelined_vectors[2u * n3 + i] = aq[c];
+        ap[i] = s[c];
+        direction[i] = x[c];
+        r[i] = r_new[c];
+        z[i] = u_new[c];
+        p_out[i] = m_new[c];
+    }
+    return vec3<f32>(dot(r_new, r_new), dot(r_new, u_new), dot(w_new, u_new));
+}
+
+// One pipelined iteration: settles the last (its r.r against the tolerance), then alpha and
+// beta from the sums, n = A m, and the rows' recurrences; partials (r.r, r.u) and w.u.
+@compute @workgroup_size(WORKGROUP)
+fn pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let row = row_of(slot, lid);
+    let sums = all_pipelined_partials(lid);
+    let wu = sums.z;
+    var s = settle(scalars_in, sums.x);
+    let first = s.started == 0u;
+    let gamma = sums.y;
+    let beta = select(gamma / s.rz, 0.0, first);
+    // p.Ap, by its recurrence.
+    let curvature = select(wu - beta * gamma / s.alpha, wu, first);
+    var running = s.state == RUNNING;
+    if (running && !(curvature > 0.0)) {
+        s.iterations += 1u;
+        s.state = select(NEGATIVE_LATER, NEGATIVE_FIRST, s.iterations == 1u);
+        running = false;
+    }
+    let alpha = select(s.alpha, gamma / curvature, running);
+    multiplied = PIPELINED_M;
+    var n = vec3<f32>(0.0);
+    if (running && row.v < params.vertex_count) {
+        n = product_share(row);
+    }
+    n = row_total(lid, n);
+    var dots = vec3<f32>(0.0);
+    if (running && row.v < params.vertex_count && row.lane == 0u) {
+        dots = pipelined_row(row.v, n, alpha, beta, first);
+    }
+    let total = workgroup_sum(lid, vec4<f32>(dots, 0.0));
+    if (lid == 0u) {
+        if (slot < loop_partials()) {
+            // Carried over unchanged once stopped, for `finish`.
+            store_pipelined_partial(slot, select(pipelined_partial(slot), total, running));
+        }
+        if (slot == 0u) {
+            scalars_out = Scalars(gamma, sums.x, s.threshold_squared, s.relative_tolerance, s.iterations, s.state, 1u, 0u, alpha);
+        }
     }
 }
 
@@ -869,6 +1024,6 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         }
     }
     if (lid == 0u) {
-        scalars_out = Scalars(rz, rr, threshold_squared, start.relative_tolerance, iterations, state, 1u, 0u);
+        scalars_out = Scalars(rz, rr, threshold_squared, start.relative_tolerance, iterations, state, 1u, 0u, 0.0);
     }
 }

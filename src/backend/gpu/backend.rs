@@ -14,7 +14,7 @@ use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
 use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
-use super::pcg::{FSAI, FsaiFactors, JACOBI, PcgGroups, PcgParams, PcgStatus, Solve};
+use super::pcg::{FSAI, FsaiFactors, JACOBI, JacobiLoop, PcgGroups, PcgParams, PcgStatus, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -585,14 +585,19 @@ impl GpuBackend {
     /// Records a PCG solve: for a body of at most the small-solve limit the whole solve in
     /// one workgroup and one dispatch, else the loop's start and its first `chunk` iterations
     /// (returned, to go on with). Returns where the status will be.
-    fn record_solve(&mut self, params: PcgParams, chunk: u32) -> Result<(Staged, Option<Solve>)> {
+    fn record_solve(
+        &mut self,
+        params: PcgParams,
+        chunk: u32,
+        jacobi_loop: JacobiLoop,
+    ) -> Result<(Staged, Option<Solve>)> {
         let (c, rec) = (&self.context, &mut self.recording);
         let limit =
             self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(params.preconditioner));
         if self.buffers.vertex_count <= limit {
             return Ok((self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, params)?, None));
         }
-        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params)?;
+        let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params, jacobi_loop)?;
         let staged = self.stages.pcg.iterate(c, rec, &self.groups.pcg, &self.buffers, &mut solve, chunk)?;
         Ok((staged, Some(solve)))
     }
@@ -600,7 +605,7 @@ impl GpuBackend {
     /// Records a PCG solve and reads its status once the first chunk (or the whole) is done.
     fn solve(&mut self, params: PcgParams) -> Result<PcgStatus> {
         let chunk = self.first_chunk(params.max_iterations);
-        let (staged, solve) = self.record_solve(params, chunk)?;
+        let (staged, solve) = self.record_solve(params, chunk, JacobiLoop::Cg)?;
         let status = bytemuck::pod_read_unaligned(&self.recording.read(&self.context, &[staged])?[0]);
         let status = match solve {
             Some(mut solve) => self.run_on(&mut solve, status)?,
@@ -755,7 +760,7 @@ impl GpuBackend {
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
         )?;
         let chunk = self.first_chunk(pcg.max_iterations);
-        let (status, solve) = self.record_solve(pcg, chunk)?;
+        let (status, solve) = self.record_solve(pcg, chunk, JacobiLoop::Cg)?;
         let mut staged = vec![status];
         staged.extend(self.record_after_mixed_solve(&nodes)?);
         staged.extend(start);
@@ -818,7 +823,7 @@ impl GpuBackend {
         )?;
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let chunk = self.first_chunk(params.max_iterations);
-        let (status, solve) = self.record_solve(params, chunk)?;
+        let (status, solve) = self.record_solve(params, chunk, JacobiLoop::Cg)?;
         self.record_projection("keep_pressed")?;
         let dots = self.dots()?;
         let bound = self.record_step_bound()?;
@@ -1072,8 +1077,9 @@ impl GpuBackend {
             // 4.3-4.6 at 100K.
             self.recording.submit(&self.context);
             self.record_linearization(request.projection)?;
-            // The whole budget at once: a solve ends early only at its tolerance.
-            let (status, _) = self.record_solve(pcg, pcg.max_iterations)?;
+            // The whole budget at once: a solve ends early only at its tolerance. Cut short by
+            // the budget, its Jacobi solves take the pipelined loop (one dispatch an iteration).
+            let (status, _) = self.record_solve(pcg, pcg.max_iterations, JacobiLoop::Pipelined)?;
             self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, "dots", 0.0)?;
             self.decide(Decision::Direction)?;
             self.decide(Decision::StartSearch)?;
@@ -1368,7 +1374,7 @@ impl GpuBackend {
             // second of the last two.
             let params = PcgParams { warm: k.min(2) as u32, ..params };
             let chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
-            tally.statuses.push(self.record_solve(params, chunk)?.0);
+            tally.statuses.push(self.record_solve(params, chunk, JacobiLoop::Cg)?.0);
             self.vector("save", 0.0)?;
             if contact {
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;

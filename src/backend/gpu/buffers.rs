@@ -192,7 +192,7 @@ impl GpuBuffers {
         w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));
         w.set("element_blocks", c.scratch::<f32>("element_blocks", 90 * nt + 27 * ns));
         w.set("energy_partials", c.scratch::<f32>("energy_partials", BATCH * energy_partials));
-        for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "p_even", "p_odd", "ap"] {
+        for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "ap"] {
             w.set(name, vector(name));
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
@@ -215,6 +215,12 @@ impl GpuBuffers {
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
+        // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
+        // w.u, 0), which also ping-pong; and that loop's p, w = A u and A q, one after another.
+        for name in ["p_even", "p_odd"] {
+            w.set(name, c.scratch::<f32>(name, 3 * n + 4 * pcg_partials));
+        }
+        w.set("pipelined_vectors", c.scratch::<f32>("pipelined_vectors", 9 * n));
         // The local/global warm start's partials (two per workgroup), the solution before the
         // last and its product.
         w.set("warm_partials", c.scratch::<[f32; 4]>("warm_partials", 2 * pcg_partials));

@@ -1,7 +1,7 @@
 // Stage `element`: per-element energy, corner gradients and upper Hessian blocks at the step
 // objective's quadrature nodes. The twin of src/backend/cpu/element.rs: the same values, in
 // the structure-of-arrays slots of shared/slots.wgsl, so that consecutive elements (threads)
-// write consecutive floats. Energies are summed per workgroup in a fixed order; the
+// write consecutive floats. Energies are summed per workgroup in a fixed tree order; the
 // host adds the partials in order, so the total is the same bits every run.
 //
 // Each pipeline is specialized by two override constants: what it computes (OUTPUTS) and,

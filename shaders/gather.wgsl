@@ -2,7 +2,7 @@
 // (penalty, cubic penalty or barrier, and the projection model's pressed vertices), handle
 // springs, the lagged damping and self-contact's records (shared/couplings) — and the gather
 // of element corner gradients into vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
-// workgroup it writes, in a fixed order, the partial sums
+// workgroup it writes, in fixed tree order, the partial sums
 // (vertex energy, |grad|^2, force scale, noise magnitude).
 //
 // The lagged damping (Rayleigh, ether drag, friction) is one block-sparse matrix D on the

@@ -1,6 +1,6 @@
 // Stage `vector`: the per-vertex vector updates and reductions Newton needs on the GPU, the
 // twin of src/backend/cpu/vector.rs and the vector loops of src/backend/cpu/mod.rs. Dot
-// products are summed per workgroup in a fixed order; the host adds the partials in
+// products are summed per workgroup in a fixed tree order; the host adds the partials in
 // order.
 
 #import shared/reduce

@@ -59,9 +59,9 @@ fn scene(cells: [usize; 3], size: [f64; 3], case: &Case, gpu: Option<Arc<GpuCont
 }
 
 /// GPU times of one profiled step from the simulation's state (restored after): one CG
-/// iteration (product + update, or a one-workgroup solve's share), its product (0 in one
-/// workgroup), one element pass with Hessian blocks, one energy-only pass, and all passes
-/// together (s).
+/// iteration (product + update, a pipelined loop's one dispatch, or a one-workgroup solve's
+/// share), its product (0 in one workgroup or the pipelined loop), one element pass with
+/// Hessian blocks, one energy-only pass, and all passes together (s).
 struct Profile {
     cg_iteration: f64,
     product: f64,
@@ -92,6 +92,9 @@ fn profile(sim: &mut Simulation) -> Option<Profile> {
     let (small, _) = of("solve_small");
     let cg_iteration = if small > 0.0 {
         small / stats.linear_iterations.max(1) as f64
+    } else if of("pipelined").1 > 0 {
+        // A budget's pipelined loop: one dispatch an iteration, no separate product.
+        per("pipelined")
     } else {
         per("product") + per("update")
     };

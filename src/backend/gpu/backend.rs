@@ -895,6 +895,13 @@ impl GpuBackend {
 /// Jacobi's 12.8 at 330-375 vertices): small bodies keep Jacobi too.
 const NEWTON_FSAI_VERTICES: usize = 16_384;
 
+/// The largest body whose budgeted solves take the pipelined loop (one dispatch an
+/// iteration, and more vectors to stream). On an H100 (2x40 steps' GPU busy time against the
+/// two-dispatch loop's, the eigensolver's gain taken out) it saved 5.5 us an iteration at
+/// 2 541 vertices and 2.8 us at 22 386 (10K and 100K tets), where a dispatch's latency bounds
+/// the loop, and cost 7.4 us at 211K (1M tets), where bandwidth does: even near 70K.
+const PIPELINED_VERTICES: usize = 65_536;
+
 /// CG iterations to record before the first status read of a step's solve number `index`:
 /// as many as the same solve of the step before took (`previous`; Newton's solves follow one
 /// pattern step after step, long in the middle and short at the end), or as the last solve
@@ -1060,6 +1067,14 @@ impl GpuBackend {
     /// search's candidates, the choice and the step, all decided on the device; then the
     /// gradient norm, the potential and its gradient, the dissipation and the iterate at the
     /// end. Submitted in parts, one per iteration, the last with the end.
+    /// How a budgeted Jacobi solve of this body iterates: see [`PIPELINED_VERTICES`].
+    fn budget_loop(&self) -> JacobiLoop {
+        match self.buffers.vertex_count <= PIPELINED_VERTICES {
+            true => JacobiLoop::Pipelined,
+            false => JacobiLoop::Cg,
+        }
+    }
+
     fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
         use crate::backend::cpu::line_search::step_lengths;
         let picked = self.record_start(request.guesses)?;
@@ -1078,8 +1093,8 @@ impl GpuBackend {
             self.recording.submit(&self.context);
             self.record_linearization(request.projection)?;
             // The whole budget at once: a solve ends early only at its tolerance. Cut short by
-            // the budget, its Jacobi solves take the pipelined loop (one dispatch an iteration).
-            let (status, _) = self.record_solve(pcg, pcg.max_iterations, JacobiLoop::Pipelined)?;
+            // the budget, its Jacobi solves take the pipelined loop where dispatches bound it.
+            let (status, _) = self.record_solve(pcg, pcg.max_iterations, self.budget_loop())?;
             self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, "dots", 0.0)?;
             self.decide(Decision::Direction)?;
             self.decide(Decision::StartSearch)?;

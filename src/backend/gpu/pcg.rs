@@ -462,6 +462,22 @@ mod tests {
     use crate::material::{Material, Projection};
 
     /// A solve to a fixed relative residual.
+    /// A scalar matrix's entries as 3x3 blocks (`S (x) I_3`, the local/global form).
+    fn scalar_blocks(s: &[f64]) -> Vec<[f64; 9]> {
+        s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect()
+    }
+
+    /// A random right-hand side, zero at the pinned vertices.
+    fn random_rhs(model: &crate::model::Model, seed: u64) -> Vec<[f64; 3]> {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..model.vertex_count())
+            .map(|v| {
+                if model.pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) }
+            })
+            .collect()
+    }
+
     fn fixed_tolerance(rig: &Rig, tolerance: f64, max_iterations: u32) -> PcgParams {
         PcgParams {
             vertex_count: rig.buffers.vertex_count as u32,
@@ -552,7 +568,7 @@ mod tests {
         rig.upload(3, "fsai", &rig.buffers.values_to_slots(&to_f32(&fsai.values)));
         rig.upload(3, "fsai_inverse", &to_f32(&inverse.values));
         rig.upload(3, "contact_flags", &vec![0u32; n]);
-        let blocks: Vec<[f64; 9]> = s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect();
+        let blocks = scalar_blocks(&s);
         let block_slots = rig.buffers.blocks_to_slots(&to_f32(blocks.as_flattened()));
         rig.upload(3, "blocks", &block_slots);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
@@ -840,8 +856,6 @@ mod tests {
         context: &std::sync::Arc<crate::backend::gpu::GpuContext>,
         contact_every: Option<usize>,
     ) {
-        use rand::{RngExt, SeedableRng};
-
         use super::{FSAI, JACOBI};
         use crate::backend::cpu::{hessian_product, pcg};
         use crate::backend::fsai::Fsai;
@@ -854,13 +868,8 @@ mod tests {
         for v in (0..n).filter(|&v| contact[v]) {
             s[topology.diagonal[v] as usize] *= 1e4;
         }
-        let blocks: Vec<[f64; 9]> = s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
-        let b: Vec<[f64; 3]> = (0..n)
-            .map(|v| {
-                if model.pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) }
-            })
-            .collect();
+        let blocks = scalar_blocks(&s);
+        let b = random_rhs(&model, 21);
         let tolerance = 1e-4;
         let mut cpu_x = vec![[0.0; 3]; n];
         let cpu = pcg::solve(
@@ -954,21 +963,14 @@ mod tests {
     /// off on lavapipe), where CG keeps it to 1e-10.
     #[test]
     fn pipelined_jacobi_pcg_follows_cg() {
-        use rand::{RngExt, SeedableRng};
-
         use super::JACOBI;
         use crate::backend::cpu::{hessian_product, pcg};
         let Some(context) = context() else { return };
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([30, 5, 4], 300.0);
         let model = std::sync::Arc::new(model);
         let n = model.vertex_count();
-        let blocks: Vec<[f64; 9]> = s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(34);
-        let b: Vec<[f64; 3]> = (0..n)
-            .map(|v| {
-                if model.pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) }
-            })
-            .collect();
+        let blocks = scalar_blocks(&s);
+        let b = random_rhs(&model, 34);
         let cpu_solve = |tolerance: f64| {
             let mut x = vec![[0.0; 3]; n];
             let outcome = pcg::solve(

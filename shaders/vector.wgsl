@@ -25,16 +25,6 @@ struct Params {
 // A batch of positions evaluated at once, one after another (see line_search.wgsl).
 @group(3) @binding(5) var<storage, read_write> batch: array<f32>;
 
-// rhs = -gradient (the Newton system's right-hand side).
-@compute @workgroup_size(WORKGROUP)
-fn negate_gradient(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
-    let index = slot * WORKGROUP + lid;
-    if (index < 3u * params.vertex_count) {
-        rhs[index] = -gradient[index];
-    }
-}
-
 // gradient = -rhs: the linearization's gradient again, bit for bit, after another pass has
 // used its buffer (the state's potential, read with a step's last linearization).
 @compute @workgroup_size(WORKGROUP)

@@ -1209,7 +1209,7 @@ impl GpuBackend {
     }
 
     /// Records the local step at the iterate (the tets' projections and forces, the springs'
-    /// forces) and the gather of `grad G`; stages the element energies and the gather's
+    /// forces) and the gather of `grad G` and `rhs = -grad G`; stages the element energies and the gather's
     /// partials (`G` and `|grad G|` at the iterate) when `stage`.
     fn record_local(&mut self, nodes: &[Node], stage: bool) -> Result<Option<(Staged, Staged)>> {
         let (c, rec) = (&self.context, &mut self.recording);
@@ -1218,7 +1218,8 @@ impl GpuBackend {
             let (element, groups) = (&self.stages.element, &self.groups.element);
             element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Gradient, true)?;
         }
-        let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
+        // The gather writes the global step's right-hand side, -grad G, as it goes.
+        let params = GatherParams { rhs: 1, ..self.gather_params(nodes, self.inv_h2, Some(false), true) };
         self.gather(&params, Positions::Iterate)?;
         if !stage {
             return Ok(None);
@@ -1382,7 +1383,6 @@ impl GpuBackend {
                 self.record_contact_set("contact_set", &nodes, stiffness)?;
                 self.assemble(matrix)?;
             }
-            self.vector("negate_gradient", 0.0)?;
             // A large body's solve records `chunk` iterations and is not read on: an unfinished
             // CG solve still lowers the frozen quadratic. After the first global step each
             // starts from the Galerkin combination of the last one's direction, and after the

@@ -61,8 +61,8 @@ pub enum JacobiLoop {
     Cg,
     /// Pipelined CG: the same iterates, one dispatch an iteration. Its f32 recurrences drift
     /// from the true residual over long solves to tight tolerances (a Newton direction solved
-    /// to 1e-6 in 54 iterations ended 1e-3 from CG's, against CG's 8e-7 from FSAI's), so it is
-    /// for solves a fixed budget cuts short.
+    /// to 1e-6 in 54 iterations ended 1e-3 from the FSAI solve's, where CG's ended 8e-7 from
+    /// it), so it is for solves a fixed budget cuts short.
     Pipelined,
 }
 

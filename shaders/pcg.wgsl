@@ -1,5 +1,6 @@
 // Stage `pcg`: preconditioned conjugate gradients on the assembled block-sparse Hessian,
-// entirely on the GPU, two dispatches per iteration. The twin of src/backend/cpu/pcg.rs:
+// entirely on the GPU, two dispatches per iteration (one in a budget's pipelined form, see
+// `pipelined`). The twin of src/backend/cpu/pcg.rs:
 // start from zero, stop at |r| <= tol |b|, and stop on non-positive curvature (returning the
 // last iterate, or b on the first iteration).
 //
@@ -795,15 +796,16 @@ fn finish_pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgr
     settle_solve(group, groups, lid, all_pipelined_partials(lid).x);
 }
 
-// Pipelined CG (Ghysels and Vanroose 2014, Alg. 4), the loop's form for Jacobi: in exact
-// arithmetic the iterates of CG, with the two global sums of an iteration fused into one, so
-// an iteration is one dispatch instead of `product` and `update`. Besides x, r and u = P r
-// (`z`) it carries w = A u, m = P w (in `p_in`, the new one to `p_out`, the ping-pong CG
-// uses for p), the direction p, s = A p (`ap`) and A q with q = P s (p, w and A q in
-// `pipelined_vectors`). Everything but n = A m follows by recurrence, so an iteration
-// multiplies once, by the m the last dispatch completed, and sums (r.r, r.u) and w.u (the
-// partials ping-pong after m, as a dispatch both sums and writes them), the latter giving p.Ap = w.u - beta r.u / alpha_last. P must be pointwise (Jacobi), so that
-// u = P r and m = P w are formed where r and w are; FSAI's G^T G spans two rings.
+// Pipelined CG (Ghysels and Vanroose 2014, Alg. 4), the loop's form for budgeted Jacobi
+// solves: in exact arithmetic the iterates of CG, with the two global sums of an iteration
+// fused into one, so an iteration is one dispatch instead of `product` and `update`. Besides
+// x, r and u = P r (`z`) it carries w = A u, m = P w (in `p_in`, the new one to `p_out`, the
+// ping-pong CG uses for p), the direction p, s = A p (`ap`) and A q with q = P s (p, w and
+// A q in `pipelined_vectors`). An iteration multiplies once, n = A m, by the m the last
+// dispatch completed; u and m are formed where r and w are (P must be pointwise: Jacobi,
+// not FSAI's G^T G, which spans two rings), and w, s, A q, p, x and r follow by recurrence.
+// It sums (r.r, r.u) and w.u, which gives p.Ap = w.u - beta r.u / alpha_last; the partials
+// ping-pong after m, as a dispatch both sums and writes them.
 
 // After `setup` and `start`, bound with the odd parity (its outputs are the first
 // iteration's inputs): w = A u, m = P w, and the partials with w.u added to setup's.
@@ -897,7 +899,7 @@ fn pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let total = workgroup_sum(lid, vec4<f32>(dots, 0.0));
     if (lid == 0u) {
         if (slot < loop_partials()) {
-            // Carried over unchanged once stopped, for `finish`.
+            // Carried over unchanged once stopped, for `finish_pipelined`.
             store_pipelined_partial(slot, select(pipelined_partial(slot), total, running));
         }
         if (slot == 0u) {

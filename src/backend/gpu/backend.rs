@@ -899,7 +899,7 @@ const NEWTON_FSAI_VERTICES: usize = 16_384;
 /// iteration, and more vectors to stream). On an H100 (2x40 steps' GPU busy time against the
 /// two-dispatch loop's, the eigensolver's gain taken out) it saved 5.5 us an iteration at
 /// 2 541 vertices and 2.8 us at 22 386 (10K and 100K tets), where a dispatch's latency bounds
-/// the loop, and cost 7.4 us at 211K (1M tets), where bandwidth does: even near 70K.
+/// the loop, and cost 7.4 us at 211K (1M tets), where bandwidth does; they break even near 70K.
 const PIPELINED_VERTICES: usize = 65_536;
 
 /// CG iterations to record before the first status read of a step's solve number `index`:
@@ -1062,11 +1062,6 @@ impl GpuBackend {
         if record.picked == super::line_search::NONE { f64::INFINITY } else { record.value as f64 }
     }
 
-    /// A fixed-budget solve in one readback: the guesses' objectives and the pick, then per
-    /// iteration the linearization, the whole PCG solve at its cap, the dots, the line
-    /// search's candidates, the choice and the step, all decided on the device; then the
-    /// gradient norm, the potential and its gradient, the dissipation and the iterate at the
-    /// end. Submitted in parts, one per iteration, the last with the end.
     /// How a budgeted Jacobi solve of this body iterates: see [`PIPELINED_VERTICES`].
     fn budget_loop(&self) -> JacobiLoop {
         match self.buffers.vertex_count <= PIPELINED_VERTICES {
@@ -1075,6 +1070,11 @@ impl GpuBackend {
         }
     }
 
+    /// A fixed-budget solve in one readback: the guesses' objectives and the pick, then per
+    /// iteration the linearization, the whole PCG solve at its cap, the dots, the line
+    /// search's candidates, the choice and the step, all decided on the device; then the
+    /// gradient norm, the potential and its gradient, the dissipation and the iterate at the
+    /// end. Submitted in parts, one per iteration, the last with the end.
     fn budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
         use crate::backend::cpu::line_search::step_lengths;
         let picked = self.record_start(request.guesses)?;
@@ -1209,8 +1209,8 @@ impl GpuBackend {
     }
 
     /// Records the local step at the iterate (the tets' projections and forces, the springs'
-    /// forces) and the gather of `grad G` and `rhs = -grad G`; stages the element energies and the gather's
-    /// partials (`G` and `|grad G|` at the iterate) when `stage`.
+    /// forces) and the gather of `grad G` and `rhs = -grad G`; stages the element energies and
+    /// the gather's partials (`G` and `|grad G|` at the iterate) when `stage`.
     fn record_local(&mut self, nodes: &[Node], stage: bool) -> Result<Option<(Staged, Staged)>> {
         let (c, rec) = (&self.context, &mut self.recording);
         self.stages.local.queue(c, rec, &self.groups.local, &self.groups.element, nodes)?;

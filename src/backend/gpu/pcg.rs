@@ -1,9 +1,9 @@
 //! Stage `pcg` (`shaders/pcg.wgsl`), the GPU twin of `backend/cpu/pcg.rs`: PCG on the
 //! assembled matrix, preconditioned by Jacobi or by the sparse approximate inverse of
-//! `backend/fsai.rs`, its scalars on the device: two dispatches per iteration with FSAI, one
-//! with Jacobi (pipelined CG, the same iterates). The search direction `p` (the pipelined
-//! loop's `m`) and the scalars ping-pong between two buffers each; the bind groups of both
-//! parities are built once.
+//! `backend/fsai.rs`, its scalars on the device: two dispatches per iteration, one in a
+//! budget's Jacobi solve (pipelined CG, the same iterates). The search direction `p` (the
+//! pipelined loop's `m`) and the scalars ping-pong between two buffers each; the bind groups
+//! of both parities are built once.
 
 use encase::ShaderType;
 
@@ -461,7 +461,6 @@ mod tests {
     use crate::backend::gpu::test_support::{H, Rig, context, linear_model, random_state, reference, to_f32};
     use crate::material::{Material, Projection};
 
-    /// A solve to a fixed relative residual.
     /// A scalar matrix's entries as 3x3 blocks (`S (x) I_3`, the local/global form).
     fn scalar_blocks(s: &[f64]) -> Vec<[f64; 9]> {
         s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect()
@@ -478,6 +477,7 @@ mod tests {
             .collect()
     }
 
+    /// A solve to a fixed relative residual.
     fn fixed_tolerance(rig: &Rig, tolerance: f64, max_iterations: u32) -> PcgParams {
         PcgParams {
             vertex_count: rig.buffers.vertex_count as u32,

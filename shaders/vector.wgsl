@@ -66,6 +66,19 @@ fn offset(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     }
 }
 
+// x_saved = x and x = x_saved + alpha direction: `save` and `offset` in one pass (a step
+// taken with its start kept).
+@compute @workgroup_size(WORKGROUP)
+fn advance(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        let start = x[index];
+        x_saved[index] = start;
+        x[index] = start + params.alpha * direction[index];
+    }
+}
+
 // Member j of the batch = x_saved + steps[j] direction: a line search's candidates, evaluated
 // together.
 @compute @workgroup_size(WORKGROUP)

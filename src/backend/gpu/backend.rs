@@ -359,7 +359,7 @@ impl GpuBackend {
     }
 
     fn vector(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
-        if entry == "offset" {
+        if entry == "offset" || entry == "advance" {
             self.iterate_read = None;
         }
         self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, entry, alpha)
@@ -709,8 +709,7 @@ impl GpuBackend {
         let mut staged = vec![gathered, dots, slope];
         staged.extend(self.record_mixed_merit(nodes, 0.0)?);
         // The line search's first candidate, the full step.
-        self.vector("save", 0.0)?;
-        self.vector("offset", 1.0)?;
+        self.vector("advance", 1.0)?;
         staged.extend(self.record_mixed_merit(nodes, 1.0)?);
         self.vector("offset", 0.0)?;
         Ok(staged)
@@ -1390,13 +1389,13 @@ impl GpuBackend {
             let params = PcgParams { warm: k.min(2) as u32, ..params };
             let chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
             tally.statuses.push(self.record_solve(params, chunk, JacobiLoop::Cg)?.0);
-            self.vector("save", 0.0)?;
             if contact {
+                self.vector("save", 0.0)?;
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;
                 self.decide(Decision::Bound)?;
                 self.decide(Decision::Advance)?;
             } else {
-                self.vector("offset", 1.0)?;
+                self.vector("advance", 1.0)?;
             }
         }
         // The state the solve ends in comes with its last status.

@@ -140,6 +140,14 @@ fn rotation_based_materials_step_on_the_gpu_like_on_the_cpu() {
 /// A soft cube dropped onto a rough floor, with Rayleigh and ether damping, one corner held by
 /// a handle that moves: every vertex term and every kind of damping at once.
 fn contact_scene(integrator: Integrator, backend: Backend) -> Simulation {
+    contact_scene_on(integrator, common::gpu().filter(|_| backend == Backend::Gpu))
+}
+
+/// The contact scene on the CPU, or on the GPU of `context`.
+fn contact_scene_on(
+    integrator: Integrator,
+    context: Option<std::sync::Arc<lively::backend::gpu::GpuContext>>,
+) -> Simulation {
     use lively::{Collider, ContactModel, Damping};
     let builder = Simulation::builder()
         .tet_body(TetMesh::bar([3, 3, 3], [0.3, 0.3, 0.3]), Material::stable_neo_hookean(2e4, 0.4), 1000.0)
@@ -151,7 +159,11 @@ fn contact_scene(integrator: Integrator, backend: Backend) -> Simulation {
         .contact_model(ContactModel::Penalty { stiffness: 2e4 })
         .damping(Damping::Rayleigh { stiffness: 0.01 })
         .damping(Damping::Ether { coefficient: 0.5 });
-    let mut sim = common::on_backend(builder, backend).build().unwrap();
+    let builder = match context {
+        Some(context) => builder.backend(Backend::Gpu).gpu_context(context),
+        None => builder.backend(Backend::Cpu),
+    };
+    let mut sim = builder.build().unwrap();
     // Sliding sideways as it lands.
     let v = vec![[0.8, -0.5, 0.3]; sim.positions().len()];
     let x = sim.positions().to_vec();
@@ -203,6 +215,38 @@ fn contact_handles_and_damping_step_on_the_gpu_like_on_the_cpu() {
             // Measured to 2.7e-7 of it; a missing damping or friction term would be O(1).
             cpu_lost > 0.0 && (gpu_lost - cpu_lost).abs() <= 2e-6 * cpu_lost,
             "dissipated {gpu_lost} vs {cpu_lost}"
+        );
+    }
+}
+
+/// Adapters without subgroups, and applications' own devices, make the stages' workgroup sums
+/// by the tree: on a context that does, whole steps with contact match the CPU as the shared
+/// context's do (on lavapipe and NVIDIA that one sums through subgroups).
+#[test]
+fn steps_summed_by_the_tree_match_the_cpu() {
+    use lively::backend::gpu::{GpuContext, shaders::Reductions};
+    if !gpu_available() {
+        return;
+    }
+    let tree = std::sync::Arc::new(GpuContext::new().unwrap().with_tree_reductions());
+    assert_eq!(tree.reductions(), Reductions::Tree);
+    println!("the shared context sums by {:?}", common::gpu().unwrap().reductions());
+    for integrator in [Integrator::BackwardEuler, Integrator::Avf] {
+        let mut cpu = contact_scene_on(integrator.clone(), None);
+        let mut gpu = contact_scene_on(integrator.clone(), Some(tree.clone()));
+        let start = cpu.positions().to_vec();
+        for _ in 0..6 {
+            cpu.step().unwrap();
+            let stats = gpu.step().unwrap();
+            assert!(stats.converged, "{integrator:?}: the tree's step did not converge: {stats:?}");
+        }
+        let (displacement, _) = common::worst_difference(cpu.positions(), &start);
+        let (difference, _) = common::worst_difference(cpu.positions(), gpu.positions());
+        println!("{integrator:?}, tree sums: GPU vs CPU {difference:.2e} m of {displacement:.2e} m");
+        // The bound of the contact test above: f32 round-off against O(1) differences.
+        assert!(
+            difference <= 2e-6 * displacement,
+            "{integrator:?}: GPU differs by {difference:e} m (displacement {displacement:e} m)"
         );
     }
 }

@@ -1,26 +1,48 @@
 //! Every composed shader parses and validates with naga (no GPU needed), its binding table —
 //! which the Rust side reads from the shader rather than declaring a second time — follows the
 //! bind-group convention (0 parameters, 1 model, 2 state, 3 scratch; no `vec3` in storage),
-//! and each stage's uniform block has the byte size of its Rust parameter struct.
+//! and each stage's uniform block has the byte size of its Rust parameter struct. Each stage
+//! is checked with either form of its workgroup sums: the tree, and subgroups of the sizes
+//! devices have.
 
 use lively::backend::gpu::params_size;
-use lively::backend::gpu::shaders::{BindingKind, STAGES, compose, module, reflect};
+use lively::backend::gpu::shaders::{BindingKind, Reductions, STAGES, compose, module, reflect};
+
+const REDUCTIONS: [Reductions; 4] =
+    [Reductions::Tree, Reductions::Subgroup(8), Reductions::Subgroup(32), Reductions::Subgroup(64)];
 
 #[test]
 fn every_stage_composes_and_validates() {
     assert!(!STAGES.is_empty());
     for stage in STAGES {
-        let (_, parsed) = module(stage).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!parsed.entry_points.is_empty(), "{stage} has no entry point");
-        // Imports are expanded: no directive reaches naga.
-        assert!(!compose(stage).unwrap().contains("#import"));
+        for reductions in REDUCTIONS {
+            let (_, parsed) = module(stage, reductions).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!parsed.entry_points.is_empty(), "{stage} has no entry point");
+            let source = compose(stage, reductions).unwrap();
+            // Imports are expanded: no directive reaches naga.
+            assert!(!source.contains("#import"));
+            // The subgroup sums replace the tree wherever the stage sums.
+            let subgroups = source.contains("subgroupAdd");
+            let sums = source.contains("fn workgroup_sum");
+            assert_eq!(subgroups, sums && reductions != Reductions::Tree, "{stage} with {reductions:?}");
+        }
     }
+}
+
+#[test]
+fn subgroup_sums_know_their_subgroup_size() {
+    let source = compose("pcg", Reductions::Subgroup(32)).unwrap();
+    assert_eq!(source.matches("const SUBGROUP: u32 = 32u;").count(), 1);
+    assert!(!compose("pcg", Reductions::Tree).unwrap().contains("SUBGROUP"));
+    // The check of where subgroups sit, run once per context, validates too.
+    let (_, parsed) = module("subgroups", Reductions::Tree).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parsed.entry_points.len(), 1);
 }
 
 #[test]
 fn binding_tables_follow_the_convention_and_parameters_match_rust() {
     for stage in STAGES {
-        let (_, parsed) = module(stage).unwrap();
+        let (_, parsed) = module(stage, Reductions::Tree).unwrap();
         let table = reflect(&parsed).unwrap();
         assert!(!table.is_empty(), "{stage} binds nothing");
         for binding in &table {
@@ -48,7 +70,7 @@ fn binding_tables_follow_the_convention_and_parameters_match_rust() {
         names.dedup();
         assert_eq!(names.len(), table.len(), "{stage} binds a name twice");
         // No vec3 in storage arrays (their 16-byte stride differs from the Rust layout).
-        let source = compose(stage).unwrap();
+        let source = compose(stage, Reductions::Tree).unwrap();
         for line in source.lines().filter(|l| l.contains("var<storage")) {
             assert!(!line.contains("vec3"), "{stage}: {line}");
         }

@@ -54,7 +54,9 @@ pub fn median_step(sim: &mut Simulation, runs: usize) -> (std::time::Duration, l
 
 /// What a GPU-against-CPU benchmark runs with: the adapter, the largest body it runs on it
 /// (`LIVELY_BENCH_MAX_TETS`, else everything on hardware and `software_max_tets` on a software
-/// adapter such as lavapipe), the steps per median, and the device's name for the tables.
+/// adapter such as lavapipe), the steps per median, and the device's name for the tables, with
+/// how its stages make workgroup sums (`LIVELY_BENCH_REDUCTIONS=tree` keeps the tree where the
+/// device has subgroups, to compare the two on one device).
 pub struct GpuBench {
     pub context: std::sync::Arc<lively::backend::gpu::GpuContext>,
     pub max_tets: usize,
@@ -65,7 +67,9 @@ pub struct GpuBench {
 impl GpuBench {
     /// `None`, with the reason printed, where there is no adapter.
     pub fn new(software_max_tets: usize) -> Option<GpuBench> {
+        let tree = std::env::var("LIVELY_BENCH_REDUCTIONS").as_deref() == Ok("tree");
         let context = match lively::backend::gpu::GpuContext::new() {
+            Ok(context) if tree => std::sync::Arc::new(context.with_tree_reductions()),
             Ok(context) => std::sync::Arc::new(context),
             Err(e) => {
                 eprintln!("no GPU adapter ({e}); nothing to compare");
@@ -77,7 +81,12 @@ impl GpuBench {
             .and_then(|s| s.parse().ok())
             .unwrap_or(if context.software { software_max_tets } else { usize::MAX });
         let runs = if context.software { 3 } else { 11 };
-        let device = format!("{}{}", context.adapter, if context.software { " (software)" } else { "" });
+        let device = format!(
+            "{}{}, {:?} sums",
+            context.adapter,
+            if context.software { " (software)" } else { "" },
+            context.reductions()
+        );
         Some(GpuBench { context, max_tets, runs, device })
     }
 }

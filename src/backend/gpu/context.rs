@@ -2,6 +2,7 @@
 
 use wgpu::util::DeviceExt;
 
+use super::shaders::Reductions;
 use crate::error::{Error, Result};
 
 /// A device and queue for the GPU stages.
@@ -26,6 +27,8 @@ pub struct GpuContext {
     queries: std::sync::OnceLock<Queries>,
     profiling: std::sync::atomic::AtomicBool,
     profile: std::sync::Mutex<Profile>,
+    /// How the stages make workgroup sums: through subgroups where the device allows.
+    reductions: Reductions,
     /// The stages' pipelines, compiled once for every simulation on this context.
     stages: std::sync::Mutex<Option<std::sync::Arc<super::WgStages>>>,
 }
@@ -86,8 +89,10 @@ impl GpuContext {
         let failure: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lively"),
-            // Timestamps where the adapter has them, for `start_profiling`.
-            required_features: adapter.features() & wgpu::Features::TIMESTAMP_QUERY,
+            // Timestamps where the adapter has them, for `start_profiling`; subgroups for the
+            // stages' sums.
+            required_features: (adapter.features() & wgpu::Features::TIMESTAMP_QUERY)
+                | super::subgroups::wanted(&adapter),
             required_limits: adapter.limits(),
             ..Default::default()
         }))
@@ -105,7 +110,7 @@ impl GpuContext {
             record(&on_loss, format!("{reason:?}: {message}"))
         });
         let dispatch_width = device.limits().max_compute_workgroups_per_dimension;
-        Ok(GpuContext {
+        let context = GpuContext {
             device,
             queue,
             adapter: format!("{} ({:?})", info.name, info.backend),
@@ -116,8 +121,10 @@ impl GpuContext {
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
+            reductions: Reductions::Tree,
             stages: Default::default(),
-        })
+        };
+        Ok(context.with_chosen_reductions())
     }
 
     /// Wraps the application's own device and queue (e.g. its renderer's).
@@ -135,8 +142,30 @@ impl GpuContext {
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
+            reductions: Reductions::Tree,
             stages: Default::default(),
         }
+        .with_chosen_reductions()
+    }
+
+    /// The context with its stages' sums through subgroups where its device allows.
+    fn with_chosen_reductions(mut self) -> GpuContext {
+        let widths = super::pcg::workgroup_widths(&self.device.limits());
+        self.reductions = super::subgroups::reductions(&self, &widths);
+        self
+    }
+
+    /// How the stages on this context make their workgroup sums.
+    pub fn reductions(&self) -> Reductions {
+        self.reductions
+    }
+
+    /// This context with its stages' workgroup sums made by the tree even where the device
+    /// has subgroups: for tests of that path, and for comparing the two on one device.
+    pub fn with_tree_reductions(mut self) -> GpuContext {
+        self.reductions = Reductions::Tree;
+        self.stages = Default::default();
+        self
     }
 
     /// The stages' pipelines on this device, compiled by the first simulation that asks.

@@ -27,6 +27,7 @@ pub mod recording;
 pub mod self_contact;
 pub mod shaders;
 mod stage;
+mod subgroups;
 pub mod vector;
 
 pub use backend::GpuBackend;

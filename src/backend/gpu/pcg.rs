@@ -115,6 +115,16 @@ fn allows(limits: &wgpu::Limits, invocations: u32) -> bool {
             && limits.max_compute_workgroup_storage_size >= 16 * invocations + 16)
 }
 
+/// The workgroup widths the stages run at on a device of `limits`: WORKGROUP, and the widest
+/// one-workgroup solve's where the device allows it.
+pub(crate) fn workgroup_widths(limits: &wgpu::Limits) -> Vec<u32> {
+    let mut widths = vec![super::stage::WORKGROUP];
+    if allows(limits, WIDE_SOLVE) {
+        widths.push(WIDE_SOLVE);
+    }
+    widths
+}
+
 impl SmallSolve {
     /// For a body of `vertex_count` vertices on `context`'s device: 1 024 invocations where
     /// the device allows, their rows shared among lanes so that each invocation has about

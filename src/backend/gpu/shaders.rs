@@ -10,6 +10,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/elastic", include_str!("../../../shaders/shared/elastic.wgsl")),
     ("shared/dispatch", include_str!("../../../shaders/shared/dispatch.wgsl")),
     ("shared/reduce", include_str!("../../../shaders/shared/reduce.wgsl")),
+    ("shared/reduce_subgroup", include_str!("../../../shaders/shared/reduce_subgroup.wgsl")),
     ("shared/spring", include_str!("../../../shaders/shared/spring.wgsl")),
     ("shared/collider", include_str!("../../../shaders/shared/collider.wgsl")),
     ("shared/slots", include_str!("../../../shaders/shared/slots.wgsl")),
@@ -29,6 +30,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("vector", include_str!("../../../shaders/vector.wgsl")),
     ("line_search", include_str!("../../../shaders/line_search.wgsl")),
     ("render", include_str!("../../../shaders/render.wgsl")),
+    ("subgroups", include_str!("../../../shaders/subgroups.wgsl")),
 ];
 
 /// The stages: composed modules with entry points.
@@ -45,9 +47,19 @@ pub const STAGES: &[&str] = &[
     "line_search",
 ];
 
+/// How the stages' workgroup sums are made (`shared/reduce` or its twin).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reductions {
+    /// A tree through workgroup memory, a barrier per halving: any device.
+    Tree,
+    /// Subgroup operations, two barriers a sum: devices whose subgroups have this fixed size
+    /// and follow the local invocation index (`GpuContext` checks).
+    Subgroup(u32),
+}
+
 /// The composed stage `name`, parsed and validated by naga.
-pub fn module(name: &str) -> Result<(String, naga::Module)> {
-    let source = compose(name)?;
+pub fn module(name: &str, reductions: Reductions) -> Result<(String, naga::Module)> {
+    let source = compose(name, reductions)?;
     let module = naga::front::wgsl::parse_str(&source)
         .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
@@ -86,22 +98,31 @@ fn source(name: &str) -> Result<&'static str> {
         .ok_or_else(|| Error::Unsupported(format!("no shader named {name:?}")))
 }
 
-/// The stage `name` with its imports expanded in place.
-pub fn compose(name: &str) -> Result<String> {
+/// The stage `name` with its imports expanded in place and its workgroup sums made as
+/// `reductions` says. (Naga takes subgroup operations without WGSL's `enable subgroups;`,
+/// which it does not parse yet; the device's feature is what allows them.)
+pub fn compose(name: &str, reductions: Reductions) -> Result<String> {
     let mut included = Vec::new();
     let mut out = String::new();
-    expand(name, &mut included, &mut out)?;
+    expand(name, reductions, &mut included, &mut out)?;
     Ok(out)
 }
 
-fn expand(name: &str, included: &mut Vec<String>, out: &mut String) -> Result<()> {
+fn expand(name: &str, reductions: Reductions, included: &mut Vec<String>, out: &mut String) -> Result<()> {
     if included.iter().any(|n| n == name) {
         return Ok(());
     }
     included.push(name.to_string());
+    let name = match (name, reductions) {
+        ("shared/reduce", Reductions::Subgroup(size)) => {
+            out.push_str(&format!("const SUBGROUP: u32 = {size}u;\n"));
+            "shared/reduce_subgroup"
+        }
+        _ => name,
+    };
     for line in source(name)?.lines() {
         match line.trim().strip_prefix("#import ") {
-            Some(import) => expand(import.trim(), included, out)?,
+            Some(import) => expand(import.trim(), reductions, included, out)?,
             None => {
                 out.push_str(line);
                 out.push('\n');

@@ -39,7 +39,7 @@ impl WgStage {
     /// Composes stage `name`, reads its bindings and builds their layouts.
     pub fn new(context: &GpuContext, name: &'static str) -> Result<WgStage> {
         let device = &context.device;
-        let (source, parsed) = module(name)?;
+        let (source, parsed) = module(name, context.reductions())?;
         let table = reflect(&parsed)?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(name),

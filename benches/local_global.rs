@@ -19,7 +19,10 @@
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lively::{Backend, Collider, ContactModel, Integrator, Material, Simulation, Solver, TetMesh};
+use std::sync::Arc;
+
+use lively::backend::gpu::GpuContext;
+use lively::{Collider, ContactModel, Integrator, Material, Simulation, Solver, TetMesh};
 
 /// Tets above which the GPU cases are left out on a software adapter (lavapipe runs them at
 /// CPU speed); a hardware GPU runs them all.
@@ -44,20 +47,23 @@ fn meshes() -> Vec<(String, TetMesh)> {
     out
 }
 
-/// The scene on `backend`, fallen for 10 steps: the state every measured step starts from.
-fn prepare(mesh: &TetMesh, integrator: &Integrator, backend: Backend) -> lively::Result<Simulation> {
+/// The scene on the CPU, or on the GPU of `gpu`, fallen for 10 steps: the state every measured step starts from.
+fn prepare(
+    mesh: &TetMesh,
+    integrator: &Integrator,
+    gpu: Option<Arc<GpuContext>>,
+) -> lively::Result<Simulation> {
     let low = mesh.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
     let high = mesh.positions().iter().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
     let pinned = low + 0.02 * (high - low);
-    let mut sim = Simulation::builder()
+    let builder = Simulation::builder()
         .tet_body(mesh.clone(), Material::corotated(5e5, 0.3), 1000.0)
         .dt(1.0 / 30.0)
         .gravity([0.0, -9.81, 0.0])
         .integrator(integrator.clone())
         .solver(Solver::local_global(10))
-        .pin(move |p| p[0] <= pinned)
-        .backend(backend)
-        .build()?;
+        .pin(move |p| p[0] <= pinned);
+    let mut sim = common::on_gpu_or_cpu(builder, gpu).build()?;
     for _ in 0..10 {
         sim.step()?;
     }
@@ -67,20 +73,18 @@ fn prepare(mesh: &TetMesh, integrator: &Integrator, backend: Backend) -> lively:
 fn local_global(c: &mut Criterion) {
     let integrators =
         [Integrator::BackwardEuler, Integrator::ImplicitMidpoint, Integrator::Stabilized { epsilon: 0.01 }];
-    let gpu_tets = common::gpu_max_tets(SOFTWARE_GPU_TETS);
+    let gpu = common::gpu_bench(SOFTWARE_GPU_TETS);
     let mut group = c.benchmark_group("local_global");
     group.sample_size(10);
     for (name, mesh) in meshes() {
         let tets = mesh.tets().len();
         for integrator in &integrators {
-            for backend in [Backend::Cpu, Backend::Gpu] {
-                if backend == Backend::Gpu && tets > gpu_tets {
-                    continue;
-                }
-                let mut sim = match prepare(&mesh, integrator, backend) {
+            for context in common::backends(&gpu, tets) {
+                let side = common::side(&context);
+                let mut sim = match prepare(&mesh, integrator, context) {
                     Ok(sim) => sim,
                     Err(e) => {
-                        eprintln!("skipping {name} on {backend:?}: {e}");
+                        eprintln!("skipping {name} on the {side}: {e}");
                         continue;
                     }
                 };
@@ -90,12 +94,7 @@ fn local_global(c: &mut Criterion) {
                 sim.set_state(&x, &v).unwrap();
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 let device = stats.device.as_ref().map_or(String::new(), common::device_work);
-                let label = format!(
-                    "{}_{}_{}",
-                    integrator.name(),
-                    name,
-                    if backend == Backend::Gpu { "gpu" } else { "cpu" }
-                );
+                let label = format!("{}_{name}_{side}", integrator.name());
                 eprintln!(
                     "{label:<36} {:>6} verts {tets:>7} tets  iterations {:>2}  cg {:>4}  total {:>8.2} ms (local {:.2}, global {:.2}){device}",
                     mesh.positions().len(),
@@ -116,19 +115,18 @@ fn local_global(c: &mut Criterion) {
 fn on_floor(
     integrator: &Integrator,
     solver: Solver,
-    backend: Backend,
+    gpu: Option<Arc<GpuContext>>,
     steps: usize,
 ) -> lively::Result<Simulation> {
-    let mut sim = Simulation::builder()
+    let builder = Simulation::builder()
         .tet_body(TetMesh::bar([25, 12, 10], [1.25, 0.6, 0.5]), Material::corotated(1e5, 0.3), 1000.0)
         .dt(1.0 / 30.0)
         .gravity([0.0, -9.81, 0.0])
         .integrator(integrator.clone())
         .solver(solver)
         .collider(Collider::plane([0.0, 1.0, 0.0], -0.05).friction(0.5))
-        .contact_model(ContactModel::Penalty { stiffness: 1e6 })
-        .backend(backend)
-        .build()?;
+        .contact_model(ContactModel::Penalty { stiffness: 1e6 });
+    let mut sim = common::on_gpu_or_cpu(builder, gpu).build()?;
     for _ in 0..steps {
         sim.step()?;
     }
@@ -136,25 +134,23 @@ fn on_floor(
 }
 
 fn local_global_on_a_floor(c: &mut Criterion) {
-    let gpu = std::env::var("LIVELY_BENCH_GPU").as_deref() != Ok("0");
+    // The floor's bar takes 15 000 tets: a software adapter runs it too.
+    let gpu = common::gpu_bench(usize::MAX);
     let mut group = c.benchmark_group("local_global");
     group.sample_size(10);
     for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.01 }] {
         // The bar touches the floor in its third step (a 5 cm fall takes 0.1 s).
         for (state, steps) in [("landing", 2), ("resting", 40)] {
             for (solver_name, solver) in [("lg", Solver::local_global(10)), ("newton", Solver::newton())] {
-                for backend in [Backend::Cpu, Backend::Gpu] {
-                    if backend == Backend::Gpu && !gpu {
-                        continue;
-                    }
-                    let mut sim = match on_floor(&integrator, solver.clone(), backend, steps) {
+                for context in common::backends(&gpu, 15_000) {
+                    let side = common::side(&context);
+                    let mut sim = match on_floor(&integrator, solver.clone(), context, steps) {
                         Ok(sim) => sim,
                         Err(e) => {
-                            eprintln!("skipping the floor on {backend:?}: {e}");
+                            eprintln!("skipping the floor on the {side}: {e}");
                             continue;
                         }
                     };
-                    let side = if backend == Backend::Gpu { "gpu" } else { "cpu" };
                     let label = format!("floor_{}_{state}_{solver_name}_{side}", integrator.name());
                     common::time_steps(&mut group, &label, &mut sim);
                 }

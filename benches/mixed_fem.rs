@@ -15,8 +15,11 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use criterion::{Criterion, criterion_group, criterion_main};
-use lively::{Backend, Integrator, Material, Simulation, Solver, TetMesh};
+use lively::backend::gpu::GpuContext;
+use lively::{Integrator, Material, Simulation, Solver, TetMesh};
 
 /// Tets above which the GPU cases are left out on a software adapter (lavapipe runs them at
 /// CPU speed); a hardware GPU runs them all.
@@ -44,26 +47,25 @@ fn meshes(gpu_tets: usize) -> Vec<(String, TetMesh)> {
 
 /// The scene under `solver`, fallen for 10 steps (converged mixed FEM): the state every
 /// measured step starts from.
-fn prepare(mesh: &TetMesh, solver: Solver, backend: Backend) -> lively::Result<Simulation> {
+fn prepare(mesh: &TetMesh, solver: Solver, gpu: Option<Arc<GpuContext>>) -> lively::Result<Simulation> {
     let low = mesh.positions().iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
     let high = mesh.positions().iter().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
     let pinned = low + 0.02 * (high - low);
-    let build = |solver: Solver, backend: Backend| {
-        Simulation::builder()
+    let build = |solver: Solver, gpu: Option<Arc<GpuContext>>| {
+        let builder = Simulation::builder()
             .tet_body(mesh.clone(), Material::stable_neo_hookean(1e5, 0.45), 1000.0)
             .dt(1.0 / 30.0)
             .gravity([0.0, -9.81, 0.0])
             .integrator(Integrator::BackwardEuler)
             .solver(solver)
-            .pin(move |p| p[0] <= pinned)
-            .backend(backend)
-            .build()
+            .pin(move |p| p[0] <= pinned);
+        common::on_gpu_or_cpu(builder, gpu).build()
     };
-    let mut fall = build(Solver::mixed_fem(), Backend::Cpu)?;
+    let mut fall = build(Solver::mixed_fem(), None)?;
     for _ in 0..10 {
         fall.step()?;
     }
-    let mut sim = build(solver, backend)?;
+    let mut sim = build(solver, gpu)?;
     // One step first, so that no measured step compiles the GPU's pipelines.
     sim.set_state(fall.positions(), fall.velocities())?;
     sim.step()?;
@@ -74,23 +76,21 @@ fn prepare(mesh: &TetMesh, solver: Solver, backend: Backend) -> lively::Result<S
 fn mixed_fem(c: &mut Criterion) {
     let mut group = c.benchmark_group("mixed_fem");
     group.sample_size(10);
-    let gpu_tets = common::gpu_max_tets(SOFTWARE_GPU_TETS);
-    for (name, mesh) in meshes(gpu_tets) {
+    let gpu = common::gpu_bench(SOFTWARE_GPU_TETS);
+    for (name, mesh) in meshes(gpu.as_ref().map_or(0, |gpu| gpu.max_tets)) {
         let solvers = [
             ("mixed", Solver::mixed_fem().max_iterations(5)),
             ("newton", Solver::newton().max_iterations(5)),
         ];
-        let backends = [Backend::Cpu, Backend::Gpu];
-        for ((solver_name, solver), backend) in
-            solvers.iter().flat_map(|s| backends.iter().map(move |b| (s, *b)))
+        let backends = common::backends(&gpu, mesh.tets().len());
+        for ((solver_name, solver), context) in
+            solvers.iter().flat_map(|s| backends.iter().map(move |b| (s, b.clone())))
         {
-            if backend == Backend::Gpu && mesh.tets().len() > gpu_tets {
-                continue;
-            }
-            let mut sim = match prepare(&mesh, solver.clone(), backend) {
+            let side = common::side(&context);
+            let mut sim = match prepare(&mesh, solver.clone(), context) {
                 Ok(sim) => sim,
                 Err(e) => {
-                    eprintln!("skipping {name} on {backend:?}: {e}");
+                    eprintln!("skipping {name} on the {side}: {e}");
                     continue;
                 }
             };
@@ -101,8 +101,7 @@ fn mixed_fem(c: &mut Criterion) {
             let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / stats.iterations as f64;
             let t = stats.timings;
             let device = stats.device.as_ref().map_or(String::new(), common::device_work);
-            let label =
-                format!("{solver_name}_{name}_{}", if backend == Backend::Gpu { "gpu" } else { "cpu" });
+            let label = format!("{solver_name}_{name}_{side}");
             eprintln!(
                 "{label:<26} {:>6} tets  iterations {}  cg {:>4}  per iteration {:>7.2} ms: assembly {:.2}, \
                  global {:.2}, local {:.2}, line search {:.2}{device}",

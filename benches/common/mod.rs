@@ -91,13 +91,30 @@ impl GpuBench {
     }
 }
 
-/// The largest body the GPU cases of a benchmark take: 0 with `LIVELY_BENCH_GPU=0` or without
-/// an adapter, else as [`GpuBench::new`] decides.
-pub fn gpu_max_tets(software_max_tets: usize) -> usize {
+/// The GPU a benchmark compares with the CPU: `None` with `LIVELY_BENCH_GPU=0` or without an
+/// adapter, else as [`GpuBench::new`] decides; its device is printed.
+pub fn gpu_bench(software_max_tets: usize) -> Option<GpuBench> {
     if std::env::var("LIVELY_BENCH_GPU").as_deref() == Ok("0") {
-        return 0;
+        return None;
     }
-    GpuBench::new(software_max_tets).map_or(0, |bench| bench.max_tets)
+    let bench = GpuBench::new(software_max_tets)?;
+    eprintln!("adapter: {}", bench.device);
+    Some(bench)
+}
+
+/// Where a benchmark runs a body of `tets`: the CPU (`None`), and the GPU's context where it
+/// takes the body.
+pub fn backends(
+    gpu: &Option<GpuBench>,
+    tets: usize,
+) -> Vec<Option<std::sync::Arc<lively::backend::gpu::GpuContext>>> {
+    let on_gpu = gpu.as_ref().filter(|gpu| tets <= gpu.max_tets).map(|gpu| gpu.context.clone());
+    std::iter::once(None).chain(on_gpu.map(Some)).collect()
+}
+
+/// A case's label suffix for where it runs.
+pub fn side(context: &Option<std::sync::Arc<lively::backend::gpu::GpuContext>>) -> &'static str {
+    if context.is_some() { "gpu" } else { "cpu" }
 }
 
 /// `builder` on the GPU of `context`, or on the CPU for `None`.

@@ -882,18 +882,6 @@ impl GpuBackend {
     }
 }
 
-/// The largest body whose Newton and mixed-FEM solves by `LinearSolver::PcgProjective` the
-/// approximate inverse preconditions (above the one-workgroup solve's size). On the benchmark
-/// bars it needs 27-36 % fewer CG iterations than Jacobi (backward Euler and A-search to
-/// 1e-4 N, 1K and 10K tets), and where the loop's dispatches are latency-bound an iteration
-/// costs what Jacobi's does (H200: 18 us at 3 718 vertices, Jacobi 19.4 us at 2 541). Beyond,
-/// the loop is bandwidth-bound, and the product `G^T G` it applies has about twice the
-/// matrix's entries per row (scalars, where the matrix has 3x3 blocks): whether those bytes
-/// cost less than the iterations they save is unmeasured, so larger bodies keep Jacobi until a
-/// device says. In one workgroup FSAI's iteration walks the rows three times (23.7 us against
-/// Jacobi's 12.8 at 330-375 vertices): small bodies keep Jacobi too.
-const NEWTON_FSAI_VERTICES: usize = 16_384;
-
 /// The largest body whose budgeted solves take the pipelined loop (one dispatch an
 /// iteration, and more vectors to stream). On an H100 (2x40 steps' GPU busy time against the
 /// two-dispatch loop's, the eigensolver's gain taken out) it saved 5.5 us an iteration at
@@ -1274,17 +1262,17 @@ impl GpuBackend {
     /// (the elasticity's Laplacian, which the CPU factors exactly), with the rows of this
     /// step's penalty contacts on Jacobi, since the matrix leaves their stiffness out; put on
     /// the device at the first such solve of a step. Jacobi for `LinearSolver::Pcg`, with
-    /// self-contact, whose stiffness the matrix leaves out everywhere (as on the CPU), and
-    /// outside the sizes where it pays ([`NEWTON_FSAI_VERTICES`]).
+    /// self-contact, whose stiffness the matrix leaves out everywhere (as on the CPU), and for
+    /// bodies solved in one workgroup, where FSAI's iteration walks the rows three times
+    /// (23.7 us against Jacobi's 12.8 at 330-375 vertices on an H200). Above that, FSAI takes
+    /// 27-41 % fewer CG iterations on the benchmark bars (1K to 100K tets) for a third more
+    /// bytes an iteration: its `G^T G` has about 27 scalar entries a row where the matrix has
+    /// 13 blocks of nine (docs/perf/gpu.md, seventh session).
     fn preconditioned(&mut self, solver: LinearSolver, params: PcgParams) -> Result<PcgParams> {
         let n = self.buffers.vertex_count;
         let one_workgroup =
             n <= self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(JACOBI));
-        if solver != LinearSolver::PcgProjective
-            || self.groups.self_contact.is_some()
-            || one_workgroup
-            || n > NEWTON_FSAI_VERTICES
-        {
+        if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
             return Ok(PcgParams { preconditioner: JACOBI, ..params });
         }
         if !self.newton_fsai_ready {
@@ -1529,10 +1517,8 @@ impl Stages for GpuBackend {
         self.step_damping = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = self.step_damping.is_some();
         self.friction = false;
-        // Only the bodies whose Newton solves FSAI may precondition need the set.
-        if self.buffers.vertex_count <= NEWTON_FSAI_VERTICES
-            && projective::has_penalty_contact(&self.model, &self.colliders)
-        {
+        // The penalty contacts whose rows FSAI leaves to Jacobi in Newton's solves.
+        if projective::has_penalty_contact(&self.model, &self.colliders) {
             let set = projective::contact_set(&self.model, &self.colliders, &problem);
             self.newton_contact = set.iter().map(|&member| member as u32).collect();
         } else {

@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))?;
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("application"),
+        // What lively's stages use where the adapter has it (subgroups, timestamps).
+        required_features: lively::backend::gpu::GpuContext::wanted_features(&adapter),
         required_limits: adapter.limits(),
         ..Default::default()
     }))?;

@@ -337,7 +337,8 @@ impl SimulationBuilder {
     }
 
     /// Runs the GPU backend on the application's own device and queue (e.g. its renderer's),
-    /// so that positions can be drawn from the device without a readback.
+    /// so that positions can be drawn from the device without a readback. Open the device
+    /// with [`GpuContext::wanted_features`] so that the stages can use what the adapter has.
     pub fn wgpu_device(mut self, device: wgpu::Device, queue: wgpu::Queue) -> Self {
         self.gpu = Some(Arc::new(GpuContext::from_device(device, queue)));
         self

@@ -108,6 +108,7 @@ impl Viewer {
         .map_err(|e| Error::NoGpu(format!("no adapter can draw into the window: {e}")))?;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lively view"),
+            required_features: GpuContext::wanted_features(&adapter),
             required_limits: adapter.limits(),
             ..Default::default()
         }))

@@ -89,10 +89,7 @@ impl GpuContext {
         let failure: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lively"),
-            // Timestamps where the adapter has them, for `start_profiling`; subgroups for the
-            // stages' sums.
-            required_features: (adapter.features() & wgpu::Features::TIMESTAMP_QUERY)
-                | super::subgroups::wanted(&adapter),
+            required_features: GpuContext::wanted_features(&adapter),
             required_limits: adapter.limits(),
             ..Default::default()
         }))
@@ -127,7 +124,17 @@ impl GpuContext {
         Ok(context.with_chosen_reductions())
     }
 
-    /// Wraps the application's own device and queue (e.g. its renderer's).
+    /// The features of `adapter` the stages use where it has them: subgroups, for their
+    /// workgroup sums (see [`reductions`](Self::reductions)), and timestamp queries, for
+    /// [`start_profiling`](Self::start_profiling). An application that opens its own device
+    /// for [`from_device`](Self::from_device) asks for these too.
+    pub fn wanted_features(adapter: &wgpu::Adapter) -> wgpu::Features {
+        (adapter.features() & wgpu::Features::TIMESTAMP_QUERY) | super::subgroups::wanted(adapter)
+    }
+
+    /// Wraps the application's own device and queue (e.g. its renderer's). Its stages sum
+    /// through subgroups only if the device was opened with them
+    /// ([`wanted_features`](Self::wanted_features)).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
         let dispatch_width = device.limits().max_compute_workgroups_per_dimension;
         GpuContext {

@@ -10,6 +10,9 @@
 #           as bench-gpu_step or test-gpu_steps, to keep a call inside the tool's 10 minutes —
 #           and leaves their logs in $OUT (gpu_step's ends with the table docs/perf/gpu.md wants).
 #
+# With LIVELY_BENCH_REDUCTIONS=tree the benchmarks keep the tree's workgroup sums where the
+# device has subgroups, and their logs are named *-tree.log, so one call can run both forms.
+#
 # The machine there has no package registry and no toolchain: everything it runs is built
 # here. The shared meshes do not travel, so the benchmarks that need them say so and skip.
 set -euo pipefail
@@ -69,12 +72,13 @@ run)
         for b in "${benches[@]}"; do wanted+=("bench-$b"); done
     fi
     status=0
+    suffix=${LIVELY_BENCH_REDUCTIONS:+-$LIVELY_BENCH_REDUCTIONS}
     for name in "${wanted[@]}"; do
         [ -x "$bin/$name" ] || { echo "no $name in .device" >&2; status=1; continue; }
         case $name in
         test-*) "$bin/$name" --nocapture 2>&1 | tee "$out/$name.log" || status=1 ;;
         # LIVELY_CRITERION_ARGS: criterion's options, e.g. shorter times to fit a call's limit.
-        bench-*) "$bin/$name" --bench ${LIVELY_CRITERION_ARGS:-} 2>&1 | tee "$out/$name.log" || status=1 ;;
+        bench-*) "$bin/$name" --bench ${LIVELY_CRITERION_ARGS:-} 2>&1 | tee "$out/$name$suffix.log" || status=1 ;;
         esac
     done
     echo "logs in $out"

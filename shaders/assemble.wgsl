@@ -35,7 +35,7 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(1) @binding(6) var<storage, read> slot_columns: array<u32>;
 @group(1) @binding(7) var<storage, read> laplacian: array<f32>;
 
-@group(3) @binding(0) var<storage, read> element_blocks: array<f32>;
+@group(3) @binding(0) var<storage, read> element_blocks: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read> vertex_blocks: array<f32>;
 @group(3) @binding(2) var<storage, read> damping_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> blocks: array<f32>;
@@ -47,16 +47,14 @@ fn from_rows(e0: f32, e1: f32, e2: f32, e3: f32, e4: f32, e5: f32, e6: f32, e7: 
     return mat3x3<f32>(vec3<f32>(e0, e3, e6), vec3<f32>(e1, e4, e7), vec3<f32>(e2, e5, e8));
 }
 
-// Stored element block `source` (structure of arrays, see shared/slots.wgsl).
+// Stored element block `source` (by column, see shared/slots.wgsl).
 fn element_block(source: u32) -> mat3x3<f32> {
     let t = params.tet_count;
     let s = params.spring_count;
-    return from_rows(
-        element_blocks[block_entry(source, 0u, t, s)], element_blocks[block_entry(source, 1u, t, s)],
-        element_blocks[block_entry(source, 2u, t, s)], element_blocks[block_entry(source, 3u, t, s)],
-        element_blocks[block_entry(source, 4u, t, s)], element_blocks[block_entry(source, 5u, t, s)],
-        element_blocks[block_entry(source, 6u, t, s)], element_blocks[block_entry(source, 7u, t, s)],
-        element_blocks[block_entry(source, 8u, t, s)],
+    return mat3x3<f32>(
+        element_blocks[block_column(source, 0u, t, s)].xyz,
+        element_blocks[block_column(source, 1u, t, s)].xyz,
+        element_blocks[block_column(source, 2u, t, s)].xyz,
     );
 }
 

@@ -30,14 +30,12 @@ const ANY_MATERIAL: u32 = 6u;
 @group(1) @binding(5) var<storage, read> spring_edges: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
-@group(3) @binding(1) var<storage, read_write> element_blocks: array<f32>;
+@group(3) @binding(1) var<storage, read_write> element_blocks: array<vec4<f32>>;
 @group(3) @binding(2) var<storage, read_write> energy_partials: array<f32>;
 
 // Column k of upper block u: entries (i, k).
 fn store_column(e: u32, u: u32, k: u32, column: vec3<f32>) {
-    element_blocks[tet_block_entry(e, u, k, params.tet_count)] = column.x;
-    element_blocks[tet_block_entry(e, u, 3u + k, params.tet_count)] = column.y;
-    element_blocks[tet_block_entry(e, u, 6u + k, params.tet_count)] = column.z;
+    element_blocks[tet_block_column(e, u, k, params.tet_count)] = vec4<f32>(column, 0.0);
 }
 
 // The weighted tangents of both nodes applied to df.
@@ -144,13 +142,12 @@ fn spring(s: u32) -> f32 {
         }
     }
     if (OUTPUTS >= 2u) {
-        // Upper blocks (0,0), (0,1), (1,1) of [[H, -H], [-H, H]], row-major.
-        for (var r = 0u; r < 3u; r++) {
-            for (var c = 0u; c < 3u; c++) {
-                element_blocks[spring_block_entry(s, 0u, 3u * r + c, params.tet_count, params.spring_count)] = h[c][r];
-                element_blocks[spring_block_entry(s, 1u, 3u * r + c, params.tet_count, params.spring_count)] = -h[c][r];
-                element_blocks[spring_block_entry(s, 2u, 3u * r + c, params.tet_count, params.spring_count)] = h[c][r];
-            }
+        // Upper blocks (0,0), (0,1), (1,1) of [[H, -H], [-H, H]], by column.
+        for (var c = 0u; c < 3u; c++) {
+            let column = vec4<f32>(h[c], 0.0);
+            element_blocks[spring_block_column(s, 0u, c, params.tet_count, params.spring_count)] = column;
+            element_blocks[spring_block_column(s, 1u, c, params.tet_count, params.spring_count)] = -column;
+            element_blocks[spring_block_column(s, 2u, c, params.tet_count, params.spring_count)] = column;
         }
     }
     return energy;

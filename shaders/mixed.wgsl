@@ -32,7 +32,7 @@
 @group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
 @group(3) @binding(1) var<storage, read_write> energy_partials: array<f32>;
 @group(3) @binding(2) var<storage, read_write> displacement_corners: array<f32>;
-@group(3) @binding(3) var<storage, read_write> element_blocks: array<f32>;
+@group(3) @binding(3) var<storage, read_write> element_blocks: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read_write> mixed_linearization: array<f32>;
 // The position step of the condensed system (PCG's solution).
 @group(3) @binding(5) var<storage, read> direction: array<f32>;
@@ -404,17 +404,11 @@ fn store_corner_pair(e: u32, a: u32, plain: vec3<f32>, condensed: vec3<f32>) {
     store_corner(e, a, condensed);
 }
 
-// Upper block u of tet e, entry 3i + j = b[i][j] in math order (WGSL's b[j][i]).
+// Upper block u of tet e by column (column j of b is WGSL's b[j]).
 fn store_block(e: u32, u: u32, b: mat3x3<f32>) {
-    element_blocks[tet_block_entry(e, u, 0u, params.tet_count)] = b[0].x;
-    element_blocks[tet_block_entry(e, u, 1u, params.tet_count)] = b[1].x;
-    element_blocks[tet_block_entry(e, u, 2u, params.tet_count)] = b[2].x;
-    element_blocks[tet_block_entry(e, u, 3u, params.tet_count)] = b[0].y;
-    element_blocks[tet_block_entry(e, u, 4u, params.tet_count)] = b[1].y;
-    element_blocks[tet_block_entry(e, u, 5u, params.tet_count)] = b[2].y;
-    element_blocks[tet_block_entry(e, u, 6u, params.tet_count)] = b[0].z;
-    element_blocks[tet_block_entry(e, u, 7u, params.tet_count)] = b[1].z;
-    element_blocks[tet_block_entry(e, u, 8u, params.tet_count)] = b[2].z;
+    for (var j = 0u; j < 3u; j++) {
+        element_blocks[tet_block_column(e, u, j, params.tet_count)] = vec4<f32>(b[j], 0.0);
+    }
 }
 
 fn run_tet(group: vec3<u32>, groups: vec3<u32>, lid: u32) -> u32 {

@@ -190,7 +190,7 @@ impl GpuBuffers {
 
         let mut w = GpuScratch::default();
         w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));
-        w.set("element_blocks", c.scratch::<f32>("element_blocks", 90 * nt + 27 * ns));
+        w.set("element_blocks", c.scratch::<f32>("element_blocks", super::element::block_floats(nt, ns)));
         w.set("energy_partials", c.scratch::<f32>("energy_partials", BATCH * energy_partials));
         for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "ap"] {
             w.set(name, vector(name));

@@ -287,7 +287,7 @@ impl WgElement {
         let corners: Vec<f32> =
             recording.read_buffer(context, buffers.scratch.named("corner_gradients"), 12 * nt + 6 * ns)?;
         let blocks: Vec<f32> =
-            recording.read_buffer(context, buffers.scratch.named("element_blocks"), 90 * nt + 27 * ns)?;
+            recording.read_buffer(context, buffers.scratch.named("element_blocks"), block_floats(nt, ns))?;
         Ok((
             (0..12 * nt + 6 * ns).map(|entry| corners[corner_entry(entry / 3, entry % 3, nt, ns)]).collect(),
             (0..90 * nt + 27 * ns).map(|entry| blocks[block_entry(entry / 9, entry % 9, nt, ns)]).collect(),
@@ -306,15 +306,23 @@ pub(crate) fn corner_entry(slot: usize, i: usize, tet_count: usize, spring_count
     }
 }
 
-/// Where entry `k` of stored block `source` lies on the GPU (`shaders/shared/slots.wgsl`).
+/// Where entry `k` (row-major) of stored block `source` lies on the GPU, in floats: row
+/// `k / 3` of its column `k % 3`, a `vec4` (`shaders/shared/slots.wgsl`).
 #[cfg(test)]
 pub(crate) fn block_entry(source: usize, k: usize, tet_count: usize, spring_count: usize) -> usize {
-    if source < 10 * tet_count {
-        (9 * (source % 10) + k) * tet_count + source / 10
+    let c = k % 3;
+    let column = if source < 10 * tet_count {
+        (3 * (source % 10) + c) * tet_count + source / 10
     } else {
         let local = source - 10 * tet_count;
-        90 * tet_count + (9 * (local % 3) + k) * spring_count + local / 3
-    }
+        30 * tet_count + (3 * (local % 3) + c) * spring_count + local / 3
+    };
+    4 * column + k / 3
+}
+
+/// Floats the element blocks take on the GPU: three `vec4` columns a block.
+pub(crate) fn block_floats(tet_count: usize, spring_count: usize) -> usize {
+    12 * (10 * tet_count + 3 * spring_count)
 }
 
 #[cfg(test)]

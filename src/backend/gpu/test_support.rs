@@ -250,7 +250,7 @@ impl Rig {
     /// Uploads element blocks given in the CPU twin's order (9 floats per block).
     pub fn upload_element_blocks(&mut self, values: &[f32]) {
         let (nt, ns) = (self.buffers.tet_count, self.buffers.spring_count);
-        let mut laid_out = vec![0.0f32; values.len()];
+        let mut laid_out = vec![0.0f32; super::element::block_floats(nt, ns)];
         for (entry, &value) in values.iter().enumerate() {
             laid_out[super::element::block_entry(entry / 9, entry % 9, nt, ns)] = value;
         }

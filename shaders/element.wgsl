@@ -29,7 +29,7 @@ const ANY_MATERIAL: u32 = 6u;
 // Per spring: its rest edge X_j - X_i (from f64), to which the displacements add.
 @group(1) @binding(5) var<storage, read> spring_edges: array<vec4<f32>>;
 
-@group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
+@group(3) @binding(0) var<storage, read_write> corner_gradients: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read_write> element_blocks: array<vec4<f32>>;
 @group(3) @binding(2) var<storage, read_write> energy_partials: array<f32>;
 
@@ -136,10 +136,8 @@ fn spring(s: u32) -> f32 {
         }
     }
     if (OUTPUTS >= 1u) {
-        for (var c = 0u; c < 3u; c++) {
-            corner_gradients[spring_corner_entry(s, 0u, c, params.tet_count, params.spring_count)] = -g[c];
-            corner_gradients[spring_corner_entry(s, 1u, c, params.tet_count, params.spring_count)] = g[c];
-        }
+        corner_gradients[spring_corner(s, 0u, params.tet_count, params.spring_count)] = vec4<f32>(-g, 0.0);
+        corner_gradients[spring_corner(s, 1u, params.tet_count, params.spring_count)] = vec4<f32>(g, 0.0);
     }
     if (OUTPUTS >= 2u) {
         // Upper blocks (0,0), (0,1), (1,1) of [[H, -H], [-H, H]], by column.

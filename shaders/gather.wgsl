@@ -86,7 +86,7 @@ struct Params {
 @group(2) @binding(3) var<storage, read> anchor_offsets: array<u32>;
 @group(2) @binding(4) var<storage, read> anchors: array<vec4<f32>>;
 
-@group(3) @binding(0) var<storage, read> corner_gradients: array<f32>;
+@group(3) @binding(0) var<storage, read> corner_gradients: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read_write> gradient: array<f32>;
 @group(3) @binding(2) var<storage, read_write> vertex_blocks: array<f32>;
 @group(3) @binding(3) var<storage, read_write> gather_partials: array<vec4<f32>>;
@@ -370,13 +370,7 @@ fn vertex(v: u32) -> vec4<f32> {
     forces += contact.forces;
     for (var i = corner_offsets[v]; i < corner_offsets[v + 1u]; i++) {
         let slot = corners[i];
-        let t = params.tet_count;
-        let s = params.spring_count;
-        let f = vec3<f32>(
-            corner_gradients[corner_entry(slot, 0u, t, s)],
-            corner_gradients[corner_entry(slot, 1u, t, s)],
-            corner_gradients[corner_entry(slot, 2u, t, s)],
-        );
+        let f = corner_gradients[corner(slot, params.tet_count, params.spring_count)].xyz;
         acc += f;
         forces += length(f);
     }

@@ -15,7 +15,7 @@
 // Per node and tet (node q of tet e at q T + e): the last rotation, a unit quaternion (xyz, w).
 @group(2) @binding(2) var<storage, read_write> rotations: array<vec4<f32>>;
 
-@group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
+@group(3) @binding(0) var<storage, read_write> corner_gradients: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read_write> energy_partials: array<f32>;
 
 // Tet e's projective energy at the nodes; its corner gradients and rotations are stored.

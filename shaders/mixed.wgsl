@@ -29,9 +29,9 @@
 @group(2) @binding(2) var<storage, read_write> mixed_rotations: array<vec4<f32>>;
 @group(2) @binding(3) var<storage, read_write> stretch: array<f32>;
 
-@group(3) @binding(0) var<storage, read_write> corner_gradients: array<f32>;
+@group(3) @binding(0) var<storage, read_write> corner_gradients: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read_write> energy_partials: array<f32>;
-@group(3) @binding(2) var<storage, read_write> displacement_corners: array<f32>;
+@group(3) @binding(2) var<storage, read_write> displacement_corners: array<vec4<f32>>;
 @group(3) @binding(3) var<storage, read_write> element_blocks: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read_write> mixed_linearization: array<f32>;
 // The position step of the condensed system (PCG's solution).
@@ -398,9 +398,7 @@ fn corner_rows(jacobian: array<array<f32, 9>, 6>, r0: u32, a: u32) -> mat3x3<f32
 
 // Corner a's gradient of the plain (displacement) objective and of the condensed one.
 fn store_corner_pair(e: u32, a: u32, plain: vec3<f32>, condensed: vec3<f32>) {
-    displacement_corners[tet_corner_entry(e, a, 0u, params.tet_count)] = plain.x;
-    displacement_corners[tet_corner_entry(e, a, 1u, params.tet_count)] = plain.y;
-    displacement_corners[tet_corner_entry(e, a, 2u, params.tet_count)] = plain.z;
+    displacement_corners[tet_corner(e, a, params.tet_count)] = vec4<f32>(plain, 0.0);
     store_corner(e, a, condensed);
 }
 

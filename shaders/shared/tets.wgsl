@@ -102,9 +102,7 @@ fn displacement_gradient(t: Tet, theta: f32) -> mat3x3<f32> {
 }
 
 fn store_corner(e: u32, a: u32, g: vec3<f32>) {
-    corner_gradients[tet_corner_entry(e, a, 0u, params.tet_count)] = g.x;
-    corner_gradients[tet_corner_entry(e, a, 1u, params.tet_count)] = g.y;
-    corner_gradients[tet_corner_entry(e, a, 2u, params.tet_count)] = g.z;
+    corner_gradients[tet_corner(e, a, params.tet_count)] = vec4<f32>(g, 0.0);
 }
 
 // Sums `value` over the workgroup into its energy partial.

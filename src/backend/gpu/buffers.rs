@@ -189,7 +189,10 @@ impl GpuBuffers {
         s.set("mixed_rotations", c.scratch::<[f32; 4]>("mixed_rotations", 1));
 
         let mut w = GpuScratch::default();
-        w.set("corner_gradients", c.scratch::<f32>("corner_gradients", 12 * nt + 6 * ns));
+        w.set(
+            "corner_gradients",
+            c.scratch::<f32>("corner_gradients", super::element::corner_floats(nt, ns)),
+        );
         w.set("element_blocks", c.scratch::<f32>("element_blocks", super::element::block_floats(nt, ns)));
         w.set("energy_partials", c.scratch::<f32>("energy_partials", BATCH * energy_partials));
         for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "ap"] {
@@ -238,7 +241,7 @@ impl GpuBuffers {
         w.set("damping_blocks", c.scratch::<f32>("damping_blocks", 1));
         w.set("damping_linear", c.scratch::<[f32; 4]>("damping_linear", 1));
         // The mixed solver's buffers, allocated when it first runs (`reserve_mixed`).
-        w.set("displacement_corners", c.scratch::<f32>("displacement_corners", 1));
+        w.set("displacement_corners", c.scratch::<[f32; 4]>("displacement_corners", 1));
         w.set("mixed_linearization", c.scratch::<f32>("mixed_linearization", 1));
         let self_contact = super::self_contact::add_buffers(c, model, &mut m, &mut w);
         GpuBuffers {
@@ -312,7 +315,7 @@ impl GpuBuffers {
         if self.state.named("stretch").size() >= (24 * nt) as u64 {
             return false;
         }
-        let corners = 12 * self.tet_count + 6 * self.spring_count;
+        let corners = super::element::corner_floats(self.tet_count, self.spring_count);
         self.state.set("stretch", context.scratch::<f32>("stretch", 6 * nt));
         self.state.set("mixed_rotations", context.scratch::<[f32; 4]>("mixed_rotations", nt));
         self.scratch

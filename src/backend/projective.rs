@@ -107,13 +107,12 @@ pub(crate) fn contact_set(
     problem: &StepProblem<'_>,
 ) -> Vec<bool> {
     let inside = |x: [f64; 3]| colliders.iter().any(|c| c.distance(DVec3::from(x)).phi <= 0.0);
-    (0..model.vertex_count())
-        .map(|v| {
-            !model.pinned[v]
-                && model.contact.penalty_stiffness() > 0.0
-                && (inside(problem.start[v]) || inside(problem.target[v]))
-        })
-        .collect()
+    // On the worker pool: a GPU step finds the set for bodies of every size.
+    crate::math::per_vertex(model.vertex_count(), |v| {
+        !model.pinned[v]
+            && model.contact.penalty_stiffness() > 0.0
+            && (inside(problem.start[v]) || inside(problem.target[v]))
+    })
 }
 
 /// What the local/global solver's contact set is found from: the model's pins, the colliders

@@ -666,9 +666,6 @@ impl GpuBackend {
         Ok((results[..staged.len()].to_vec(), values))
     }
 
-    /// A Newton iteration in two submissions and one readback: linearize, solve with the
-    /// iterations the last solve took (more chunks only when it runs on), the dots, and the
-    /// line search's first candidates.
     /// Records the mixed stage's `entry` over the tets at the objective's node.
     fn mixed(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
         let (c, rec) = (&self.context, &mut self.recording);
@@ -797,6 +794,9 @@ impl GpuBackend {
         })
     }
 
+    /// A Newton iteration in two submissions and one readback: linearize, solve with the
+    /// iterations the last solve took (more chunks only when it runs on), the dots, and the
+    /// line search's first candidates.
     fn newton_direction_on_device(&mut self, request: &DirectionRequest<'_>) -> Result<NewtonDirection> {
         // A start chosen on the device reports its objective with this readback.
         let start = self.pending_start.take();

@@ -17,11 +17,12 @@
 // and 0.6-8 % from both after the first three.
 //
 // FSAI (src/backend/fsai.rs) applies z = G^T G r per coordinate. The loop multiplies by the
-// explicit product M = G^T G (`fsai_inverse`, compressed rows): z needs the new r at every
-// vertex two edges away, so `update` forms it on the fly as r - alpha Ap, leaves the new r in
-// `fsai_y` and the next `product` moves it into r (a vertex's r is read by its neighbours
-// until then). The one-workgroup solve applies G and G^T as two sweeps with a barrier between
-// them (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v; y = G r in `fsai_y`).
+// explicit product M = G^T G (`fsai_inverse`, in slots like the matrix's): z needs the new r
+// at every vertex two edges away, so `update` forms it on the fly as r - alpha Ap, leaves the
+// new r in `fsai_y` and the next `product` moves it into r (a vertex's r is read by its
+// neighbours until then). The one-workgroup solve applies G and G^T as two sweeps with a
+// barrier between them (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v;
+// y = G r in `fsai_y`).
 // G is made for the matrix without penalty contacts, whose stiffness can exceed the rest of a
 // diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are preconditioned
 // by Jacobi and the rest by E G^T G E, E dropping the contact set: the two blocks of a block
@@ -109,7 +110,8 @@ const LIMIT: u32 = 4u;
 @group(1) @binding(1) var<storage, read> diagonal: array<u32>;
 @group(1) @binding(2) var<storage, read> slice_bases: array<u32>;
 @group(1) @binding(3) var<storage, read> slot_columns: array<u32>;
-// M = G^T G's row offsets (n + 1), then its columns.
+// M = G^T G's row offsets (n + 1), then, in the matrix's sliced layout (entry k of row v in
+// slot slice_base(v / SLICE) + SLICE k + v % SLICE), its slice bases and each slot's column.
 @group(1) @binding(4) var<storage, read> fsai_inverse_pattern: array<u32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
@@ -342,9 +344,12 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
         return acc;
     }
     let n = params.vertex_count;
-    let end = fsai_inverse_pattern[row.v + 1u];
-    for (var e = fsai_inverse_pattern[row.v] + row.lane; e < end; e += params.lanes) {
-        let c = fsai_inverse_pattern[n + 1u + e];
+    let length = fsai_inverse_pattern[row.v + 1u] - fsai_inverse_pattern[row.v];
+    let base = fsai_inverse_pattern[n + 1u + row.v / SLICE] + row.v % SLICE;
+    let columns = n + 1u + (n + SLICE - 1u) / SLICE;
+    for (var k = row.lane; k < length; k += params.lanes) {
+        let e = base + SLICE * k;
+        let c = fsai_inverse_pattern[columns + e];
         acc += select(fsai_inverse[params.fsai_inverse_offset + e], 0.0, in_contact(c)) * residual_at(c, alpha, from_rhs);
     }
     return acc;

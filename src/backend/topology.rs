@@ -171,36 +171,39 @@ pub(crate) struct MatrixSlots {
 impl Topology {
     /// The sliced-ELLPACK slots of this pattern.
     pub(crate) fn matrix_slots(&self) -> MatrixSlots {
-        let rows = self.row_offsets.len() - 1;
-        let length = |v: usize| (self.row_offsets[v + 1] - self.row_offsets[v]) as usize;
-        let mut slice_bases = Vec::with_capacity(rows.div_ceil(SLICE));
+        MatrixSlots::new(&self.row_offsets, &self.columns)
+    }
+}
+
+impl MatrixSlots {
+    /// The sliced-ELLPACK slots of the compressed rows `row_offsets` (one more than the rows)
+    /// and `columns`.
+    pub(crate) fn new(row_offsets: &[u32], columns: &[u32]) -> MatrixSlots {
+        let rows = row_offsets.len() - 1;
+        let length = |v: usize| (row_offsets[v + 1] - row_offsets[v]) as usize;
+        let longest: Vec<usize> = (0..rows.div_ceil(SLICE))
+            .map(|s| (s * SLICE..((s + 1) * SLICE).min(rows)).map(length).max().unwrap_or(0))
+            .collect();
+        let mut slice_bases = Vec::with_capacity(longest.len());
         let mut slots = 0usize;
-        for first in (0..rows).step_by(SLICE) {
+        for width in &longest {
             slice_bases.push(slots as u32);
-            let longest = (first..(first + SLICE).min(rows)).map(length).max().unwrap_or(0);
-            slots += SLICE * longest;
+            slots += SLICE * width;
         }
         let mut slot_columns = vec![0u32; slots];
-        let mut slot_of = vec![0u32; self.columns.len()];
+        let mut slot_of = vec![0u32; columns.len()];
         for v in 0..rows {
             let base = slice_bases[v / SLICE] as usize + v % SLICE;
-            let longest = if slots == 0 { 0 } else { self.slice_length(&slice_bases, slots, v / SLICE) };
-            for j in 0..longest {
+            for j in 0..longest[v / SLICE] {
                 slot_columns[base + SLICE * j] = v as u32;
             }
             for j in 0..length(v) {
-                let index = self.row_offsets[v] as usize + j;
+                let index = row_offsets[v] as usize + j;
                 slot_of[index] = (base + SLICE * j) as u32;
-                slot_columns[base + SLICE * j] = self.columns[index];
+                slot_columns[base + SLICE * j] = columns[index];
             }
         }
         MatrixSlots { slice_bases, slot_columns, slot_of }
-    }
-
-    /// Blocks per row in slice `s`.
-    fn slice_length(&self, bases: &[u32], slots: usize, s: usize) -> usize {
-        let end = bases.get(s + 1).map_or(slots, |&b| b as usize);
-        (end - bases[s] as usize) / SLICE
     }
 }
 

@@ -1232,7 +1232,7 @@ impl GpuBackend {
                 projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, damping);
         }
         let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
-        if self.buffers.reserve_fsai(&self.context, fsai.inverse_pattern()) {
+        if self.buffers.reserve_fsai(&self.context, fsai.inverse_slots()) {
             self.rebind()?;
         }
         let fsai = self.fsai.as_mut().expect("made above");

@@ -12,7 +12,7 @@
 
 use super::context::GpuContext;
 use super::gather::GpuCollider;
-use super::pcg::{FSAI_FACTORS, PcgStatus};
+use super::pcg::{FSAI_FACTORS, InverseSlots, PcgStatus};
 use super::stage::WORKGROUP;
 use crate::backend::topology::Topology;
 use crate::material::MaterialModel;
@@ -325,13 +325,14 @@ impl GpuBuffers {
     }
 
     /// Makes the buffers of [`FSAI_FACTORS`] FSAI factors (one value per slot) and of their
-    /// products on `pattern` (offsets, then columns), one after another, unless they exist;
-    /// true when it made them (the bind groups must then be made again).
-    pub fn reserve_fsai(&mut self, context: &GpuContext, pattern: &[u32]) -> bool {
+    /// products in `inverse`'s slots, one after another, unless they exist; true when it made
+    /// them (the bind groups must then be made again).
+    pub fn reserve_fsai(&mut self, context: &GpuContext, inverse: &InverseSlots) -> bool {
+        let pattern = &inverse.pattern;
         if self.model.named("fsai_inverse_pattern").size() >= 4 * pattern.len() as u64 {
             return false;
         }
-        let entries = pattern.len() - (self.vertex_count + 1);
+        let entries = inverse.slot_count();
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
         let parts = |count: usize| FSAI_FACTORS * count.max(1);
         self.scratch.set("fsai", context.scratch::<f32>("fsai", parts(self.slot_count)));

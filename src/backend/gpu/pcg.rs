@@ -12,7 +12,7 @@ use super::context::GpuContext;
 use super::recording::{Recording, Staged};
 use super::stage::{Kernel, WgStage};
 use crate::backend::fsai::{Fsai, Inverse};
-use crate::backend::topology::Topology;
+use crate::backend::topology::{MatrixSlots, Topology};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -62,9 +62,21 @@ pub enum JacobiLoop {
     /// Pipelined CG: the same iterates, one dispatch an iteration. Its f32 recurrences drift
     /// from the true residual over long solves to tight tolerances (a Newton direction solved
     /// to 1e-6 in 54 iterations ended 1e-3 from the FSAI solve's, where CG's ended 8e-7 from
-    /// it), so it is for solves a fixed budget cuts short.
+    /// it), so it is for solves a fixed budget cuts short, and it stops at
+    /// [`PIPELINED_FLOOR`] at the latest.
     Pipelined,
 }
+
+/// The relative residual below which the pipelined loop does not go on, whatever its
+/// tolerance: about where its true residual stops following its recurrences. Past it the
+/// recursive residual fell while the true one stayed, and a few iterations later both grew
+/// (20-fold) and the loop stopped on a wrong sign of curvature. On a local/global bar (600
+/// vertices, Jacobi), with 1 and 16 lanes on lavapipe: at 50 iterations the recursive
+/// residual was 9.3e-4 of |b| and the true one 1.4-1.5e-3, the quadratic 2e-6 above its least
+/// (CG's 1e-6); at 60, 0.7-1.3e-4 against 1.2-1.3e-3; by 69 it had blown up and stopped at
+/// 1e-5 (one lane) or 1.2e-4 (16 lanes) above the least, where CG went on down to 1e-10. On
+/// an H100 the same run ended 2.4 % above it.
+pub const PIPELINED_FLOOR: f32 = 1e-3;
 
 /// At most this many invocations share a row of the loop's kernels (`lanes` in the shader).
 pub const MAX_LANES: u32 = 16;
@@ -167,8 +179,8 @@ impl SmallSolve {
 pub const FSAI_FACTORS: usize = 2;
 
 /// The local/global matrices' FSAI factors for the GPU's global steps, built on the host in
-/// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` on
-/// its own pattern (the loop). The `fsai` and `fsai_inverse` buffers hold [`FSAI_FACTORS`]
+/// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` in
+/// the slots of its own pattern (the loop, see [`InverseSlots`]). The `fsai` and `fsai_inverse` buffers hold [`FSAI_FACTORS`]
 /// of them, one per part; a factor serves while the vertex diagonal stays within 1 % of the
 /// one it was built for (lagged damping moves it a little every step, and an approximate
 /// inverse of a nearby matrix preconditions as well), and a new one takes the part of the
@@ -177,6 +189,7 @@ pub struct FsaiFactors {
     topology: Topology,
     laplacian: Vec<f64>,
     inverse: Inverse,
+    slots: InverseSlots,
     /// The latest first.
     factors: Vec<FsaiFactor>,
 }
@@ -198,20 +211,20 @@ impl FsaiFactors {
         let topology = Topology::new(model);
         let laplacian = crate::backend::projective::laplacian(model, &topology);
         let inverse = Inverse::new(&topology);
-        FsaiFactors { topology, laplacian, inverse, factors: Vec::new() }
+        let slots = InverseSlots::new(&inverse, model.vertex_count());
+        FsaiFactors { topology, laplacian, inverse, slots, factors: Vec::new() }
     }
 
-    /// `M`'s row offsets and columns, for the `fsai_inverse_pattern` buffer.
-    pub fn inverse_pattern(&self) -> &[u32] {
-        &self.inverse.pattern
+    /// Where `M`'s values go on the device.
+    pub fn inverse_slots(&self) -> &InverseSlots {
+        &self.slots
     }
 
     /// Where the latest factor (the one the next solve uses) lies: its offsets in the `fsai`
     /// buffer (of `slot_count` values a part) and in `fsai_inverse`.
     pub fn offsets(&self, slot_count: usize) -> (usize, usize) {
         let part = self.factors.first().map_or(0, |f| f.part);
-        let inverse_entries = self.inverse.pattern.len() - self.topology.row_offsets.len();
-        (part * slot_count, part * inverse_entries)
+        (part * slot_count, part * self.slots.slot_count())
     }
 
     /// Makes the factor of `S = a L + diagonal` the latest, building it (and returning what to
@@ -240,9 +253,48 @@ impl FsaiFactors {
         let fsai = Fsai::new(topology, &matrix);
         self.inverse.fill(topology, &fsai);
         let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
-        let upload = (buffers.values_to_slots(&to_f32(&fsai.values)), to_f32(&self.inverse.values));
+        let upload =
+            (buffers.values_to_slots(&to_f32(&fsai.values)), self.slots.values(&self.inverse.values));
         self.factors.insert(0, FsaiFactor { a, diagonal: diagonal.to_vec(), part });
         Some(upload)
+    }
+}
+
+/// `M = G^T G` as the loop reads it: its rows in the matrix's sliced layout (the `k`-th
+/// entry of row `v` in slot `base(v / SLICE) + SLICE k + v % SLICE`), so that a warp's rows
+/// read their `k`-th entries as one contiguous run. In compressed rows, one row an
+/// invocation, each of a warp's loads touched 32 sectors: an FSAI iteration at 1M tets took
+/// 240 us on an H100, against Jacobi's 104.
+pub struct InverseSlots {
+    /// For `fsai_inverse_pattern`: the row offsets (`n + 1`), the slice bases, then each
+    /// slot's column (a padding slot holds its own row).
+    pub pattern: Vec<u32>,
+    /// Per compressed-row entry, its slot.
+    slot_of: Vec<u32>,
+    slots: usize,
+}
+
+impl InverseSlots {
+    pub(crate) fn new(inverse: &Inverse, vertex_count: usize) -> InverseSlots {
+        let (offsets, columns) = inverse.pattern.split_at(vertex_count + 1);
+        let MatrixSlots { slice_bases, slot_columns, slot_of } = MatrixSlots::new(offsets, columns);
+        let slots = slot_columns.len();
+        let pattern = [offsets, &slice_bases, &slot_columns].concat();
+        InverseSlots { pattern, slot_of, slots }
+    }
+
+    /// Slots per factor.
+    pub fn slot_count(&self) -> usize {
+        self.slots
+    }
+
+    /// `M`'s values (one per compressed-row entry) in slot order, zero in the padding.
+    pub fn values(&self, values: &[f64]) -> Vec<f32> {
+        let mut slotted = vec![0.0f32; self.slots];
+        for (&slot, &value) in self.slot_of.iter().zip(values) {
+            slotted[slot as usize] = value as f32;
+        }
+        slotted
     }
 }
 
@@ -388,7 +440,13 @@ impl WgPcg {
         jacobi_loop: JacobiLoop,
     ) -> Result<Solve> {
         let pipelined = params.preconditioner == JACOBI && jacobi_loop == JacobiLoop::Pipelined;
-        let params = PcgParams { lanes: groups.lanes, ..params };
+        // (Budgets, its only users, fix their tolerance: no forcing term to floor on the device.)
+        debug_assert!(
+            !pipelined || params.forcing == 0,
+            "the pipelined loop's floor needs a fixed tolerance"
+        );
+        let tolerance = if pipelined { params.tolerance.max(PIPELINED_FLOOR) } else { params.tolerance };
+        let params = PcgParams { lanes: groups.lanes, tolerance, ..params };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
         if params.warm != 0 {
@@ -573,10 +631,11 @@ mod tests {
         let fsai = Fsai::new(&topology, &s);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
+        let inverse_slots = super::InverseSlots::new(&inverse, n);
         let mut rig = Rig::new(&context, &model);
-        assert!(rig.buffers.reserve_fsai(&rig.context, &inverse.pattern));
+        assert!(rig.buffers.reserve_fsai(&rig.context, &inverse_slots));
         rig.upload(3, "fsai", &rig.buffers.values_to_slots(&to_f32(&fsai.values)));
-        rig.upload(3, "fsai_inverse", &to_f32(&inverse.values));
+        rig.upload(3, "fsai_inverse", &inverse_slots.values(&inverse.values));
         rig.upload(3, "contact_flags", &vec![0u32; n]);
         let blocks = scalar_blocks(&s);
         let block_slots = rig.buffers.blocks_to_slots(&to_f32(blocks.as_flattened()));
@@ -785,8 +844,13 @@ mod tests {
         let n = model.vertex_count();
         for (lanes, jacobi_loop) in [(1, JacobiLoop::Cg), (8, JacobiLoop::Cg), (8, JacobiLoop::Pipelined)] {
             // f32 CG: the recursive residual drifts from the true one by about condition x
-            // 1e-7, so ask for 1e-4 and check the true residual in f64 against 3e-4.
+            // 1e-7, so ask for 1e-4 and check the true residual in f64 against 3e-4 (the
+            // pipelined loop stops at its floor, 1e-3: against 3e-3).
             let params = fixed_tolerance(&rig, 1e-4, 2000);
+            let reached = match jacobi_loop {
+                JacobiLoop::Cg => 1e-4,
+                JacobiLoop::Pipelined => super::PIPELINED_FLOOR as f64,
+            };
             let status = solve_looped(&mut rig, params, lanes, jacobi_loop);
             assert_eq!(status.state, 1, "GPU PCG should converge: {status:?}");
             let solution: Vec<[f64; 3]> = rig
@@ -804,7 +868,7 @@ mod tests {
                 "GPU PCG, {lanes} lanes, {jacobi_loop:?}: {} iterations (CPU {}), true relative residual {relative:.2e}",
                 status.iterations, cpu_outcome.iterations
             );
-            assert!(relative < 3e-4, "true relative residual {relative:e}");
+            assert!(relative < 3.0 * reached, "true relative residual {relative:e}");
             assert!((status.iterations as f64) < 1.5 * cpu_outcome.iterations as f64 + 5.0);
         }
 
@@ -898,12 +962,13 @@ mod tests {
         rig.upload(3, "contact_flags", &flags);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
-        assert!(rig.buffers.reserve_fsai(&rig.context, &inverse.pattern));
+        let inverse_slots = super::InverseSlots::new(&inverse, n);
+        assert!(rig.buffers.reserve_fsai(&rig.context, &inverse_slots));
         let slots = rig.buffers.values_to_slots(&to_f32(&fsai.values));
-        let entries = inverse.values.len();
+        let entries = inverse_slots.slot_count();
         let second_part = |first: usize, values: Vec<f32>| [vec![0.0f32; first], values].concat();
         rig.upload(3, "fsai", &second_part(slots.len(), slots.clone()));
-        rig.upload(3, "fsai_inverse", &second_part(entries, to_f32(&inverse.values)));
+        rig.upload(3, "fsai_inverse", &second_part(entries, inverse_slots.values(&inverse.values)));
         let blocks_f32: Vec<f64> = blocks.iter().flatten().copied().collect();
         let block_slots = rig.buffers.blocks_to_slots(&to_f32(&blocks_f32));
         rig.upload(3, "blocks", &block_slots);
@@ -968,12 +1033,12 @@ mod tests {
     /// to a loose tolerance it stops with the CPU's Jacobi-PCG, to an iteration or two; cut off
     /// after 10 or 40 iterations, as a budget does, its solution lowers the quadratic
     /// `q(x) = x.A x / 2 - b.x` as far as the two-dispatch loop's, to 1 % of what that loop
-    /// leaves undone (the exact minimum from the CPU in f64). Run on for 100 iterations, past
-    /// what its f32 recurrences resolve, it keeps 99 % of the quadratic's least (up to 0.6 %
-    /// off on lavapipe), where CG keeps it to 1e-10.
+    /// leaves undone (the exact minimum from the CPU in f64). Asked for 1e-9 in 100
+    /// iterations, past what its f32 recurrences resolve, it stops at [`PIPELINED_FLOOR`]
+    /// with the quadratic within 1e-5 of its least (1.8-1.9e-6 on lavapipe).
     #[test]
     fn pipelined_jacobi_pcg_follows_cg() {
-        use super::JACOBI;
+        use super::{JACOBI, PIPELINED_FLOOR};
         use crate::backend::cpu::{hessian_product, pcg};
         let Some(context) = context() else { return };
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([30, 5, 4], 300.0);
@@ -1052,12 +1117,14 @@ mod tests {
                         "{lanes} lanes, {count}: {pipelined} {cg} {least}"
                     );
                 } else {
-                    // Run on past what its recurrences resolve (its recursive residual stalls
-                    // near 1e-3 of |b| here), it drifts, or loses p.Ap's sign and stops at its
-                    // last iterate; the direction still buys 99 % of the model's decrease.
-                    assert!(matches!(status.state, 3 | 4), "{status:?}");
+                    // Asked for more than its recurrences resolve, it stops at its floor,
+                    // where CG does, with the quadratic as close to its least (without the
+                    // floor it drifted on and stopped 1e-5 to 2.4e-2 above it).
+                    let (floor, _) = cpu_solve(PIPELINED_FLOOR as f64);
+                    assert_eq!(status.state, 1, "{lanes} lanes: {status:?}");
+                    assert!(status.iterations.abs_diff(floor.iterations as u32) <= 2, "{status:?} {floor:?}");
                     assert!(
-                        pipelined - least <= 0.01 * least.abs(),
+                        pipelined - least <= 1e-5 * least.abs(),
                         "{lanes} lanes: {pipelined} against {least}"
                     );
                 }

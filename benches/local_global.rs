@@ -4,13 +4,14 @@
 //! blend), on meshes of the paper's sizes.
 //!
 //! `cargo bench --bench local_global` — each case first prints one line (vertices, tets,
-//! iterations, CG iterations on a GPU, phase times, device counts), then criterion times
-//! `Simulation::step` from a fixed mid-motion state. Cases: generated bars and cubes from
-//! about 300 to 36K vertices (one of 15 000 tets, the size the goal is set at), and the bunny and armadillo of `../shared/meshes/` (skipped,
+//! iterations, CG iterations on a GPU, the median warm step's time and the phases of the
+//! last, device counts), then criterion times `Simulation::step` from a fixed mid-motion
+//! state. Cases: generated bars and cubes from about 300 to 36K vertices (one of 15 000 tets,
+//! the size the goal is set at), and the bunny and armadillo of `../shared/meshes/` (skipped,
 //! with the reason printed, when that folder is absent). Corotated, E 5e5 Pa, nu 0.3,
-//! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs every case
-//! on a hardware adapter and those up to 25K tets on a software one (`LIVELY_BENCH_MAX_TETS`
-//! sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off).
+//! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs every
+//! case on a hardware adapter and those up to 25K tets on a software one
+//! (`LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off).
 //!
 //! `floor_*` cases: the 15 000-tet bar dropped 5 cm onto a penalty floor (k 1e6 N/m, friction
 //! 0.5), unpinned, timed at the step it lands and resting after 40 steps, backward Euler and
@@ -74,6 +75,7 @@ fn local_global(c: &mut Criterion) {
     let integrators =
         [Integrator::BackwardEuler, Integrator::ImplicitMidpoint, Integrator::Stabilized { epsilon: 0.01 }];
     let gpu = common::gpu_bench(SOFTWARE_GPU_TETS);
+    let runs = gpu.as_ref().map_or(3, |gpu| gpu.runs);
     let mut group = c.benchmark_group("local_global");
     group.sample_size(10);
     for (name, mesh) in meshes() {
@@ -88,10 +90,9 @@ fn local_global(c: &mut Criterion) {
                         continue;
                     }
                 };
-                let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
-                let stats = sim.step().expect("step");
+                // The median of warm steps (see benches/mixed_fem.rs).
+                let (step, stats) = common::median_step(&mut sim, runs);
                 assert!(stats.iterations > 0, "{name}: the measured step did nothing");
-                sim.set_state(&x, &v).unwrap();
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 let device = stats.device.as_ref().map_or(String::new(), common::device_work);
                 let label = format!("{}_{name}_{side}", integrator.name());
@@ -100,7 +101,7 @@ fn local_global(c: &mut Criterion) {
                     mesh.positions().len(),
                     stats.iterations,
                     stats.linear_iterations,
-                    ms(stats.timings.total),
+                    ms(step),
                     ms(stats.timings.evaluate),
                     ms(stats.timings.linear_solve),
                 );

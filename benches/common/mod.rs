@@ -131,10 +131,11 @@ pub fn on_gpu_or_cpu(
 /// A step's device work, for a benchmark's printed line.
 pub fn device_work(d: &lively::backend::gpu::DeviceCounts) -> String {
     format!(
-        "  {} subm {} readbacks {} dispatches, {:.2} / {:.2} MB up / down",
+        "  {} subm {} readbacks {} dispatches, host wait {:.2} ms, {:.2} / {:.2} MB up / down",
         d.submissions,
         d.readbacks,
         d.dispatches,
+        d.wait.as_secs_f64() * 1e3,
         d.uploaded as f64 * 1e-6,
         d.downloaded as f64 * 1e-6
     )

@@ -31,7 +31,7 @@ const TRANSPOSED: u32 = 0x80000000u;
 @group(1) @binding(2) var<storage, read> columns: array<u32>;
 @group(1) @binding(3) var<storage, read> source_offsets: array<u32>;
 @group(1) @binding(4) var<storage, read> block_sources: array<u32>;
-@group(1) @binding(5) var<storage, read> slice_bases: array<u32>;
+@group(1) @binding(5) var<storage, read> row_slices: array<u32>;
 @group(1) @binding(6) var<storage, read> slot_columns: array<u32>;
 @group(1) @binding(7) var<storage, read> laplacian: array<f32>;
 

@@ -72,7 +72,7 @@ struct Params {
 @group(1) @binding(5) var<storage, read> row_offsets: array<u32>;
 // Rest positions: x, x_start and the target are displacements from them.
 @group(1) @binding(6) var<storage, read> rest: array<f32>;
-@group(1) @binding(7) var<storage, read> slice_bases: array<u32>;
+@group(1) @binding(7) var<storage, read> row_slices: array<u32>;
 @group(1) @binding(8) var<storage, read> slot_columns: array<u32>;
 // The samples of every signed-distance-grid collider (shared/collider).
 @group(1) @binding(9) var<storage, read> sdf_values: array<f32>;

@@ -108,10 +108,11 @@ const LIMIT: u32 = 4u;
 
 @group(1) @binding(0) var<storage, read> row_offsets: array<u32>;
 @group(1) @binding(1) var<storage, read> diagonal: array<u32>;
-@group(1) @binding(2) var<storage, read> slice_bases: array<u32>;
+@group(1) @binding(2) var<storage, read> row_slices: array<u32>;
 @group(1) @binding(3) var<storage, read> slot_columns: array<u32>;
-// M = G^T G's row offsets (n + 1), then, in the matrix's sliced layout (entry k of row v in
-// slot slice_base(v / SLICE) + SLICE k + v % SLICE), its slice bases and each slot's column.
+// M = G^T G's row offsets (n + 1), then, in the matrix's sliced layout at the matrix's
+// positions (entry k of the row at position p in slot slice_base(p / SLICE) + SLICE k +
+// p % SLICE), its slice bases and each slot's column.
 @group(1) @binding(4) var<storage, read> fsai_inverse_pattern: array<u32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
@@ -168,10 +169,13 @@ fn load3(v: u32, which: u32) -> vec3<f32> {
     }
 }
 
-// A loop kernel's invocation: its row and its lane in the row.
+// A loop kernel's invocation: its row, the row's position in the matrix's layout (see
+// `shared/matrix`), and its lane in the row. Consecutive invocations take consecutive
+// positions: past the last, the position is its own row.
 struct Row {
     v: u32,
     lane: u32,
+    at: u32,
 }
 
 // The rows a workgroup serves at once.
@@ -182,7 +186,8 @@ fn rows_at_once() -> u32 {
 // The invocation's row and lane in the `slot`-th set of rows (the loop's workgroup, or the
 // one-workgroup solve's sweep).
 fn row_of(slot: u32, lid: u32) -> Row {
-    return Row(slot * rows_at_once() + lid % rows_at_once(), lid / rows_at_once());
+    let at = slot * rows_at_once() + lid % rows_at_once();
+    return Row(select(at, row_at(at), at < params.vertex_count), lid / rows_at_once(), at);
 }
 
 // The loop's partial sums: one per workgroup.
@@ -213,7 +218,7 @@ fn product_share(row: Row) -> vec3<f32> {
     let v = row.v;
     var acc = vec3<f32>(0.0);
     for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
-        let entry = matrix_slot(v, j);
+        let entry = position_slot(row.at, j);
         acc += block_times(entry, coupled_vector(slot_columns[entry]));
     }
     if (row.lane == 0u) {
@@ -345,7 +350,7 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
     }
     let n = params.vertex_count;
     let length = fsai_inverse_pattern[row.v + 1u] - fsai_inverse_pattern[row.v];
-    let base = fsai_inverse_pattern[n + 1u + row.v / SLICE] + row.v % SLICE;
+    let base = fsai_inverse_pattern[n + 1u + row.at / SLICE] + row.at % SLICE;
     let columns = n + 1u + (n + SLICE - 1u) / SLICE;
     for (var k = row.lane; k < length; k += params.lanes) {
         let e = base + SLICE * k;
@@ -360,7 +365,7 @@ fn fsai_share(row: Row, upper: bool) -> vec3<f32> {
     let v = row.v;
     var acc = vec3<f32>(0.0);
     for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
-        let slot = matrix_slot(v, j);
+        let slot = position_slot(row.at, j);
         let c = slot_columns[slot];
         if (upper && c >= v) {
             acc += fsai[params.fsai_offset + slot] * vec3<f32>(fsai_y[3u * c], fsai_y[3u * c + 1u], fsai_y[3u * c + 2u]);

@@ -124,7 +124,7 @@ impl GpuBuffers {
         m.set("diagonal", c.storage("diagonal", &topology.diagonal));
         m.set("source_offsets", c.storage("source_offsets", &topology.source_offsets));
         m.set("block_sources", c.storage("block_sources", &topology.block_sources));
-        m.set("slice_bases", c.storage("slice_bases", &slots.slice_bases));
+        m.set("row_slices", c.storage("row_slices", &slots.row_slices()));
         m.set("slot_columns", c.storage("slot_columns", &slots.slot_columns));
         // The pattern of the local/global solver's FSAI product, made when it first runs.
         m.set("fsai_inverse_pattern", c.scratch::<u32>("fsai_inverse_pattern", 1));

@@ -211,7 +211,7 @@ impl FsaiFactors {
         let topology = Topology::new(model);
         let laplacian = crate::backend::projective::laplacian(model, &topology);
         let inverse = Inverse::new(&topology);
-        let slots = InverseSlots::new(&inverse, model.vertex_count());
+        let slots = InverseSlots::new(&inverse, &topology);
         FsaiFactors { topology, laplacian, inverse, slots, factors: Vec::new() }
     }
 
@@ -260,9 +260,10 @@ impl FsaiFactors {
     }
 }
 
-/// `M = G^T G` as the loop reads it: its rows in the matrix's sliced layout (the `k`-th
-/// entry of row `v` in slot `base(v / SLICE) + SLICE k + v % SLICE`), so that a warp's rows
-/// read their `k`-th entries as one contiguous run. In compressed rows, one row an
+/// `M = G^T G` as the loop reads it: its rows in the matrix's sliced layout, at the
+/// matrix's positions (the `k`-th entry of the row at position `p` in slot
+/// `base(p / SLICE) + SLICE k + p % SLICE`), so that a warp's rows read their `k`-th entries
+/// as one contiguous run. In compressed rows, one row an
 /// invocation, each of a warp's loads touched 32 sectors: an FSAI iteration at 1M tets took
 /// 240 us on an H100, against Jacobi's 104.
 pub struct InverseSlots {
@@ -275,9 +276,13 @@ pub struct InverseSlots {
 }
 
 impl InverseSlots {
-    pub(crate) fn new(inverse: &Inverse, vertex_count: usize) -> InverseSlots {
-        let (offsets, columns) = inverse.pattern.split_at(vertex_count + 1);
-        let MatrixSlots { slice_bases, slot_columns, slot_of } = MatrixSlots::new(offsets, columns);
+    /// `inverse`'s slots with its rows at the matrix's positions (`topology`'s, so that the
+    /// loop's rows are the same in both).
+    pub(crate) fn new(inverse: &Inverse, topology: &Topology) -> InverseSlots {
+        let rows = topology.matrix_slots().rows;
+        let (offsets, columns) = inverse.pattern.split_at(rows.len() + 1);
+        let MatrixSlots { slice_bases, slot_columns, slot_of, .. } =
+            MatrixSlots::in_order(offsets, columns, rows);
         let slots = slot_columns.len();
         let pattern = [offsets, &slice_bases, &slot_columns].concat();
         InverseSlots { pattern, slot_of, slots }
@@ -631,7 +636,7 @@ mod tests {
         let fsai = Fsai::new(&topology, &s);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
-        let inverse_slots = super::InverseSlots::new(&inverse, n);
+        let inverse_slots = super::InverseSlots::new(&inverse, &topology);
         let mut rig = Rig::new(&context, &model);
         assert!(rig.buffers.reserve_fsai(&rig.context, &inverse_slots));
         rig.upload(3, "fsai", &rig.buffers.values_to_slots(&to_f32(&fsai.values)));
@@ -962,7 +967,7 @@ mod tests {
         rig.upload(3, "contact_flags", &flags);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
-        let inverse_slots = super::InverseSlots::new(&inverse, n);
+        let inverse_slots = super::InverseSlots::new(&inverse, &topology);
         assert!(rig.buffers.reserve_fsai(&rig.context, &inverse_slots));
         let slots = rig.buffers.values_to_slots(&to_f32(&fsai.values));
         let entries = inverse_slots.slot_count();

@@ -180,11 +180,11 @@ pub const FSAI_FACTORS: usize = 2;
 
 /// The local/global matrices' FSAI factors for the GPU's global steps, built on the host in
 /// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` in
-/// the slots of its own pattern (the loop, see [`InverseSlots`]). The `fsai` and `fsai_inverse` buffers hold [`FSAI_FACTORS`]
-/// of them, one per part; a factor serves while the vertex diagonal stays within 1 % of the
-/// one it was built for (lagged damping moves it a little every step, and an approximate
-/// inverse of a nearby matrix preconditions as well), and a new one takes the part of the
-/// factor used longest ago.
+/// the slots of its own pattern (the loop, see [`InverseSlots`]). The `fsai` and
+/// `fsai_inverse` buffers hold [`FSAI_FACTORS`] of them, one per part; a factor serves while
+/// the vertex diagonal stays within 1 % of the one it was built for (lagged damping moves it
+/// a little every step, and an approximate inverse of a nearby matrix preconditions as well),
+/// and a new one takes the part of the factor used longest ago.
 pub struct FsaiFactors {
     topology: Topology,
     laplacian: Vec<f64>,

@@ -8,10 +8,10 @@
 //! generated bars and a cube of 2.2K, 11K and 24K tets (its bunny, boat and stretched beam),
 //! and the bunny of `../shared/meshes/` (skipped, with the reason printed, when that folder
 //! is absent). Stable neo-Hookean, E 1e5 Pa, nu 0.45, rho 1000, gravity, the vertices at the
-//! lowest x pinned, backward Euler, h = 1/30 s. The GPU runs the cases up to 12K tets on a software
-//! adapter and all on a hardware one, which also runs a 100K-tet bar (issue 13's GPU size);
-//! `LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off. The GPU
-//! lines print the device work of the step.
+//! lowest x pinned, backward Euler, h = 1/30 s. The GPU runs the cases up to 12K tets on a
+//! software adapter and all on a hardware one, which also runs a 100K-tet bar (issue 13's GPU
+//! size); `LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off. The
+//! GPU lines print the device work of the step.
 
 mod common;
 

@@ -37,7 +37,9 @@
 // - the scalars ping-pong the same way: a kernel reads `scalars_in`, and workgroup 0 writes
 //   `scalars_out`, which no other workgroup of that dispatch reads except fields it leaves.
 // An iteration that is not running does nothing, so the host records a fixed number of
-// iterations and reads the status once.
+// iterations and reads the status once. Where the host dispatches the loop indirectly, the
+// iterations recorded past the solve's end dispatch no workgroups at all (see
+// `product_dispatches`).
 //
 // Lanes: `params.lanes` invocations (a power of two dividing the workgroup) share a row of
 // every walk over the matrix's rows, each taking every lanes-th entry of it; a workgroup
@@ -149,6 +151,16 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(23) var<storage, read_write> earlier_product: array<f32>;
 // The pipelined loop's direction p, w = A u and A q, 3n values each (see `pipelined`).
 @group(3) @binding(24) var<storage, read_write> pipelined_vectors: array<f32>;
+// The loop's indirect dispatch arguments (workgroups x, y, z), each a ring of entries:
+// iteration k's `product` is dispatched from entry k % ring of `product_dispatches`, its
+// `update` from that of `update_dispatches`. `setup` arms every entry with its own grid, the
+// loop's. The `product` that finds the solve stopped empties every other entry of
+// `update_dispatches`, and its own `update`, which still runs, empties
+// `product_dispatches`: every iteration recorded after it dispatches nothing. (A dispatch
+// may not write the buffer it is dispatched from, hence two rings; the one a kernel is
+// dispatched from is bound to a placeholder there.)
+@group(3) @binding(25) var<storage, read_write> product_dispatches: array<u32>;
+@group(3) @binding(26) var<storage, read_write> update_dispatches: array<u32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -591,6 +603,15 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
     if (lid == 0u && slot < loop_partials()) {
         residual_partials[slot] = total.xy;
     }
+    // Every loop kernel is dispatched over this grid.
+    let ring = arrayLength(&product_dispatches) / 3u;
+    let invocations = groups.x * groups.y * groups.z * WORKGROUP;
+    for (var i = slot * WORKGROUP + lid; i < ring; i += invocations) {
+        for (var c = 0u; c < 3u; c++) {
+            product_dispatches[3u * i + c] = groups[c];
+            update_dispatches[3u * i + c] = groups[c];
+        }
+    }
 }
 
 // Row v of the setup: direction = c1 d1 + c2 d2 and r = b - S direction (0 and b when not
@@ -740,6 +761,18 @@ fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
             scalars_out = Scalars(sums.y, sums.x, s.threshold_squared, s.relative_tolerance, s.iterations, s.state, 1u, 0u, 0.0);
         }
     }
+    if (slot == 0u && s.state != RUNNING) {
+        // Stopped, at this iteration (the first to see it counted all before it): the later
+        // updates dispatch nothing; this one's runs, to do the same for the later products.
+        let ring = arrayLength(&update_dispatches) / 3u;
+        for (var i = lid; i < ring; i += WORKGROUP) {
+            if (i != s.iterations % ring) {
+                for (var c = 0u; c < 3u; c++) {
+                    update_dispatches[3u * i + c] = 0u;
+                }
+            }
+        }
+    }
 }
 
 // alpha = r.z / p.Ap; direction += alpha p, r -= alpha Ap, z = P r; partials (r.r, r.z). Non-positive
@@ -774,6 +807,17 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
         }
         if (running && !descending && slot == 0u) {
             scalars_out.negative = 1u;
+        }
+    }
+    if (!running && slot == 0u) {
+        // After the product that found the solve stopped: the later products dispatch
+        // nothing, and both parities' scalars hold the final status for `finish`.
+        let ring = arrayLength(&product_dispatches);
+        for (var i = lid; i < ring; i += WORKGROUP) {
+            product_dispatches[i] = 0u;
+        }
+        if (lid == 0u) {
+            scalars_in = scalars_out;
         }
     }
 }

@@ -232,6 +232,11 @@ impl GpuBuffers {
         // A budgeted solve's decisions (`line_search`), and positions evaluated together.
         w.set("search", c.scratch::<super::line_search::SearchRecord>("search", 1));
         w.set("batch", c.scratch::<f32>("batch", BATCH * 3 * n));
+        // The loop's indirect dispatch arguments, rings of LOOP_RING entries
+        // (`shaders/pcg.wgsl`); zero until a solve's `setup` arms them.
+        for name in ["product_dispatches", "update_dispatches"] {
+            w.set(name, c.dispatch_arguments::<[u32; 3]>(name, super::pcg::LOOP_RING as usize));
+        }
         w.set("scalars_even", c.scratch::<PcgStatus>("scalars_even", 1));
         w.set("scalars_odd", c.scratch::<PcgStatus>("scalars_odd", 1));
         // Bound where a stage's damping input is unused (a buffer may not be bound for

@@ -23,6 +23,11 @@ pub struct GpuContext {
     /// Workgroups per dispatch dimension (the device's limit); larger dispatches span two
     /// dimensions (`shaders/shared/dispatch.wgsl`).
     pub(crate) dispatch_width: u32,
+    /// The CG loop's iterations are dispatched indirectly, so that those recorded past a
+    /// solve's end dispatch no workgroups. Only on the device this context opened, whose
+    /// instance leaves out wgpu's validation of indirect calls: that validation adds a
+    /// dispatch and two barriers to every indirect dispatch, more than an idle iteration costs.
+    pub(crate) indirect_loop: bool,
     /// Timestamp queries, once profiling is first switched on.
     queries: std::sync::OnceLock<Queries>,
     profiling: std::sync::atomic::AtomicBool,
@@ -75,8 +80,12 @@ impl GpuContext {
         // (`contexts_made_and_dropped_in_turn_keep_finding_the_gpu` makes 40 in turn; it
         // passes on the H200).
         static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
-        let instance = INSTANCE
-            .get_or_init(|| wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle()));
+        let instance = INSTANCE.get_or_init(|| {
+            let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
+            // The loop's indirect arguments are the loop's own grid or zero (`shaders/pcg.wgsl`).
+            descriptor.flags.remove(wgpu::InstanceFlags::VALIDATION_INDIRECT_CALL);
+            wgpu::Instance::new(descriptor)
+        });
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             compatible_surface: None,
@@ -115,6 +124,7 @@ impl GpuContext {
             allocated: 0.into(),
             failure,
             dispatch_width,
+            indirect_loop: true,
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
@@ -146,6 +156,8 @@ impl GpuContext {
             // The application's own error handlers stay in place.
             failure: Default::default(),
             dispatch_width,
+            // Its instance may validate indirect calls (wgpu's default, even in release builds).
+            indirect_loop: false,
             queries: Default::default(),
             profiling: Default::default(),
             profile: Default::default(),
@@ -342,12 +354,24 @@ impl GpuContext {
 
     /// A zeroed storage buffer of `len` elements of `T`.
     pub(crate) fn scratch<T: bytemuck::Pod>(&self, label: &str, len: usize) -> wgpu::Buffer {
+        self.zeroed::<T>(label, len, wgpu::BufferUsages::empty())
+    }
+
+    /// [`scratch`](Self::scratch) that kernels also dispatch from.
+    pub(crate) fn dispatch_arguments<T: bytemuck::Pod>(&self, label: &str, len: usize) -> wgpu::Buffer {
+        self.zeroed::<T>(label, len, wgpu::BufferUsages::INDIRECT)
+    }
+
+    fn zeroed<T: bytemuck::Pod>(&self, label: &str, len: usize, usage: wgpu::BufferUsages) -> wgpu::Buffer {
         let size = (std::mem::size_of::<T>() * len.max(1)).next_multiple_of(4) as u64;
         self.count(size);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: usage
+                | wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
     }

@@ -349,10 +349,20 @@ impl PcgStatus {
 /// The PCG stage's pipelines.
 pub struct WgPcg(pub(crate) WgStage);
 
-/// The PCG stage bound to one model's buffers, by parity of the iteration.
+/// Entries of the loop's rings of indirect dispatch arguments (`product_dispatches` in
+/// `shaders/pcg.wgsl`): the iterations a solve records past its end are emptied, however many.
+pub const LOOP_RING: u64 = 256;
+
+/// The PCG stage bound to one model's buffers, by parity of the iteration: for every kernel
+/// but the loop's, and for `product` and `update`, each with the ring it is dispatched from
+/// bound to a placeholder.
 pub struct PcgGroups {
     param: wgpu::BindGroup,
     parity: [Vec<wgpu::BindGroup>; 2],
+    product: [Vec<wgpu::BindGroup>; 2],
+    update: [Vec<wgpu::BindGroup>; 2],
+    /// `product` and `update` are dispatched from the rings (`GpuContext::indirect_loop`).
+    indirect: bool,
     /// Invocations per row in the loop's kernels, and their workgroups.
     lanes: u32,
     workgroups: u32,
@@ -413,18 +423,24 @@ impl WgPcg {
         lanes: u32,
     ) -> Result<PcgGroups> {
         assert!(lanes.is_power_of_two() && lanes <= MAX_LANES, "lanes {lanes}");
-        let parity = |even: bool| {
+        // `dispatched_from`: the ring the kernel is dispatched from, if any.
+        let parity = |even: bool, dispatched_from: Option<&str>| {
             self.0.bind(context, |group, name| match (group, name) {
                 (3, "p_in") => buffers.scratch.get(if even { "p_even" } else { "p_odd" }),
                 (3, "p_out") => buffers.scratch.get(if even { "p_odd" } else { "p_even" }),
                 (3, "scalars_in") => buffers.scratch.get(if even { "scalars_even" } else { "scalars_odd" }),
                 (3, "scalars_out") => buffers.scratch.get(if even { "scalars_odd" } else { "scalars_even" }),
+                (3, ring) if Some(ring) == dispatched_from => buffers.scratch.get("placeholder"),
                 _ => buffers.resolve(group, name),
             })
         };
+        let (product, update) = (Some("product_dispatches"), Some("update_dispatches"));
         let mut groups = PcgGroups {
             param: recording.param_group(context, &self.0),
-            parity: [parity(true)?, parity(false)?],
+            parity: [parity(true, None)?, parity(false, None)?],
+            product: [parity(true, product)?, parity(false, product)?],
+            update: [parity(true, update)?, parity(false, update)?],
+            indirect: context.indirect_loop,
             lanes,
             workgroups: (buffers.vertex_count as u32 * lanes).div_ceil(super::stage::WORKGROUP),
             small: SmallSolve { invocations: super::stage::WORKGROUP, lanes: 1, software: context.software },
@@ -503,12 +519,26 @@ impl WgPcg {
         iterations: u32,
     ) -> Result<Staged> {
         let offset = recording.params(context, &solve.params)?;
-        let kernels: &[&str] = if solve.pipelined { &["pipelined"] } else { &["product", "update"] };
         for _ in 0..iterations {
-            let bound: Vec<&wgpu::BindGroup> = groups.parity[(solve.recorded % 2) as usize].iter().collect();
-            for kernel in kernels {
-                let kernel = self.0.kernel(kernel);
+            let parity = (solve.recorded % 2) as usize;
+            if solve.pipelined {
+                let bound: Vec<&wgpu::BindGroup> = groups.parity[parity].iter().collect();
+                let kernel = self.0.kernel("pipelined");
                 recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
+            } else {
+                let entry = 12 * (solve.recorded as u64 % LOOP_RING);
+                for (name, bound, ring) in [
+                    ("product", &groups.product[parity], "product_dispatches"),
+                    ("update", &groups.update[parity], "update_dispatches"),
+                ] {
+                    let (kernel, bound) = (self.0.kernel(name), bound.iter().collect::<Vec<_>>());
+                    if groups.indirect {
+                        let ring = (buffers.scratch.named(ring), entry);
+                        recording.dispatch_indirect(context, kernel, &groups.param, offset, &bound, ring);
+                    } else {
+                        recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
+                    }
+                }
             }
             solve.recorded += 1;
         }
@@ -582,6 +612,25 @@ mod tests {
                 .stages
                 .pcg
                 .iterate(&rig.context, &mut rig.rec, &groups, &rig.buffers, &mut solve, 64)
+                .unwrap();
+            let status: PcgStatus =
+                bytemuck::pod_read_unaligned(&rig.rec.read(&rig.context, &[staged]).unwrap()[0]);
+            if !status.running() {
+                return status;
+            }
+        }
+    }
+
+    /// Runs the stage's loop on `groups`, recording `chunk` iterations before each read of
+    /// its status.
+    fn solve_in_chunks(rig: &mut Rig, groups: &super::PcgGroups, params: PcgParams, chunk: u32) -> PcgStatus {
+        let mut solve =
+            rig.stages.pcg.start(&rig.context, &mut rig.rec, groups, params, JacobiLoop::Cg).unwrap();
+        loop {
+            let staged = rig
+                .stages
+                .pcg
+                .iterate(&rig.context, &mut rig.rec, groups, &rig.buffers, &mut solve, chunk)
                 .unwrap();
             let status: PcgStatus =
                 bytemuck::pod_read_unaligned(&rig.rec.read(&rig.context, &[staged]).unwrap()[0]);
@@ -818,6 +867,63 @@ mod tests {
             let status = solve_small(&mut rig, 1e-4, 100, shape);
             assert_eq!(status.state, 2, "{shape:?}: {status:?}");
             assert_eq!(rig.read(3, "direction", n), b, "{shape:?}: the right-hand side is returned");
+        }
+    }
+
+    /// The loop dispatched from its rings gives the bits it gives dispatched directly, where a
+    /// solve converges, runs out of iterations or meets negative curvature, within one chunk or
+    /// over several (read in between); and after a solve that stopped inside its chunk, every
+    /// entry of both rings is empty but the one its last `update` ran from: every iteration
+    /// recorded after the stop dispatched nothing.
+    #[test]
+    fn idle_iterations_dispatch_nothing() {
+        let Some(context) = context() else { return };
+        if !context.indirect_loop {
+            panic!("the tests' context dispatches the loop indirectly");
+        }
+        let model = linear_model(Material::stvk(2e4, 0.3));
+        let (x, start) = random_state(&model, 29);
+        let cpu = reference(&model, &x, &start, Projection::Psd);
+        let b: Vec<f32> =
+            to_f32(cpu.gradient.iter().flat_map(|g| g.map(|c| -c)).collect::<Vec<_>>().as_slice());
+        let mut rig = Rig::new(&context, &model);
+        let n = 3 * model.vertex_count();
+        let negative: Vec<[f64; 9]> =
+            cpu.blocks.iter().map(|_| [-1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, -1.0]).collect();
+        let mut groups = rig.stages.pcg.bind_lanes(&rig.context, &rig.rec, &rig.buffers, 4).unwrap();
+        let ring_entries = super::LOOP_RING as usize;
+        let grid = [groups.workgroups, 1, 1];
+        for (blocks, tolerance, max_iterations, state) in
+            [(&cpu.blocks, 1e-4, 2000, 1), (&cpu.blocks, 1e-8, 7, 4), (&negative, 1e-4, 100, 2)]
+        {
+            rig.upload(3, "blocks", &rig.buffers.blocks_to_slots(&to_f32(blocks.as_flattened())));
+            rig.upload(3, "rhs", &b);
+            let params = fixed_tolerance(&rig, tolerance, max_iterations);
+            for chunk in [2000, 5] {
+                let mut runs = Vec::new();
+                for indirect in [true, false] {
+                    groups.indirect = indirect;
+                    rig.upload(3, "direction", &vec![1.0f32; n]);
+                    let status = solve_in_chunks(&mut rig, &groups, params, chunk);
+                    let rings = ["product_dispatches", "update_dispatches"].map(|name| {
+                        let ring = rig.buffers.scratch.named(name);
+                        rig.rec.read_buffer::<u32>(&rig.context, ring, 3 * ring_entries).unwrap()
+                    });
+                    runs.push((status, rig.read(3, "direction", n), rings));
+                }
+                let ((status, x, rings), (direct_status, direct_x, _)) = (&runs[0], &runs[1]);
+                println!("chunks of {chunk}: {status:?}");
+                assert_eq!(status.state, state, "{status:?}");
+                assert_eq!((status, x), (direct_status, direct_x), "chunks of {chunk}");
+                let last = status.iterations as usize;
+                if !last.is_multiple_of(chunk as usize) {
+                    assert!(rings[0].iter().all(|&w| w == 0), "a product ran after the stop");
+                    for (entry, arguments) in rings[1].chunks(3).enumerate() {
+                        let expected = if entry == last % ring_entries { grid } else { [0; 3] };
+                        assert_eq!(arguments, expected, "update entry {entry} after {last} iterations");
+                    }
+                }
+            }
         }
     }
 

@@ -61,6 +61,12 @@ pub struct Staged {
     size: u64,
 }
 
+/// The workgroups of a dispatch: a count, or the arguments at an offset of a buffer.
+enum Grid<'a> {
+    Workgroups(u32),
+    Indirect(&'a wgpu::Buffer, u64),
+}
+
 /// Recorded, not yet submitted GPU work and its parameter and staging buffers.
 pub struct Recording {
     encoder: Option<wgpu::CommandEncoder>,
@@ -150,6 +156,39 @@ impl Recording {
         groups: &[&wgpu::BindGroup],
         workgroups: u32,
     ) {
+        self.record(context, kernel, param_group, param_offset, groups, Grid::Workgroups(workgroups));
+    }
+
+    /// [`dispatch`](Self::dispatch) over the grid that bytes `offset..offset + 12` of
+    /// `arguments` hold when the device reaches it.
+    pub fn dispatch_indirect(
+        &mut self,
+        context: &GpuContext,
+        kernel: Kernel<'_>,
+        param_group: &wgpu::BindGroup,
+        param_offset: u32,
+        groups: &[&wgpu::BindGroup],
+        arguments: (&wgpu::Buffer, u64),
+    ) {
+        self.record(
+            context,
+            kernel,
+            param_group,
+            param_offset,
+            groups,
+            Grid::Indirect(arguments.0, arguments.1),
+        );
+    }
+
+    fn record(
+        &mut self,
+        context: &GpuContext,
+        kernel: Kernel<'_>,
+        param_group: &wgpu::BindGroup,
+        param_offset: u32,
+        groups: &[&wgpu::BindGroup],
+        grid: Grid<'_>,
+    ) {
         let label = kernel.label;
         let pipeline = kernel.stage.pipeline(context, kernel.entry, kernel.constants);
         let timestamps = context.timestamp_writes(label);
@@ -169,7 +208,10 @@ impl Recording {
         for (g, group) in groups.iter().enumerate() {
             pass.set_bind_group(g as u32 + 1, *group, &[]);
         }
-        context.dispatch(pass, workgroups);
+        match grid {
+            Grid::Workgroups(workgroups) => context.dispatch(pass, workgroups),
+            Grid::Indirect(arguments, offset) => pass.dispatch_workgroups_indirect(arguments, offset),
+        }
         self.counts.dispatches += 1;
         if profiled {
             // Its timestamps close with the pass.

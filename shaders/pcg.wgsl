@@ -705,28 +705,38 @@ fn starting_scalars(lid: u32, sums: vec2<f32>, bb: f32) -> Scalars {
     return Scalars(sums.y, sums.x, tolerance * tolerance * bb, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u, 0.0);
 }
 
-// One workgroup: the starting scalars.
-@compute @workgroup_size(WORKGROUP)
-fn start(@builtin(local_invocation_index) lid: u32) {
-    let sums = all_residual_partials(lid);
+// The starting scalars from setup's partials (`sums`), which every workgroup of the loop's
+// first kernel forms itself rather than wait on a one-workgroup dispatch.
+fn starting_scalars_from_setup(lid: u32, sums: vec2<f32>) -> Scalars {
     var bb = sums.x;
     if (params.warm != 0u) {
         bb = all_warm_partials(lid).last.z;
     }
-    let scalars = starting_scalars(lid, sums, bb);
-    if (lid == 0u) {
-        scalars_in = scalars;
-    }
+    return starting_scalars(lid, sums, bb);
 }
 
 // Settles the last update, then p = z + beta p and Ap; partials p.Ap.
 @compute @workgroup_size(WORKGROUP)
 fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    product_after(group, groups, lid, false);
+}
+
+// The first iteration's `product`, after `setup`: from the starting scalars.
+@compute @workgroup_size(WORKGROUP)
+fn first_product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    product_after(group, groups, lid, true);
+}
+
+fn product_after(group: vec3<u32>, groups: vec3<u32>, lid: u32, setup: bool) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     let v = row.v;
     let sums = all_residual_partials(lid);
-    let s = settle(scalars_in, sums.x);
+    var last = scalars_in;
+    if (setup) {
+        last = starting_scalars_from_setup(lid, sums);
+    }
+    let s = settle(last, sums.x);
     let first = s.started == 0u;
     let beta = select(sums.y / s.rz, 0.0, first);
     let busy = s.state == RUNNING && v < params.vertex_count;
@@ -861,12 +871,16 @@ fn finish_pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgr
 // It sums (r.r, r.u) and w.u, which gives p.Ap = w.u - beta r.u / alpha_last; the partials
 // ping-pong after m, as a dispatch both sums and writes them.
 
-// After `setup` and `start`, bound with the odd parity (its outputs are the first
-// iteration's inputs): w = A u, m = P w, and the partials with w.u added to setup's.
+// After `setup`, bound with the odd parity (its outputs are the first iteration's inputs):
+// the starting scalars, w = A u, m = P w, and the partials with w.u added to setup's.
 @compute @workgroup_size(WORKGROUP)
 fn pipeline_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
+    let scalars = starting_scalars_from_setup(lid, all_residual_partials(lid));
+    if (lid == 0u && slot == 0u) {
+        scalars_out = scalars;
+    }
     multiplied = PRECONDITIONED_RESIDUAL;
     let w = row_product(lid, row);
     var wu = 0.0;

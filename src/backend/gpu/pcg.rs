@@ -475,7 +475,6 @@ impl WgPcg {
             recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
         }
         recording.dispatch(context, self.0.kernel("setup"), &groups.param, offset, &bound, groups.workgroups);
-        recording.dispatch(context, self.0.kernel("start"), &groups.param, offset, &bound, 1);
         if pipelined {
             // Bound with the odd parity: its m is the first iteration's `p_in`.
             let odd: Vec<&wgpu::BindGroup> = groups.parity[1].iter().collect();
@@ -519,6 +518,8 @@ impl WgPcg {
         iterations: u32,
     ) -> Result<Staged> {
         let offset = recording.params(context, &solve.params)?;
+        // The first iteration starts the solve, so it is recorded even when none is asked for.
+        let iterations = if solve.recorded == 0 { iterations.max(1) } else { iterations };
         for _ in 0..iterations {
             let parity = (solve.recorded % 2) as usize;
             if solve.pipelined {
@@ -527,11 +528,17 @@ impl WgPcg {
                 recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
             } else {
                 let entry = 12 * (solve.recorded as u64 % LOOP_RING);
-                for (name, bound, ring) in [
-                    ("product", &groups.product[parity], "product_dispatches"),
-                    ("update", &groups.update[parity], "update_dispatches"),
+                // The first product starts from setup's sums (profiled as a product).
+                let product = if solve.recorded == 0 {
+                    Kernel { label: "product", ..self.0.kernel("first_product") }
+                } else {
+                    self.0.kernel("product")
+                };
+                for (kernel, bound, ring) in [
+                    (product, &groups.product[parity], "product_dispatches"),
+                    (self.0.kernel("update"), &groups.update[parity], "update_dispatches"),
                 ] {
-                    let (kernel, bound) = (self.0.kernel(name), bound.iter().collect::<Vec<_>>());
+                    let bound = bound.iter().collect::<Vec<_>>();
                     if groups.indirect {
                         let ring = (buffers.scratch.named(ring), entry);
                         recording.dispatch_indirect(context, kernel, &groups.param, offset, &bound, ring);

@@ -7,8 +7,8 @@
 // Warm start (`params.warm`, local/global's global steps): successive global steps solve with
 // one matrix for directions that are nearly parallel, so the solve starts from the Galerkin
 // combination of the last solution d1 (`warm` 1) or the last two d1, d2 (`warm` 2; d2 in
-// `earlier`): x0 = c1 d1 + c2 d2 minimizes the quadratic q(x) = x.S x / 2 - b.x
-// over their span (`warm_product` forms S d1 into `ap`, S d2 into `earlier`'s second half, and the
+// `earlier_direction`): x0 = c1 d1 + c2 d2 minimizes the quadratic q(x) = x.S x / 2 - b.x
+// over their span (`warm_product` forms S d1 into `ap`, S d2 into `earlier_product`, and the
 // dot products; every workgroup of `setup` solves the 2x2 system). Two nearly parallel
 // directions fall back to d1 alone, c1 = b.d1 / d1.S d1, and c1 is 0 when d1.S d1 is not
 // positive. Then q(x0) <= 0, and CG only lowers it, so an unfinished solve still never
@@ -80,9 +80,6 @@ struct Params {
     // 0: start from zero; 1 or 2: from the Galerkin combination of the last one or two
     // solutions (see the header).
     warm: u32,
-    // 1: the solve ends with the step x += direction (local/global's global steps, whose
-    // solution is the step).
-    advance: u32,
 }
 
 const FSAI: u32 = 1u;
@@ -120,8 +117,6 @@ const LIMIT: u32 = 4u;
 // p % SLICE), its slice bases and each slot's column.
 @group(1) @binding(4) var<storage, read> fsai_inverse_pattern: array<u32>;
 
-@group(2) @binding(0) var<storage, read_write> x: array<f32>;
-
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
 // The right-hand side, and the solution (the Newton direction).
 @group(3) @binding(1) var<storage, read> rhs: array<f32>;
@@ -151,8 +146,9 @@ const LIMIT: u32 = 4u;
 // Per workgroup, the warm start's (b.d1, d1.S d1, b.b, 0) and (b.d2, d1.S d2, d2.S d2, 0),
 // written by `warm_product`.
 @group(3) @binding(21) var<storage, read_write> warm_partials: array<vec4<f32>>;
-// The solution before the last (d2), then S d2 (3n values each).
-@group(3) @binding(22) var<storage, read_write> earlier: array<f32>;
+// The solution before the last (d2), and S d2.
+@group(3) @binding(22) var<storage, read_write> earlier_direction: array<f32>;
+@group(3) @binding(23) var<storage, read_write> earlier_product: array<f32>;
 // The pipelined loop's direction p, w = A u and A q, 3n values each (see `pipelined`).
 @group(3) @binding(24) var<storage, read_write> pipelined_vectors: array<f32>;
 // The loop's indirect dispatch arguments (workgroups x, y, z), each a ring of entries:
@@ -175,10 +171,8 @@ fn load3(v: u32, which: u32) -> vec3<f32> {
         case 3u: { return vec3<f32>(p_in[i], p_in[i + 1u], p_in[i + 2u]); }
         case 4u: { return vec3<f32>(p_out[i], p_out[i + 1u], p_out[i + 2u]); }
         case 5u: { return vec3<f32>(ap[i], ap[i + 1u], ap[i + 2u]); }
-        case 7u, 8u: {
-            let j = 3u * params.vertex_count * (which - 7u) + i;
-            return vec3<f32>(earlier[j], earlier[j + 1u], earlier[j + 2u]);
-        }
+        case 7u: { return vec3<f32>(earlier_direction[i], earlier_direction[i + 1u], earlier_direction[i + 2u]); }
+        case 8u: { return vec3<f32>(earlier_product[i], earlier_product[i + 1u], earlier_product[i + 2u]); }
         case 9u, 10u, 11u: {
             let j = 3u * params.vertex_count * (which - 9u) + i;
             return vec3<f32>(pipelined_vectors[j], pipelined_vectors[j + 1u], pipelined_vectors[j + 2u]);
@@ -308,19 +302,19 @@ fn galerkin_multiples(dots: WarmDots) -> vec2<f32> {
     return select(one, both, usable);
 }
 
-// Row v of the warm start: S d1 (`last`, into `ap`) and S d2 (`earlier_row`, into
-// `earlier`'s second half); returns its dot products.
-fn warm_row(v: u32, last: vec3<f32>, earlier_row: vec3<f32>) -> WarmDots {
+// Row v of the warm start: S d1 (`last`, into `ap`) and S d2 (`earlier`, into
+// `earlier_product`); returns its dot products.
+fn warm_row(v: u32, last: vec3<f32>, earlier: vec3<f32>) -> WarmDots {
     for (var c = 0u; c < 3u; c++) {
         ap[3u * v + c] = last[c];
-        earlier[3u * params.vertex_count + 3u * v + c] = earlier_row[c];
+        earlier_product[3u * v + c] = earlier[c];
     }
     let b = load3(v, 0u);
     let d1 = load3(v, 6u);
     let d2 = load3(v, 7u);
     return WarmDots(
         vec4<f32>(dot(b, d1), dot(d1, last), dot(b, b), 0.0),
-        vec4<f32>(dot(b, d2), dot(d1, earlier_row), dot(d2, earlier_row), 0.0),
+        vec4<f32>(dot(b, d2), dot(d1, earlier), dot(d2, earlier), 0.0),
     );
 }
 
@@ -565,7 +559,7 @@ fn forcing_term(gradient_norm: f32, force_scale: f32) -> f32 {
     return min(0.5, max(sqrt(imbalance), sufficient));
 }
 
-// The warm start's S d1 into `ap` and S d2 into `earlier`'s second half, with their partials;
+// The warm start's S d1 into `ap` and S d2 into `earlier_product`, with their partials;
 // recorded before `setup`.
 @compute @workgroup_size(WORKGROUP)
 fn warm_product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -632,7 +626,7 @@ fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
     }
     if (params.warm != 0u) {
         for (var c = 0u; c < 3u; c++) {
-            earlier[3u * v + c] = last[c];
+            earlier_direction[3u * v + c] = last[c];
         }
     }
     var zv = vec3<f32>(0.0);
@@ -846,25 +840,13 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let row = row_of(slot, lid);
     let v = row.v;
     let s = settle(scalars_in, rr);
-    if (v < params.vertex_count && row.lane == 0u) {
-        settle_row(v, s.state);
+    if (s.state == NEGATIVE_FIRST && v < params.vertex_count && row.lane == 0u) {
+        for (var c = 0u; c < 3u; c++) {
+            direction[3u * v + c] = rhs[3u * v + c];
+        }
     }
     if (lid == 0u && slot == 0u) {
         scalars_out = s;
-    }
-}
-
-// Row v of a solve that ended in `state`: the right-hand side as the direction after negative
-// curvature at the first iteration, and the step when asked (`params.advance`).
-fn settle_row(v: u32, state: u32) {
-    for (var c = 0u; c < 3u; c++) {
-        let i = 3u * v + c;
-        if (state == NEGATIVE_FIRST) {
-            direction[i] = rhs[i];
-        }
-        if (params.advance != 0u) {
-            x[i] += direction[i];
-        }
     }
 }
 
@@ -1104,8 +1086,12 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             carry_on = u32(state == RUNNING);
         }
     }
-    for (var v = lid; v < n; v += INVOCATIONS) {
-        settle_row(v, state);
+    if (state == NEGATIVE_FIRST) {
+        for (var v = lid; v < n; v += INVOCATIONS) {
+            for (var c = 0u; c < 3u; c++) {
+                direction[3u * v + c] = rhs[3u * v + c];
+            }
+        }
     }
     if (lid == 0u) {
         scalars_out = Scalars(rz, rr, threshold_squared, start.relative_tolerance, iterations, state, 1u, 0u, 0.0);

@@ -551,7 +551,6 @@ impl GpuBackend {
             // The bound groups' (`WgPcg::start`).
             lanes: 1,
             warm: 0,
-            advance: 0,
         }
     }
 
@@ -570,7 +569,6 @@ impl GpuBackend {
     /// returns the final status.
     fn run_on(&mut self, solve: &mut Solve, mut status: PcgStatus) -> Result<PcgStatus> {
         let max = solve.params.max_iterations;
-        debug_assert!(solve.params.advance == 0, "a solve that takes its step at the end of a chunk ran on");
         while status.running() {
             if solve.recorded() >= max {
                 return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
@@ -1382,16 +1380,17 @@ impl GpuBackend {
             // A large body's solve records `chunk` iterations and is not read on: an unfinished
             // CG solve still lowers the frozen quadratic. After the first global step each
             // starts from the Galerkin combination of the last one's direction, and after the
-            // second of the last two. Without colliders the solve ends by taking its step.
-            let params = PcgParams { warm: k.min(2) as u32, advance: !contact as u32, ..params };
+            // second of the last two.
+            let params = PcgParams { warm: k.min(2) as u32, ..params };
             let chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
             tally.statuses.push(self.record_solve(params, chunk, JacobiLoop::Cg)?.0);
-            self.iterate_read = None;
             if contact {
                 self.vector("save", 0.0)?;
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;
                 self.decide(Decision::Bound)?;
                 self.decide(Decision::Advance)?;
+            } else {
+                self.vector("advance", 1.0)?;
             }
         }
         // The state the solve ends in comes with its last status.

@@ -227,7 +227,8 @@ impl GpuBuffers {
         // The local/global warm start's partials (two per workgroup), the solution before the
         // last and its product.
         w.set("warm_partials", c.scratch::<[f32; 4]>("warm_partials", 2 * pcg_partials));
-        w.set("earlier", c.scratch::<f32>("earlier", 6 * n));
+        w.set("earlier_direction", vector("earlier_direction"));
+        w.set("earlier_product", vector("earlier_product"));
         // A budgeted solve's decisions (`line_search`), and positions evaluated together.
         w.set("search", c.scratch::<super::line_search::SearchRecord>("search", 1));
         w.set("batch", c.scratch::<f32>("batch", BATCH * 3 * n));

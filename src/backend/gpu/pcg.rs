@@ -43,11 +43,9 @@ pub struct PcgParams {
     /// from the bound groups when recorded.
     pub lanes: u32,
     /// 0: start from zero; 1 or 2: from the Galerkin combination of the last solution (in the
-    /// `direction` buffer) or of the last two (the one before in `earlier`), which
+    /// `direction` buffer) or of the last two (the one before in `earlier_direction`), which
     /// minimizes the quadratic over their span (see `shaders/pcg.wgsl`).
     pub warm: u32,
-    /// 1: the solve ends with the step `x += direction` (`x_saved` is left as it was).
-    pub advance: u32,
 }
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
@@ -723,7 +721,7 @@ mod tests {
         let unrelated = random(1e-2);
         let shapes = small_shapes(&context);
         let run = |rig: &mut Rig, starts: &[&[f64]], shape: Option<SmallSolve>| {
-            for (name, start) in ["direction", "earlier"].iter().zip(starts) {
+            for (name, start) in ["direction", "earlier_direction"].iter().zip(starts) {
                 rig.upload(3, name, &to_f32(start));
             }
             let params = PcgParams { warm: starts.len() as u32, ..params };
@@ -748,7 +746,7 @@ mod tests {
             let mixed: Vec<f64> = multiple.iter().zip(&other_solution).map(|(x, y)| x + 0.5 * y).collect();
             let (first_alone, _) = run(&mut rig, &[&mixed], shape);
             let (both, both_x) = run(&mut rig, &[&mixed, &other_solution], shape);
-            assert_eq!(rig.read(3, "earlier", 3 * n), to_f32(&mixed), "{shape:?}");
+            assert_eq!(rig.read(3, "earlier_direction", 3 * n), to_f32(&mixed), "{shape:?}");
             println!(
                 "{shape:?}: from zero {} iterations, from 0.9 x {}, from near it {} (true relative residual \
                  {:.2e}); from 0.9 x + 0.5 y {}, and with y {}",

@@ -31,7 +31,8 @@ pub struct DeviceCounts {
     pub readbacks: u64,
     /// Compute passes recorded.
     pub passes: u64,
-    /// Compute dispatches recorded.
+    /// Compute dispatches recorded, including the CG loop's indirect ones, which dispatch no
+    /// workgroups once their solve has stopped.
     pub dispatches: u64,
     /// Bytes written from the host into device buffers (uploads and dispatch parameters).
     pub uploaded: u64,

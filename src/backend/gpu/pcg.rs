@@ -9,7 +9,7 @@ use encase::ShaderType;
 
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
-use super::recording::{Recording, Staged};
+use super::recording::{Grid, Recording, Staged};
 use super::stage::{Kernel, WgStage};
 use crate::backend::fsai::{Fsai, Inverse};
 use crate::backend::topology::{MatrixSlots, Topology};
@@ -539,12 +539,12 @@ impl WgPcg {
                     (self.0.kernel("update"), &groups.update[parity], "update_dispatches"),
                 ] {
                     let bound = bound.iter().collect::<Vec<_>>();
-                    if groups.indirect {
-                        let ring = (buffers.scratch.named(ring), entry);
-                        recording.dispatch_indirect(context, kernel, &groups.param, offset, &bound, ring);
+                    let grid = if groups.indirect {
+                        Grid::Indirect(buffers.scratch.named(ring), entry)
                     } else {
-                        recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
-                    }
+                        Grid::Workgroups(groups.workgroups)
+                    };
+                    recording.dispatch_over(context, kernel, &groups.param, offset, &bound, grid);
                 }
             }
             solve.recorded += 1;
@@ -585,6 +585,18 @@ mod tests {
                 if model.pinned[v] { [0.0; 3] } else { std::array::from_fn(|_| rng.random_range(-1.0..1.0)) }
             })
             .collect()
+    }
+
+    /// A StVK model's projected Hessian at a random state (`seed`) and the right-hand side
+    /// `-gradient` in f32: a system for the loop.
+    fn linear_system(
+        seed: u64,
+    ) -> (std::sync::Arc<crate::model::Model>, crate::backend::gpu::test_support::Reference, Vec<f32>) {
+        let model = linear_model(Material::stvk(2e4, 0.3));
+        let (x, start) = random_state(&model, seed);
+        let cpu = reference(&model, &x, &start, Projection::Psd);
+        let b = to_f32(cpu.gradient.iter().flat_map(|g| g.map(|c| -c)).collect::<Vec<_>>().as_slice());
+        (model, cpu, b)
     }
 
     /// A solve to a fixed relative residual.
@@ -827,11 +839,7 @@ mod tests {
     #[test]
     fn one_workgroup_pcg_follows_the_loop() {
         let Some(context) = context() else { return };
-        let model = linear_model(Material::stvk(2e4, 0.3));
-        let (x, start) = random_state(&model, 13);
-        let cpu = reference(&model, &x, &start, Projection::Psd);
-        let b: Vec<f32> =
-            to_f32(cpu.gradient.iter().flat_map(|g| g.map(|c| -c)).collect::<Vec<_>>().as_slice());
+        let (model, cpu, b) = linear_system(13);
         let mut rig = Rig::new(&context, &model);
         let slots = rig.buffers.blocks_to_slots(&to_f32(cpu.blocks.as_flattened()));
         rig.upload(3, "blocks", &slots);
@@ -885,14 +893,8 @@ mod tests {
     #[test]
     fn idle_iterations_dispatch_nothing() {
         let Some(context) = context() else { return };
-        if !context.indirect_loop {
-            panic!("the tests' context dispatches the loop indirectly");
-        }
-        let model = linear_model(Material::stvk(2e4, 0.3));
-        let (x, start) = random_state(&model, 29);
-        let cpu = reference(&model, &x, &start, Projection::Psd);
-        let b: Vec<f32> =
-            to_f32(cpu.gradient.iter().flat_map(|g| g.map(|c| -c)).collect::<Vec<_>>().as_slice());
+        assert!(context.indirect_loop, "the tests' context dispatches the loop indirectly");
+        let (model, cpu, b) = linear_system(29);
         let mut rig = Rig::new(&context, &model);
         let n = 3 * model.vertex_count();
         let negative: Vec<[f64; 9]> =

@@ -62,8 +62,9 @@ pub struct Staged {
     size: u64,
 }
 
-/// The workgroups of a dispatch: a count, or the arguments at an offset of a buffer.
-enum Grid<'a> {
+/// The workgroups of a dispatch: a count, or the arguments (x, y, z) that bytes `offset..offset
+/// + 12` of a buffer hold when the device reaches it.
+pub enum Grid<'a> {
     Workgroups(u32),
     Indirect(&'a wgpu::Buffer, u64),
 }
@@ -157,31 +158,11 @@ impl Recording {
         groups: &[&wgpu::BindGroup],
         workgroups: u32,
     ) {
-        self.record(context, kernel, param_group, param_offset, groups, Grid::Workgroups(workgroups));
+        self.dispatch_over(context, kernel, param_group, param_offset, groups, Grid::Workgroups(workgroups));
     }
 
-    /// [`dispatch`](Self::dispatch) over the grid that bytes `offset..offset + 12` of
-    /// `arguments` hold when the device reaches it.
-    pub fn dispatch_indirect(
-        &mut self,
-        context: &GpuContext,
-        kernel: Kernel<'_>,
-        param_group: &wgpu::BindGroup,
-        param_offset: u32,
-        groups: &[&wgpu::BindGroup],
-        arguments: (&wgpu::Buffer, u64),
-    ) {
-        self.record(
-            context,
-            kernel,
-            param_group,
-            param_offset,
-            groups,
-            Grid::Indirect(arguments.0, arguments.1),
-        );
-    }
-
-    fn record(
+    /// [`dispatch`](Self::dispatch) over `grid`.
+    pub fn dispatch_over(
         &mut self,
         context: &GpuContext,
         kernel: Kernel<'_>,

@@ -23,7 +23,11 @@
 // neighbours until then). The one-workgroup solve applies G and G^T as two sweeps with a
 // barrier between them (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v;
 // y = G r in `fsai_y`).
-// G is made for the matrix without penalty contacts, whose stiffness can exceed the rest of a
+// Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
+// by row (row v at `fsai_inverse[fsai_inverse_offset + n v]`, all n columns), in place of
+// G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
+// has moved from the one inverted (damping, contacts).
+// G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the rest of a
 // diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are preconditioned
 // by Jacobi and the rest by E G^T G E, E dropping the contact set: the two blocks of a block
 // diagonal, each positive definite, so still a preconditioner for CG.
@@ -71,7 +75,7 @@ struct Params {
     friction: u32,
     // 0 Jacobi, 1 FSAI: the factor from `fsai_offset` on in `fsai`, its product from
     // `fsai_inverse_offset` on in `fsai_inverse` (the buffers hold two factors, a stabilized
-    // step's two step weights).
+    // step's two step weights); 2 dense: S^-1 from `fsai_inverse_offset` on (the loop only).
     preconditioner: u32,
     fsai_offset: u32,
     fsai_inverse_offset: u32,
@@ -83,6 +87,13 @@ struct Params {
 }
 
 const FSAI: u32 = 1u;
+const DENSE: u32 = 2u;
+
+// The loop's preconditioner multiplies by an explicit matrix (FSAI's G^T G, or S^-1), which
+// needs the new r at other vertices than its own.
+fn explicit_inverse() -> bool {
+    return params.preconditioner == FSAI || params.preconditioner == DENSE;
+}
 
 struct Scalars {
     rz: f32,
@@ -372,6 +383,36 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return acc;
 }
 
+// The columns of E (b or r - alpha Ap) that the dense product shares at a time: each is
+// formed once per workgroup, not once per row.
+const DENSE_TILE: u32 = 1024u;
+var<workgroup> dense_tile: array<vec4<f32>, DENSE_TILE>;
+
+// Row `row` of E S^-1 E times b or r - alpha Ap, summed over the row's lanes to its lane 0;
+// zero where not `wanted`, past the last row and in the contact set (whose rows take
+// Jacobi's). The row's lanes read consecutive columns. Every invocation must call it.
+fn dense_row_product(lid: u32, row: Row, wanted: bool, alpha: f32, from_rhs: bool) -> vec3<f32> {
+    let n = params.vertex_count;
+    let multiplies = wanted && row.v < n && !in_contact(row.v);
+    let base = params.fsai_inverse_offset + n * row.v;
+    var acc = vec3<f32>(0.0);
+    for (var first = 0u; first < n; first += DENSE_TILE) {
+        let count = min(DENSE_TILE, n - first);
+        workgroupBarrier();
+        for (var k = lid; k < count; k += WORKGROUP) {
+            let c = first + k;
+            dense_tile[k] = vec4<f32>(select(residual_at(c, alpha, from_rhs), vec3<f32>(0.0), in_contact(c)), 0.0);
+        }
+        workgroupBarrier();
+        if (multiplies) {
+            for (var k = row.lane; k < count; k += params.lanes) {
+                acc += fsai_inverse[base + first + k] * dense_tile[k].xyz;
+            }
+        }
+    }
+    return row_total(lid, acc);
+}
+
 // A lane's share of row v of G E times r, or (`upper`) of G^T times y.
 fn fsai_share(row: Row, upper: bool) -> vec3<f32> {
     let v = row.v;
@@ -589,7 +630,9 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
         warm_multiples = galerkin_multiples(all_warm_partials(lid));
     }
     var inverse_z = vec3<f32>(0.0);
-    if (params.preconditioner == FSAI) {
+    if (params.preconditioner == DENSE) {
+        inverse_z = dense_row_product(lid, row, true, 0.0, true);
+    } else if (params.preconditioner == FSAI) {
         if (inside) {
             inverse_z = inverse_times(row, 0.0, true);
         }
@@ -640,7 +683,7 @@ fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
         z[3u * v + c] = inv * bv[c];
         zv[c] = inv * bv[c];
     }
-    if (params.preconditioner == FSAI && !one_workgroup) {
+    if (explicit_inverse() && !one_workgroup) {
         // r's next value (moved into r by `product`).
         store_y(v, bv);
         if (!in_contact(v)) {
@@ -663,7 +706,7 @@ fn update_row(v: u32, alpha: f32) -> vec2<f32> {
     return vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
 }
 
-// Row v of the update with M = G^T G: direction += alpha p, the new r = r - alpha Ap into
+// Row v of the update with M = G^T G or S^-1: direction += alpha p, the new r = r - alpha Ap into
 // `fsai_y`, z = E M E (r - alpha Ap) (`inverse_z`), or Jacobi's in the contact set; returns
 // (r.r, r.z) of the new r.
 fn update_row_inverse(v: u32, alpha: f32, inverse_z: vec3<f32>) -> vec2<f32> {
@@ -749,7 +792,7 @@ fn product_after(group: vec3<u32>, groups: vec3<u32>, lid: u32, setup: bool) {
     acc = row_total(lid, acc);
     var curvature = 0.0;
     if (busy && row.lane == 0u) {
-        if (params.preconditioner == FSAI) {
+        if (explicit_inverse()) {
             // The last update's r, now that no neighbour reads the old one.
             for (var c = 0u; c < 3u; c++) {
                 r[3u * v + c] = fsai_y[3u * v + c];
@@ -798,12 +841,16 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     let alpha = select(0.0, scalars_out.rz / curvature, descending);
     let busy = descending && row.v < params.vertex_count;
     var sums = vec2<f32>(0.0);
-    if (params.preconditioner == FSAI) {
+    if (explicit_inverse()) {
         var inverse_z = vec3<f32>(0.0);
-        if (busy) {
-            inverse_z = inverse_times(row, alpha, false);
+        if (params.preconditioner == DENSE) {
+            inverse_z = dense_row_product(lid, row, busy, alpha, false);
+        } else {
+            if (busy) {
+                inverse_z = inverse_times(row, alpha, false);
+            }
+            inverse_z = row_total(lid, inverse_z);
         }
-        inverse_z = row_total(lid, inverse_z);
         if (busy && row.lane == 0u) {
             sums = update_row_inverse(row.v, alpha, inverse_z);
         }

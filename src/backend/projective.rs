@@ -245,3 +245,61 @@ pub(crate) fn matrix(
         }
     }
 }
+
+/// `S^-1` for a GPU's global steps on a body small enough to hold it: dense, row-major, in
+/// f32 (`S` is symmetric, so row `i` is column `i`). Each column is solved with `S`'s sparse
+/// Cholesky factor in f64, a block of columns per task.
+pub(crate) fn dense_inverse(topology: &Topology, s: &[f64]) -> Vec<f32> {
+    use faer::linalg::solvers::Solve;
+    use rayon::prelude::*;
+    let n = topology.row_offsets.len() - 1;
+    let lower: Vec<faer::sparse::Triplet<usize, usize, f64>> = (0..n)
+        .flat_map(|row| {
+            (topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize)
+                .filter(move |&e| topology.columns[e] as usize >= row)
+                .map(move |e| faer::sparse::Triplet::new(topology.columns[e] as usize, row, s[e]))
+        })
+        .collect();
+    let matrix = faer::sparse::SparseColMat::<usize, f64>::try_new_from_triplets(n, n, &lower)
+        .expect("the pattern's entries are distinct");
+    let factor = matrix.sp_cholesky(faer::Side::Lower).expect("S is positive definite");
+    const COLUMNS: usize = 64;
+    let mut inverse = vec![0.0f32; n * n];
+    inverse.par_chunks_mut(COLUMNS * n).enumerate().for_each(|(block, rows)| {
+        let first = block * COLUMNS;
+        let width = rows.len() / n;
+        let mut x = faer::Mat::<f64>::from_fn(n, width, |i, k| if i == first + k { 1.0 } else { 0.0 });
+        factor.solve_in_place(x.as_mut());
+        for (k, row) in rows.chunks_mut(n).enumerate() {
+            for (i, value) in row.iter_mut().enumerate() {
+                *value = x[(i, k)] as f32;
+            }
+        }
+    });
+    inverse
+}
+
+#[cfg(test)]
+mod tests {
+    /// `S X = I` to f32's resolution for a pinned bar's matrix, and `X` symmetric: each row
+    /// is the column the device reads it as.
+    #[test]
+    fn the_dense_inverse_inverts_the_matrix() {
+        let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 0.25);
+        let n = model.vertex_count();
+        let x = super::dense_inverse(&topology, &s);
+        assert_eq!(x.len(), n * n);
+        let largest = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let mut worst: f64 = 0.0;
+        for j in 0..n {
+            for i in 0..n {
+                let sx: f64 = (topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize)
+                    .map(|e| s[e] * x[topology.columns[e] as usize * n + j] as f64)
+                    .sum();
+                worst = worst.max((sx - if i == j { 1.0 } else { 0.0 }).abs());
+                assert!((x[i * n + j] - x[j * n + i]).abs() <= 1e-6 * largest, "({i}, {j})");
+            }
+        }
+        assert!(worst < 1e-5, "S X - I reaches {worst:e}");
+    }
+}

@@ -16,7 +16,7 @@ use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
 use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
-use super::pcg::{FSAI, FsaiFactors, JACOBI, JacobiLoop, PcgGroups, PcgParams, PcgStatus, Solve};
+use super::pcg::{DENSE, JACOBI, JacobiLoop, PcgGroups, PcgParams, PcgStatus, ProjectiveInverse, Solve};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -117,9 +117,10 @@ pub struct GpuBackend {
     /// asks for it), and the step's damping matrix it is made from.
     projective_diagonal: Vec<f64>,
     step_damping: Option<crate::objective::DampingMatrix>,
-    /// The local/global matrices' approximate inverses (made at the first solve they
-    /// precondition).
-    fsai: Option<FsaiFactors>,
+    /// The local/global matrices' inverses, dense or FSAI's (made at the first solve they
+    /// precondition), and whether a test asked for FSAI's at every size.
+    inverse: Option<ProjectiveInverse>,
+    fsai_only: bool,
     /// Newton's FSAI preconditioner this step: the penalty contact set whose rows take
     /// Jacobi's, as flags (empty: none), and whether it and the factor are on the device.
     newton_contact: Vec<u32>,
@@ -224,7 +225,8 @@ impl GpuBackend {
             colliders,
             projective_diagonal: Vec::new(),
             step_damping: None,
-            fsai: None,
+            inverse: None,
+            fsai_only: false,
             newton_contact: Vec::new(),
             newton_fsai_ready: false,
             global_lengths: Vec::new(),
@@ -594,8 +596,13 @@ impl GpuBackend {
         jacobi_loop: JacobiLoop,
     ) -> Result<(Staged, Option<Solve>)> {
         let (c, rec) = (&self.context, &mut self.recording);
-        let limit =
-            self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(params.preconditioner));
+        let limit = match params.preconditioner {
+            // (The one-workgroup solve has no dense form.)
+            DENSE => 0,
+            _ => {
+                self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(params.preconditioner))
+            }
+        };
         if self.buffers.vertex_count <= limit {
             return Ok((self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, params)?, None));
         }
@@ -1168,6 +1175,13 @@ struct Tally {
 /// its twin of the last solve is a close guide, and one that runs out is not read on.
 const GLOBAL_SLACK: u32 = 2;
 
+/// The fewest CG iterations a global step with the dense inverse records where penalty
+/// contacts can change its matrix: without contacts the step takes one, and the first step
+/// in contact, which no earlier solve foretells, several (the contact set's rows are
+/// preconditioned by Jacobi, see `shaders/pcg.wgsl`). Iterations past a solve's end dispatch
+/// nothing where the loop is dispatched indirectly.
+const CONTACT_CHUNK: u32 = 8;
+
 /// What the same global step of the next solve should expect, from what this one (expected
 /// to take `expected`) did: its iterations; twice what it recorded when it ran out; the same
 /// when it had nothing to do.
@@ -1223,54 +1237,68 @@ impl GpuBackend {
         Ok(Some((elements, vertices)))
     }
 
-    /// Puts on the device the approximate inverse of the local/global matrix `a L + diagonal`
-    /// (the step's diagonal made here if no solve has made it yet), unless it is there.
-    fn upload_fsai(&mut self, a: f64) -> Result<()> {
+    /// Puts on the device the inverse of the local/global matrix `a L + diagonal` (the step's
+    /// diagonal made here if no solve has made it yet; the dense form's without damping),
+    /// unless it is there.
+    fn upload_inverse(&mut self, a: f64) -> Result<()> {
         if self.projective_diagonal.is_empty() {
             let damping = self.step_damping.as_ref();
             self.projective_diagonal =
                 projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, damping);
         }
-        let fsai = self.fsai.get_or_insert_with(|| FsaiFactors::new(&self.model));
-        if self.buffers.reserve_fsai(&self.context, fsai.inverse_slots()) {
+        let n = self.buffers.vertex_count;
+        let dense = super::pcg::dense_fits(&self.context.device.limits(), n) && !self.fsai_only;
+        let inverse = self.inverse.get_or_insert_with(|| ProjectiveInverse::new(&self.model, dense));
+        if inverse.reserve(&self.context, &mut self.buffers) {
             self.rebind()?;
         }
-        let fsai = self.fsai.as_mut().expect("made above");
-        if let Some((slots, inverse)) =
-            fsai.for_matrix(&self.model, &self.buffers, a, &self.projective_diagonal)
-        {
-            let offsets = fsai.offsets(self.buffers.slot_count);
+        let inverse = self.inverse.as_mut().expect("made above");
+        let undamped;
+        let diagonal = if inverse.preconditioner() == DENSE {
+            undamped =
+                projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, None);
+            &undamped
+        } else {
+            &self.projective_diagonal
+        };
+        if let Some((slots, values)) = inverse.for_matrix(&self.model, &self.buffers, a, diagonal) {
+            let offsets = inverse.offsets(self.buffers.slot_count);
             let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
-            rec.upload_at(c, scratch.named("fsai"), 4 * offsets.0 as u64, bytemuck::cast_slice(&slots));
+            if !slots.is_empty() {
+                rec.upload_at(c, scratch.named("fsai"), 4 * offsets.0 as u64, bytemuck::cast_slice(&slots));
+            }
             rec.upload_at(
                 c,
                 scratch.named("fsai_inverse"),
                 4 * offsets.1 as u64,
-                bytemuck::cast_slice(&inverse),
+                bytemuck::cast_slice(&values),
             );
         }
         Ok(())
     }
 
-    /// `params` preconditioned by the FSAI factor [`upload_fsai`](Self::upload_fsai) placed last.
-    fn with_fsai(&self, params: PcgParams) -> PcgParams {
-        let fsai = self.fsai.as_ref().expect("upload_fsai makes the factors before a solve uses them");
-        let (slots, inverse) = fsai.offsets(self.buffers.slot_count);
+    /// `params` preconditioned by the inverse [`upload_inverse`](Self::upload_inverse) placed
+    /// last.
+    fn with_inverse(&self, params: PcgParams) -> PcgParams {
+        let inverse =
+            self.inverse.as_ref().expect("upload_inverse makes the inverses before a solve uses them");
+        let (slots, values) = inverse.offsets(self.buffers.slot_count);
         PcgParams {
-            preconditioner: FSAI,
+            preconditioner: inverse.preconditioner(),
             fsai_offset: slots as u32,
-            fsai_inverse_offset: inverse as u32,
+            fsai_inverse_offset: values as u32,
             ..params
         }
     }
 
     /// `params` with the preconditioner of a Newton or mixed-FEM solve by `solver`: for
-    /// `LinearSolver::PcgProjective` the approximate inverse of the step's local/global matrix
-    /// (the elasticity's Laplacian, which the CPU factors exactly), with the rows of this
+    /// `LinearSolver::PcgProjective` the inverse of the step's local/global matrix (the
+    /// elasticity's Laplacian, which the CPU factors exactly; dense for bodies of at most
+    /// [`DENSE_VERTICES`](super::pcg::DENSE_VERTICES), FSAI's above), with the rows of this
     /// step's penalty contacts on Jacobi, since the matrix leaves their stiffness out; put on
     /// the device at the first such solve of a step. Jacobi for `LinearSolver::Pcg`, with
     /// self-contact, whose stiffness the matrix leaves out everywhere (as on the CPU), and for
-    /// bodies solved in one workgroup, where FSAI's iteration walks the rows three times
+    /// bodies solved in one workgroup, where FSAI's iteration walked the rows three times
     /// (23.7 us against Jacobi's 12.8 at 330-375 vertices on an H200). Above that, FSAI takes
     /// 27-41 % fewer CG iterations on the benchmark bars (1K to 100K tets) for a third more
     /// bytes an iteration: its `G^T G` has about 27 scalar entries a row where the matrix has
@@ -1283,7 +1311,7 @@ impl GpuBackend {
             return Ok(PcgParams { preconditioner: JACOBI, ..params });
         }
         if !self.newton_fsai_ready {
-            self.upload_fsai(projective::stiffness_weight(&self.nodes))?;
+            self.upload_inverse(projective::stiffness_weight(&self.nodes))?;
             let n = self.buffers.vertex_count;
             let none;
             let flags = if self.newton_contact.is_empty() {
@@ -1296,7 +1324,7 @@ impl GpuBackend {
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
             self.newton_fsai_ready = true;
         }
-        Ok(self.with_fsai(params))
+        Ok(self.with_inverse(params))
     }
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
@@ -1307,9 +1335,10 @@ impl GpuBackend {
     }
 
     /// Local/global iterations, each submitted as it is recorded, read back once: the step's
-    /// matrix, then per iteration the local step and gather, a PCG solve (after the first,
-    /// warm-started from the last direction) of as many iterations as the same global step of
-    /// the last solve needed, an eighth and two more, twice as many after one that ran out (an
+    /// matrix, then per iteration the local step and gather, a PCG solve (with FSAI, after the
+    /// first, warm-started from the last direction; with the dense inverse, from zero: it
+    /// takes one CG iteration) of as many iterations as the same global step of the last
+    /// solve needed, an eighth and two more, twice as many after one that ran out (an
     /// unfinished CG solve still lowers the frozen quadratic, so the iteration still never
     /// increases `G`), and the step `x += d`; with penalty colliders, the
     /// contact set and the matrix it gives before the solve, and the step cut short where a
@@ -1322,10 +1351,10 @@ impl GpuBackend {
         // finite everywhere.
         self.pending_start = None;
         let nodes = self.nodes.clone();
-        // The global steps are preconditioned by the approximate inverse of the matrix without
-        // penalty contacts; the contact set's rows take Jacobi's (`shaders/pcg.wgsl`).
+        // The global steps are preconditioned by the inverse (dense or FSAI's) of the matrix
+        // without penalty contacts; the contact set's rows take Jacobi's (`shaders/pcg.wgsl`).
         let a = projective::stiffness_weight(&nodes);
-        self.upload_fsai(a)?;
+        self.upload_inverse(a)?;
         // The solve writes its own contact flags.
         self.newton_fsai_ready = false;
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
@@ -1344,14 +1373,15 @@ impl GpuBackend {
             self.assemble(matrix)?;
         }
         let mut tally = Tally::default();
-        // Each global step records what the same step of the last solve took (later steps,
-        // warm-started, take fewer: on the 15K-tet bar about 27 CG iterations at first, 11 at
-        // the end) and a small margin; a step that outruns it costs a little accuracy once.
+        // Each global step records what the same step of the last solve took (with FSAI later
+        // steps, warm-started, take fewer: the 15K-tet bar took about 27 CG iterations at
+        // first and 11 at the end, before it had the dense inverse) and a small margin; a step
+        // that outruns it costs a little accuracy once.
         let longest = self.global_lengths.iter().copied().max().unwrap_or(FIRST_CHUNK);
         tally.expected =
             (0..request.iterations).map(|k| self.global_lengths.get(k).copied().unwrap_or(longest)).collect();
         let max = request.max_linear_iterations as u32;
-        let params = self.with_fsai(PcgParams {
+        let params = self.with_inverse(PcgParams {
             gradient_tolerance: request.gradient_tolerance as f32,
             ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
         });
@@ -1381,8 +1411,13 @@ impl GpuBackend {
             // CG solve still lowers the frozen quadratic. After the first global step each
             // starts from the Galerkin combination of the last one's direction, and after the
             // second of the last two.
-            let params = PcgParams { warm: k.min(2) as u32, ..params };
-            let chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
+            // (A solve with the dense inverse needs no start: it takes one CG iteration.)
+            let warm = if params.preconditioner == DENSE { 0 } else { k.min(2) as u32 };
+            let params = PcgParams { warm, ..params };
+            let mut chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
+            if contact && params.preconditioner == DENSE {
+                chunk = chunk.max(CONTACT_CHUNK.min(max));
+            }
             tally.statuses.push(self.record_solve(params, chunk, JacobiLoop::Cg)?.0);
             if contact {
                 self.vector("save", 0.0)?;
@@ -1435,6 +1470,12 @@ impl GpuBackend {
     /// Solves PCG in one workgroup only for bodies of at most `vertices` (0: never).
     pub(crate) fn set_small_solve_limit(&mut self, vertices: usize) {
         self.small_solve_vertices = Some(vertices);
+    }
+
+    /// Inverts the local/global matrix by FSAI whatever the body's size.
+    pub(crate) fn use_fsai_only(&mut self) {
+        self.fsai_only = true;
+        self.inverse = None;
     }
 
     /// Forgets the last solve's length, so that the next records only a few iterations ahead.

@@ -12,7 +12,7 @@
 
 use super::context::GpuContext;
 use super::gather::GpuCollider;
-use super::pcg::{FSAI_FACTORS, InverseSlots, PcgStatus};
+use super::pcg::{INVERSE_FACTORS, InverseSlots, PcgStatus};
 use super::stage::WORKGROUP;
 use crate::backend::topology::Topology;
 use crate::material::MaterialModel;
@@ -329,7 +329,7 @@ impl GpuBuffers {
         true
     }
 
-    /// Makes the buffers of [`FSAI_FACTORS`] FSAI factors (one value per slot) and of their
+    /// Makes the buffers of [`INVERSE_FACTORS`] FSAI factors (one value per slot) and of their
     /// products in `inverse`'s slots, one after another, unless they exist; true when it made
     /// them (the bind groups must then be made again).
     pub fn reserve_fsai(&mut self, context: &GpuContext, inverse: &InverseSlots) -> bool {
@@ -339,9 +339,20 @@ impl GpuBuffers {
         }
         let entries = inverse.slot_count();
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
-        let parts = |count: usize| FSAI_FACTORS * count.max(1);
+        let parts = |count: usize| INVERSE_FACTORS * count.max(1);
         self.scratch.set("fsai", context.scratch::<f32>("fsai", parts(self.slot_count)));
         self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", parts(entries)));
+        true
+    }
+
+    /// Makes `fsai_inverse` hold [`INVERSE_FACTORS`] dense inverses of the local/global matrix,
+    /// one after another, unless it does; true when it made it.
+    pub fn reserve_dense(&mut self, context: &GpuContext) -> bool {
+        let values = INVERSE_FACTORS * self.vertex_count * self.vertex_count;
+        if self.scratch.named("fsai_inverse").size() >= 4 * values as u64 {
+            return false;
+        }
+        self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", values));
         true
     }
 

@@ -34,8 +34,9 @@ pub struct PcgParams {
     /// and 1 where the step's friction records are part of the matrix.
     pub surface_count: u32,
     pub friction: u32,
-    /// [`JACOBI`] or [`FSAI`] (the factor in the `fsai` buffer from `fsai_offset` on, its
-    /// product in `fsai_inverse` from `fsai_inverse_offset` on: see [`FsaiFactors`]).
+    /// [`JACOBI`], [`FSAI`] (the factor in the `fsai` buffer from `fsai_offset` on, its
+    /// product in `fsai_inverse` from `fsai_inverse_offset` on) or [`DENSE`] (`S^-1` in
+    /// `fsai_inverse` from `fsai_inverse_offset` on): see [`ProjectiveInverse`].
     pub preconditioner: u32,
     pub fsai_offset: u32,
     pub fsai_inverse_offset: u32,
@@ -53,6 +54,8 @@ pub const JACOBI: u32 = 0;
 /// `PcgParams::preconditioner`: `G^T G`, the factor in the `fsai` buffer (one workgroup) and
 /// its product in `fsai_inverse` (the loop).
 pub const FSAI: u32 = 1;
+/// `PcgParams::preconditioner`: `S^-1` in `fsai_inverse`, dense (the loop only).
+pub const DENSE: u32 = 2;
 
 /// How the loop iterates a Jacobi solve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,13 +161,16 @@ impl SmallSolve {
     /// 375 and 124 us at 3 718 (equal near 440). With 256 invocations both cost more: 17.9
     /// us (Jacobi, 330 vertices) and 42 us (FSAI, 375). A software adapter has no dispatch
     /// latency to save, and keeps the 2 048 vertices the limit was before these measurements,
-    /// so that the tests' bodies run both forms.
+    /// so that the tests' bodies run both forms. A solve with the dense inverse takes one or
+    /// a few CG iterations: the loop's few dispatches, on every device.
     pub fn vertex_limit(&self, preconditioner: u32) -> usize {
-        if self.software {
-            return 2048;
-        }
         let invocations = self.invocations as usize;
-        if preconditioner == FSAI { 3 * invocations / 8 } else { 3 * invocations / 4 }
+        match preconditioner {
+            DENSE => 0,
+            _ if self.software => 2048,
+            FSAI => 3 * invocations / 8,
+            _ => 3 * invocations / 4,
+        }
     }
 
     /// Whether `context`'s device can run this shape.
@@ -173,58 +179,95 @@ impl SmallSolve {
     }
 }
 
-/// How many FSAI factors stay on the device at once: a stabilized step alternates two step
-/// weights, and before they stayed, a 15K-tet bar's step uploaded both factors (about 0.6 MB
-/// each) every step.
-pub const FSAI_FACTORS: usize = 2;
+/// How many inverses of the local/global matrix stay on the device at once: a stabilized
+/// step alternates two step weights, and before they stayed, a 15K-tet bar's step uploaded
+/// both FSAI factors (about 0.6 MB each) every step.
+pub const INVERSE_FACTORS: usize = 2;
 
-/// The local/global matrices' FSAI factors for the GPU's global steps, built on the host in
-/// f64 and uploaded in f32: `G` in slot order (the one-workgroup solve) and `M = G^T G` in
-/// the slots of its own pattern (the loop, see [`InverseSlots`]). The `fsai` and
-/// `fsai_inverse` buffers hold [`FSAI_FACTORS`] of them, one per part; a factor serves while
-/// the vertex diagonal stays within 1 % of the one it was built for (lagged damping moves it
-/// a little every step, and an approximate inverse of a nearby matrix preconditions as well),
-/// and a new one takes the part of the factor used longest ago.
-pub struct FsaiFactors {
+/// The largest body whose solves with the local/global matrix multiply by `S^-1` itself
+/// ([`DENSE`]): its [`INVERSE_FACTORS`] inverses take 128 MiB at 4 096 vertices (WebGPU's
+/// least storage binding), and the host makes one in about 0.2 s at 3 718 (two cores).
+pub const DENSE_VERTICES: usize = 4096;
+
+/// Whether a device of `limits` holds [`INVERSE_FACTORS`] dense inverses of a body of
+/// `vertex_count` vertices in one binding, and the body is small enough for them.
+pub fn dense_fits(limits: &wgpu::Limits, vertex_count: usize) -> bool {
+    let bytes = (4 * INVERSE_FACTORS * vertex_count * vertex_count) as u64;
+    vertex_count <= DENSE_VERTICES
+        && bytes <= limits.max_storage_buffer_binding_size
+        && bytes <= limits.max_buffer_size
+}
+
+/// The local/global matrix `S = a L + diagonal` inverted for the GPU's solves, on the host in
+/// f64 and uploaded in f32, in one of two forms:
+/// - dense ([`DENSE`]), for bodies of at most [`DENSE_VERTICES`]: `S^-1` itself, row-major. A
+///   global step then takes one CG iteration (a few where damping or contacts move the matrix
+///   from the one inverted), so that each costs a handful of dispatches instead of two per CG
+///   iteration, the loop's latency at game sizes. It is made for the matrix without damping,
+///   which moves a little every step and would have the host invert `S` every step.
+/// - FSAI ([`FSAI`]) above: the approximate inverse of `backend/fsai.rs`, `G` in slot order
+///   (the one-workgroup solve) and `M = G^T G` in the slots of its own pattern (the loop, see
+///   [`InverseSlots`]), made for the step's diagonal.
+///
+/// The `fsai` and `fsai_inverse` buffers hold [`INVERSE_FACTORS`] of them, one per part; a
+/// factor serves while its diagonal stays within 1 % of the one it was built for (an
+/// inverse of a nearby matrix preconditions as well), and a new one takes the part of the
+/// factor used longest ago.
+pub struct ProjectiveInverse {
     topology: Topology,
     laplacian: Vec<f64>,
-    inverse: Inverse,
-    slots: InverseSlots,
+    /// FSAI's pattern and its product's slots; `None` in the dense form.
+    fsai: Option<(Inverse, InverseSlots)>,
     /// The latest first.
-    factors: Vec<FsaiFactor>,
+    factors: Vec<InverseFactor>,
 }
 
 /// A factor on the device: the step weight and the vertex diagonal it was built for, and
 /// its part of the buffers.
-struct FsaiFactor {
+struct InverseFactor {
     a: f64,
     diagonal: Vec<f64>,
     part: usize,
 }
 
-/// A new factor to upload at [`FsaiFactors::offsets`]: `G` in slot order, for the `fsai`
-/// buffer, and `M = G^T G`'s values, for `fsai_inverse`.
-pub type FsaiUpload = (Vec<f32>, Vec<f32>);
+/// A new factor to upload at [`ProjectiveInverse::offsets`]: for the `fsai` buffer `G` in slot
+/// order (empty in the dense form), and for `fsai_inverse` `M = G^T G`'s values or `S^-1`.
+pub type InverseUpload = (Vec<f32>, Vec<f32>);
 
-impl FsaiFactors {
-    pub fn new(model: &Model) -> FsaiFactors {
+impl ProjectiveInverse {
+    /// The inverse of `model`'s local/global matrix, dense (`dense`) or FSAI's.
+    pub fn new(model: &Model, dense: bool) -> ProjectiveInverse {
         let topology = Topology::new(model);
         let laplacian = crate::backend::projective::laplacian(model, &topology);
-        let inverse = Inverse::new(&topology);
-        let slots = InverseSlots::new(&inverse, &topology);
-        FsaiFactors { topology, laplacian, inverse, slots, factors: Vec::new() }
+        let fsai = (!dense).then(|| {
+            let inverse = Inverse::new(&topology);
+            let slots = InverseSlots::new(&inverse, &topology);
+            (inverse, slots)
+        });
+        ProjectiveInverse { topology, laplacian, fsai, factors: Vec::new() }
     }
 
-    /// Where `M`'s values go on the device.
-    pub fn inverse_slots(&self) -> &InverseSlots {
-        &self.slots
+    /// [`DENSE`] or [`FSAI`].
+    pub fn preconditioner(&self) -> u32 {
+        if self.fsai.is_some() { FSAI } else { DENSE }
+    }
+
+    /// Makes the buffers of this form's factors unless they exist; true when it made them
+    /// (the bind groups must then be made again).
+    pub fn reserve(&self, context: &GpuContext, buffers: &mut GpuBuffers) -> bool {
+        match &self.fsai {
+            Some((_, slots)) => buffers.reserve_fsai(context, slots),
+            None => buffers.reserve_dense(context),
+        }
     }
 
     /// Where the latest factor (the one the next solve uses) lies: its offsets in the `fsai`
     /// buffer (of `slot_count` values a part) and in `fsai_inverse`.
     pub fn offsets(&self, slot_count: usize) -> (usize, usize) {
         let part = self.factors.first().map_or(0, |f| f.part);
-        (part * slot_count, part * self.slots.slot_count())
+        let n = self.topology.row_offsets.len() - 1;
+        let inverse = self.fsai.as_ref().map_or(n * n, |(_, slots)| slots.slot_count());
+        (part * slot_count, part * inverse)
     }
 
     /// Makes the factor of `S = a L + diagonal` the latest, building it (and returning what to
@@ -235,27 +278,31 @@ impl FsaiFactors {
         buffers: &GpuBuffers,
         a: f64,
         diagonal: &[f64],
-    ) -> Option<FsaiUpload> {
+    ) -> Option<InverseUpload> {
         let close = |d: &[f64]| d.iter().zip(diagonal).all(|(p, q)| (p - q).abs() <= 0.01 * q.abs());
         if let Some(k) = self.factors.iter().position(|f| f.a == a && close(&f.diagonal)) {
             let factor = self.factors.remove(k);
             self.factors.insert(0, factor);
             return None;
         }
-        let part = if self.factors.len() < FSAI_FACTORS {
-            (0..FSAI_FACTORS).find(|p| self.factors.iter().all(|f| f.part != *p)).expect("a free part")
+        let part = if self.factors.len() < INVERSE_FACTORS {
+            (0..INVERSE_FACTORS).find(|p| self.factors.iter().all(|f| f.part != *p)).expect("a free part")
         } else {
             self.factors.pop().expect("full").part
         };
         let mut matrix = Vec::new();
         let (topology, laplacian) = (&self.topology, &self.laplacian);
         crate::backend::projective::matrix(model, topology, laplacian, a, diagonal, &mut matrix);
-        let fsai = Fsai::new(topology, &matrix);
-        self.inverse.fill(topology, &fsai);
-        let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
-        let upload =
-            (buffers.values_to_slots(&to_f32(&fsai.values)), self.slots.values(&self.inverse.values));
-        self.factors.insert(0, FsaiFactor { a, diagonal: diagonal.to_vec(), part });
+        let upload = match &mut self.fsai {
+            Some((inverse, slots)) => {
+                let fsai = Fsai::new(topology, &matrix);
+                inverse.fill(topology, &fsai);
+                let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+                (buffers.values_to_slots(&to_f32(&fsai.values)), slots.values(&inverse.values))
+            }
+            None => (Vec::new(), crate::backend::projective::dense_inverse(topology, &matrix)),
+        };
+        self.factors.insert(0, InverseFactor { a, diagonal: diagonal.to_vec(), part });
         Some(upload)
     }
 }
@@ -494,6 +541,7 @@ impl WgPcg {
         buffers: &GpuBuffers,
         params: PcgParams,
     ) -> Result<Staged> {
+        debug_assert_ne!(params.preconditioner, DENSE, "the one-workgroup solve has no dense form");
         let params = PcgParams { lanes: groups.small.lanes, ..params };
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
@@ -787,35 +835,129 @@ mod tests {
         }
     }
 
-    /// The device keeps the last two factors: a stabilized step's two step weights upload
-    /// theirs once, not every step; a third weight takes the part of the one used longest
-    /// ago, and a diagonal that moves by more than 1 % makes a new factor.
+    /// The loop preconditioned by the dense `S^-1` solves a local/global matrix (random
+    /// right-hand sides) in at most two CG iterations to a relative residual of 1e-5, f32's
+    /// reach for the inverse, where FSAI takes dozens. With penalty contacts on some free
+    /// vertices (their stiffness on the diagonal, their rows on Jacobi; both inverses are of
+    /// the matrix without it), it still meets the tolerance, in fewer iterations than FSAI.
+    /// The true residual, formed in f64, is at the tolerance in every case.
     #[test]
-    fn fsai_factors_stay_on_the_device() {
+    fn the_dense_inverse_solves_in_an_iteration() {
+        use rand::{RngExt, SeedableRng};
+
+        use super::{DENSE, FSAI};
+        use crate::backend::cpu::hessian_product;
+        use crate::backend::fsai::Fsai;
+        let Some(context) = context() else { return };
+        let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([12, 4, 3], 1.0);
+        let model = std::sync::Arc::new(model);
+        let n = model.vertex_count();
+        let dense = crate::backend::projective::dense_inverse(&topology, &s);
+        let fsai = Fsai::new(&topology, &s);
+        let mut inverse = crate::backend::fsai::Inverse::new(&topology);
+        inverse.fill(&topology, &fsai);
+        let inverse_slots = super::InverseSlots::new(&inverse, &topology);
+        let mut rig = Rig::new(&context, &model);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let free: Vec<usize> = (0..n).filter(|&v| !model.pinned[v]).collect();
+        let contact: Vec<bool> =
+            (0..n).map(|v| !model.pinned[v] && rng.random_range(0.0..1.0) < 0.1).collect();
+        let tolerance = 1e-5;
+        for with_contact in [false, true] {
+            let flags: Vec<u32> = contact.iter().map(|&c| u32::from(c && with_contact)).collect();
+            // The penalty adds 1e4 times a free vertex's diagonal.
+            let mut blocks = scalar_blocks(&s);
+            for v in (0..n).filter(|&v| flags[v] != 0) {
+                let k = 1e4 * s[topology.diagonal[v] as usize];
+                for c in [0, 4, 8] {
+                    blocks[topology.diagonal[v] as usize][c] += k;
+                }
+            }
+            let block_slots = rig.buffers.blocks_to_slots(&to_f32(blocks.as_flattened()));
+            rig.upload(3, "blocks", &block_slots);
+            rig.upload(3, "contact_flags", &flags);
+            for seed in 0..3u64 {
+                let b = random_rhs(&model, seed);
+                rig.upload(3, "rhs", &to_f32(b.as_flattened()));
+                let mut iterations = Vec::new();
+                for preconditioner in [DENSE, FSAI] {
+                    if preconditioner == DENSE {
+                        rig.buffers.reserve_dense(&rig.context);
+                        rig.upload(3, "fsai_inverse", &dense);
+                    } else {
+                        rig.buffers.reserve_fsai(&rig.context, &inverse_slots);
+                        rig.upload(3, "fsai_inverse", &inverse_slots.values(&inverse.values));
+                    }
+                    let params = PcgParams { preconditioner, ..fixed_tolerance(&rig, tolerance, 1000) };
+                    let status = solve_with(&mut rig, params, 4);
+                    assert_eq!(status.state, 1, "{preconditioner} {with_contact}: {status:?}");
+                    let x: Vec<[f64; 3]> = rig
+                        .read(3, "direction", 3 * n)
+                        .chunks(3)
+                        .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
+                        .collect();
+                    let mut product = vec![[0.0; 3]; n];
+                    hessian_product::apply(&topology, &blocks, &x, &mut product);
+                    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|c| c * c).sum::<f64>().sqrt();
+                    let residual = norm(
+                        &mut free
+                            .iter()
+                            .flat_map(|&v| (0..3).map(move |c| (v, c)))
+                            .map(|(v, c)| b[v][c] - product[v][c]),
+                    ) / norm(&mut b.as_flattened().iter().copied());
+                    println!(
+                        "{} contact {with_contact}, seed {seed}: {} CG iterations, true relative residual {residual:.2e}",
+                        if preconditioner == DENSE { "dense" } else { "FSAI" },
+                        status.iterations
+                    );
+                    assert!(residual < 3.0 * tolerance, "{preconditioner} {with_contact}: {residual:e}");
+                    iterations.push(status.iterations);
+                }
+                if with_contact {
+                    assert!(iterations[0] < iterations[1], "{iterations:?}");
+                } else {
+                    assert!(iterations[0] <= 2 && iterations[1] > 10, "{iterations:?}");
+                }
+            }
+        }
+    }
+
+    /// The device keeps the last two factors, in either form: a stabilized step's two step
+    /// weights upload theirs once, not every step; a third weight takes the part of the one
+    /// used longest ago, and a diagonal that moves by more than 1 % makes a new factor.
+    #[test]
+    fn inverse_factors_stay_on_the_device() {
         let Some(context) = context() else { return };
         let (model, _, _) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 1.0);
         let model = std::sync::Arc::new(model);
         let rig = Rig::new(&context, &model);
-        let mut factors = super::FsaiFactors::new(&model);
-        let diagonal: Vec<f64> = model.masses.iter().map(|m| 900.0 * m).collect();
-        let moved: Vec<f64> = diagonal.iter().map(|d| 1.02 * d).collect();
-        let slot_count = rig.buffers.slot_count;
-        let mut place = |a: f64, d: &[f64]| {
-            let upload = factors.for_matrix(&model, &rig.buffers, a, d);
-            (factors.offsets(slot_count).0 / slot_count, upload.is_some())
-        };
-        let (midpoint, backward) = (0.25, 1.0);
-        let parts: Vec<(usize, bool)> = [midpoint, backward, midpoint, backward, midpoint, backward]
-            .iter()
-            .map(|&a| place(a, &diagonal))
-            .collect();
-        assert_eq!(parts, [(0, true), (1, true), (0, false), (1, false), (0, false), (1, false)]);
-        // The midpoint's factor was used longest ago.
-        assert_eq!(place(0.5, &diagonal), (0, true));
-        assert_eq!(place(backward, &diagonal), (1, false));
-        assert_eq!(place(midpoint, &diagonal), (0, true));
-        assert_eq!(place(midpoint, &moved), (1, true));
-        assert_eq!(place(midpoint, &moved), (1, false));
+        for dense in [false, true] {
+            let mut factors = super::ProjectiveInverse::new(&model, dense);
+            assert_eq!(factors.preconditioner(), if dense { super::DENSE } else { super::FSAI });
+            let diagonal: Vec<f64> = model.masses.iter().map(|m| 900.0 * m).collect();
+            let moved: Vec<f64> = diagonal.iter().map(|d| 1.02 * d).collect();
+            let slot_count = rig.buffers.slot_count;
+            let mut place = |a: f64, d: &[f64]| {
+                let upload = factors.for_matrix(&model, &rig.buffers, a, d);
+                (factors.offsets(slot_count).0 / slot_count, upload.is_some())
+            };
+            let (midpoint, backward) = (0.25, 1.0);
+            let parts: Vec<(usize, bool)> = [midpoint, backward, midpoint, backward, midpoint, backward]
+                .iter()
+                .map(|&a| place(a, &diagonal))
+                .collect();
+            assert_eq!(parts, [(0, true), (1, true), (0, false), (1, false), (0, false), (1, false)]);
+            // The midpoint's factor was used longest ago.
+            assert_eq!(place(0.5, &diagonal), (0, true));
+            assert_eq!(place(backward, &diagonal), (1, false));
+            assert_eq!(place(midpoint, &diagonal), (0, true));
+            assert_eq!(place(midpoint, &moved), (1, true));
+            assert_eq!(place(midpoint, &moved), (1, false));
+            // The dense form's part starts n^2 values further on.
+            let n = model.vertex_count();
+            let per_part = if dense { n * n } else { factors.fsai.as_ref().unwrap().1.slot_count() };
+            assert_eq!(factors.offsets(slot_count).1, per_part);
+        }
     }
 
     /// Lanes fill about 2^17 invocations on hardware: 16 for small bodies, fewer as they grow,

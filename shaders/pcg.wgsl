@@ -26,11 +26,11 @@
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
 // by row (row v at `fsai_inverse[fsai_inverse_offset + n v]`, all n columns), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
-// has moved from the one inverted (damping, contacts).
-// G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the rest of a
-// diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are preconditioned
-// by Jacobi and the rest by E G^T G E, E dropping the contact set: the two blocks of a block
-// diagonal, each positive definite, so still a preconditioner for CG.
+// has moved from the one inverted (damping, a few handles, contacts).
+// G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the
+// rest of a diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are
+// preconditioned by Jacobi and the rest by E G^T G E (E S^-1 E), E dropping the contact set:
+// the two blocks of a block diagonal, each positive definite, so still a preconditioner for CG.
 //
 // How two dispatches suffice without float atomics or a separate reduction pass:
 // - every workgroup of a kernel sums the previous kernel's per-workgroup partials itself, in

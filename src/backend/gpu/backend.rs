@@ -121,10 +121,11 @@ pub struct GpuBackend {
     /// precondition), and whether a test asked for FSAI's at every size.
     inverse: Option<ProjectiveInverse>,
     fsai_only: bool,
-    /// Newton's FSAI preconditioner this step: the penalty contact set whose rows take
-    /// Jacobi's, as flags (empty: none), and whether it and the factor are on the device.
+    /// Newton's preconditioner by the local/global matrix's inverse this step: the penalty
+    /// contact set whose rows take Jacobi's, as flags (empty: none), and whether it and the
+    /// inverse are on the device.
     newton_contact: Vec<u32>,
-    newton_fsai_ready: bool,
+    newton_inverse_ready: bool,
     /// The CG iterations each global step of the last local/global solves took, by its place
     /// in the solve (a warm-started step needs fewer the later it comes): how many the same
     /// step of the next solve records.
@@ -228,7 +229,7 @@ impl GpuBackend {
             inverse: None,
             fsai_only: false,
             newton_contact: Vec::new(),
-            newton_fsai_ready: false,
+            newton_inverse_ready: false,
             global_lengths: Vec::new(),
             small_solve_vertices: None,
             mixed_left_at: None,
@@ -1310,7 +1311,7 @@ impl GpuBackend {
         if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
             return Ok(PcgParams { preconditioner: JACOBI, ..params });
         }
-        if !self.newton_fsai_ready {
+        if !self.newton_inverse_ready {
             self.upload_inverse(projective::stiffness_weight(&self.nodes))?;
             let n = self.buffers.vertex_count;
             let none;
@@ -1322,7 +1323,7 @@ impl GpuBackend {
             };
             let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
-            self.newton_fsai_ready = true;
+            self.newton_inverse_ready = true;
         }
         Ok(self.with_inverse(params))
     }
@@ -1356,7 +1357,7 @@ impl GpuBackend {
         let a = projective::stiffness_weight(&nodes);
         self.upload_inverse(a)?;
         // The solve writes its own contact flags.
-        self.newton_fsai_ready = false;
+        self.newton_inverse_ready = false;
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
         // With penalty colliders the contact set changes the diagonal at every iterate
         // (`projective::LocalContact::grow_set`), from the base uploaded here.
@@ -1561,11 +1562,11 @@ impl Stages for GpuBackend {
         self.damping_weight = problem.damping_weight;
         // The local/global matrix's diagonal is made when a solve first asks for it.
         self.projective_diagonal.clear();
-        self.newton_fsai_ready = false;
+        self.newton_inverse_ready = false;
         self.step_damping = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = self.step_damping.is_some();
         self.friction = false;
-        // The penalty contacts whose rows FSAI leaves to Jacobi in Newton's solves.
+        // The penalty contacts whose rows the inverse leaves to Jacobi in Newton's solves.
         if projective::has_penalty_contact(&self.model, &self.colliders) {
             let set = projective::contact_set(&self.model, &self.colliders, &problem);
             self.newton_contact = set.iter().map(|&member| member as u32).collect();

@@ -20,9 +20,7 @@
 // explicit product M = G^T G (`fsai_inverse`, in slots like the matrix's): z needs the new r
 // at every vertex two edges away, so `update` forms it on the fly as r - alpha Ap, leaves the
 // new r in `fsai_y` and the next `product` moves it into r (a vertex's r is read by its
-// neighbours until then). The one-workgroup solve applies G and G^T as two sweeps with a
-// barrier between them (`fsai`, one value per slot: G_vc where c <= v, G_cv where c > v;
-// y = G r in `fsai_y`).
+// neighbours until then).
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
 // by row (row v at `fsai_inverse[fsai_inverse_offset + n v]`, all n columns), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
@@ -73,11 +71,10 @@ struct Params {
     // and 1 where the step's friction records (set 2) are part of the matrix.
     surface_count: u32,
     friction: u32,
-    // 0 Jacobi, 1 FSAI: the factor from `fsai_offset` on in `fsai`, its product from
-    // `fsai_inverse_offset` on in `fsai_inverse` (the buffers hold two factors, a stabilized
-    // step's two step weights); 2 dense: S^-1 from `fsai_inverse_offset` on (the loop only).
+    // 0 Jacobi, 1 FSAI: M = G^T G from `fsai_inverse_offset` on in `fsai_inverse` (the buffer
+    // holds two, a stabilized step's two step weights); 2 dense: S^-1 from there on. The
+    // one-workgroup solve takes Jacobi only.
     preconditioner: u32,
-    fsai_offset: u32,
     fsai_inverse_offset: u32,
     // Invocations per row in the loop's kernels.
     lanes: u32,
@@ -149,19 +146,19 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(14) var<storage, read> coupling_records: array<vec4<f32>>;
 @group(3) @binding(15) var<storage, read> coupling_offsets: array<u32>;
 @group(3) @binding(16) var<storage, read> coupling_list: array<u32>;
-// FSAI's factors by slot, and y = G r between the two halves of one.
-@group(3) @binding(17) var<storage, read> fsai: array<f32>;
-@group(3) @binding(18) var<storage, read_write> fsai_y: array<f32>;
-@group(3) @binding(19) var<storage, read> fsai_inverse: array<f32>;
-@group(3) @binding(20) var<storage, read> contact_flags: array<u32>;
+// The new r while neighbours still read the old one (FSAI and dense), and M = G^T G by slot
+// or S^-1 by row.
+@group(3) @binding(17) var<storage, read_write> fsai_y: array<f32>;
+@group(3) @binding(18) var<storage, read> fsai_inverse: array<f32>;
+@group(3) @binding(19) var<storage, read> contact_flags: array<u32>;
 // Per workgroup, the warm start's (b.d1, d1.S d1, b.b, 0) and (b.d2, d1.S d2, d2.S d2, 0),
 // written by `warm_product`.
-@group(3) @binding(21) var<storage, read_write> warm_partials: array<vec4<f32>>;
+@group(3) @binding(20) var<storage, read_write> warm_partials: array<vec4<f32>>;
 // The solution before the last (d2), and S d2.
-@group(3) @binding(22) var<storage, read_write> earlier_direction: array<f32>;
-@group(3) @binding(23) var<storage, read_write> earlier_product: array<f32>;
+@group(3) @binding(21) var<storage, read_write> earlier_direction: array<f32>;
+@group(3) @binding(22) var<storage, read_write> earlier_product: array<f32>;
 // The pipelined loop's direction p, w = A u and A q, 3n values each (see `pipelined`).
-@group(3) @binding(24) var<storage, read_write> pipelined_vectors: array<f32>;
+@group(3) @binding(23) var<storage, read_write> pipelined_vectors: array<f32>;
 // The loop's indirect dispatch arguments (workgroups x, y, z), each a ring of entries:
 // iteration k's `product` is dispatched from entry k % ring of `product_dispatches`, its
 // `update` from that of `update_dispatches`. `setup` arms every entry with its own grid, the
@@ -170,8 +167,8 @@ const LIMIT: u32 = 4u;
 // `product_dispatches`: every iteration recorded after it dispatches nothing. (A dispatch
 // may not write the buffer it is dispatched from, hence two rings; the one a kernel is
 // dispatched from is bound to a placeholder there.)
-@group(3) @binding(25) var<storage, read_write> product_dispatches: array<u32>;
-@group(3) @binding(26) var<storage, read_write> update_dispatches: array<u32>;
+@group(3) @binding(24) var<storage, read_write> product_dispatches: array<u32>;
+@group(3) @binding(25) var<storage, read_write> update_dispatches: array<u32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -277,7 +274,7 @@ fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return load3(c, 1u) - alpha * load3(c, 5u);
 }
 
-// The warm start's (c1, c2) (zero when not warm), set by `setup` and `solve_small`.
+// The warm start's (c1, c2) (zero when not warm), set by `setup`.
 var<private> warm_multiples: vec2<f32>;
 
 // b - c1 S d1 - c2 S d2 at v (b when not warm).
@@ -415,22 +412,6 @@ fn dense_row_product(lid: u32, row: Row, wanted: bool, alpha: f32, from_rhs: boo
     return row_total(lid, acc);
 }
 
-// A lane's share of row v of G E times r, or (`upper`) of G^T times y.
-fn fsai_share(row: Row, upper: bool) -> vec3<f32> {
-    let v = row.v;
-    var acc = vec3<f32>(0.0);
-    for (var j = row.lane; j < row_offsets[v + 1u] - row_offsets[v]; j += params.lanes) {
-        let slot = position_slot(row.at, j);
-        let c = slot_columns[slot];
-        if (upper && c >= v) {
-            acc += fsai[params.fsai_offset + slot] * vec3<f32>(fsai_y[3u * c], fsai_y[3u * c + 1u], fsai_y[3u * c + 2u]);
-        } else if (!upper && c <= v && !in_contact(c)) {
-            acc += fsai[params.fsai_offset + slot] * load3(c, 1u);
-        }
-    }
-    return acc;
-}
-
 fn store_y(v: u32, y: vec3<f32>) {
     for (var c = 0u; c < 3u; c++) {
         fsai_y[3u * v + c] = y[c];
@@ -441,52 +422,6 @@ fn store_z(v: u32, zv: vec3<f32>) {
     for (var c = 0u; c < 3u; c++) {
         z[3u * v + c] = zv[c];
     }
-}
-
-// Row v of z = E G^T y (`upper`), or Jacobi's in the contact set (the one-workgroup solve);
-// returns (r.r, r.z).
-fn precondition_row(v: u32, upper: vec3<f32>) -> vec2<f32> {
-    let rv = load3(v, 1u);
-    var zv = jacobi_times(v, rv);
-    if (!in_contact(v)) {
-        zv = upper;
-    }
-    store_z(v, zv);
-    return vec2<f32>(dot(rv, rv), dot(rv, zv));
-}
-
-// The one-workgroup solve's z = E G^T G E r (Jacobi's in the contact set) as two sweeps over
-// the rows, y = G E r in `fsai_y` between them (r complete in memory before the call);
-// returns this invocation's share of (r.r, r.z). Every invocation must call it.
-fn precondition_small(lid: u32) -> vec2<f32> {
-    fsai_sweep(lid, false);
-    storageBarrier();
-    let sums = fsai_sweep(lid, true);
-    // A row's z was written by its lane 0; the per-vertex work that follows reads it from
-    // another invocation.
-    storageBarrier();
-    return sums;
-}
-
-// One sweep of the one-workgroup solve over the rows with their lanes: y = G E r into
-// `fsai_y`, or (`upper`) z from G^T y, returning this invocation's share of (r.r, r.z).
-fn fsai_sweep(lid: u32, upper: bool) -> vec2<f32> {
-    let n = params.vertex_count;
-    var sums = vec2<f32>(0.0);
-    for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
-        let row = row_of(sweep, lid);
-        var share = vec3<f32>(0.0);
-        if (row.v < n) {
-            share = fsai_share(row, upper);
-        }
-        let total = row_total(lid, share);
-        if (row.v < n && row.lane == 0u && upper) {
-            sums += precondition_row(row.v, total);
-        } else if (row.v < n && row.lane == 0u) {
-            store_y(row.v, total);
-        }
-    }
-    return sums;
 }
 
 // The new search direction at vertex u: z + beta p (z alone on the first iteration).
@@ -509,8 +444,6 @@ const PIPELINED_M: u32 = 5u;
 var<private> multiplied: u32;
 var<private> coupled_beta: f32;
 var<private> coupled_first: bool;
-// Set by `solve_small`.
-var<private> one_workgroup: bool;
 
 fn coupled_vector(u: u32) -> vec3<f32> {
     switch multiplied {
@@ -685,7 +618,7 @@ fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
         z[3u * v + c] = inv * bv[c];
         zv[c] = inv * bv[c];
     }
-    if (explicit_inverse() && !one_workgroup) {
+    if (explicit_inverse()) {
         // r's next value (moved into r by `product`).
         store_y(v, bv);
         if (!in_contact(v)) {
@@ -1032,8 +965,9 @@ fn pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     }
 }
 
-// The whole solve in one workgroup, for bodies small enough that dispatches, not arithmetic,
-// would bound the multi-workgroup loop: the same algorithm and stopping rules (setup, the
+// The whole solve in one workgroup (Jacobi, from zero), for bodies small enough that
+// dispatches, not arithmetic, would bound the multi-workgroup loop: the same algorithm and
+// stopping rules (setup, the
 // start's checks, then product and update per iteration), the rows walked in sweeps of
 // INVOCATIONS / lanes, per-vertex work strided over the invocations, reductions through
 // workgroup memory, and the status written to `scalars_out` as `finish` writes it. Dispatch
@@ -1042,35 +976,11 @@ var<workgroup> carry_on: u32;
 
 @compute @workgroup_size(INVOCATIONS)
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
-    one_workgroup = true;
     let n = params.vertex_count;
-    var bb = 0.0;
-    if (params.warm != 0u) {
-        // S d1 and S d2, and the dots.
-        var last = vec4<f32>(0.0);
-        var earlier = vec4<f32>(0.0);
-        for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
-            let row = row_of(sweep, lid);
-            let products = warm_products(lid, row);
-            if (row.v < n && row.lane == 0u) {
-                let dots = warm_row(row.v, products[0], products[1]);
-                last += dots.last;
-                earlier += dots.earlier;
-            }
-        }
-        let dots = WarmDots(workgroup_sum(lid, last), workgroup_sum(lid, earlier));
-        warm_multiples = galerkin_multiples(dots);
-        bb = dots.last.z;
-        storageBarrier();
-    }
     multiplied = P_ITSELF;
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < n; v += INVOCATIONS) {
         partial += setup_row(v, vec3<f32>(0.0));
-    }
-    if (params.preconditioner == FSAI) {
-        storageBarrier();
-        partial = precondition_small(lid);
     }
     for (var v = lid; v < n; v += INVOCATIONS) {
         for (var c = 0u; c < 3u; c++) {
@@ -1078,7 +988,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         }
     }
     let sums = workgroup_sum(lid, vec4<f32>(partial, 0.0, 0.0)).xy;
-    let start = starting_scalars(lid, sums, select(sums.x, bb, params.warm != 0u));
+    let start = starting_scalars(lid, sums, sums.x);
     storageBarrier();
     var state = start.state;
     let threshold_squared = start.threshold_squared;
@@ -1115,10 +1025,6 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             var sums = vec2<f32>(0.0);
             for (var v = lid; v < n; v += INVOCATIONS) {
                 sums += update_row(v, alpha);
-            }
-            if (params.preconditioner == FSAI) {
-                storageBarrier();
-                sums = precondition_small(lid);
             }
             let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
             rr = total.x;

@@ -549,7 +549,6 @@ impl GpuBackend {
             surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
             friction: self.friction as u32,
             preconditioner: JACOBI,
-            fsai_offset: 0,
             fsai_inverse_offset: 0,
             // The bound groups' (`WgPcg::start`).
             lanes: 1,
@@ -597,12 +596,10 @@ impl GpuBackend {
         jacobi_loop: JacobiLoop,
     ) -> Result<(Staged, Option<Solve>)> {
         let (c, rec) = (&self.context, &mut self.recording);
+        // (The one-workgroup solve takes Jacobi only.)
         let limit = match params.preconditioner {
-            // (The one-workgroup solve has no dense form.)
-            DENSE => 0,
-            _ => {
-                self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(params.preconditioner))
-            }
+            JACOBI => self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(JACOBI)),
+            _ => 0,
         };
         if self.buffers.vertex_count <= limit {
             return Ok((self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, params)?, None));
@@ -1262,18 +1259,10 @@ impl GpuBackend {
         } else {
             &self.projective_diagonal
         };
-        if let Some((slots, values)) = inverse.for_matrix(&self.model, &self.buffers, a, diagonal) {
-            let offsets = inverse.offsets(self.buffers.slot_count);
+        if let Some(values) = inverse.for_matrix(&self.model, a, diagonal) {
+            let at = 4 * inverse.offset() as u64;
             let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
-            if !slots.is_empty() {
-                rec.upload_at(c, scratch.named("fsai"), 4 * offsets.0 as u64, bytemuck::cast_slice(&slots));
-            }
-            rec.upload_at(
-                c,
-                scratch.named("fsai_inverse"),
-                4 * offsets.1 as u64,
-                bytemuck::cast_slice(&values),
-            );
+            rec.upload_at(c, scratch.named("fsai_inverse"), at, bytemuck::cast_slice(&values));
         }
         Ok(())
     }
@@ -1283,11 +1272,9 @@ impl GpuBackend {
     fn with_inverse(&self, params: PcgParams) -> PcgParams {
         let inverse =
             self.inverse.as_ref().expect("upload_inverse makes the inverses before a solve uses them");
-        let (slots, values) = inverse.offsets(self.buffers.slot_count);
         PcgParams {
             preconditioner: inverse.preconditioner(),
-            fsai_offset: slots as u32,
-            fsai_inverse_offset: values as u32,
+            fsai_inverse_offset: inverse.offset() as u32,
             ..params
         }
     }

@@ -199,9 +199,8 @@ impl GpuBuffers {
             w.set(name, vector(name));
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));
-        // The local/global matrix's sparse approximate inverse, as a factor and as a product,
-        // made when that solver first runs (`reserve_fsai`), and its intermediate vector.
-        w.set("fsai", c.scratch::<f32>("fsai", 1));
+        // The local/global matrix's inverse, FSAI's product or dense, made when a solve first
+        // asks for it (`reserve_fsai`, `reserve_dense`), and the loop's next residual.
         w.set("fsai_inverse", c.scratch::<f32>("fsai_inverse", 1));
         w.set("fsai_y", vector("fsai_y"));
         w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
@@ -329,9 +328,9 @@ impl GpuBuffers {
         true
     }
 
-    /// Makes the buffers of [`INVERSE_FACTORS`] FSAI factors (one value per slot) and of their
-    /// products in `inverse`'s slots, one after another, unless they exist; true when it made
-    /// them (the bind groups must then be made again).
+    /// Makes the buffers of [`INVERSE_FACTORS`] FSAI products in `inverse`'s slots, one after
+    /// another, and of their pattern, unless they exist; true when it made them (the bind
+    /// groups must then be made again).
     pub fn reserve_fsai(&mut self, context: &GpuContext, inverse: &InverseSlots) -> bool {
         let pattern = &inverse.pattern;
         if self.model.named("fsai_inverse_pattern").size() >= 4 * pattern.len() as u64 {
@@ -339,9 +338,8 @@ impl GpuBuffers {
         }
         let entries = inverse.slot_count();
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
-        let parts = |count: usize| INVERSE_FACTORS * count.max(1);
-        self.scratch.set("fsai", context.scratch::<f32>("fsai", parts(self.slot_count)));
-        self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", parts(entries)));
+        let values = INVERSE_FACTORS * entries.max(1);
+        self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", values));
         true
     }
 
@@ -378,15 +376,6 @@ impl GpuBuffers {
             }
         }
         entries
-    }
-
-    /// One value per stored block in the CPU twin's order laid out in slots (padding zero).
-    pub fn values_to_slots(&self, values: &[f32]) -> Vec<f32> {
-        let mut slots = vec![0.0; self.slot_count];
-        for (&value, &slot) in values.iter().zip(&self.slot_of) {
-            slots[slot as usize] = value;
-        }
-        slots
     }
 
     /// Workgroups of a pass over the vertices (and their partial sums).

@@ -81,6 +81,9 @@ struct Params {
     // 0: start from zero; 1 or 2: from the Galerkin combination of the last one or two
     // solutions (see the header).
     warm: u32,
+    // 1: the loop's `finish` takes the step x += direction (local/global's global steps
+    // without colliders, whose solution is the step).
+    advance: u32,
 }
 
 const FSAI: u32 = 1u;
@@ -124,6 +127,9 @@ const LIMIT: u32 = 4u;
 // positions (entry k of the row at position p in slot slice_base(p / SLICE) + SLICE k +
 // p % SLICE), its slice bases and each slot's column.
 @group(1) @binding(4) var<storage, read> fsai_inverse_pattern: array<u32>;
+
+// The iterate (displacements), for `advance`.
+@group(2) @binding(0) var<storage, read_write> x: array<f32>;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
 // The right-hand side, and the solution (the Newton direction).
@@ -829,9 +835,15 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let row = row_of(slot, lid);
     let v = row.v;
     let s = settle(scalars_in, rr);
-    if (s.state == NEGATIVE_FIRST && v < params.vertex_count && row.lane == 0u) {
+    if (v < params.vertex_count && row.lane == 0u) {
         for (var c = 0u; c < 3u; c++) {
-            direction[3u * v + c] = rhs[3u * v + c];
+            let i = 3u * v + c;
+            if (s.state == NEGATIVE_FIRST) {
+                direction[i] = rhs[i];
+            }
+            if (params.advance != 0u) {
+                x[i] += direction[i];
+            }
         }
     }
     if (lid == 0u && slot == 0u) {

@@ -553,6 +553,7 @@ impl GpuBackend {
             // The bound groups' (`WgPcg::start`).
             lanes: 1,
             warm: 0,
+            advance: 0,
         }
     }
 
@@ -571,6 +572,7 @@ impl GpuBackend {
     /// returns the final status.
     fn run_on(&mut self, solve: &mut Solve, mut status: PcgStatus) -> Result<PcgStatus> {
         let max = solve.params.max_iterations;
+        debug_assert_eq!(solve.params.advance, 0, "a solve that takes its step in its finish ran on");
         while status.running() {
             if solve.recorded() >= max {
                 return Err(Error::Solver("the GPU PCG loop stopped making progress".into()));
@@ -1327,13 +1329,12 @@ impl GpuBackend {
     /// warm-started from the last direction, except with the dense inverse and no contacts,
     /// where it takes one CG iteration from zero) of as many iterations as the same global
     /// step of the last solve needed, an eighth and two more, twice as many after one that
-    /// ran out (an
-    /// unfinished CG solve still lowers the frozen quadratic, so the iteration still never
-    /// increases `G`), and the step `x += d`; with penalty colliders, the
-    /// contact set and the matrix it gives before the solve, and the step cut short where a
-    /// vertex outside the set would enter a collider; the last local step gives
-    /// `G` and `|grad G|` at the result. Long solves, and recorded objectives, are read in
-    /// batches as the staging buffer fills.
+    /// ran out (an unfinished CG solve still lowers the frozen quadratic, so the iteration
+    /// still never increases `G`), and the step `x += d` (in the solve's `finish`); with
+    /// penalty colliders, the contact set and the matrix it gives before the solve, and the
+    /// step cut short where a vertex outside the set would enter a collider; the last local
+    /// step gives `G` and `|grad G|` at the result. Long solves, and recorded objectives, are
+    /// read in batches as the staging buffer fills.
     fn local_global_on_device(&mut self, request: &LocalGlobalRequest) -> Result<LocalGlobalReport> {
         let started = std::time::Instant::now();
         // A start picked on the device needs no check: projective energies and the penalty are
@@ -1404,19 +1405,19 @@ impl GpuBackend {
             // without contacts; with them the start saved a third of the iterations of the
             // 15K-tet bar's landing, 52-65 a step to 37-40.)
             let warm = if params.preconditioner == DENSE && !contact { 0 } else { k.min(2) as u32 };
-            let params = PcgParams { warm, ..params };
+            // Without colliders the solve's `finish` takes the step `x += d`.
+            let params = PcgParams { warm, advance: u32::from(!contact), ..params };
             let mut chunk = recorded(tally.expected[k], GLOBAL_SLACK, max);
             if contact && params.preconditioner == DENSE {
                 chunk = chunk.max(CONTACT_CHUNK.min(max));
             }
             tally.statuses.push(self.record_solve(params, chunk, JacobiLoop::Cg)?.0);
+            self.iterate_read = None;
             if contact {
                 self.vector("save", 0.0)?;
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;
                 self.decide(Decision::Bound)?;
                 self.decide(Decision::Advance)?;
-            } else {
-                self.vector("advance", 1.0)?;
             }
         }
         // The state the solve ends in comes with its last status.

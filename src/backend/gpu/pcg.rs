@@ -46,6 +46,8 @@ pub struct PcgParams {
     /// `direction` buffer) or of the last two (the one before in `earlier_direction`), which
     /// minimizes the quadratic over their span (see `shaders/pcg.wgsl`).
     pub warm: u32,
+    /// 1: the loop's `finish` takes the step `x += direction` (`x_saved` is left as it was).
+    pub advance: u32,
 }
 
 /// `PcgParams::preconditioner`: the inverse diagonal.

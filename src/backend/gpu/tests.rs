@@ -413,6 +413,18 @@ fn one_local_global_solve_both_ways(context: &Arc<super::GpuContext>, model: &Ar
         }
         runs.push(solve(&mut gpu));
         assert!(gpu.take_error().is_none());
+        if !fsai && model.colliders.is_empty() {
+            // Once the solve lengths are known (the first solve records 32 CG iterations a
+            // global step), a free dense iteration records at most 12 dispatches: its local
+            // step and gather, the solve's setup, four CG iterations of two (at this
+            // tolerance one or two are needed, and two more recorded) and the finish, which
+            // takes the step.
+            let before = gpu.device_counts().unwrap();
+            solve(&mut gpu);
+            let counts = gpu.device_counts().unwrap().since(&before);
+            println!("dense, lengths known: {counts:?}");
+            assert!(counts.dispatches <= 12 * request.iterations as u64, "{counts:?}");
+        }
     }
     let [(dense, dense_x), (fsai, fsai_x)] = <[_; 2]>::try_from(runs).ok().unwrap();
     // The largest distance between corresponding vertices, and where.

@@ -622,6 +622,11 @@ mod tests {
         s.iter().map(|&v| [v, 0.0, 0.0, 0.0, v, 0.0, 0.0, 0.0, v]).collect()
     }
 
+    /// f32 values read back as f64 vectors.
+    fn to_vectors(values: &[f32]) -> Vec<[f64; 3]> {
+        values.chunks(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect()
+    }
+
     /// A random right-hand side, zero at the pinned vertices.
     fn random_rhs(model: &crate::model::Model, seed: u64) -> Vec<[f64; 3]> {
         use rand::{RngExt, SeedableRng};
@@ -766,7 +771,7 @@ mod tests {
         };
         let (b, other) = (random(1.0), random(1.0));
         let relative_residual = |x: &[f32]| {
-            let x: Vec<[f64; 3]> = x.chunks(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect();
+            let x = to_vectors(x);
             let mut product = vec![[0.0; 3]; n];
             hessian_product::apply(&topology, &blocks, &x, &mut product);
             let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|c| c * c).sum::<f64>().sqrt();
@@ -887,11 +892,7 @@ mod tests {
                     let params = PcgParams { preconditioner, ..fixed_tolerance(&rig, tolerance, 1000) };
                     let status = solve_with(&mut rig, params, 4);
                     assert_eq!(status.state, 1, "{preconditioner} {with_contact}: {status:?}");
-                    let x: Vec<[f64; 3]> = rig
-                        .read(3, "direction", 3 * n)
-                        .chunks(3)
-                        .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
-                        .collect();
+                    let x = to_vectors(&rig.read(3, "direction", 3 * n));
                     let mut product = vec![[0.0; 3]; n];
                     hessian_product::apply(&topology, &blocks, &x, &mut product);
                     let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|c| c * c).sum::<f64>().sqrt();
@@ -1118,11 +1119,7 @@ mod tests {
             };
             let status = solve_looped(&mut rig, params, lanes, jacobi_loop);
             assert_eq!(status.state, 1, "GPU PCG should converge: {status:?}");
-            let solution: Vec<[f64; 3]> = rig
-                .read(3, "direction", 3 * n)
-                .chunks(3)
-                .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
-                .collect();
+            let solution = to_vectors(&rig.read(3, "direction", 3 * n));
             let mut product = vec![[0.0; 3]; b.len()];
             hessian_product::apply(&topology, &cpu.blocks, &solution, &mut product);
             let norm = |v: &[[f64; 3]]| v.iter().flatten().map(|c| c * c).sum::<f64>().sqrt();
@@ -1263,8 +1260,7 @@ mod tests {
                 status.iterations.abs_diff(cpu.iterations as u32) <= 2,
                 "{name}: {status:?} against {cpu:?}"
             );
-            let solution: Vec<[f64; 3]> =
-                x.chunks(3).map(|c| [c[0] as f64, c[1] as f64, c[2] as f64]).collect();
+            let solution = to_vectors(x);
             let worst = solution
                 .iter()
                 .flatten()
@@ -1334,11 +1330,7 @@ mod tests {
         let base = PcgParams { preconditioner: JACOBI, ..fixed_tolerance(&rig, 1e-2, 5000) };
         let mut solve = |params: PcgParams, lanes: u32, jacobi_loop: JacobiLoop| {
             let status = solve_looped(&mut rig, params, lanes, jacobi_loop);
-            let x: Vec<[f64; 3]> = rig
-                .read(3, "direction", 3 * n)
-                .chunks(3)
-                .map(|c| [c[0] as f64, c[1] as f64, c[2] as f64])
-                .collect();
+            let x = to_vectors(&rig.read(3, "direction", 3 * n));
             (status, quadratic(&x))
         };
         for lanes in [1, 4, 16] {

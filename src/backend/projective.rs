@@ -262,9 +262,17 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64]) -> Vec<f32> {
         .collect();
     let matrix = faer::sparse::SparseColMat::<usize, f64>::try_new_from_triplets(n, n, &lower)
         .expect("the pattern's entries are distinct");
-    let factor = matrix.sp_cholesky(faer::Side::Lower).expect("S is positive definite");
-    const COLUMNS: usize = 64;
     let mut inverse = vec![0.0f32; n * n];
+    let Ok(factor) = matrix.sp_cholesky(faer::Side::Lower) else {
+        // Valid models always give a positive definite `S`; otherwise Jacobi's inverse, as a
+        // dense matrix, still preconditions CG.
+        for (row, &at) in topology.diagonal.iter().enumerate() {
+            let d = s[at as usize].abs();
+            inverse[row * n + row] = if d > 0.0 { (1.0 / d) as f32 } else { 1.0 };
+        }
+        return inverse;
+    };
+    const COLUMNS: usize = 64;
     inverse.par_chunks_mut(COLUMNS * n).enumerate().for_each(|(block, rows)| {
         let first = block * COLUMNS;
         let width = rows.len() / n;
@@ -301,5 +309,22 @@ mod tests {
             }
         }
         assert!(worst < 1e-5, "S X - I reaches {worst:e}");
+    }
+
+    /// A matrix that is not positive definite (which valid models never give) is not a
+    /// panic: its inverse is Jacobi's, as a dense matrix.
+    #[test]
+    fn an_indefinite_matrix_gets_jacobis_inverse() {
+        let (model, topology, mut s) = crate::backend::fsai::tests::projective_matrix([3, 2, 2], 0.25);
+        let n = model.vertex_count();
+        let free = (0..n).find(|&v| !model.pinned[v]).unwrap();
+        s[topology.diagonal[free] as usize] *= -1.0;
+        let x = super::dense_inverse(&topology, &s);
+        for i in 0..n {
+            for j in 0..n {
+                let expected = if i == j { 1.0 / s[topology.diagonal[i] as usize].abs() } else { 0.0 };
+                assert_eq!(x[i * n + j], expected as f32, "({i}, {j})");
+            }
+        }
     }
 }

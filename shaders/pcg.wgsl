@@ -84,6 +84,9 @@ struct Params {
     // 1: the loop's `finish` takes the step x += direction (local/global's global steps
     // without colliders, whose solution is the step).
     advance: u32,
+    // The iterations recorded by the end of the chunk being run (set per chunk): with
+    // `advance`, whose solves are not read on, the last one's update forms no z.
+    recorded_to: u32,
 }
 
 const FSAI: u32 = 1u;
@@ -781,20 +784,21 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     let descending = running && curvature > 0.0;
     let alpha = select(0.0, scalars_out.rz / curvature, descending);
     let busy = descending && row.v < params.vertex_count;
+    // No later iteration reads this one's z: it is the last recorded of a solve not read on.
+    let last = params.advance != 0u && scalars_out.iterations + 1u >= params.recorded_to;
     var sums = vec2<f32>(0.0);
     if (explicit_inverse()) {
         var inverse_z = vec3<f32>(0.0);
         if (params.preconditioner == DENSE) {
-            // The update after the solve stopped (one of a one-iteration solve's two) fills no
-            // tiles.
+            // Nor does the update after the solve stopped fill tiles.
             if (lid == 0u) {
-                dense_descending = u32(descending);
+                dense_descending = u32(descending && !last);
             }
             if (workgroupUniformLoad(&dense_descending) != 0u) {
                 inverse_z = dense_row_product(lid, row, busy, alpha, false);
             }
         } else {
-            if (busy) {
+            if (busy && !last) {
                 inverse_z = inverse_times(row, alpha, false);
             }
             inverse_z = row_total(lid, inverse_z);

@@ -554,6 +554,7 @@ impl GpuBackend {
             lanes: 1,
             warm: 0,
             advance: 0,
+            recorded_to: 0,
         }
     }
 

@@ -46,8 +46,11 @@ pub struct PcgParams {
     /// `direction` buffer) or of the last two (the one before in `earlier_direction`), which
     /// minimizes the quadratic over their span (see `shaders/pcg.wgsl`).
     pub warm: u32,
-    /// 1: the loop's `finish` takes the step `x += direction` (`x_saved` is left as it was).
+    /// 1: the loop's `finish` takes the step `x += direction` (`x_saved` is left as it was);
+    /// such a solve is not read on.
     pub advance: u32,
+    /// The iterations recorded by the end of the chunk (set by [`WgPcg::iterate`]).
+    pub recorded_to: u32,
 }
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
@@ -563,9 +566,10 @@ impl WgPcg {
         solve: &mut Solve,
         iterations: u32,
     ) -> Result<Staged> {
-        let offset = recording.params(context, &solve.params)?;
         // The first iteration starts the solve, so it is recorded even when none is asked for.
         let iterations = if solve.recorded == 0 { iterations.max(1) } else { iterations };
+        let params = PcgParams { recorded_to: solve.recorded + iterations, ..solve.params };
+        let offset = recording.params(context, &params)?;
         for _ in 0..iterations {
             let parity = (solve.recorded % 2) as usize;
             if solve.pipelined {

@@ -393,8 +393,9 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
 // formed once per workgroup, not once per row.
 const DENSE_TILE: u32 = 1024u;
 var<workgroup> dense_tile: array<vec4<f32>, DENSE_TILE>;
-// Whether `update` takes its step (the same in every invocation, as the workgroup must know).
-var<workgroup> dense_descending: u32;
+// Whether `update` forms z by the dense product (the same in every invocation, as the
+// workgroup must know).
+var<workgroup> dense_wanted: u32;
 
 // Row `row` of E S^-1 E times b or r - alpha Ap, summed over the row's lanes to its lane 0;
 // zero where not `wanted`, past the last row and in the contact set (whose rows take
@@ -792,9 +793,9 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
         if (params.preconditioner == DENSE) {
             // Nor does the update after the solve stopped fill tiles.
             if (lid == 0u) {
-                dense_descending = u32(descending && !last);
+                dense_wanted = u32(descending && !last);
             }
-            if (workgroupUniformLoad(&dense_descending) != 0u) {
+            if (workgroupUniformLoad(&dense_wanted) != 0u) {
                 inverse_z = dense_row_product(lid, row, busy, alpha, false);
             }
         } else {

@@ -589,6 +589,11 @@ impl GpuBackend {
         Ok(status)
     }
 
+    /// Whether this body's Jacobi solves run in one workgroup.
+    fn solved_in_one_workgroup(&self) -> bool {
+        self.buffers.vertex_count <= self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit())
+    }
+
     /// Records a PCG solve: for a body of at most the small-solve limit the whole solve in
     /// one workgroup and one dispatch, else the loop's start and its first `chunk` iterations
     /// (returned, to go on with). Returns where the status will be.
@@ -598,13 +603,10 @@ impl GpuBackend {
         chunk: u32,
         jacobi_loop: JacobiLoop,
     ) -> Result<(Staged, Option<Solve>)> {
-        let (c, rec) = (&self.context, &mut self.recording);
         // (The one-workgroup solve takes Jacobi only.)
-        let limit = match params.preconditioner {
-            JACOBI => self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(JACOBI)),
-            _ => 0,
-        };
-        if self.buffers.vertex_count <= limit {
+        let one_workgroup = params.preconditioner == JACOBI && self.solved_in_one_workgroup();
+        let (c, rec) = (&self.context, &mut self.recording);
+        if one_workgroup {
             return Ok((self.stages.pcg.solve_small(c, rec, &self.groups.pcg, &self.buffers, params)?, None));
         }
         let mut solve = self.stages.pcg.start(c, rec, &self.groups.pcg, params, jacobi_loop)?;
@@ -1295,9 +1297,7 @@ impl GpuBackend {
     /// bytes an iteration: its `G^T G` has about 27 scalar entries a row where the matrix has
     /// 13 blocks of nine (docs/perf/gpu.md, seventh session).
     fn preconditioned(&mut self, solver: LinearSolver, params: PcgParams) -> Result<PcgParams> {
-        let n = self.buffers.vertex_count;
-        let one_workgroup =
-            n <= self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit(JACOBI));
+        let one_workgroup = self.solved_in_one_workgroup();
         if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
             return Ok(PcgParams { preconditioner: JACOBI, ..params });
         }

@@ -162,16 +162,11 @@ impl SmallSolve {
     /// invocations, Jacobi took 12.8 us a CG iteration at 330 vertices and 44 us at 2 541
     /// (the loop's equal near 770); with 256, 17.9 us at 330. A software adapter has no
     /// dispatch latency to save, and keeps the 2 048 vertices the limit was before these
-    /// measurements, so that the tests' bodies run both forms. The local/global matrix's
-    /// inverses (FSAI, dense) run in the loop only: with the dense one a solve takes one or a
-    /// few CG iterations, and FSAI serves bodies too large for it.
-    pub fn vertex_limit(&self, preconditioner: u32) -> usize {
-        let invocations = self.invocations as usize;
-        match preconditioner {
-            JACOBI if self.software => 2048,
-            JACOBI => 3 * invocations / 4,
-            _ => 0,
-        }
+    /// measurements, so that the tests' bodies run both forms. It runs Jacobi only: the
+    /// local/global matrix's inverses (FSAI, dense) run in the loop, where with the dense one
+    /// a solve takes one or a few CG iterations, and FSAI serves bodies too large for it.
+    pub fn vertex_limit(&self) -> usize {
+        if self.software { 2048 } else { 3 * self.invocations as usize / 4 }
     }
 
     /// Whether `context`'s device can run this shape.
@@ -420,9 +415,9 @@ pub struct PcgGroups {
 }
 
 impl PcgGroups {
-    /// The largest body whose solves with `preconditioner` run in one workgroup.
-    pub fn small_vertex_limit(&self, preconditioner: u32) -> usize {
-        self.small.vertex_limit(preconditioner)
+    /// The largest body whose Jacobi solves run in one workgroup.
+    pub fn small_vertex_limit(&self) -> usize {
+        self.small.vertex_limit()
     }
 
     /// Gives the one-workgroup solve this shape (one the device [fits](SmallSolve::fits)).

@@ -22,7 +22,7 @@
 // new r in `fsai_y` and the next `product` moves it into r (a vertex's r is read by its
 // neighbours until then).
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
-// by row (row v at `fsai_inverse[fsai_inverse_offset + n v]`, all n columns), in place of
+// by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
 // has moved from the one inverted (damping, a few handles, contacts).
 // G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the
@@ -158,7 +158,7 @@ const LIMIT: u32 = 4u;
 // The new r while neighbours still read the old one (FSAI and dense), and M = G^T G by slot
 // or S^-1 by row.
 @group(3) @binding(17) var<storage, read_write> fsai_y: array<f32>;
-@group(3) @binding(18) var<storage, read> fsai_inverse: array<f32>;
+@group(3) @binding(18) var<storage, read> fsai_inverse: array<vec4<f32>>;
 @group(3) @binding(19) var<storage, read> contact_flags: array<u32>;
 // Per workgroup, the warm start's (b.d1, d1.S d1, b.b, 0) and (b.d2, d1.S d2, d2.S d2, 0),
 // written by `warm_product`.
@@ -384,42 +384,99 @@ fn inverse_times(row: Row, alpha: f32, from_rhs: bool) -> vec3<f32> {
     for (var k = row.lane; k < length; k += params.lanes) {
         let e = base + SLICE * k;
         let c = fsai_inverse_pattern[columns + e];
-        acc += select(fsai_inverse[params.fsai_inverse_offset + e], 0.0, in_contact(c)) * residual_at(c, alpha, from_rhs);
+        let m = fsai_inverse[(params.fsai_inverse_offset + e) / 4u][(params.fsai_inverse_offset + e) % 4u];
+        acc += select(m, 0.0, in_contact(c)) * residual_at(c, alpha, from_rhs);
     }
     return acc;
 }
 
-// The columns of E (b or r - alpha Ap) that the dense product shares at a time: each is
-// formed once per workgroup, not once per row.
-const DENSE_TILE: u32 = 1024u;
-var<workgroup> dense_tile: array<vec4<f32>, DENSE_TILE>;
-// Whether `update` forms z by the dense product (the same in every invocation, as the
-// workgroup must know).
+// The columns of E (b or r - alpha Ap) that the dense product shares at a time, four to a
+// vec4, one array per coordinate: each is formed once per workgroup, not once per row.
+const DENSE_TILE_QUADS: u32 = 256u;
+var<workgroup> dense_x: array<vec4<f32>, DENSE_TILE_QUADS>;
+var<workgroup> dense_y: array<vec4<f32>, DENSE_TILE_QUADS>;
+var<workgroup> dense_z: array<vec4<f32>, DENSE_TILE_QUADS>;
+// Whether `update_dense` forms z (the same in every invocation, as the workgroup must know).
 var<workgroup> dense_wanted: u32;
 
-// Row `row` of E S^-1 E times b or r - alpha Ap, summed over the row's lanes to its lane 0;
-// zero where not `wanted`, past the last row and in the contact set (whose rows take
-// Jacobi's). The row's lanes read consecutive columns. Every invocation must call it.
-fn dense_row_product(lid: u32, row: Row, wanted: bool, alpha: f32, from_rhs: bool) -> vec3<f32> {
+// Column c of E (b or r - alpha Ap): zero in the contact set and past the last vertex.
+fn dense_column(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+    if (c >= params.vertex_count || in_contact(c)) {
+        return vec3<f32>(0.0);
+    }
+    return residual_at(c, alpha, from_rhs);
+}
+
+// Quad `quad` of S^-1's row of the workgroup's dense row `row` times the tile's quad `k`.
+fn dense_quad(row: u32, quad: u32, k: u32) -> vec3<f32> {
+    let m = fsai_inverse[row + quad];
+    return vec3<f32>(dot(m, dense_x[k]), dot(m, dense_y[k]), dot(m, dense_z[k]));
+}
+
+// The workgroup's rows of E S^-1 E times b or r - alpha Ap (when `wanted`, the same in every
+// invocation): each invocation returns the row it serves in `row_of` on lane 0, zero past the
+// last row and in the contact set (whose rows take Jacobi's). S^-1's rows are
+// `dense_stride()` floats apart, so that they are read a vec4 at a time, and here a row's lanes
+// are consecutive invocations (not `row_of`'s), so that a warp reads each row's span
+// contiguously. Every invocation must call it.
+fn dense_rows_product(lid: u32, slot: u32, wanted: bool, alpha: f32, from_rhs: bool) -> vec3<f32> {
     let n = params.vertex_count;
-    let multiplies = wanted && row.v < n && !in_contact(row.v);
-    let base = params.fsai_inverse_offset + n * row.v;
+    let lanes = params.lanes;
+    let at = slot * rows_at_once() + lid / lanes;
+    let v = select(at, row_at(at), at < n);
+    let multiplies = wanted && v < n && !in_contact(v);
+    let lane = lid % lanes;
+    let quads = dense_stride() / 4u;
+    let row = (params.fsai_inverse_offset + dense_stride() * v) / 4u;
     var acc = vec3<f32>(0.0);
-    for (var first = 0u; first < n; first += DENSE_TILE) {
-        let count = min(DENSE_TILE, n - first);
+    for (var first = 0u; first < quads; first += DENSE_TILE_QUADS) {
+        let count = min(DENSE_TILE_QUADS, quads - first);
         workgroupBarrier();
         for (var k = lid; k < count; k += WORKGROUP) {
-            let c = first + k;
-            dense_tile[k] = vec4<f32>(select(residual_at(c, alpha, from_rhs), vec3<f32>(0.0), in_contact(c)), 0.0);
+            let c = 4u * (first + k);
+            let e0 = dense_column(c, alpha, from_rhs);
+            let e1 = dense_column(c + 1u, alpha, from_rhs);
+            let e2 = dense_column(c + 2u, alpha, from_rhs);
+            let e3 = dense_column(c + 3u, alpha, from_rhs);
+            dense_x[k] = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
+            dense_y[k] = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
+            dense_z[k] = vec4<f32>(e0.z, e1.z, e2.z, e3.z);
         }
         workgroupBarrier();
         if (multiplies) {
-            for (var k = row.lane; k < count; k += params.lanes) {
-                acc += fsai_inverse[base + first + k] * dense_tile[k].xyz;
+            // Four loads in flight per invocation: the product is bound by their latency.
+            var k = lane;
+            for (; k + 3u * lanes < count; k += 4u * lanes) {
+                let a = dense_quad(row, first + k, k);
+                let b = dense_quad(row, first + k + lanes, k + lanes);
+                let c = dense_quad(row, first + k + 2u * lanes, k + 2u * lanes);
+                let d = dense_quad(row, first + k + 3u * lanes, k + 3u * lanes);
+                acc += (a + b) + (c + d);
+            }
+            for (; k < count; k += lanes) {
+                acc += dense_quad(row, first + k, k);
             }
         }
     }
-    return row_total(lid, acc);
+    // Each row's lanes summed in lane order, to the invocation `row_of` gives lane 0 of it.
+    if (lanes == 1u) {
+        return acc;
+    }
+    reduction[lid] = vec4<f32>(acc, 0.0);
+    workgroupBarrier();
+    var total = vec3<f32>(0.0);
+    if (lid < rows_at_once()) {
+        for (var k = 0u; k < lanes; k++) {
+            total += reduction[lid * lanes + k].xyz;
+        }
+    }
+    workgroupBarrier();
+    return total;
+}
+
+// The floats between S^-1's rows: n rounded up to a multiple of four.
+fn dense_stride() -> u32 {
+    return (params.vertex_count + 3u) / 4u * 4u;
 }
 
 fn store_y(v: u32, y: vec3<f32>) {
@@ -565,26 +622,44 @@ fn warm_product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
 }
 
 // direction = c1 d1 + c2 d2 (0 when not warm; d1 becomes the earlier solution), r = b - S
-// direction, z = P r; partials (r.r, r.z).
+// direction, z = P r; partials (r.r, r.z). Jacobi or FSAI (`setup_dense`: S^-1).
 @compute @workgroup_size(WORKGROUP)
 fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
-    let inside = row.v < params.vertex_count;
-    if (params.warm != 0u) {
-        warm_multiples = galerkin_multiples(all_warm_partials(lid));
-    }
+    start_warm(lid);
     var inverse_z = vec3<f32>(0.0);
-    if (params.preconditioner == DENSE) {
-        inverse_z = dense_row_product(lid, row, true, 0.0, true);
-    } else if (params.preconditioner == FSAI) {
-        if (inside) {
+    if (params.preconditioner == FSAI) {
+        if (row.v < params.vertex_count) {
             inverse_z = inverse_times(row, 0.0, true);
         }
         inverse_z = row_total(lid, inverse_z);
     }
+    setup_rows(groups, lid, slot, row, inverse_z);
+}
+
+// `setup` with S^-1: its own entry point, so that the others keep no tiles in workgroup
+// memory (which costs an NVIDIA GPU its L1 cache).
+@compute @workgroup_size(WORKGROUP)
+fn setup_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    start_warm(lid);
+    let inverse_z = dense_rows_product(lid, slot, true, 0.0, true);
+    setup_rows(groups, lid, slot, row_of(slot, lid), inverse_z);
+}
+
+// The warm start's multiples, from `warm_product`'s partials; every invocation must call it.
+fn start_warm(lid: u32) {
+    if (params.warm != 0u) {
+        warm_multiples = galerkin_multiples(all_warm_partials(lid));
+    }
+}
+
+// The setup's rows, with the preconditioner's `inverse_z` on each row's lane 0, its partials,
+// and the rings' grids. Every invocation must call it.
+fn setup_rows(groups: vec3<u32>, lid: u32, slot: u32, row: Row, inverse_z: vec3<f32>) {
     var sums = vec2<f32>(0.0);
-    if (inside && row.lane == 0u) {
+    if (row.v < params.vertex_count && row.lane == 0u) {
         sums = setup_row(row.v, inverse_z);
     }
     let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
@@ -774,52 +849,82 @@ fn product_after(group: vec3<u32>, groups: vec3<u32>, lid: u32, setup: bool) {
 }
 
 // alpha = r.z / p.Ap; direction += alpha p, r -= alpha Ap, z = P r; partials (r.r, r.z). Non-positive
-// curvature leaves everything as it is and flags it for the next `product`.
+// curvature leaves everything as it is and flags it for the next `product`. Jacobi or FSAI
+// (`update_dense`: S^-1).
 @compute @workgroup_size(WORKGROUP)
 fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
+    let step = update_step(lid, row);
+    var inverse_z = vec3<f32>(0.0);
+    if (params.preconditioner == FSAI) {
+        if (step.busy && !step.last) {
+            inverse_z = inverse_times(row, step.alpha, false);
+        }
+        inverse_z = row_total(lid, inverse_z);
+    }
+    update_rows(lid, slot, row, step, inverse_z);
+}
+
+// `update` with S^-1 (see `setup_dense`).
+@compute @workgroup_size(WORKGROUP)
+fn update_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let row = row_of(slot, lid);
+    let step = update_step(lid, row);
+    // Nor does the update after the solve stopped fill tiles.
+    if (lid == 0u) {
+        dense_wanted = u32(step.descending && !step.last);
+    }
+    var inverse_z = vec3<f32>(0.0);
+    if (workgroupUniformLoad(&dense_wanted) != 0u) {
+        inverse_z = dense_rows_product(lid, slot, true, step.alpha, false);
+    }
+    update_rows(lid, slot, row, step, inverse_z);
+}
+
+// An update's step, the same in every workgroup (each summed the same partials).
+struct UpdateStep {
+    running: bool,
+    descending: bool,
+    alpha: f32,
+    // Descending, at a row of the body.
+    busy: bool,
+    // No later iteration reads this one's z: it is the last recorded of a solve not read on.
+    last: bool,
+}
+
+fn update_step(lid: u32, row: Row) -> UpdateStep {
     let curvature = all_curvature_partials(lid);
     let running = scalars_out.state == RUNNING;
-    // Uniform across the dispatch: every workgroup summed the same partials.
     let descending = running && curvature > 0.0;
     let alpha = select(0.0, scalars_out.rz / curvature, descending);
     let busy = descending && row.v < params.vertex_count;
-    // No later iteration reads this one's z: it is the last recorded of a solve not read on.
     let last = params.advance != 0u && scalars_out.iterations + 1u >= params.recorded_to;
+    return UpdateStep(running, descending, alpha, busy, last);
+}
+
+// The update's rows, with the explicit preconditioner's `inverse_z` on each row's lane 0, its
+// partials, and the end of a stopped solve. Every invocation must call it.
+fn update_rows(lid: u32, slot: u32, row: Row, step: UpdateStep, inverse_z: vec3<f32>) {
     var sums = vec2<f32>(0.0);
-    if (explicit_inverse()) {
-        var inverse_z = vec3<f32>(0.0);
-        if (params.preconditioner == DENSE) {
-            // Nor does the update after the solve stopped fill tiles.
-            if (lid == 0u) {
-                dense_wanted = u32(descending && !last);
-            }
-            if (workgroupUniformLoad(&dense_wanted) != 0u) {
-                inverse_z = dense_row_product(lid, row, busy, alpha, false);
-            }
+    if (step.busy && row.lane == 0u) {
+        if (explicit_inverse()) {
+            sums = update_row_inverse(row.v, step.alpha, inverse_z);
         } else {
-            if (busy && !last) {
-                inverse_z = inverse_times(row, alpha, false);
-            }
-            inverse_z = row_total(lid, inverse_z);
+            sums = update_row(row.v, step.alpha);
         }
-        if (busy && row.lane == 0u) {
-            sums = update_row_inverse(row.v, alpha, inverse_z);
-        }
-    } else if (busy && row.lane == 0u) {
-        sums = update_row(row.v, alpha);
     }
     let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
     if (lid == 0u) {
-        if (descending && slot < loop_partials()) {
+        if (step.descending && slot < loop_partials()) {
             residual_partials[slot] = total.xy;
         }
-        if (running && !descending && slot == 0u) {
+        if (step.running && !step.descending && slot == 0u) {
             scalars_out.negative = 1u;
         }
     }
-    if (!running && slot == 0u) {
+    if (!step.running && slot == 0u) {
         // After the product that found the solve stopped: the later products dispatch
         // nothing, and both parities' scalars hold the final status for `finish`.
         let ring = arrayLength(&product_dispatches);

@@ -246,10 +246,11 @@ pub(crate) fn matrix(
     }
 }
 
-/// `S^-1` for a GPU's global steps on a body small enough to hold it: dense, row-major, in
-/// f32 (`S` is symmetric, so row `i` is column `i`). Each column is solved with `S`'s sparse
-/// Cholesky factor in f64, a block of columns per task.
-pub(crate) fn dense_inverse(topology: &Topology, s: &[f64]) -> Vec<f32> {
+/// `S^-1` for a GPU's global steps on a body small enough to hold it: dense, row-major with
+/// rows `stride` (at least n) floats apart, the rest of each zero, in f32 (`S` is symmetric,
+/// so row `i` is column `i`). Each column is solved with `S`'s sparse Cholesky factor in f64,
+/// a block of columns per task.
+pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], stride: usize) -> Vec<f32> {
     use faer::linalg::solvers::Solve;
     use rayon::prelude::*;
     let n = topology.row_offsets.len() - 1;
@@ -262,24 +263,25 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64]) -> Vec<f32> {
         .collect();
     let matrix = faer::sparse::SparseColMat::<usize, f64>::try_new_from_triplets(n, n, &lower)
         .expect("the pattern's entries are distinct");
-    let mut inverse = vec![0.0f32; n * n];
+    debug_assert!(stride >= n);
+    let mut inverse = vec![0.0f32; n * stride];
     let Ok(factor) = matrix.sp_cholesky(faer::Side::Lower) else {
         // Valid models always give a positive definite `S`; otherwise Jacobi's inverse, as a
         // dense matrix, still preconditions CG.
         for (row, &at) in topology.diagonal.iter().enumerate() {
             let d = s[at as usize].abs();
-            inverse[row * n + row] = if d > 0.0 { (1.0 / d) as f32 } else { 1.0 };
+            inverse[row * stride + row] = if d > 0.0 { (1.0 / d) as f32 } else { 1.0 };
         }
         return inverse;
     };
     const COLUMNS: usize = 64;
-    inverse.par_chunks_mut(COLUMNS * n).enumerate().for_each(|(block, rows)| {
+    inverse.par_chunks_mut(COLUMNS * stride).enumerate().for_each(|(block, rows)| {
         let first = block * COLUMNS;
-        let width = rows.len() / n;
+        let width = rows.len() / stride;
         let mut x = faer::Mat::<f64>::from_fn(n, width, |i, k| if i == first + k { 1.0 } else { 0.0 });
         factor.solve_in_place(x.as_mut());
-        for (k, row) in rows.chunks_mut(n).enumerate() {
-            for (i, value) in row.iter_mut().enumerate() {
+        for (k, row) in rows.chunks_mut(stride).enumerate() {
+            for (i, value) in row[..n].iter_mut().enumerate() {
                 *value = x[(i, k)] as f32;
             }
         }
@@ -290,13 +292,16 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     /// `S X = I` to f32's resolution for a pinned bar's matrix, and `X` symmetric: each row
-    /// is the column the device reads it as.
+    /// is the column the device reads it as. The rows' padding is zero.
     #[test]
     fn the_dense_inverse_inverts_the_matrix() {
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 0.25);
         let n = model.vertex_count();
-        let x = super::dense_inverse(&topology, &s);
-        assert_eq!(x.len(), n * n);
+        let stride = n + 5;
+        let padded = super::dense_inverse(&topology, &s, stride);
+        assert_eq!(padded.len(), n * stride);
+        assert!(padded.chunks(stride).all(|row| row[n..].iter().all(|&v| v == 0.0)));
+        let x: Vec<f32> = padded.chunks(stride).flat_map(|row| row[..n].to_vec()).collect();
         let largest = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let mut worst: f64 = 0.0;
         for j in 0..n {
@@ -319,11 +324,12 @@ mod tests {
         let n = model.vertex_count();
         let free = (0..n).find(|&v| !model.pinned[v]).unwrap();
         s[topology.diagonal[free] as usize] *= -1.0;
-        let x = super::dense_inverse(&topology, &s);
+        let stride = n + 3;
+        let x = super::dense_inverse(&topology, &s, stride);
         for i in 0..n {
-            for j in 0..n {
+            for j in 0..stride {
                 let expected = if i == j { 1.0 / s[topology.diagonal[i] as usize].abs() } else { 0.0 };
-                assert_eq!(x[i * n + j], expected as f32, "({i}, {j})");
+                assert_eq!(x[i * stride + j], expected as f32, "({i}, {j})");
             }
         }
     }

@@ -201,7 +201,8 @@ impl GpuBuffers {
         w.set("inverse_diagonal", vector("inverse_diagonal"));
         // The local/global matrix's inverse, FSAI's product or dense, made when a solve first
         // asks for it (`reserve_fsai`, `reserve_dense`), and the loop's next residual.
-        w.set("fsai_inverse", c.scratch::<f32>("fsai_inverse", 1));
+        // Read as vec4s (a dense inverse's rows), so at least one.
+        w.set("fsai_inverse", c.scratch::<f32>("fsai_inverse", 4));
         w.set("fsai_y", vector("fsai_y"));
         w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
         w.set("projective_base", c.scratch::<f32>("projective_base", n));
@@ -338,7 +339,7 @@ impl GpuBuffers {
         }
         let entries = inverse.slot_count();
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
-        let values = INVERSE_FACTORS * entries.max(1);
+        let values = (INVERSE_FACTORS * entries).next_multiple_of(4).max(4);
         self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", values));
         true
     }
@@ -346,7 +347,8 @@ impl GpuBuffers {
     /// Makes `fsai_inverse` hold [`INVERSE_FACTORS`] dense inverses of the local/global matrix,
     /// one after another, unless it does; true when it made it.
     pub fn reserve_dense(&mut self, context: &GpuContext) -> bool {
-        let values = INVERSE_FACTORS * self.vertex_count * self.vertex_count;
+        let n = self.vertex_count;
+        let values = INVERSE_FACTORS * super::pcg::dense_stride(n) * n;
         if self.scratch.named("fsai_inverse").size() >= 4 * values as u64 {
             return false;
         }

@@ -194,10 +194,16 @@ pub const DENSE_MOVED_VERTICES: usize = 4;
 /// Whether a device of `limits` holds [`INVERSE_FACTORS`] dense inverses of a body of
 /// `vertex_count` vertices in one binding, and the body is small enough for them.
 pub fn dense_fits(limits: &wgpu::Limits, vertex_count: usize) -> bool {
-    let bytes = (4 * INVERSE_FACTORS * vertex_count * vertex_count) as u64;
+    let bytes = (4 * INVERSE_FACTORS * dense_stride(vertex_count) * vertex_count) as u64;
     vertex_count <= DENSE_VERTICES
         && bytes <= limits.max_storage_buffer_binding_size
         && bytes <= limits.max_buffer_size
+}
+
+/// The floats between the rows of a dense inverse on the device: the vertex count rounded up
+/// to a multiple of four, so that the loop reads the rows a vec4 at a time.
+pub fn dense_stride(vertex_count: usize) -> usize {
+    vertex_count.next_multiple_of(4)
 }
 
 /// The local/global matrix `S = a L + diagonal` inverted for the GPU's solves, on the host in
@@ -262,7 +268,7 @@ impl ProjectiveInverse {
     /// Values per factor in `fsai_inverse`.
     pub fn part_length(&self) -> usize {
         let n = self.topology.row_offsets.len() - 1;
-        self.fsai.as_ref().map_or(n * n, |(_, slots)| slots.slot_count())
+        self.fsai.as_ref().map_or(n * dense_stride(n), |(_, slots)| slots.slot_count())
     }
 
     /// Where the latest factor (the one the next solve uses) starts in `fsai_inverse`.
@@ -296,7 +302,10 @@ impl ProjectiveInverse {
                 inverse.fill(topology, &Fsai::new(topology, &matrix));
                 slots.values(&inverse.values)
             }
-            None => crate::backend::projective::dense_inverse(topology, &matrix),
+            None => {
+                let n = model.vertex_count();
+                crate::backend::projective::dense_inverse(topology, &matrix, dense_stride(n))
+            }
         };
         self.factors.insert(0, InverseFactor { a, diagonal: diagonal.to_vec(), part });
         Some(upload)
@@ -517,7 +526,8 @@ impl WgPcg {
             let kernel = self.0.kernel("warm_product");
             recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
         }
-        recording.dispatch(context, self.0.kernel("setup"), &groups.param, offset, &bound, groups.workgroups);
+        let setup = self.0.kernel(if params.preconditioner == DENSE { "setup_dense" } else { "setup" });
+        recording.dispatch(context, setup, &groups.param, offset, &bound, groups.workgroups);
         if pipelined {
             // Bound with the odd parity: its m is the first iteration's `p_in`.
             let odd: Vec<&wgpu::BindGroup> = groups.parity[1].iter().collect();
@@ -565,6 +575,8 @@ impl WgPcg {
         let iterations = if solve.recorded == 0 { iterations.max(1) } else { iterations };
         let params = PcgParams { recorded_to: solve.recorded + iterations, ..solve.params };
         let offset = recording.params(context, &params)?;
+        // S^-1's update has an entry point of its own (see `setup_dense` in the shader).
+        let update = self.0.kernel(if params.preconditioner == DENSE { "update_dense" } else { "update" });
         for _ in 0..iterations {
             let parity = (solve.recorded % 2) as usize;
             if solve.pipelined {
@@ -581,7 +593,7 @@ impl WgPcg {
                 };
                 for (kernel, bound, ring) in [
                     (product, &groups.product[parity], "product_dispatches"),
-                    (self.0.kernel("update"), &groups.update[parity], "update_dispatches"),
+                    (update, &groups.update[parity], "update_dispatches"),
                 ] {
                     let bound = bound.iter().collect::<Vec<_>>();
                     let grid = if groups.indirect {
@@ -849,10 +861,10 @@ mod tests {
         use crate::backend::cpu::hessian_product;
         use crate::backend::fsai::Fsai;
         let Some(context) = context() else { return };
-        let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([12, 4, 3], 1.0);
+        let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([12, 4, 2], 1.0);
         let model = std::sync::Arc::new(model);
         let n = model.vertex_count();
-        let dense = crate::backend::projective::dense_inverse(&topology, &s);
+        let dense = crate::backend::projective::dense_inverse(&topology, &s, super::dense_stride(n));
         let fsai = Fsai::new(&topology, &s);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
@@ -957,7 +969,11 @@ mod tests {
             assert_eq!(place(midpoint, &grabbed), expected[1]);
             // A dense part is n^2 values long, as its upload.
             let n = model.vertex_count();
-            let per_part = if dense { n * n } else { factors.fsai.as_ref().unwrap().1.slot_count() };
+            let per_part = if dense {
+                super::dense_stride(n) * n
+            } else {
+                factors.fsai.as_ref().unwrap().1.slot_count()
+            };
             assert_eq!(factors.part_length(), per_part);
             assert_eq!(factors.for_matrix(&model, 0.75, &diagonal).map(|v| v.len()), Some(per_part));
         }

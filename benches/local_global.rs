@@ -11,7 +11,8 @@
 //! with the reason printed, when that folder is absent). Corotated, E 5e5 Pa, nu 0.3,
 //! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs every
 //! case on a hardware adapter and those up to 25K tets on a software one
-//! (`LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off).
+//! (`LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off,
+//! `LIVELY_BENCH_CPU=0` the CPU).
 //!
 //! `floor_*` cases: the 15 000-tet bar dropped 5 cm onto a penalty floor (k 1e6 N/m, friction
 //! 0.5), unpinned, timed at the step it lands and resting after 40 steps, backward Euler and

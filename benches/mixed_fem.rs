@@ -10,7 +10,8 @@
 //! is absent). Stable neo-Hookean, E 1e5 Pa, nu 0.45, rho 1000, gravity, the vertices at the
 //! lowest x pinned, backward Euler, h = 1/30 s. The GPU runs the cases up to 12K tets on a
 //! software adapter and all on a hardware one, which also runs a 100K-tet bar (issue 13's GPU
-//! size); `LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off. The
+//! size); `LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off
+//! (`LIVELY_BENCH_CPU=0` the CPU). The
 //! GPU lines print the device work of the step.
 
 mod common;

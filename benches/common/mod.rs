@@ -102,14 +102,15 @@ pub fn gpu_bench(software_max_tets: usize) -> Option<GpuBench> {
     Some(bench)
 }
 
-/// Where a benchmark runs a body of `tets`: the CPU (`None`), and the GPU's context where it
-/// takes the body.
+/// Where a benchmark runs a body of `tets`: the CPU (`None`) unless `LIVELY_BENCH_CPU=0`, and
+/// the GPU's context where it takes the body.
 pub fn backends(
     gpu: &Option<GpuBench>,
     tets: usize,
 ) -> Vec<Option<std::sync::Arc<lively::backend::gpu::GpuContext>>> {
+    let on_cpu = std::env::var("LIVELY_BENCH_CPU").as_deref() != Ok("0");
     let on_gpu = gpu.as_ref().filter(|gpu| tets <= gpu.max_tets).map(|gpu| gpu.context.clone());
-    std::iter::once(None).chain(on_gpu.map(Some)).collect()
+    on_cpu.then_some(None).into_iter().chain(on_gpu.map(Some)).collect()
 }
 
 /// A case's label suffix for where it runs.

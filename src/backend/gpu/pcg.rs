@@ -181,9 +181,12 @@ impl SmallSolve {
 pub const INVERSE_FACTORS: usize = 2;
 
 /// The largest body whose solves with the local/global matrix multiply by `S^-1` itself
-/// ([`DENSE`]): its [`INVERSE_FACTORS`] inverses take 128 MiB at 4 096 vertices (WebGPU's
-/// least storage binding), and the host makes one in about 0.2 s at 3 718 (two cores).
-pub const DENSE_VERTICES: usize = 4096;
+/// ([`DENSE`]), where the device's storage binding holds its [`INVERSE_FACTORS`] inverses
+/// (128 MiB at 4 096 vertices, WebGPU's least binding; 302 MB at this limit). On an H200 a
+/// 10-iteration local/global step took 1.95-2.37 ms dense against FSAI's 3.8-7.6 at 4.7-4.9K
+/// vertices, and 5.5 ms against 3.3-3.7 at 13.2K, where the product's n^2 bytes dominate. The
+/// host makes an inverse in about 0.2 s at 3 718 vertices (two cores).
+pub const DENSE_VERTICES: usize = 6144;
 
 /// The most vertices whose diagonal may move (by more than 1 %) before a dense inverse is
 /// made again: CG resolves a change at k vertices in about k more iterations (on a 540-vertex
@@ -526,7 +529,12 @@ impl WgPcg {
             let kernel = self.0.kernel("warm_product");
             recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
         }
-        let setup = self.0.kernel(if params.preconditioner == DENSE { "setup_dense" } else { "setup" });
+        // S^-1's setup has an entry point of its own (see `setup_dense` in the shader),
+        // profiled as the setup.
+        let setup = match params.preconditioner {
+            DENSE => Kernel { label: "setup", ..self.0.kernel("setup_dense") },
+            _ => self.0.kernel("setup"),
+        };
         recording.dispatch(context, setup, &groups.param, offset, &bound, groups.workgroups);
         if pipelined {
             // Bound with the odd parity: its m is the first iteration's `p_in`.
@@ -575,8 +583,11 @@ impl WgPcg {
         let iterations = if solve.recorded == 0 { iterations.max(1) } else { iterations };
         let params = PcgParams { recorded_to: solve.recorded + iterations, ..solve.params };
         let offset = recording.params(context, &params)?;
-        // S^-1's update has an entry point of its own (see `setup_dense` in the shader).
-        let update = self.0.kernel(if params.preconditioner == DENSE { "update_dense" } else { "update" });
+        // So has its update, profiled as the update.
+        let update = match params.preconditioner {
+            DENSE => Kernel { label: "update", ..self.0.kernel("update_dense") },
+            _ => self.0.kernel("update"),
+        };
         for _ in 0..iterations {
             let parity = (solve.recorded % 2) as usize;
             if solve.pipelined {

@@ -748,24 +748,30 @@ fn update_row_inverse(v: u32, alpha: f32, inverse_z: vec3<f32>) -> vec2<f32> {
 // already within the solver's tolerance. Every invocation of the workgroup must call it (it
 // sums the gather's partials).
 fn starting_scalars(lid: u32, sums: vec2<f32>, bb: f32) -> Scalars {
+    let gather = gathered_sums(lid);
+    var tolerance = params.tolerance;
+    if (params.forcing != 0u) {
+        tolerance = forcing_term(sqrt(gather.y), gather.z);
+    }
+    let done = sums.x == 0.0 || within_gradient_tolerance(gather);
+    return Scalars(sums.y, sums.x, tolerance * tolerance * bb, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u, 0.0);
+}
+
+// The last gather's partials summed (zero when the solve asks for neither the forcing term
+// nor the gradient tolerance). Every invocation of the workgroup must call it.
+fn gathered_sums(lid: u32) -> vec4<f32> {
     var gather = vec4<f32>(0.0);
-    let gathered = params.forcing != 0u || params.gradient_tolerance > 0.0;
-    if (gathered) {
+    if (params.forcing != 0u || params.gradient_tolerance > 0.0) {
         for (var i = lid; i < params.partial_count; i += INVOCATIONS) {
             gather += gather_partials[i];
         }
     }
-    gather = workgroup_sum(lid, gather);
-    var tolerance = params.tolerance;
-    var done = sums.x == 0.0;
-    let gradient_norm = sqrt(gather.y);
-    if (params.forcing != 0u) {
-        tolerance = forcing_term(gradient_norm, gather.z);
-    }
-    if (gathered) {
-        done = done || gradient_norm <= params.gradient_tolerance;
-    }
-    return Scalars(sums.y, sums.x, tolerance * tolerance * bb, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u, 0.0);
+    return workgroup_sum(lid, gather);
+}
+
+// Nothing to solve: the gradient of the gather summed in `gather` is within Newton's tolerance.
+fn within_gradient_tolerance(gather: vec4<f32>) -> bool {
+    return params.gradient_tolerance > 0.0 && sqrt(gather.y) <= params.gradient_tolerance;
 }
 
 // The starting scalars from setup's partials (`sums`), which every workgroup of the loop's
@@ -934,6 +940,39 @@ fn update_rows(lid: u32, slot: u32, row: Row, step: UpdateStep, inverse_z: vec3<
         if (lid == 0u) {
             scalars_in = scalars_out;
         }
+    }
+}
+
+// A solve by S^-1 itself in one dispatch, where it is the step's exact inverse (local/global's
+// free global steps without damping or moved handles, whose CG would stop after its first
+// iteration at alpha = 1): direction = S^-1 b, and x += direction with `advance`, or nothing
+// where the gradient is within tolerance; `scalars_out` then holds the status of a solve
+// that converged in that one iteration (its residual, that of the inverse's f32 rounding, is
+// not formed).
+@compute @workgroup_size(WORKGROUP)
+fn solve_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let row = row_of(slot, lid);
+    let gather = gathered_sums(lid);
+    if (lid == 0u) {
+        dense_wanted = u32(!within_gradient_tolerance(gather));
+    }
+    let solving = workgroupUniformLoad(&dense_wanted) != 0u;
+    var z = vec3<f32>(0.0);
+    if (solving) {
+        z = dense_rows_product(lid, slot, true, 0.0, true);
+    }
+    if (row.v < params.vertex_count && row.lane == 0u) {
+        for (var c = 0u; c < 3u; c++) {
+            let i = 3u * row.v + c;
+            direction[i] = z[c];
+            if (params.advance != 0u) {
+                x[i] += z[c];
+            }
+        }
+    }
+    if (slot == 0u && lid == 0u) {
+        scalars_out = Scalars(0.0, 0.0, 0.0, params.tolerance, u32(solving), CONVERGED, 1u, 0u, 1.0);
     }
 }
 

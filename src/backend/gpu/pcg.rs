@@ -565,15 +565,8 @@ impl WgPcg {
         debug_assert_eq!(params.preconditioner, DENSE, "a direct solve needs the dense inverse");
         debug_assert_eq!(params.warm, 0, "a direct solve starts from nothing");
         let params = PcgParams { lanes: groups.lanes, ..params };
-        let offset = recording.params(context, &params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
         let kernel = self.0.kernel("solve_dense");
-        recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
-        recording.stage(
-            context,
-            buffers.scratch.named("scalars_odd"),
-            std::mem::size_of::<PcgStatus>() as u64,
-        )
+        Self::solve_in_a_dispatch(context, recording, groups, buffers, params, kernel, groups.workgroups)
     }
 
     /// Records a whole solve in one dispatch of one workgroup (`solve_small`), for bodies of
@@ -588,10 +581,24 @@ impl WgPcg {
     ) -> Result<Staged> {
         debug_assert_eq!(params.preconditioner, JACOBI, "the one-workgroup solve takes Jacobi only");
         let params = PcgParams { lanes: groups.small.lanes, ..params };
+        let kernel = Kernel { constants: &groups.small_constants, ..self.0.kernel("solve_small") };
+        Self::solve_in_a_dispatch(context, recording, groups, buffers, params, kernel, 1)
+    }
+
+    /// Records a solve that `kernel` makes in one dispatch of `workgroups`, its status left in
+    /// `scalars_odd`; returns where the status will be.
+    fn solve_in_a_dispatch(
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &PcgGroups,
+        buffers: &GpuBuffers,
+        params: PcgParams,
+        kernel: Kernel<'_>,
+        workgroups: u32,
+    ) -> Result<Staged> {
         let offset = recording.params(context, &params)?;
         let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
-        let kernel = Kernel { constants: &groups.small_constants, ..self.0.kernel("solve_small") };
-        recording.dispatch(context, kernel, &groups.param, offset, &bound, 1);
+        recording.dispatch(context, kernel, &groups.param, offset, &bound, workgroups);
         recording.stage(
             context,
             buffers.scratch.named("scalars_odd"),

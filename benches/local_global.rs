@@ -7,9 +7,10 @@
 //! iterations, CG iterations on a GPU, the median warm step's time and the phases of the
 //! last, device counts), then criterion times `Simulation::step` from a fixed mid-motion
 //! state. Cases: generated bars and cubes from about 300 to 36K vertices (one of 15 000 tets,
-//! the size the goal is set at), and the bunny and armadillo of `../shared/meshes/` (skipped,
-//! with the reason printed, when that folder is absent). Corotated, E 5e5 Pa, nu 0.3,
-//! rho 1000, gravity, the vertices at the lowest x pinned, h = 1/30 s. The GPU runs every
+//! the size the goal is set at), and the bunny and armadillo of `../shared/meshes/` (or of
+//! `LIVELY_MESHES`; skipped, with the reason printed, when that folder is absent).
+//! Corotated, E 5e5 Pa, nu 0.3, rho 1000, gravity, the vertices at the lowest x pinned,
+//! h = 1/30 s. The GPU runs every
 //! case on a hardware adapter and those up to 25K tets on a software one
 //! (`LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off,
 //! `LIVELY_BENCH_CPU=0` the CPU).
@@ -39,7 +40,7 @@ fn meshes() -> Vec<(String, TetMesh)> {
         ("bar_3718".to_string(), TetMesh::bar([25, 12, 10], [1.25, 0.6, 0.5])),
         ("cube_35937".to_string(), TetMesh::bar([32, 32, 32], [0.8, 0.8, 0.8])),
     ];
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes");
+    let folder = common::mesh_folder();
     for (name, file) in [("bunny_4670", "ipc-bunny-19k.msh"), ("armadillo_13230", "ipc-armadillo-55k.msh")] {
         match TetMesh::load(folder.join(file)) {
             Ok(mesh) => out.push((name.to_string(), mesh)),

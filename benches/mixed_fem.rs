@@ -6,8 +6,8 @@
 //! the last), then criterion times `Simulation::step` capped at 5 iterations (the paper's
 //! real-time counts) from a fixed mid-motion state. Meshes of about the paper's sizes:
 //! generated bars and a cube of 2.2K, 11K and 24K tets (its bunny, boat and stretched beam),
-//! and the bunny of `../shared/meshes/` (skipped, with the reason printed, when that folder
-//! is absent). Stable neo-Hookean, E 1e5 Pa, nu 0.45, rho 1000, gravity, the vertices at the
+//! and the bunny of `../shared/meshes/` (or of `LIVELY_MESHES`; skipped, with the reason
+//! printed, when that folder is absent). Stable neo-Hookean, E 1e5 Pa, nu 0.45, rho 1000, gravity, the vertices at the
 //! lowest x pinned, backward Euler, h = 1/30 s. The GPU runs the cases up to 12K tets on a
 //! software adapter and all on a hardware one, which also runs a 100K-tet bar (issue 13's GPU
 //! size); `LIVELY_BENCH_MAX_TETS` sets the limit, `LIVELY_BENCH_GPU=0` turns the GPU off
@@ -38,7 +38,7 @@ fn meshes(gpu_tets: usize) -> Vec<(String, TetMesh)> {
     if gpu_tets >= LARGE_TETS {
         out.push(("bar_100k".to_string(), TetMesh::bar([40, 25, 20], [2.0, 1.25, 1.0])));
     }
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes");
+    let folder = common::mesh_folder();
     match TetMesh::load(folder.join("ipc-bunny-19k.msh")) {
         Ok(mesh) => out.push(("bunny_19k".to_string(), mesh)),
         Err(e) => eprintln!("skipping the bunny: {e}"),

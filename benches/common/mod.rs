@@ -141,3 +141,12 @@ pub fn device_work(d: &lively::backend::gpu::DeviceCounts) -> String {
         d.downloaded as f64 * 1e-6
     )
 }
+
+/// The folder of the shared meshes: `LIVELY_MESHES`, else `../shared/meshes` beside the crate
+/// (a machine that runs benches built elsewhere names where it put them).
+pub fn mesh_folder() -> std::path::PathBuf {
+    match std::env::var_os("LIVELY_MESHES") {
+        Some(folder) => folder.into(),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/meshes"),
+    }
+}

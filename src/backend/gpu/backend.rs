@@ -121,6 +121,9 @@ pub struct GpuBackend {
     /// precondition), and whether a test asked for FSAI's at every size.
     inverse: Option<ProjectiveInverse>,
     fsai_only: bool,
+    /// The damped diagonal each step weight's last solve asked for: a dense inverse is made
+    /// for the damped matrix once it holds still (ether drag), the undamped one until then.
+    damped_diagonals: Vec<(f64, Vec<f64>)>,
     /// Newton's preconditioner by the local/global matrix's inverse this step: the penalty
     /// contact set whose rows take Jacobi's, as flags (empty: none), and whether it and the
     /// inverse are on the device.
@@ -228,6 +231,7 @@ impl GpuBackend {
             step_damping: None,
             inverse: None,
             fsai_only: false,
+            damped_diagonals: Vec::new(),
             newton_contact: Vec::new(),
             newton_inverse_ready: false,
             global_lengths: Vec::new(),
@@ -1241,8 +1245,11 @@ impl GpuBackend {
     }
 
     /// Puts on the device the inverse of the local/global matrix `a L + diagonal` (the step's
-    /// diagonal made here if no solve has made it yet; the dense form's without damping),
-    /// unless it is there.
+    /// diagonal made here if no solve has made it yet), unless it is there. A dense inverse is
+    /// made for the matrix without damping unless the damped diagonal is the one the last
+    /// solve of this weight had: lagged damping moves it every step, and would have the host
+    /// invert `S` every step, while constant drag keeps it, and the inverse then solves the
+    /// damped matrix directly.
     fn upload_inverse(&mut self, a: f64) -> Result<()> {
         if self.projective_diagonal.is_empty() {
             let damping = self.step_damping.as_ref();
@@ -1257,10 +1264,27 @@ impl GpuBackend {
         }
         let inverse = self.inverse.as_mut().expect("made above");
         let undamped;
-        let diagonal = if inverse.preconditioner() == DENSE {
-            undamped =
-                projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, None);
-            &undamped
+        let diagonal = if inverse.preconditioner() == DENSE && self.step_damping.is_some() {
+            let damped = &self.projective_diagonal;
+            let remembered = self.damped_diagonals.iter_mut().find(|(weight, _)| *weight == a);
+            let steady = remembered.as_ref().is_some_and(|(_, last)| last == damped);
+            match remembered {
+                Some((_, last)) => last.clone_from(damped),
+                None => {
+                    // As many weights as the device keeps inverses (a stabilized step's two).
+                    if self.damped_diagonals.len() == super::pcg::INVERSE_FACTORS {
+                        self.damped_diagonals.remove(0);
+                    }
+                    self.damped_diagonals.push((a, damped.clone()));
+                }
+            }
+            if steady {
+                damped
+            } else {
+                undamped =
+                    projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, None);
+                &undamped
+            }
         } else {
             &self.projective_diagonal
         };

@@ -211,11 +211,13 @@ pub fn dense_stride(vertex_count: usize) -> usize {
 
 /// The local/global matrix `S = a L + diagonal` inverted for the GPU's solves, on the host in
 /// f64 and uploaded in f32, in one of two forms:
-/// - dense ([`DENSE`]), for bodies of at most [`DENSE_VERTICES`]: `S^-1` itself, row-major. A
-///   global step then takes one CG iteration (a few where damping or contacts move the matrix
-///   from the one inverted), so that each costs a handful of dispatches instead of two per CG
-///   iteration, the loop's latency at game sizes. It is made for the matrix without damping,
-///   which moves a little every step and would have the host invert `S` every step.
+/// - dense ([`DENSE`]), for bodies of at most [`DENSE_VERTICES`]: `S^-1` itself, row-major
+///   with rows [`dense_stride`] apart. A global step then multiplies by it in one dispatch
+///   where it is the step's own inverse ([`inverts`](Self::inverts)), else takes one CG
+///   iteration preconditioned by it (a few where lagged damping or contacts move the matrix
+///   from the one inverted): a handful of dispatches instead of two per CG iteration, the
+///   loop's latency at game sizes. The backend has it made for the matrix without lagged
+///   damping, which moves a little every step and would have the host invert `S` every step.
 /// - FSAI ([`FSAI`]) above: the approximate inverse `G^T G` of `backend/fsai.rs`, as the
 ///   product `M` in the slots of its own pattern (see [`InverseSlots`]), made for the step's
 ///   diagonal.

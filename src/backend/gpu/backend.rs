@@ -1376,7 +1376,7 @@ impl GpuBackend {
         // With penalty colliders the contact set changes the diagonal at every iterate
         // (`projective::LocalContact::grow_set`), from the base uploaded here.
         let contact = projective::has_penalty_contact(&self.model, &self.colliders);
-        // Where the dense inverse is of this very matrix (no damping, no moved handles) and
+        // Where the dense inverse is of this very matrix (no lagged damping, no moved handles) and
         // nothing touches a collider, a global step multiplies by it in one dispatch: CG's one
         // iteration would take alpha = 1 along the same direction, in four.
         let direct = !contact

@@ -396,7 +396,8 @@ const DENSE_TILE_QUADS: u32 = 256u;
 var<workgroup> dense_x: array<vec4<f32>, DENSE_TILE_QUADS>;
 var<workgroup> dense_y: array<vec4<f32>, DENSE_TILE_QUADS>;
 var<workgroup> dense_z: array<vec4<f32>, DENSE_TILE_QUADS>;
-// Whether `update_dense` forms z (the same in every invocation, as the workgroup must know).
+// Whether a dense kernel multiplies at all (the same in every invocation, as the workgroup
+// must know).
 var<workgroup> dense_wanted: u32;
 
 // Column c of E (b or r - alpha Ap): zero in the contact set and past the last vertex.
@@ -413,18 +414,17 @@ fn dense_quad(row: u32, quad: u32, k: u32) -> vec3<f32> {
     return vec3<f32>(dot(m, dense_x[k]), dot(m, dense_y[k]), dot(m, dense_z[k]));
 }
 
-// The workgroup's rows of E S^-1 E times b or r - alpha Ap (when `wanted`, the same in every
-// invocation): each invocation returns the row it serves in `row_of` on lane 0, zero past the
-// last row and in the contact set (whose rows take Jacobi's). S^-1's rows are
-// `dense_stride()` floats apart, so that they are read a vec4 at a time, and here a row's lanes
-// are consecutive invocations (not `row_of`'s), so that a warp reads each row's span
-// contiguously. Every invocation must call it.
-fn dense_rows_product(lid: u32, slot: u32, wanted: bool, alpha: f32, from_rhs: bool) -> vec3<f32> {
+// The workgroup's rows of E S^-1 E times b or r - alpha Ap: each invocation returns the row
+// it serves in `row_of` on lane 0, zero past the last row and in the contact set (whose rows
+// take Jacobi's). S^-1's rows are `dense_stride()` floats apart, so that they are read a vec4
+// at a time, and here a row's lanes are consecutive invocations (not `row_of`'s), so that a
+// warp reads each row's span contiguously. Every invocation must call it.
+fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     let n = params.vertex_count;
     let lanes = params.lanes;
     let at = slot * rows_at_once() + lid / lanes;
     let v = select(at, row_at(at), at < n);
-    let multiplies = wanted && v < n && !in_contact(v);
+    let multiplies = v < n && !in_contact(v);
     let lane = lid % lanes;
     let quads = dense_stride() / 4u;
     let row = (params.fsai_inverse_offset + dense_stride() * v) / 4u;
@@ -644,7 +644,7 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
 fn setup_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     start_warm(lid);
-    let inverse_z = dense_rows_product(lid, slot, true, 0.0, true);
+    let inverse_z = dense_rows_product(lid, slot, 0.0, true);
     setup_rows(groups, lid, slot, row_of(slot, lid), inverse_z);
 }
 
@@ -884,7 +884,7 @@ fn update_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     }
     var inverse_z = vec3<f32>(0.0);
     if (workgroupUniformLoad(&dense_wanted) != 0u) {
-        inverse_z = dense_rows_product(lid, slot, true, step.alpha, false);
+        inverse_z = dense_rows_product(lid, slot, step.alpha, false);
     }
     update_rows(lid, slot, row, step, inverse_z);
 }
@@ -960,7 +960,7 @@ fn solve_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups)
     let solving = workgroupUniformLoad(&dense_wanted) != 0u;
     var z = vec3<f32>(0.0);
     if (solving) {
-        z = dense_rows_product(lid, slot, true, 0.0, true);
+        z = dense_rows_product(lid, slot, 0.0, true);
     }
     if (row.v < params.vertex_count && row.lane == 0u) {
         for (var c = 0u; c < 3u; c++) {

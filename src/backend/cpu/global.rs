@@ -15,7 +15,11 @@
 //! diagonal block are kept row by row, so that each is one dense dot product (forward) or
 //! update (backward) with the supernode's unknowns and one indexed access, where faer's solve
 //! runs a dense product that, for one to three right-hand sides, spends more time packing
-//! operands than multiplying.
+//! operands than multiplying. On two cores a supernodal factor is split along its elimination
+//! tree, each core taking whole subtrees (about equal work) and the top separators following
+//! on one. On the 15K-tet bar's factor (288K entries, its top separator a dense block of 258
+//! columns) that took a local/global step's ten solves from 3.7 to 2.5 ms, where the three
+//! coordinates split two and one had each core read all of `L`.
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::LltRegularization;
@@ -29,7 +33,7 @@ use crate::backend::projective;
 use crate::backend::topology::Topology;
 use crate::model::Model;
 
-/// Entries of `L` from which a simplicial solve is split between two cores.
+/// Entries of `L` from which a solve is split between two cores.
 const PARALLEL_SOLVE_ENTRIES: usize = 20_000;
 
 pub(crate) struct GlobalSolve {
@@ -37,6 +41,9 @@ pub(crate) struct GlobalSolve {
     symbolic: SymbolicCholesky<u32>,
     /// The factor's pattern, in the layout the substitutions read.
     layout: Layout,
+    /// The vertex of each of the layout's columns, and the column of each vertex.
+    order: Vec<u32>,
+    position: Vec<u32>,
     /// For each stored (lower-triangle) value, the pattern entry it comes from.
     sources: Vec<u32>,
     /// The weighted Laplacian on the pattern.
@@ -76,17 +83,27 @@ enum Layout {
     /// `pattern[pattern_ptr[s]..pattern_ptr[s + 1]]` below its diagonal block. Its values
     /// start at `value_ptr[s]`: the diagonal block column-major, then the rows below row by
     /// row; `from` says where each value is in faer's (column-major) blocks.
+    ///
+    /// The supernodes are renumbered (and their columns with them) into three runs:
+    /// `0..parts[0]` and `parts[0]..parts[1]` are two sets of whole subtrees of the
+    /// elimination tree, of about equal work, and the rest are their ancestors (the top
+    /// separators). Neither part's columns appear in the other's rows, so each part is
+    /// substituted on a core of its own; only the top waits for both (forward) or goes first
+    /// (backward).
     Supernodes {
         begin: Vec<u32>,
         pattern_ptr: Vec<u32>,
         pattern: Vec<u32>,
         value_ptr: Vec<u32>,
         from: Vec<u32>,
+        parts: [usize; 2],
     },
 }
 
 impl Layout {
-    fn new(symbolic: &SymbolicCholesky<u32>) -> Layout {
+    /// The layout of `symbolic`'s factor, and for each of its columns the factor's column it
+    /// is (supernodes are renumbered into their parts; simplicial columns keep their order).
+    fn new(symbolic: &SymbolicCholesky<u32>) -> (Layout, Vec<u32>) {
         let s = match symbolic.raw() {
             SymbolicCholeskyRaw::Simplicial(s) => {
                 let (col_ptr, row_idx) = (s.col_ptr().to_vec(), s.row_idx().to_vec());
@@ -111,17 +128,41 @@ impl Layout {
                         *slot += 1;
                     }
                 }
-                return Layout::Columns { col_ptr, row_idx, row_ptr, col_idx, from };
+                return (
+                    Layout::Columns { col_ptr, row_idx, row_ptr, col_idx, from },
+                    (0..n as u32).collect(),
+                );
             }
             SymbolicCholeskyRaw::Supernodal(s) => s,
         };
         let count = s.n_supernodes();
-        let (mut begin, mut pattern_ptr, mut pattern, mut from) =
-            (vec![0u32], vec![0u32], Vec::new(), Vec::new());
-        for k in 0..count {
-            let (first, end) = (s.supernode_begin()[k] as usize, s.supernode_end()[k] as usize);
+        let (supernode_begin, supernode_end) = (s.supernode_begin(), s.supernode_end());
+        let rows_of = |k: usize| {
             let at = s.col_ptr_for_row_idx()[k] as usize;
-            let rows = &s.row_idx()[at..at + s.nnz_per_super()[k] as usize];
+            &s.row_idx()[at..at + s.nnz_per_super()[k] as usize]
+        };
+        let work = |k: usize| {
+            let size = (supernode_end[k] - supernode_begin[k]) as usize;
+            size * (size + 1) / 2 + size * rows_of(k).len()
+        };
+        let (order, parts) = split_subtrees(count, work, |k| {
+            // The parent holds the first row below (a supernode's columns are consecutive).
+            rows_of(k).iter().min().map(|&row| supernode_end.partition_point(|&end| end <= row))
+        });
+        // The factor's column of each of ours, and ours of each of its.
+        let mut columns = Vec::with_capacity(symbolic.ncols());
+        for &k in &order {
+            columns.extend(supernode_begin[k]..supernode_end[k]);
+        }
+        let mut renumbered = vec![0u32; columns.len()];
+        for (ours, &theirs) in columns.iter().enumerate() {
+            renumbered[theirs as usize] = ours as u32;
+        }
+        let (mut begin, mut pattern_ptr, mut value_ptr) = (vec![0u32], vec![0u32], vec![0u32]);
+        let (mut pattern, mut from) = (Vec::new(), Vec::new());
+        for &k in &order {
+            let (first, end) = (supernode_begin[k] as usize, supernode_end[k] as usize);
+            let rows = rows_of(k);
             // faer's block: column-major, the supernode's own rows first.
             let (size, base) = (end - first, s.col_ptr_for_val()[k] as usize);
             let height = size + rows.len();
@@ -131,12 +172,12 @@ impl Layout {
             for r in 0..rows.len() {
                 from.extend((0..size).map(|j| (base + j * height + size + r) as u32));
             }
-            pattern.extend_from_slice(rows);
-            begin.push(end as u32);
+            pattern.extend(rows.iter().map(|&row| renumbered[row as usize]));
+            begin.push(begin.last().unwrap() + size as u32);
             pattern_ptr.push(pattern.len() as u32);
+            value_ptr.push(from.len() as u32);
         }
-        let value_ptr = s.col_ptr_for_val()[..=count].to_vec();
-        Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, from }
+        (Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, from, parts }, columns)
     }
 
     /// Stored entries of `L` (for the choice of one core or two).
@@ -182,105 +223,322 @@ impl Layout {
     /// zero), in AVX2 registers where the CPU has them: a row of `y` is then one load and
     /// each entry of `L` one multiply and one add, where three scalar ones took about twice
     /// the time. Each lane is computed as alone, so the results are the same bits.
-    fn substitute_four(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; 4]]) {
+    fn substitute_four(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; 4]], parallel: bool) {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2.
-            return unsafe { self.substitute_avx2(l, inverse_diagonal, y) };
+            return unsafe { self.substitute_avx2(l, inverse_diagonal, y, parallel) };
         }
-        self.substitute(l, inverse_diagonal, y)
+        self.substitute(l, inverse_diagonal, y, parallel)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    fn substitute_avx2(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; 4]]) {
-        self.substitute(l, inverse_diagonal, y)
+    fn substitute_avx2(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; 4]], parallel: bool) {
+        self.substitute(l, inverse_diagonal, y, parallel)
     }
 
-    /// Solves `L L^T x = y` in place for `N` right-hand sides stored together.
+    /// Solves `L L^T x = y` in place for `N` right-hand sides stored together; with
+    /// `parallel`, a supernodal factor's two parts go to two cores (the same bits).
     #[inline(always)]
-    fn substitute<const N: usize>(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; N]]) {
+    fn substitute<const N: usize>(
+        &self,
+        l: &[f64],
+        inverse_diagonal: &[f64],
+        y: &mut [[f64; N]],
+        parallel: bool,
+    ) {
         match self {
             Layout::Columns { col_ptr, row_idx, row_ptr, col_idx, .. } => {
                 let (by_column, by_row) = l.split_at(row_idx.len());
                 forward_rows(row_ptr, col_idx, by_row, inverse_diagonal, y);
                 backward_columns(col_ptr, row_idx, by_column, inverse_diagonal, y);
             }
-            Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, .. } => {
-                substitute_supernodes(begin, pattern_ptr, pattern, value_ptr, l, inverse_diagonal, y)
+            Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, parts, .. } => {
+                let factor = Supernodal { begin, pattern_ptr, pattern, value_ptr, l, inverse_diagonal };
+                factor.solve(*parts, y, parallel)
             }
         }
     }
 }
 
-/// Solves `L L^T x = y` in place for `N` right-hand sides stored together, `L` supernodal (laid
-/// out as [`Layout::Supernodes`] says, with `1 / L_jj`).
+/// The renumbering of [`Layout::Supernodes`]: the supernodes in their new order and the ends of
+/// the two parts, for `count` supernodes of `work(k)` stored entries whose parents are
+/// `parent(k)` (a parent's number above its children's). The top is grown from the roots down, a heaviest
+/// subtree at a time, and the parts are the subtrees below it dealt to the lighter part,
+/// heaviest first; of the tops tried, the one with the least work on the slower core
+/// (`max(part) + top`) is kept. A factor of fewer than `PARALLEL_SOLVE_ENTRIES` entries
+/// keeps one part, the top: waking the second core would cost more than its share.
+fn split_subtrees(
+    count: usize,
+    work: impl Fn(usize) -> usize,
+    parent: impl Fn(usize) -> Option<usize>,
+) -> (Vec<usize>, [usize; 2]) {
+    let parents: Vec<Option<usize>> = (0..count).map(&parent).collect();
+    let mut children = vec![Vec::new(); count];
+    let mut roots = Vec::new();
+    for (k, p) in parents.iter().enumerate() {
+        match p {
+            Some(p) => children[*p].push(k),
+            None => roots.push(k),
+        }
+    }
+    let mut subtree = vec![0usize; count];
+    for k in 0..count {
+        subtree[k] += work(k);
+        if let Some(p) = parents[k] {
+            subtree[p] += subtree[k];
+        }
+    }
+    let total: usize = roots.iter().map(|&r| subtree[r]).sum();
+    // The subtrees of each part (none: all is top) and the work on the slower core.
+    let (mut parts, mut least) = ([Vec::new(), Vec::new()], total);
+    if total >= PARALLEL_SOLVE_ENTRIES {
+        let mut frontier = roots;
+        for _ in 0..MAX_TOP_SUPERNODES {
+            frontier.sort_by_key(|&k| std::cmp::Reverse((subtree[k], k)));
+            let (mut dealt, mut load) = ([Vec::new(), Vec::new()], [0, 0]);
+            for &k in &frontier {
+                let lighter = usize::from(load[1] < load[0]);
+                dealt[lighter].push(k);
+                load[lighter] += subtree[k];
+            }
+            let cost = load[0].max(load[1]) + (total - load[0] - load[1]);
+            if cost < least {
+                (parts, least) = (dealt, cost);
+            }
+            if frontier.is_empty() {
+                break;
+            }
+            let heaviest = frontier.remove(0);
+            frontier.extend(&children[heaviest]);
+        }
+    }
+    // Each supernode's part (2: the top), from the roots down.
+    let mut part = vec![2usize; count];
+    for (index, roots) in parts.iter().enumerate() {
+        for &r in roots {
+            part[r] = index;
+        }
+    }
+    for k in (0..count).rev() {
+        if let Some(p) = parents[k].filter(|&p| part[p] < 2) {
+            part[k] = part[p];
+        }
+    }
+    let mut order: Vec<usize> = (0..count).collect();
+    order.sort_by_key(|&k| (part[k], k));
+    let ends = [part.iter().filter(|&&p| p == 0).count(), part.iter().filter(|&&p| p < 2).count()];
+    (order, ends)
+}
+
+/// Runs `a` and `b`, on two cores with `parallel`.
 #[inline(always)]
-fn substitute_supernodes<const N: usize>(
-    begin: &[u32],
-    pattern_ptr: &[u32],
-    pattern: &[u32],
-    value_ptr: &[u32],
-    l: &[f64],
-    inverse_diagonal: &[f64],
-    y: &mut [[f64; N]],
-) {
-    let supernode = |s: usize| {
-        let (first, size) = (begin[s] as usize, (begin[s + 1] - begin[s]) as usize);
-        let rows = &pattern[pattern_ptr[s] as usize..pattern_ptr[s + 1] as usize];
-        let (diagonal, below) = l[value_ptr[s] as usize..value_ptr[s + 1] as usize].split_at(size * size);
+fn both(parallel: bool, a: impl FnOnce() + Send, b: impl FnOnce() + Send) {
+    if parallel {
+        rayon::join(a, b);
+    } else {
+        a();
+        b();
+    }
+}
+
+/// Top supernodes tried by [`split_subtrees`].
+const MAX_TOP_SUPERNODES: usize = 16;
+
+/// A supernodal `L` laid out as [`Layout::Supernodes`] says, with `1 / L_jj`.
+struct Supernodal<'a> {
+    begin: &'a [u32],
+    pattern_ptr: &'a [u32],
+    pattern: &'a [u32],
+    value_ptr: &'a [u32],
+    l: &'a [f64],
+    inverse_diagonal: &'a [f64],
+}
+
+impl Supernodal<'_> {
+    /// Supernode `s`: its first column, size, rows below, diagonal block and values below.
+    #[inline(always)]
+    fn supernode(&self, s: usize) -> (usize, usize, &[u32], &[f64], &[f64]) {
+        let (first, size) = (self.begin[s] as usize, (self.begin[s + 1] - self.begin[s]) as usize);
+        let rows = &self.pattern[self.pattern_ptr[s] as usize..self.pattern_ptr[s + 1] as usize];
+        let (diagonal, below) =
+            self.l[self.value_ptr[s] as usize..self.value_ptr[s + 1] as usize].split_at(size * size);
         (first, size, rows, diagonal, below)
-    };
-    // L z = y: the diagonal block's forward substitution, then each row below
-    // less its dot product with the block's unknowns.
-    for s in 0..begin.len() - 1 {
-        let (first, size, rows, diagonal, below) = supernode(s);
-        let (head, tail) = y.split_at_mut(first + size);
-        let block = &mut head[first..];
-        for j in 0..size {
-            let zj = block[j].map(|c| c * inverse_diagonal[first + j]);
-            block[j] = zj;
-            for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                for c in 0..N {
-                    block[i][c] -= d * zj[c];
-                }
+    }
+
+    /// Solves `L L^T x = y` in place: each part's forward substitution (on a core of its own
+    /// with `parallel`), the top's forward and backward ones, then each part's backward one.
+    #[inline(always)]
+    fn solve<const N: usize>(&self, parts: [usize; 2], y: &mut [[f64; N]], parallel: bool) {
+        let (count, parallel) = (self.begin.len() - 1, parallel && parts[0] > 0);
+        let ends = parts.map(|p| self.begin[p] as usize);
+        let (lower, top) = y.split_at_mut(ends[1]);
+        let (first, second) = lower.split_at_mut(ends[0]);
+        // A part's updates of the top's rows, added to them once both parts are done.
+        let (mut spill_first, mut spill_second) = (vec![[0.0; N]; top.len()], vec![[0.0; N]; top.len()]);
+        // A part's work is a call of its own, compiled for AVX2 where the CPU has it: the
+        // closures handed to the other core are functions of their own, compiled without.
+        both(
+            parallel,
+            || self.part_forward(0..parts[0], first, 0, &mut spill_first, ends[1]),
+            || self.part_forward(parts[0]..parts[1], second, ends[0], &mut spill_second, ends[1]),
+        );
+        for ((t, a), b) in top.iter_mut().zip(&spill_first).zip(&spill_second) {
+            for c in 0..N {
+                t[c] += a[c] + b[c];
             }
         }
-        for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
-            let mut dot = [0.0; N];
-            for (v, z) in values.iter().zip(block.iter()) {
-                for c in 0..N {
-                    dot[c] += v * z[c];
+        let n = ends[1] + top.len();
+        self.forward(parts[1]..count, top, ends[1], &mut [], n);
+        self.backward(parts[1]..count, top, ends[1], &[], n);
+        let top = &*top;
+        both(
+            parallel,
+            || self.part_backward(0..parts[0], first, 0, top, ends[1]),
+            || self.part_backward(parts[0]..parts[1], second, ends[0], top, ends[1]),
+        );
+    }
+
+    /// [`forward`](Self::forward) on a part, in AVX2 registers where the CPU has them.
+    fn part_forward<const N: usize>(
+        &self,
+        range: std::ops::Range<usize>,
+        y: &mut [[f64; N]],
+        offset: usize,
+        spill: &mut [[f64; N]],
+        spill_offset: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { self.forward_avx2(range, y, offset, spill, spill_offset) };
+        }
+        self.forward(range, y, offset, spill, spill_offset)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn forward_avx2<const N: usize>(
+        &self,
+        range: std::ops::Range<usize>,
+        y: &mut [[f64; N]],
+        offset: usize,
+        spill: &mut [[f64; N]],
+        spill_offset: usize,
+    ) {
+        self.forward(range, y, offset, spill, spill_offset)
+    }
+
+    /// [`backward`](Self::backward) on a part, in AVX2 registers where the CPU has them.
+    fn part_backward<const N: usize>(
+        &self,
+        range: std::ops::Range<usize>,
+        y: &mut [[f64; N]],
+        offset: usize,
+        above: &[[f64; N]],
+        above_offset: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { self.backward_avx2(range, y, offset, above, above_offset) };
+        }
+        self.backward(range, y, offset, above, above_offset)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn backward_avx2<const N: usize>(
+        &self,
+        range: std::ops::Range<usize>,
+        y: &mut [[f64; N]],
+        offset: usize,
+        above: &[[f64; N]],
+        above_offset: usize,
+    ) {
+        self.backward(range, y, offset, above, above_offset)
+    }
+
+    /// `L z = y` on the supernodes `range`, whose columns are the rows of `y` from `offset`:
+    /// each diagonal block's forward substitution, then each row below less its dot product
+    /// with the block's unknowns. Rows beyond `y` (the top's) are updated in `spill`, which
+    /// starts at row `spill_offset`.
+    #[inline(always)]
+    fn forward<const N: usize>(
+        &self,
+        range: std::ops::Range<usize>,
+        y: &mut [[f64; N]],
+        offset: usize,
+        spill: &mut [[f64; N]],
+        spill_offset: usize,
+    ) {
+        let end = offset + y.len();
+        for s in range {
+            let (first, size, rows, diagonal, below) = self.supernode(s);
+            let (head, tail) = y.split_at_mut(first + size - offset);
+            let block = &mut head[first - offset..];
+            for j in 0..size {
+                let zj = block[j].map(|c| c * self.inverse_diagonal[first + j]);
+                block[j] = zj;
+                for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
+                    for c in 0..N {
+                        block[i][c] -= d * zj[c];
+                    }
                 }
             }
-            let target = &mut tail[row as usize - first - size];
-            for c in 0..N {
-                target[c] -= dot[c];
+            for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+                let mut dot = [0.0; N];
+                for (v, z) in values.iter().zip(block.iter()) {
+                    for c in 0..N {
+                        dot[c] += v * z[c];
+                    }
+                }
+                let row = row as usize;
+                let target =
+                    if row < end { &mut tail[row - first - size] } else { &mut spill[row - spill_offset] };
+                for c in 0..N {
+                    target[c] -= dot[c];
+                }
             }
         }
     }
-    // L^T x = z, from the last supernode: the rows below first, then the block's
-    // back substitution.
-    for s in (0..begin.len() - 1).rev() {
-        let (first, size, rows, diagonal, below) = supernode(s);
-        let (head, tail) = y.split_at_mut(first + size);
-        let block = &mut head[first..];
-        for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
-            let x = tail[row as usize - first - size];
-            for (v, b) in values.iter().zip(block.iter_mut()) {
-                for c in 0..N {
-                    b[c] -= v * x[c];
+
+    /// `L^T x = z` on the supernodes `range` (from the last), laid out as in
+    /// [`forward`](Self::forward); the unknowns of rows beyond `y` are read from `above`,
+    /// which starts at row `above_offset`.
+    #[inline(always)]
+    fn backward<const N: usize>(
+        &self,
+        range: std::ops::Range<usize>,
+        y: &mut [[f64; N]],
+        offset: usize,
+        above: &[[f64; N]],
+        above_offset: usize,
+    ) {
+        let end = offset + y.len();
+        for s in range.rev() {
+            let (first, size, rows, diagonal, below) = self.supernode(s);
+            let (head, tail) = y.split_at_mut(first + size - offset);
+            let block = &mut head[first - offset..];
+            for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+                let row = row as usize;
+                let x = if row < end { tail[row - first - size] } else { above[row - above_offset] };
+                for (v, b) in values.iter().zip(block.iter_mut()) {
+                    for c in 0..N {
+                        b[c] -= v * x[c];
+                    }
                 }
             }
-        }
-        for j in (0..size).rev() {
-            let mut sum = block[j];
-            for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                for c in 0..N {
-                    sum[c] -= d * block[i][c];
+            for j in (0..size).rev() {
+                let mut sum = block[j];
+                for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
+                    for c in 0..N {
+                        sum[c] -= d * block[i][c];
+                    }
                 }
+                block[j] = sum.map(|c| c * self.inverse_diagonal[first + j]);
             }
-            block[j] = sum.map(|c| c * inverse_diagonal[first + j]);
         }
     }
 }
@@ -311,8 +569,20 @@ impl GlobalSolve {
         )
         .ok()?;
         let fill = symbolic.len_val() as f64 / sources.len() as f64;
+        let (layout, columns) = Layout::new(&symbolic);
+        // The vertex of each of the layout's columns, through faer's fill-reducing order.
+        let order: Vec<u32> = match symbolic.perm() {
+            Some(perm) => columns.iter().map(|&c| perm.arrays().0[c as usize]).collect(),
+            None => columns,
+        };
+        let mut position = vec![0u32; n];
+        for (column, &vertex) in order.iter().enumerate() {
+            position[vertex as usize] = column as u32;
+        }
         Some(GlobalSolve {
-            layout: Layout::new(&symbolic),
+            layout,
+            order,
+            position,
             pattern,
             symbolic,
             values: vec![0.0; sources.len()],
@@ -362,33 +632,34 @@ impl GlobalSolve {
         true
     }
 
-    /// Overwrites `rhs` with `S^-1 rhs`: two coordinates on one core, the third on the other,
-    /// or all three on one for a small factor.
+    /// Overwrites `rhs` with `S^-1 rhs`. A supernodal factor's two parts go to two cores; a
+    /// large simplicial factor's coordinates are split between them, two and one.
     pub fn solve(&mut self, rhs: &mut [[f64; 3]]) {
         let factor = self.factors.first().expect("prepare before solve");
-        let layout = &self.layout;
-        let permutation = self.symbolic.perm().map(|p| p.arrays());
-        let (l, inverse) = (&factor.values, &factor.inverse_diagonal);
+        let (layout, l, inverse) = (&self.layout, &factor.values, &factor.inverse_diagonal);
         let all = &mut self.all;
-        for (i, yi) in all.iter_mut().enumerate() {
-            let [a, b, c] = rhs[permutation.map_or(i, |(forward, _)| forward[i] as usize)];
+        for (yi, &vertex) in all.iter_mut().zip(&self.order) {
+            let [a, b, c] = rhs[vertex as usize];
             *yi = [a, b, c, 0.0];
         }
-        if layout.entries() < PARALLEL_SOLVE_ENTRIES {
-            // Small: waking the second core would cost more than its share of the work.
-            layout.substitute_four(l, inverse, all);
-        } else {
-            let (pair, single) = (&mut self.pair, &mut self.single);
-            for ((p, s), y) in pair.iter_mut().zip(single.iter_mut()).zip(all.iter()) {
-                (*p, *s) = ([y[0], y[1]], [y[2]]);
+        match layout {
+            Layout::Columns { .. } if layout.entries() >= PARALLEL_SOLVE_ENTRIES => {
+                let (pair, single) = (&mut self.pair, &mut self.single);
+                for ((p, s), y) in pair.iter_mut().zip(single.iter_mut()).zip(all.iter()) {
+                    (*p, *s) = ([y[0], y[1]], [y[2]]);
+                }
+                rayon::join(
+                    || layout.substitute(l, inverse, pair, false),
+                    || layout.substitute(l, inverse, single, false),
+                );
+                for ((y, p), s) in all.iter_mut().zip(pair.iter()).zip(single.iter()) {
+                    *y = [p[0], p[1], s[0], 0.0];
+                }
             }
-            rayon::join(|| layout.substitute(l, inverse, pair), || layout.substitute(l, inverse, single));
-            for ((y, p), s) in all.iter_mut().zip(pair.iter()).zip(single.iter()) {
-                *y = [p[0], p[1], s[0], 0.0];
-            }
+            _ => layout.substitute_four(l, inverse, all, true),
         }
-        for (i, r) in rhs.iter_mut().enumerate() {
-            let [a, b, c, _] = all[permutation.map_or(i, |(_, backward)| backward[i] as usize)];
+        for (r, &column) in rhs.iter_mut().zip(&self.position) {
+            let [a, b, c, _] = all[column as usize];
             *r = [a, b, c];
         }
     }
@@ -485,6 +756,9 @@ mod tests {
             supernodal,
             "{cells:?}: faer chose otherwise"
         );
+        if let Layout::Supernodes { parts, .. } = &global.layout {
+            assert!(0 < parts[0] && parts[0] < parts[1], "{cells:?}: parts {parts:?}, not two");
+        }
         if cells == [24, 8, 8] {
             let entries = global.layout.entries();
             assert!(
@@ -502,14 +776,19 @@ mod tests {
                 (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
             let mut x = b.clone();
             global.solve(&mut x);
-            // Three right-hand sides together and padded to four (in AVX2 registers where the
-            // CPU has them) give the same bits.
+            // On one core, three right-hand sides together and padded to four (in AVX2
+            // registers where the CPU has them) give the bits of the solve on two.
             let factor = &global.factors[0];
-            let mut three = b.clone();
-            global.layout.substitute(&factor.values, &factor.inverse_diagonal, &mut three);
-            let mut four: Vec<[f64; 4]> = b.iter().map(|&[p, q, r]| [p, q, r, 0.0]).collect();
-            global.layout.substitute_four(&factor.values, &factor.inverse_diagonal, &mut four);
+            let permuted: Vec<[f64; 3]> = global.order.iter().map(|&v| b[v as usize]).collect();
+            let mut three = permuted.clone();
+            global.layout.substitute(&factor.values, &factor.inverse_diagonal, &mut three, false);
+            let mut four: Vec<[f64; 4]> = permuted.iter().map(|&[p, q, r]| [p, q, r, 0.0]).collect();
+            global.layout.substitute_four(&factor.values, &factor.inverse_diagonal, &mut four, false);
             assert!(three.iter().zip(&four).all(|(t, f)| t[..] == f[..3]), "{cells:?}: four-wide differs");
+            assert!(
+                x.iter().zip(&global.position).all(|(xv, &column)| *xv == three[column as usize]),
+                "{cells:?}: the solve on two cores differs from one"
+            );
             let mut entries = Vec::new();
             projective::matrix(&model, &topology, &global.laplacian, a, diagonal, &mut entries);
             let mut worst = 0.0_f64;

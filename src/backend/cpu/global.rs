@@ -15,11 +15,14 @@
 //! diagonal block are kept row by row, so that each is one dense dot product (forward) or
 //! update (backward) with the supernode's unknowns and one indexed access, where faer's solve
 //! runs a dense product that, for one to three right-hand sides, spends more time packing
-//! operands than multiplying. On two cores a supernodal factor is split along its elimination
-//! tree, each core taking whole subtrees (about equal work) and the top separators following
-//! on one. On the 15K-tet bar's factor (288K entries, its top separator a dense block of 258
-//! columns) that took a local/global step's ten solves from 3.7 to 2.5 ms, where the three
-//! coordinates split two and one had each core read all of `L`.
+//! operands than multiplying.
+//!
+//! On two cores either form is split along its elimination tree, each core taking whole
+//! subtrees (about equal work) and the top separators following on one. On the 15K-tet bar's
+//! supernodal factor (288K entries, its top separator a dense block of 258 columns) that took
+//! a local/global step's ten solves from 3.7 to 2.5 ms, where the three coordinates split two
+//! and one had each core read all of `L`; on a thin beam's simplicial factor the two cost
+//! the same.
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::LltRegularization;

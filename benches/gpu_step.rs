@@ -143,10 +143,10 @@ fn bench(c: &mut Criterion) {
         for case in cases() {
             let name = format!("{}_{label}", case.name);
             let mut gpu = scene(cells, size, &case, Some(context.clone()));
-            let (gpu_time, stats) = common::median_step(&mut gpu, runs);
+            let common::StepTimes { median: gpu_time, stats, .. } = common::step_times(&mut gpu, runs);
             let profiled = profile(&mut gpu);
             let mut cpu = (tets <= 100_000).then(|| scene(cells, size, &case, None));
-            let cpu_time = cpu.as_mut().map(|cpu| common::median_step(cpu, runs).0);
+            let cpu_time = cpu.as_mut().map(|cpu| common::step_times(cpu, runs).median);
             let counts = stats.device.unwrap_or_default();
             // The host's own work is the wall time less its wait for the device.
             let wait = counts.wait;

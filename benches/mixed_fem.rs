@@ -78,7 +78,7 @@ fn mixed_fem(c: &mut Criterion) {
     let mut group = c.benchmark_group("mixed_fem");
     group.sample_size(10);
     let gpu = common::gpu_bench(SOFTWARE_GPU_TETS);
-    let runs = gpu.as_ref().map_or(3, |gpu| gpu.runs);
+    let runs = gpu.as_ref().map_or(common::runs(3), |gpu| gpu.runs);
     for (name, mesh) in meshes(gpu.as_ref().map_or(0, |gpu| gpu.max_tets)) {
         let solvers = [
             ("mixed", Solver::mixed_fem().max_iterations(5)),
@@ -98,7 +98,7 @@ fn mixed_fem(c: &mut Criterion) {
             };
             // The median of warm steps: a single step after the CPU cases met a GPU at idle
             // clocks (on an H100 up to 5 ms an iteration more, at every size).
-            let (step, stats) = common::median_step(&mut sim, runs);
+            let common::StepTimes { median: step, stats, .. } = common::step_times(&mut sim, runs);
             assert!(stats.iterations > 0, "{name}: the measured step did nothing");
             let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / stats.iterations as f64;
             let t = stats.timings;

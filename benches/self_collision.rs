@@ -80,8 +80,8 @@ fn bench(c: &mut Criterion) {
         }
         let mut gpu = scene(cells, Some(context.clone()));
         let mut cpu = scene(cells, None);
-        let (gpu_time, stats) = common::median_step(&mut gpu, runs);
-        let (cpu_time, _) = common::median_step(&mut cpu, runs);
+        let common::StepTimes { median: gpu_time, stats, .. } = common::step_times(&mut gpu, runs);
+        let cpu_time = common::step_times(&mut cpu, runs).median;
         let counts = stats.device.unwrap_or_default();
         let passes = profile(&mut gpu)
             .map_or("-".into(), |(contact, all)| format!("{:.2} / {:.2} ms", contact * 1e3, all * 1e3));

@@ -30,9 +30,17 @@ pub fn time_steps(
 /// budget step measured 16-17 ms (its kernels up to 1.7x slower); with it, 9 ms.
 const WARM_UP: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The median wall time of `runs` steps from the simulation's state (restored after each),
-/// after [`WARM_UP`], and the stats of the last.
-pub fn median_step(sim: &mut Simulation, runs: usize) -> (std::time::Duration, lively::StepStats) {
+/// The wall times of steps from one state: their median and the fastest (on a shared machine
+/// the fastest is the steadiest figure of the code's own cost), and the stats of the last.
+pub struct StepTimes {
+    pub median: std::time::Duration,
+    pub fastest: std::time::Duration,
+    pub stats: lively::StepStats,
+}
+
+/// [`StepTimes`] of `runs` steps from the simulation's state (restored after each), after
+/// [`WARM_UP`].
+pub fn step_times(sim: &mut Simulation, runs: usize) -> StepTimes {
     let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
     let started = std::time::Instant::now();
     while started.elapsed() < WARM_UP {
@@ -49,7 +57,12 @@ pub fn median_step(sim: &mut Simulation, runs: usize) -> (std::time::Duration, l
     }
     sim.set_state(&x, &v).expect("restore");
     times.sort();
-    (times[runs / 2], stats)
+    StepTimes { median: times[runs / 2], fastest: times[0], stats }
+}
+
+/// Steps per [`step_times`]: `LIVELY_BENCH_RUNS`, else `default`.
+pub fn runs(default: usize) -> usize {
+    std::env::var("LIVELY_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).filter(|&r| r > 0).unwrap_or(default)
 }
 
 /// What a GPU-against-CPU benchmark runs with: the adapter, the largest body it runs on it
@@ -80,7 +93,7 @@ impl GpuBench {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(if context.software { software_max_tets } else { usize::MAX });
-        let runs = if context.software { 3 } else { 11 };
+        let runs = runs(if context.software { 3 } else { 11 });
         let device = format!(
             "{}{}, {:?} sums",
             context.adapter,

@@ -274,11 +274,13 @@ impl Layout {
 
 /// The renumbering of a [`Layout`]: its column groups (supernodes, or single columns) in
 /// their new order and the ends of the two parts, for `count` groups of `work(k)` stored
-/// entries whose parents are `parent(k)` (a parent's number above its children's). The top is grown from the roots down, a heaviest
-/// subtree at a time, and the parts are the subtrees below it dealt to the lighter part,
-/// heaviest first; of the tops tried (until the top alone outweighs the best), the one with
-/// the least work on the slower core (`max(part) + top`) is kept. A factor of fewer than `PARALLEL_SOLVE_ENTRIES` entries
-/// keeps one part, the top: waking the second core would cost more than its share.
+/// entries whose parents are `parent(k)` (a parent's number above its children's).
+///
+/// The top is grown from the roots down, a heaviest subtree at a time, and the parts are the
+/// subtrees below it dealt to the lighter part, heaviest first; of the tops tried (until the
+/// top alone outweighs the best), the one with the least work on the slower core
+/// (`max(part) + top`) is kept. A factor of less work than `PARALLEL_SOLVE_ENTRIES` is all
+/// top: waking the second core would cost more than its share.
 fn split_subtrees(
     count: usize,
     work: impl Fn(usize) -> usize,
@@ -314,16 +316,16 @@ fn split_subtrees(
                 dealt[lighter].push(k);
                 load[lighter] += subtree[k];
             }
-            let cost = load[0].max(load[1]) + (total - load[0] - load[1]);
+            let cost = load[0].max(load[1]) + top;
             if cost < least {
                 (parts, least) = (dealt, cost);
             }
             let heaviest = frontier.remove(0);
-            top += subtree[heaviest] - children[heaviest].iter().map(|&c| subtree[c]).sum::<usize>();
+            top += work(heaviest);
             frontier.extend(&children[heaviest]);
         }
     }
-    // Each supernode's part (2: the top), from the roots down.
+    // Each group's part (2: the top), from the roots down.
     let mut part = vec![2usize; count];
     for (index, roots) in parts.iter().enumerate() {
         for &r in roots {

@@ -7,7 +7,8 @@
 //! iterations, CG iterations on a GPU, the median and fastest warm steps' times and the
 //! phases of the last, device counts), then criterion times `Simulation::step` from a fixed
 //! mid-motion state. `LIVELY_BENCH_RUNS` sets the warm steps (3 on the CPU and on a software
-//! adapter, 11 on hardware): on a shared VM, many steps' fastest is the steadiest figure. Cases: generated bars and cubes from about 300 to 36K vertices (one of 15 000 tets,
+//! adapter, 11 on hardware): on a shared VM, many steps' fastest is the steadiest figure.
+//! Cases: generated bars and cubes from about 300 to 36K vertices (one of 15 000 tets,
 //! the size the goal is set at), and the bunny and armadillo of `../shared/meshes/` (or of
 //! `LIVELY_MESHES`; skipped, with the reason printed, when that folder is absent).
 //! Corotated, E 5e5 Pa, nu 0.3, rho 1000, gravity, the vertices at the lowest x pinned,

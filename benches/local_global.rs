@@ -110,6 +110,9 @@ fn local_global(c: &mut Criterion) {
                     ms(stats.timings.evaluate),
                     ms(stats.timings.linear_solve),
                 );
+                if let Some((times, _)) = common::profiled_step(&mut sim) {
+                    eprintln!("{label:<26} {}", common::pass_line(&times));
+                }
                 common::time_steps(&mut group, &label, &mut sim);
             }
         }

@@ -116,6 +116,9 @@ fn mixed_fem(c: &mut Criterion) {
                 per(t.local_solve),
                 per(t.line_search),
             );
+            if let Some((times, _)) = common::profiled_step(&mut sim) {
+                eprintln!("{label:<26} {}", common::pass_line(&times));
+            }
             common::time_steps(&mut group, &label, &mut sim);
         }
     }

@@ -47,15 +47,7 @@ fn scene(cells: usize, gpu: Option<Arc<GpuContext>>) -> Simulation {
 
 /// GPU seconds of one profiled step in the self-contact passes and in all passes.
 fn profile(sim: &mut Simulation) -> Option<(f64, f64)> {
-    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
-    let context = sim.gpu_context()?;
-    context.start_profiling().ok()?;
-    let _ = context.pass_times();
-    sim.step().expect("profiled step");
-    let context = sim.gpu_context()?;
-    context.stop_profiling();
-    let times = context.pass_times();
-    sim.set_state(&x, &v).expect("restore");
+    let (times, _) = common::profiled_step(sim)?;
     let contact = ["refit", "detect", "scan", "fill"];
     let of = |t: &&lively::backend::gpu::PassTime| contact.contains(&t.pass);
     let detection = times.iter().filter(of).map(|t| t.seconds).sum();

@@ -60,6 +60,33 @@ pub fn step_times(sim: &mut Simulation, runs: usize) -> StepTimes {
     StepTimes { median: times[runs / 2], fastest: times[0], stats }
 }
 
+/// One step from the simulation's state (restored after) with the device's passes timed: each
+/// pass label's GPU time and count, longest first, and the step's stats. `None` on the CPU or
+/// where the adapter has no timestamp queries.
+pub fn profiled_step(
+    sim: &mut Simulation,
+) -> Option<(Vec<lively::backend::gpu::PassTime>, lively::StepStats)> {
+    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
+    let context = sim.gpu_context()?;
+    context.start_profiling().ok()?;
+    let _ = context.pass_times();
+    let stats = sim.step().expect("profiled step");
+    let context = sim.gpu_context()?;
+    context.stop_profiling();
+    let times = context.pass_times();
+    sim.set_state(&x, &v).expect("restore");
+    Some((times, stats))
+}
+
+/// The passes of [`profiled_step`] on one line: GPU busy time, then each label's total (us) and
+/// count.
+pub fn pass_line(times: &[lively::backend::gpu::PassTime]) -> String {
+    let busy: f64 = times.iter().map(|t| t.seconds).sum();
+    let passes: Vec<String> =
+        times.iter().map(|t| format!("{} {:.0} us ({})", t.pass, t.seconds * 1e6, t.count)).collect();
+    format!("GPU busy {:.2} ms: {}", busy * 1e3, passes.join(", "))
+}
+
 /// Steps per [`step_times`]: `LIVELY_BENCH_RUNS`, else `default`.
 pub fn runs(default: usize) -> usize {
     std::env::var("LIVELY_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).filter(|&r| r > 0).unwrap_or(default)
@@ -145,10 +172,12 @@ pub fn on_gpu_or_cpu(
 /// A step's device work, for a benchmark's printed line.
 pub fn device_work(d: &lively::backend::gpu::DeviceCounts) -> String {
     format!(
-        "  {} subm {} readbacks {} dispatches, host wait {:.2} ms, {:.2} / {:.2} MB up / down",
+        "  {} subm {} readbacks {} dispatches, host record {:.2} ms, encode {:.2}, wait {:.2}, {:.2} / {:.2} MB up / down",
         d.submissions,
         d.readbacks,
         d.dispatches,
+        d.record.as_secs_f64() * 1e3,
+        d.encode.as_secs_f64() * 1e3,
         d.wait.as_secs_f64() * 1e3,
         d.uploaded as f64 * 1e-6,
         d.downloaded as f64 * 1e-6

@@ -70,7 +70,8 @@ impl WgAssemble {
             param: recording.param_group(context, &self.0),
             newton: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
             damping: self.0.bind(context, damping)?,
-            workgroups: buffers.vertex_workgroups(),
+            // A workgroup per slice of the sliced layout's rows (`slice_task` in the shader).
+            workgroups: buffers.vertex_count.div_ceil(crate::backend::topology::SLICE) as u32,
         })
     }
 

@@ -48,18 +48,6 @@ const MULTIPLIER: u32 = 99u;
 alias Sym6 = array<f32, 6>;
 alias Mat6 = array<array<f32, 6>, 6>;
 
-// Row and column of coordinate k.
-fn index_of(k: u32) -> vec2<u32> {
-    switch k {
-        case 0u: { return vec2<u32>(0u, 0u); }
-        case 1u: { return vec2<u32>(1u, 1u); }
-        case 2u: { return vec2<u32>(2u, 2u); }
-        case 3u: { return vec2<u32>(1u, 2u); }
-        case 4u: { return vec2<u32>(0u, 2u); }
-        default: { return vec2<u32>(0u, 1u); }
-    }
-}
-
 fn sym_matrix(d: Sym6) -> mat3x3<f32> {
     return mat3x3<f32>(vec3<f32>(d[0], d[5], d[4]), vec3<f32>(d[5], d[1], d[3]), vec3<f32>(d[4], d[3], d[2]));
 }
@@ -71,13 +59,7 @@ fn sym_coordinates(m: mat3x3<f32>) -> Sym6 {
 
 // <P, E_k> for every coordinate: the gradient whose matrix form is P.
 fn gradient_coordinates(p: mat3x3<f32>) -> Sym6 {
-    return Sym6(p[0][0], p[1][1], p[2][2], p[1][2] + p[2][1], p[0][2] + p[2][0], p[0][1] + p[1][0]);
-}
-
-fn unit(k: u32) -> mat3x3<f32> {
-    var d = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    d[k] = 1.0;
-    return sym_matrix(d);
+    return joined(diagonal_part(p), shear_part(p));
 }
 
 fn dot6(a: Sym6, b: Sym6) -> f32 {
@@ -88,12 +70,17 @@ fn dot6(a: Sym6, b: Sym6) -> f32 {
     return s;
 }
 
-fn times6(h: Mat6, v: Sym6) -> Sym6 {
-    var out = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var k = 0u; k < 6u; k++) {
-        out[k] = dot6(h[k], v);
-    }
-    return out;
+// The diagonal coordinates of v (0-2) and its shear ones (3-5).
+fn first_half(v: Sym6) -> vec3<f32> {
+    return vec3<f32>(v[0], v[1], v[2]);
+}
+
+fn second_half(v: Sym6) -> vec3<f32> {
+    return vec3<f32>(v[3], v[4], v[5]);
+}
+
+fn joined(d: vec3<f32>, o: vec3<f32>) -> Sym6 {
+    return Sym6(d.x, d.y, d.z, o.x, o.y, o.z);
 }
 
 fn is_rotation_model(model: u32) -> bool {
@@ -130,76 +117,192 @@ fn stretch_stress(dm: mat3x3<f32>, m: Lame) -> mat3x3<f32> {
     return dm * (2.0 * m.mu) + identity3() * (l * tr);
 }
 
-// d^2 psi [A, B] at S = I + D.
-fn stretch_second(dm: mat3x3<f32>, m: Lame, a: mat3x3<f32>, b: mat3x3<f32>) -> f32 {
+// The stretch Hessian in 3x3 blocks: dd over the diagonal coordinates (0-2), ss over the
+// shear ones (3-5), ds with diagonal rows and shear columns. Built and used with constant
+// indices only: a 6x6 array indexed in loops lives in local memory on NVIDIA.
+struct Hessian6 {
+    dd: mat3x3<f32>,
+    ds: mat3x3<f32>,
+    ss: mat3x3<f32>,
+}
+
+// <G, E_k> of the diagonal coordinates and of the shear ones.
+fn diagonal_part(g: mat3x3<f32>) -> vec3<f32> {
+    return vec3<f32>(g[0][0], g[1][1], g[2][2]);
+}
+
+fn shear_part(g: mat3x3<f32>) -> vec3<f32> {
+    return vec3<f32>(g[1][2] + g[2][1], g[0][2] + g[2][0], g[0][1] + g[1][0]);
+}
+
+// H x of the 6-vector (xd, xs), returned as its two halves (columns 0 and 1).
+fn hessian_times(h: Hessian6, xd: vec3<f32>, xs: vec3<f32>) -> mat2x3<f32> {
+    return mat2x3<f32>(h.dd * xd + h.ds * xs, transpose(h.ds) * xd + h.ss * xs);
+}
+
+// The invariants' form of the Hessian (the CPU twin's `combine`): gram <E_k, E_l> + t tr E_k
+// tr E_l + c_outer c_k c_l + second_j d^2 det, with c the cofactor's coordinates.
+fn invariant_hessian(dm: mat3x3<f32>, gram: f32, t: f32, c_outer: f32, second_j: f32) -> Hessian6 {
     let s = identity3() + dm;
+    let cof = cofactor(s);
+    let cd = diagonal_part(cof);
+    let cs = shear_part(cof);
+    let sd = diagonal_part(s);
+    let ss = vec3<f32>(s[1][2], s[0][2], s[0][1]);
+    // d^2 det in coordinates: det = s0 s1 s2 + 2 s3 s4 s5 - s0 s3^2 - s1 s4^2 - s2 s5^2.
+    let det_dd = mat3x3<f32>(vec3<f32>(0.0, sd.z, sd.y), vec3<f32>(sd.z, 0.0, sd.x), vec3<f32>(sd.y, sd.x, 0.0));
+    let det_ss = mat3x3<f32>(
+        vec3<f32>(-2.0 * sd.x, 2.0 * ss.z, 2.0 * ss.y),
+        vec3<f32>(2.0 * ss.z, -2.0 * sd.y, 2.0 * ss.x),
+        vec3<f32>(2.0 * ss.y, 2.0 * ss.x, -2.0 * sd.z),
+    );
+    let ones = mat3x3<f32>(vec3<f32>(1.0), vec3<f32>(1.0), vec3<f32>(1.0));
+    return Hessian6(
+        identity3() * gram + ones * t + outer3(cd, cd) * c_outer + det_dd * second_j,
+        outer3(cd, cs) * c_outer + diagonal3(ss * (-2.0 * second_j)),
+        identity3() * (2.0 * gram) + outer3(cs, cs) * c_outer + det_ss * second_j,
+    );
+}
+
+// StVK's column d^2 psi [., B] at S (B a coordinate's unit matrix), as a matrix G with
+// <E_k, G> the Hessian's entry (k, B): 2 mu (S dB + B E) + lambda (tr dB S + tr E B), with
+// dB = (S B + B S) / 2 and E the Green strain.
+fn stvk_column(s: mat3x3<f32>, e: mat3x3<f32>, m: Lame, b: mat3x3<f32>) -> mat3x3<f32> {
+    let db = (s * b + b * s) * 0.5;
+    return (s * db + b * e) * (2.0 * m.mu) + s * (m.lambda * trace3(db)) + b * (m.lambda * trace3(e));
+}
+
+fn stvk_hessian(dm: mat3x3<f32>, m: Lame) -> Hessian6 {
+    let s = identity3() + dm;
+    let e = dm + dm * dm * 0.5;
+    let x = vec3<f32>(1.0, 0.0, 0.0);
+    let y = vec3<f32>(0.0, 1.0, 0.0);
+    let z = vec3<f32>(0.0, 0.0, 1.0);
+    let o = vec3<f32>(0.0);
+    let g0 = stvk_column(s, e, m, mat3x3<f32>(x, o, o));
+    let g1 = stvk_column(s, e, m, mat3x3<f32>(o, y, o));
+    let g2 = stvk_column(s, e, m, mat3x3<f32>(o, o, z));
+    let g3 = stvk_column(s, e, m, mat3x3<f32>(o, z, y));
+    let g4 = stvk_column(s, e, m, mat3x3<f32>(z, o, x));
+    let g5 = stvk_column(s, e, m, mat3x3<f32>(y, x, o));
+    let dd = mat3x3<f32>(diagonal_part(g0), diagonal_part(g1), diagonal_part(g2));
+    let ss = mat3x3<f32>(shear_part(g3), shear_part(g4), shear_part(g5));
+    // Symmetric in exact arithmetic; each mirrored pair averaged, as one value.
+    return Hessian6((dd + transpose(dd)) * 0.5, mat3x3<f32>(diagonal_part(g3), diagonal_part(g4), diagonal_part(g5)), (ss + transpose(ss)) * 0.5);
+}
+
+// The exact stretch Hessian at S = I + D.
+fn exact_stretch_hessian(dm: mat3x3<f32>, m: Lame) -> Hessian6 {
     if (m.model == STVK) {
-        let e = dm + dm * dm * 0.5;
-        let da = (s * a + a * s) * 0.5;
-        let db = (s * b + b * s) * 0.5;
-        let ab = (a * b + b * a) * 0.5;
-        return 2.0 * m.mu * (frobenius(da, db) + frobenius(e, ab))
-            + m.lambda * (trace3(da) * trace3(db) + trace3(e) * trace3(ab));
+        return stvk_hessian(dm, m);
     }
     if (m.model == ARAP || m.model == COROTATED) {
-        let l = select(m.lambda, 0.0, m.model == ARAP);
-        return 2.0 * m.mu * frobenius(a, b) + l * trace3(a) * trace3(b);
+        return invariant_hessian(dm, 2.0 * m.mu, select(m.lambda, 0.0, m.model == ARAP), 0.0, 0.0);
     }
-    let c = cofactor(s);
-    let ca = frobenius(c, a);
-    let cb = frobenius(c, b);
-    let second_j = frobenius(cofactor_differential(s, b), a);
     let jm1 = j_minus_one(dm);
     if (m.model == FIXED_COROTATED) {
-        return 2.0 * m.mu * frobenius(a, b) + m.lambda * (ca * cb + jm1 * second_j);
+        return invariant_hessian(dm, 2.0 * m.mu, 0.0, m.lambda, m.lambda * jm1);
     }
     if (m.model == STABLE_NEO_HOOKEAN) {
         let l = m.lambda + m.mu;
-        return m.mu * frobenius(a, b) + l * ca * cb + (l * jm1 - m.mu) * second_j;
+        return invariant_hessian(dm, m.mu, 0.0, l, l * jm1 - m.mu);
     }
     // Neo-Hookean.
     let j = 1.0 + jm1;
     let stress_j = m.lambda * ln_1p(jm1) - m.mu;
-    return m.mu * frobenius(a, b) + stress_j * (second_j / j - ca * cb / (j * j)) + m.lambda * ca * cb / (j * j);
+    return invariant_hessian(dm, m.mu, 0.0, (m.lambda - stress_j) / (j * j), stress_j / j);
 }
 
-// Replaces the negative eigenvalues of the symmetric h by their magnitudes (cyclic Jacobi),
-// unless h is positive definite (a Cholesky factorization succeeds).
-fn positive_semidefinite(h: Mat6) -> Mat6 {
-    var l: Mat6;
-    var definite = true;
-    for (var j = 0u; j < 6u; j++) {
-        var diagonal = h[j][j];
-        for (var k = 0u; k < j; k++) {
-            diagonal -= l[j][k] * l[j][k];
-        }
-        if (!(diagonal > 0.0)) {
-            definite = false;
-            break;
-        }
-        l[j][j] = sqrt(diagonal);
-        for (var i = j + 1u; i < 6u; i++) {
-            var s = h[i][j];
-            for (var k = 0u; k < j; k++) {
-                s -= l[i][k] * l[j][k];
-            }
-            l[i][j] = s / l[j][j];
-        }
+fn diagonal3(d: vec3<f32>) -> mat3x3<f32> {
+    return mat3x3<f32>(vec3<f32>(d.x, 0.0, 0.0), vec3<f32>(0.0, d.y, 0.0), vec3<f32>(0.0, 0.0, d.z));
+}
+
+// Sylvester's test of a symmetric 3x3 matrix.
+fn definite3(m: mat3x3<f32>) -> bool {
+    return m[0][0] > 0.0 && m[0][0] * m[1][1] - m[0][1] * m[1][0] > 0.0 && determinant(m) > 0.0;
+}
+
+// H is positive definite when dd is and so is its Schur complement ss - ds^T dd^-1 ds.
+fn definite(h: Hessian6) -> bool {
+    if (!definite3(h.dd)) {
+        return false;
     }
-    if (definite) {
+    // dd^-1 = adj(dd) / det(dd), and adj(dd) = cofactor(dd) for a symmetric dd.
+    let schur = h.ss - transpose(h.ds) * cofactor(h.dd) * h.ds * (1.0 / determinant(h.dd));
+    return definite3(schur);
+}
+
+fn to_mat6(h: Hessian6) -> Mat6 {
+    return Mat6(
+        array<f32, 6>(h.dd[0][0], h.dd[1][0], h.dd[2][0], h.ds[0][0], h.ds[1][0], h.ds[2][0]),
+        array<f32, 6>(h.dd[0][1], h.dd[1][1], h.dd[2][1], h.ds[0][1], h.ds[1][1], h.ds[2][1]),
+        array<f32, 6>(h.dd[0][2], h.dd[1][2], h.dd[2][2], h.ds[0][2], h.ds[1][2], h.ds[2][2]),
+        array<f32, 6>(h.ds[0][0], h.ds[0][1], h.ds[0][2], h.ss[0][0], h.ss[1][0], h.ss[2][0]),
+        array<f32, 6>(h.ds[1][0], h.ds[1][1], h.ds[1][2], h.ss[0][1], h.ss[1][1], h.ss[2][1]),
+        array<f32, 6>(h.ds[2][0], h.ds[2][1], h.ds[2][2], h.ss[0][2], h.ss[1][2], h.ss[2][2]),
+    );
+}
+
+fn from_mat6(a: Mat6) -> Hessian6 {
+    return Hessian6(
+        mat3x3<f32>(vec3<f32>(a[0][0], a[1][0], a[2][0]), vec3<f32>(a[0][1], a[1][1], a[2][1]), vec3<f32>(a[0][2], a[1][2], a[2][2])),
+        mat3x3<f32>(vec3<f32>(a[0][3], a[1][3], a[2][3]), vec3<f32>(a[0][4], a[1][4], a[2][4]), vec3<f32>(a[0][5], a[1][5], a[2][5])),
+        mat3x3<f32>(vec3<f32>(a[3][3], a[4][3], a[5][3]), vec3<f32>(a[3][4], a[4][4], a[5][4]), vec3<f32>(a[3][5], a[4][5], a[5][5])),
+    );
+}
+
+// One Jacobi rotation of the pair (p, q) on a and its eigenvectors v. Called with constant
+// pairs, so that once inlined every index is constant and a and v stay in registers.
+fn jacobi_rotation(a: ptr<function, Mat6>, v: ptr<function, Mat6>, p: u32, q: u32) {
+    let apq = (*a)[p][q];
+    if (apq == 0.0) {
+        return;
+    }
+    let theta = ((*a)[q][q] - (*a)[p][p]) / (2.0 * apq);
+    var t = sign(theta) / (abs(theta) + sqrt(theta * theta + 1.0));
+    if (theta == 0.0) {
+        t = 1.0;
+    }
+    let c = 1.0 / sqrt(t * t + 1.0);
+    let s = t * c;
+    for (var k = 0u; k < 6u; k++) {
+        let akp = (*a)[k][p];
+        let akq = (*a)[k][q];
+        (*a)[k][p] = c * akp - s * akq;
+        (*a)[k][q] = s * akp + c * akq;
+    }
+    for (var k = 0u; k < 6u; k++) {
+        let apk = (*a)[p][k];
+        let aqk = (*a)[q][k];
+        (*a)[p][k] = c * apk - s * aqk;
+        (*a)[q][k] = s * apk + c * aqk;
+    }
+    for (var k = 0u; k < 6u; k++) {
+        let vp = (*v)[k][p];
+        let vq = (*v)[k][q];
+        (*v)[k][p] = c * vp - s * vq;
+        (*v)[k][q] = s * vp + c * vq;
+    }
+}
+
+// Replaces the negative eigenvalues of the symmetric h by their magnitudes (cyclic Jacobi, as
+// the CPU twin's `make_positive_semidefinite`), unless h is positive definite. The sweeps stop
+// at f32's resolution: off-diagonal mass below 1e-12 of the whole (1e-14 was under f32's
+// rounding of the rotations, and a tet that met it ran all 20 sweeps).
+fn positive_semidefinite(h: Hessian6) -> Hessian6 {
+    if (definite(h)) {
         return h;
     }
-    var a = h;
-    var v: Mat6;
-    for (var i = 0u; i < 6u; i++) {
-        v[i][i] = 1.0;
-    }
-    var scale = 0.0;
-    for (var i = 0u; i < 6u; i++) {
-        for (var j = 0u; j < 6u; j++) {
-            scale += a[i][j] * a[i][j];
-        }
-    }
+    var a = to_mat6(h);
+    var v = Mat6(
+        array<f32, 6>(1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+        array<f32, 6>(0.0, 1.0, 0.0, 0.0, 0.0, 0.0),
+        array<f32, 6>(0.0, 0.0, 1.0, 0.0, 0.0, 0.0),
+        array<f32, 6>(0.0, 0.0, 0.0, 1.0, 0.0, 0.0),
+        array<f32, 6>(0.0, 0.0, 0.0, 0.0, 1.0, 0.0),
+        array<f32, 6>(0.0, 0.0, 0.0, 0.0, 0.0, 1.0),
+    );
+    let scale = squared_norm(h.dd) + 2.0 * squared_norm(h.ds) + squared_norm(h.ss);
     for (var sweep = 0u; sweep < 20u; sweep++) {
         var off = 0.0;
         for (var p = 0u; p < 6u; p++) {
@@ -207,41 +310,24 @@ fn positive_semidefinite(h: Mat6) -> Mat6 {
                 off += a[p][q] * a[p][q];
             }
         }
-        if (off <= 1e-14 * scale) {
+        if (off <= 1e-12 * scale) {
             break;
         }
-        for (var p = 0u; p < 6u; p++) {
-            for (var q = p + 1u; q < 6u; q++) {
-                if (a[p][q] == 0.0) {
-                    continue;
-                }
-                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
-                var t = sign(theta) / (abs(theta) + sqrt(theta * theta + 1.0));
-                if (theta == 0.0) {
-                    t = 1.0;
-                }
-                let c = 1.0 / sqrt(t * t + 1.0);
-                let s = t * c;
-                for (var k = 0u; k < 6u; k++) {
-                    let akp = a[k][p];
-                    let akq = a[k][q];
-                    a[k][p] = c * akp - s * akq;
-                    a[k][q] = s * akp + c * akq;
-                }
-                for (var k = 0u; k < 6u; k++) {
-                    let apk = a[p][k];
-                    let aqk = a[q][k];
-                    a[p][k] = c * apk - s * aqk;
-                    a[q][k] = s * apk + c * aqk;
-                }
-                for (var k = 0u; k < 6u; k++) {
-                    let vp = v[k][p];
-                    let vq = v[k][q];
-                    v[k][p] = c * vp - s * vq;
-                    v[k][q] = s * vp + c * vq;
-                }
-            }
-        }
+        jacobi_rotation(&a, &v, 0u, 1u);
+        jacobi_rotation(&a, &v, 0u, 2u);
+        jacobi_rotation(&a, &v, 0u, 3u);
+        jacobi_rotation(&a, &v, 0u, 4u);
+        jacobi_rotation(&a, &v, 0u, 5u);
+        jacobi_rotation(&a, &v, 1u, 2u);
+        jacobi_rotation(&a, &v, 1u, 3u);
+        jacobi_rotation(&a, &v, 1u, 4u);
+        jacobi_rotation(&a, &v, 1u, 5u);
+        jacobi_rotation(&a, &v, 2u, 3u);
+        jacobi_rotation(&a, &v, 2u, 4u);
+        jacobi_rotation(&a, &v, 2u, 5u);
+        jacobi_rotation(&a, &v, 3u, 4u);
+        jacobi_rotation(&a, &v, 3u, 5u);
+        jacobi_rotation(&a, &v, 4u, 5u);
     }
     var out: Mat6;
     for (var i = 0u; i < 6u; i++) {
@@ -253,20 +339,12 @@ fn positive_semidefinite(h: Mat6) -> Mat6 {
             out[i][j] = value;
         }
     }
-    return out;
+    return from_mat6(out);
 }
 
 // The stretch Hessian at S = I + D, PSD-projected.
-fn stretch_hessian(dm: mat3x3<f32>, m: Lame) -> Mat6 {
-    var h: Mat6;
-    for (var k = 0u; k < 6u; k++) {
-        for (var l = k; l < 6u; l++) {
-            let value = stretch_second(dm, m, unit(k), unit(l));
-            h[k][l] = value;
-            h[l][k] = value;
-        }
-    }
-    return positive_semidefinite(h);
+fn stretch_hessian(dm: mat3x3<f32>, m: Lame) -> Hessian6 {
+    return positive_semidefinite(exact_stretch_hessian(dm, m));
 }
 
 // The field f of tet e in mixed_linearization.
@@ -302,20 +380,6 @@ fn store_stretch(e: u32, d: Sym6) {
     }
 }
 
-fn load_hessian(e: u32) -> Mat6 {
-    var h: Mat6;
-    var u = 0u;
-    for (var k = 0u; k < 6u; k++) {
-        for (var l = k; l < 6u; l++) {
-            let value = mixed_linearization[slot(HESSIAN + u, e)];
-            h[k][l] = value;
-            h[l][k] = value;
-            u++;
-        }
-    }
-    return h;
-}
-
 // S - I of F = I + h with the closest rotation q: R^T F - I = h + (R - I)^T (I + h).
 fn stretch_of(h: mat3x3<f32>, q: vec4<f32>) -> mat3x3<f32> {
     let rmi = rotation_minus_identity(q);
@@ -323,10 +387,45 @@ fn stretch_of(h: mat3x3<f32>, q: vec4<f32>) -> mat3x3<f32> {
     return sym_matrix(sym_coordinates(d));
 }
 
-// The Jacobian of s(F) at the node, columns of corners 0-2 (theta included): row k, column
-// 3a + i is theta sum_j dS_k/dF_ij beta_a[j].
-fn stretch_jacobian(t: Tet, q: vec4<f32>, dm: mat3x3<f32>, theta: f32) -> array<array<f32, 9>, 6> {
-    let r = identity3() + rotation_minus_identity(q);
+// dS/dF_ij as a matrix (symmetric part taken by the coordinates), for row i of R and the unit
+// axis j: sym(row axis^T) - sym(X), X's columns w x S_c with w = (tr S I - S)^-1 (e_j x row).
+fn stretch_rate(inverse: mat3x3<f32>, s: mat3x3<f32>, row: vec3<f32>, axis: vec3<f32>) -> mat3x3<f32> {
+    let w = inverse * cross(axis, row);
+    let x = mat3x3<f32>(cross(w, s[0]), cross(w, s[1]), cross(w, s[2]));
+    return mat3x3<f32>(row * axis.x, row * axis.y, row * axis.z) - x;
+}
+
+// dS/dF_ij for the three j of one row i of F: column j of `d` holds the diagonal coordinates,
+// of `s` the shear ones.
+struct Rates {
+    d: mat3x3<f32>,
+    s: mat3x3<f32>,
+}
+
+fn stretch_rates(inverse: mat3x3<f32>, s: mat3x3<f32>, row: vec3<f32>) -> Rates {
+    let p0 = stretch_rate(inverse, s, row, vec3<f32>(1.0, 0.0, 0.0));
+    let p1 = stretch_rate(inverse, s, row, vec3<f32>(0.0, 1.0, 0.0));
+    let p2 = stretch_rate(inverse, s, row, vec3<f32>(0.0, 0.0, 1.0));
+    return Rates(
+        mat3x3<f32>(diagonal_part(p0), diagonal_part(p1), diagonal_part(p2)),
+        mat3x3<f32>(shear_part(p0), shear_part(p1), shear_part(p2)) * 0.5,
+    );
+}
+
+// The Jacobian of s(F) at the node for corners 0-2, theta included, in 3x3 pieces: dA holds the
+// rows of the diagonal coordinates, sA those of the shear ones, column i direction i of corner
+// A. Corner 3's are minus the sum of the others.
+struct StretchJacobian {
+    d0: mat3x3<f32>,
+    d1: mat3x3<f32>,
+    d2: mat3x3<f32>,
+    s0: mat3x3<f32>,
+    s1: mat3x3<f32>,
+    s2: mat3x3<f32>,
+}
+
+fn stretch_jacobian(t: Tet, q: vec4<f32>, dm: mat3x3<f32>, theta: f32) -> StretchJacobian {
+    let rows = transpose(identity3() + rotation_minus_identity(q));
     let s = identity3() + dm;
     // (tr S I - S)^-1 from its cofactors; where two stretches cancel, shifted.
     let pair_sums = identity3() * (2.0 + trace3(dm)) - dm;
@@ -338,61 +437,113 @@ fn stretch_jacobian(t: Tet, q: vec4<f32>, dm: mat3x3<f32>, theta: f32) -> array<
         det = determinant(g);
     }
     let inverse = transpose(cofactor(g)) * (1.0 / det);
-    let beta = array<vec3<f32>, 3>(t.b0, t.b1, t.b2);
-    var out: array<array<f32, 9>, 6>;
-    for (var i = 0u; i < 3u; i++) {
-        let row = vec3<f32>(r[0][i], r[1][i], r[2][i]);
-        var ds_df: array<Sym6, 3>;
-        for (var j = 0u; j < 3u; j++) {
-            var axial = vec3<f32>(0.0);
-            axial[(j + 1u) % 3u] = -row[(j + 2u) % 3u];
-            axial[(j + 2u) % 3u] = row[(j + 1u) % 3u];
-            let w = inverse * axial;
-            let x = mat3x3<f32>(cross(w, s[0]), cross(w, s[1]), cross(w, s[2]));
-            for (var k = 0u; k < 6u; k++) {
-                let ab = index_of(k);
-                let a = ab.x;
-                let b = ab.y;
-                let m = 0.5 * (select(0.0, row[a], b == j) + select(0.0, row[b], a == j));
-                ds_df[j][k] = m - 0.5 * (x[b][a] + x[a][b]);
-            }
-        }
-        for (var k = 0u; k < 6u; k++) {
-            let d = vec3<f32>(ds_df[0][k], ds_df[1][k], ds_df[2][k]) * theta;
-            for (var a = 0u; a < 3u; a++) {
-                out[k][3u * a + i] = dot(d, beta[a]);
-            }
-        }
-    }
-    return out;
-}
-
-fn load_jacobian(e: u32) -> array<array<f32, 9>, 6> {
-    var out: array<array<f32, 9>, 6>;
-    for (var k = 0u; k < 6u; k++) {
-        for (var c = 0u; c < 9u; c++) {
-            out[k][c] = mixed_linearization[slot(JACOBIAN + 9u * k + c, e)];
-        }
-    }
-    return out;
-}
-
-// Rows r0..r0+2 of the Hessian, columns c0..c0+2, as a matrix.
-fn hessian_block(h: Mat6, r0: u32, c0: u32) -> mat3x3<f32> {
-    return mat3x3<f32>(
-        vec3<f32>(h[r0][c0], h[r0 + 1u][c0], h[r0 + 2u][c0]),
-        vec3<f32>(h[r0][c0 + 1u], h[r0 + 1u][c0 + 1u], h[r0 + 2u][c0 + 1u]),
-        vec3<f32>(h[r0][c0 + 2u], h[r0 + 1u][c0 + 2u], h[r0 + 2u][c0 + 2u]),
+    let r0 = stretch_rates(inverse, s, rows[0]);
+    let r1 = stretch_rates(inverse, s, rows[1]);
+    let r2 = stretch_rates(inverse, s, rows[2]);
+    // Column i of corner a's piece: sum_j dS/dF_ij beta_a[j].
+    let b0 = t.b0 * theta;
+    let b1 = t.b1 * theta;
+    let b2 = t.b2 * theta;
+    return StretchJacobian(
+        mat3x3<f32>(r0.d * b0, r1.d * b0, r2.d * b0),
+        mat3x3<f32>(r0.d * b1, r1.d * b1, r2.d * b1),
+        mat3x3<f32>(r0.d * b2, r1.d * b2, r2.d * b2),
+        mat3x3<f32>(r0.s * b0, r1.s * b0, r2.s * b0),
+        mat3x3<f32>(r0.s * b1, r1.s * b1, r2.s * b1),
+        mat3x3<f32>(r0.s * b2, r1.s * b2, r2.s * b2),
     );
 }
 
-// Rows r0..r0+2 of the Jacobian's columns of corner a (0-2): column i is direction i.
-fn corner_rows(jacobian: array<array<f32, 9>, 6>, r0: u32, a: u32) -> mat3x3<f32> {
-    let c = 3u * a;
+// The Jacobian's field of row k, corner a, direction i (row-major over the 6 x 9 columns of
+// corners 0-2).
+fn jacobian_field(k: u32, a: u32, i: u32) -> u32 {
+    return JACOBIAN + 9u * k + 3u * a + i;
+}
+
+// Rows r0..r0+2 of corner a's columns (a piece of `StretchJacobian`) into mixed_linearization.
+fn store_jacobian_rows(e: u32, r0: u32, a: u32, m: mat3x3<f32>) {
+    mixed_linearization[slot(jacobian_field(r0, a, 0u), e)] = m[0].x;
+    mixed_linearization[slot(jacobian_field(r0, a, 1u), e)] = m[1].x;
+    mixed_linearization[slot(jacobian_field(r0, a, 2u), e)] = m[2].x;
+    mixed_linearization[slot(jacobian_field(r0 + 1u, a, 0u), e)] = m[0].y;
+    mixed_linearization[slot(jacobian_field(r0 + 1u, a, 1u), e)] = m[1].y;
+    mixed_linearization[slot(jacobian_field(r0 + 1u, a, 2u), e)] = m[2].y;
+    mixed_linearization[slot(jacobian_field(r0 + 2u, a, 0u), e)] = m[0].z;
+    mixed_linearization[slot(jacobian_field(r0 + 2u, a, 1u), e)] = m[1].z;
+    mixed_linearization[slot(jacobian_field(r0 + 2u, a, 2u), e)] = m[2].z;
+}
+
+fn load_jacobian_rows(e: u32, r0: u32, a: u32) -> mat3x3<f32> {
     return mat3x3<f32>(
-        vec3<f32>(jacobian[r0][c], jacobian[r0 + 1u][c], jacobian[r0 + 2u][c]),
-        vec3<f32>(jacobian[r0][c + 1u], jacobian[r0 + 1u][c + 1u], jacobian[r0 + 2u][c + 1u]),
-        vec3<f32>(jacobian[r0][c + 2u], jacobian[r0 + 1u][c + 2u], jacobian[r0 + 2u][c + 2u]),
+        vec3<f32>(
+            mixed_linearization[slot(jacobian_field(r0, a, 0u), e)],
+            mixed_linearization[slot(jacobian_field(r0 + 1u, a, 0u), e)],
+            mixed_linearization[slot(jacobian_field(r0 + 2u, a, 0u), e)],
+        ),
+        vec3<f32>(
+            mixed_linearization[slot(jacobian_field(r0, a, 1u), e)],
+            mixed_linearization[slot(jacobian_field(r0 + 1u, a, 1u), e)],
+            mixed_linearization[slot(jacobian_field(r0 + 2u, a, 1u), e)],
+        ),
+        vec3<f32>(
+            mixed_linearization[slot(jacobian_field(r0, a, 2u), e)],
+            mixed_linearization[slot(jacobian_field(r0 + 1u, a, 2u), e)],
+            mixed_linearization[slot(jacobian_field(r0 + 2u, a, 2u), e)],
+        ),
+    );
+}
+
+// The Hessian's upper triangle, row by row (21 fields from HESSIAN).
+fn store_hessian(e: u32, h: Hessian6) {
+    mixed_linearization[slot(HESSIAN + 0u, e)] = h.dd[0][0];
+    mixed_linearization[slot(HESSIAN + 1u, e)] = h.dd[1][0];
+    mixed_linearization[slot(HESSIAN + 2u, e)] = h.dd[2][0];
+    mixed_linearization[slot(HESSIAN + 3u, e)] = h.ds[0][0];
+    mixed_linearization[slot(HESSIAN + 4u, e)] = h.ds[1][0];
+    mixed_linearization[slot(HESSIAN + 5u, e)] = h.ds[2][0];
+    mixed_linearization[slot(HESSIAN + 6u, e)] = h.dd[1][1];
+    mixed_linearization[slot(HESSIAN + 7u, e)] = h.dd[2][1];
+    mixed_linearization[slot(HESSIAN + 8u, e)] = h.ds[0][1];
+    mixed_linearization[slot(HESSIAN + 9u, e)] = h.ds[1][1];
+    mixed_linearization[slot(HESSIAN + 10u, e)] = h.ds[2][1];
+    mixed_linearization[slot(HESSIAN + 11u, e)] = h.dd[2][2];
+    mixed_linearization[slot(HESSIAN + 12u, e)] = h.ds[0][2];
+    mixed_linearization[slot(HESSIAN + 13u, e)] = h.ds[1][2];
+    mixed_linearization[slot(HESSIAN + 14u, e)] = h.ds[2][2];
+    mixed_linearization[slot(HESSIAN + 15u, e)] = h.ss[0][0];
+    mixed_linearization[slot(HESSIAN + 16u, e)] = h.ss[1][0];
+    mixed_linearization[slot(HESSIAN + 17u, e)] = h.ss[2][0];
+    mixed_linearization[slot(HESSIAN + 18u, e)] = h.ss[1][1];
+    mixed_linearization[slot(HESSIAN + 19u, e)] = h.ss[2][1];
+    mixed_linearization[slot(HESSIAN + 20u, e)] = h.ss[2][2];
+}
+
+fn load_hessian(e: u32) -> Hessian6 {
+    let h0 = mixed_linearization[slot(HESSIAN + 0u, e)];
+    let h1 = mixed_linearization[slot(HESSIAN + 1u, e)];
+    let h2 = mixed_linearization[slot(HESSIAN + 2u, e)];
+    let h3 = mixed_linearization[slot(HESSIAN + 3u, e)];
+    let h4 = mixed_linearization[slot(HESSIAN + 4u, e)];
+    let h5 = mixed_linearization[slot(HESSIAN + 5u, e)];
+    let h6 = mixed_linearization[slot(HESSIAN + 6u, e)];
+    let h7 = mixed_linearization[slot(HESSIAN + 7u, e)];
+    let h8 = mixed_linearization[slot(HESSIAN + 8u, e)];
+    let h9 = mixed_linearization[slot(HESSIAN + 9u, e)];
+    let h10 = mixed_linearization[slot(HESSIAN + 10u, e)];
+    let h11 = mixed_linearization[slot(HESSIAN + 11u, e)];
+    let h12 = mixed_linearization[slot(HESSIAN + 12u, e)];
+    let h13 = mixed_linearization[slot(HESSIAN + 13u, e)];
+    let h14 = mixed_linearization[slot(HESSIAN + 14u, e)];
+    let h15 = mixed_linearization[slot(HESSIAN + 15u, e)];
+    let h16 = mixed_linearization[slot(HESSIAN + 16u, e)];
+    let h17 = mixed_linearization[slot(HESSIAN + 17u, e)];
+    let h18 = mixed_linearization[slot(HESSIAN + 18u, e)];
+    let h19 = mixed_linearization[slot(HESSIAN + 19u, e)];
+    let h20 = mixed_linearization[slot(HESSIAN + 20u, e)];
+    return Hessian6(
+        mat3x3<f32>(vec3<f32>(h0, h1, h2), vec3<f32>(h1, h6, h7), vec3<f32>(h2, h7, h11)),
+        mat3x3<f32>(vec3<f32>(h3, h8, h12), vec3<f32>(h4, h9, h13), vec3<f32>(h5, h10, h14)),
+        mat3x3<f32>(vec3<f32>(h15, h16, h17), vec3<f32>(h16, h18, h19), vec3<f32>(h17, h19, h20)),
     );
 }
 
@@ -451,42 +602,35 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let gradient = gradient_coordinates(stretch_stress(dm, m));
     let gradient_of_x = gradient_coordinates(stretch_stress(dm_x, m));
     let d_x = sym_coordinates(dm_x);
-    var gap = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var k = 0u; k < 6u; k++) {
-        gap[k] = d_x[k] - d[k];
-    }
-    let h_gap = times6(hessian, gap);
-    var residual = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var k = 0u; k < 6u; k++) {
-        residual[k] = gradient[k] + h_gap[k];
-    }
+    // The residual g + H (s(F) - s), in its diagonal and shear halves.
+    let h_gap = hessian_times(hessian, first_half(d_x) - first_half(d), second_half(d_x) - second_half(d));
+    let r_d = first_half(gradient) + h_gap[0];
+    let r_o = second_half(gradient) + h_gap[1];
     let weight = cw.x * t.volume;
-    let d0 = corner_rows(jacobian, 0u, 0u);
-    let d1 = corner_rows(jacobian, 0u, 1u);
-    let d2 = corner_rows(jacobian, 0u, 2u);
+    let d0 = jacobian.d0;
+    let d1 = jacobian.d1;
+    let d2 = jacobian.d2;
     let d3 = (d0 + d1 + d2) * -1.0;
-    let o0 = corner_rows(jacobian, 3u, 0u);
-    let o1 = corner_rows(jacobian, 3u, 1u);
-    let o2 = corner_rows(jacobian, 3u, 2u);
+    let o0 = jacobian.s0;
+    let o1 = jacobian.s1;
+    let o2 = jacobian.s2;
     let o3 = (o0 + o1 + o2) * -1.0;
     // Corner a's gradients, J_a^T g, in the same pieces.
-    let gx_d = vec3<f32>(gradient_of_x[0], gradient_of_x[1], gradient_of_x[2]);
-    let gx_o = vec3<f32>(gradient_of_x[3], gradient_of_x[4], gradient_of_x[5]);
-    let r_d = vec3<f32>(residual[0], residual[1], residual[2]);
-    let r_o = vec3<f32>(residual[3], residual[4], residual[5]);
+    let gx_d = first_half(gradient_of_x);
+    let gx_o = second_half(gradient_of_x);
     store_corner_pair(e, 0u, weight * (gx_d * d0 + gx_o * o0), weight * (r_d * d0 + r_o * o0));
     store_corner_pair(e, 1u, weight * (gx_d * d1 + gx_o * o1), weight * (r_d * d1 + r_o * o1));
     store_corner_pair(e, 2u, weight * (gx_d * d2 + gx_o * o2), weight * (r_d * d2 + r_o * o2));
     store_corner_pair(e, 3u, weight * (gx_d * d3 + gx_o * o3), weight * (r_d * d3 + r_o * o3));
     // a J^T H J, the ten upper blocks (a, b), a <= b, in 3x3 pieces with constant indices
-    // (the stretch coordinates split into the diagonal three and the off-diagonal three), so
-    // that nothing here is an array indexed at run time: those live in local memory on
-    // NVIDIA. With loops over 6x12 arrays this pass took 11.7 ms at 100K tets on an H100;
-    // 0.9 ms in this form.
-    let hdd = hessian_block(hessian, 0u, 0u);
-    let hdo = hessian_block(hessian, 0u, 3u);
-    let hod = hessian_block(hessian, 3u, 0u);
-    let hoo = hessian_block(hessian, 3u, 3u);
+    // (the stretch coordinates split into the diagonal three and the shear three), so that
+    // nothing here is an array indexed at run time: those live in local memory on NVIDIA.
+    // With loops over 6x12 arrays this pass took 11.7 ms at 100K tets on an H100; 0.9 ms with
+    // the blocks in this form and the Jacobian and Hessian still built in loops.
+    let hdd = hessian.dd;
+    let hdo = hessian.ds;
+    let hod = transpose(hessian.ds);
+    let hoo = hessian.ss;
     // (H J_b) in its diagonal and off-diagonal rows, weighted.
     let xd0 = (hdd * d0 + hdo * o0) * weight;
     let xo0 = (hod * d0 + hoo * o0) * weight;
@@ -506,18 +650,13 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     store_block(e, 7u, transpose(d2) * xd2 + transpose(o2) * xo2);
     store_block(e, 8u, transpose(d2) * xd3 + transpose(o2) * xo3);
     store_block(e, 9u, transpose(d3) * xd3 + transpose(o3) * xo3);
-    for (var k = 0u; k < 6u; k++) {
-        for (var c = 0u; c < 9u; c++) {
-            mixed_linearization[slot(JACOBIAN + 9u * k + c, e)] = jacobian[k][c];
-        }
-    }
-    var v = 0u;
-    for (var k = 0u; k < 6u; k++) {
-        for (var l = k; l < 6u; l++) {
-            mixed_linearization[slot(HESSIAN + v, e)] = hessian[k][l];
-            v++;
-        }
-    }
+    store_jacobian_rows(e, 0u, 0u, d0);
+    store_jacobian_rows(e, 0u, 1u, d1);
+    store_jacobian_rows(e, 0u, 2u, d2);
+    store_jacobian_rows(e, 3u, 0u, o0);
+    store_jacobian_rows(e, 3u, 1u, o1);
+    store_jacobian_rows(e, 3u, 2u, o2);
+    store_hessian(e, hessian);
     store6(GRADIENT, e, gradient);
     store6(GRADIENT_OF_X, e, gradient_of_x);
     store6(STRETCH_OF_X, e, d_x);
@@ -533,30 +672,27 @@ fn local_update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     var slope = 0.0;
     if (e != 0xffffffffu) {
         let t = load_tet(e);
-        let jacobian = load_jacobian(e);
         let hessian = load_hessian(e);
         // J dx, in the pieces of `linearize` (corner 3's columns are minus the others').
         let c3 = corner_direction(t.v.w);
         let c0 = corner_direction(t.v.x) - c3;
         let c1 = corner_direction(t.v.y) - c3;
         let c2 = corner_direction(t.v.z) - c3;
-        let jd = corner_rows(jacobian, 0u, 0u) * c0 + corner_rows(jacobian, 0u, 1u) * c1 + corner_rows(jacobian, 0u, 2u) * c2;
-        let jo = corner_rows(jacobian, 3u, 0u) * c0 + corner_rows(jacobian, 3u, 1u) * c1 + corner_rows(jacobian, 3u, 2u) * c2;
-        let j_dx = Sym6(jd.x, jd.y, jd.z, jo.x, jo.y, jo.z);
+        let jd = load_jacobian_rows(e, 0u, 0u) * c0 + load_jacobian_rows(e, 0u, 1u) * c1 + load_jacobian_rows(e, 0u, 2u) * c2;
+        let jo = load_jacobian_rows(e, 3u, 0u) * c0 + load_jacobian_rows(e, 3u, 1u) * c1 + load_jacobian_rows(e, 3u, 2u) * c2;
         let d = load_stretch(e);
         let d_x = load6(STRETCH_OF_X, e);
         let gradient = load6(GRADIENT, e);
         let gradient_of_x = load6(GRADIENT_OF_X, e);
-        var step = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for (var k = 0u; k < 6u; k++) {
-            step[k] = d_x[k] - d[k] + j_dx[k];
-        }
-        let h_step = times6(hessian, step);
-        var multiplier = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-        for (var k = 0u; k < 6u; k++) {
-            multiplier[k] = -(gradient[k] + h_step[k]);
-            slope += (-gradient_of_x[k] - multiplier[k]) * j_dx[k] + (gradient[k] + multiplier[k]) * step[k];
-        }
+        let step_d = first_half(d_x) - first_half(d) + jd;
+        let step_o = second_half(d_x) - second_half(d) + jo;
+        let h_step = hessian_times(hessian, step_d, step_o);
+        let multiplier_d = -(first_half(gradient) + h_step[0]);
+        let multiplier_o = -(second_half(gradient) + h_step[1]);
+        slope = dot(-first_half(gradient_of_x) - multiplier_d, jd) + dot(-second_half(gradient_of_x) - multiplier_o, jo)
+            + dot(first_half(gradient) + multiplier_d, step_d) + dot(second_half(gradient) + multiplier_o, step_o);
+        let step = joined(step_d, step_o);
+        let multiplier = joined(multiplier_d, multiplier_o);
         store6(STEP, e, step);
         store6(MULTIPLIER, e, multiplier);
         slope *= node(0u).x * t.volume;

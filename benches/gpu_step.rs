@@ -71,15 +71,7 @@ struct Profile {
 }
 
 fn profile(sim: &mut Simulation) -> Option<Profile> {
-    let (x, v) = (sim.positions().to_vec(), sim.velocities().to_vec());
-    let context = sim.gpu_context()?;
-    context.start_profiling().ok()?;
-    let _ = context.pass_times();
-    let stats = sim.step().expect("profiled step");
-    let context = sim.gpu_context()?;
-    context.stop_profiling();
-    let times = context.pass_times();
-    sim.set_state(&x, &v).expect("restore");
+    let (times, stats) = common::profiled_step(sim)?;
     let of = |pass: &str| times.iter().find(|t| t.pass == pass).map_or((0.0, 0), |t| (t.seconds, t.count));
     let per = |pass: &str| {
         let (seconds, count) = of(pass);
@@ -148,6 +140,7 @@ fn bench(c: &mut Criterion) {
             let mut cpu = (tets <= 100_000).then(|| scene(cells, size, &case, None));
             let cpu_time = cpu.as_mut().map(|cpu| common::step_times(cpu, runs).median);
             let counts = stats.device.unwrap_or_default();
+            eprintln!("{name:<20} GPU {}{}", ms(gpu_time), common::device_work(&counts));
             // The host's own work is the wall time less its wait for the device.
             let wait = counts.wait;
             let us = |s: f64| format!("{:.1} us", s * 1e6);

@@ -25,6 +25,12 @@ pub struct DeviceCounts {
     /// Host time spent waiting for results: from the submission before a readback until its
     /// bytes are in hand. A step's wall time less this is the host's own work.
     pub wait: std::time::Duration,
+    /// Host time spent recording dispatches into command encoders (wgpu's validation and state
+    /// tracking of each).
+    pub record: std::time::Duration,
+    /// Host time spent finishing command encoders and submitting them: where wgpu encodes the
+    /// recorded passes for the driver. Part of `wait` where a readback submits.
+    pub encode: std::time::Duration,
     /// Command buffers submitted to the queue.
     pub submissions: u64,
     /// Times the host waited for results (each maps one staging buffer).
@@ -51,6 +57,8 @@ impl DeviceCounts {
             uploaded: self.uploaded - earlier.uploaded,
             downloaded: self.downloaded - earlier.downloaded,
             wait: self.wait.saturating_sub(earlier.wait),
+            record: self.record.saturating_sub(earlier.record),
+            encode: self.encode.saturating_sub(earlier.encode),
         }
     }
 }
@@ -171,6 +179,7 @@ impl Recording {
         groups: &[&wgpu::BindGroup],
         grid: Grid<'_>,
     ) {
+        let started = std::time::Instant::now();
         let label = kernel.label;
         let pipeline = kernel.stage.pipeline(context, kernel.entry, kernel.constants);
         let timestamps = context.timestamp_writes(label);
@@ -199,6 +208,7 @@ impl Recording {
             // Its timestamps close with the pass.
             self.end_pass();
         }
+        self.counts.record += started.elapsed();
     }
 
     /// Writes `data` into `buffer` after the recorded work (before it when nothing is
@@ -269,7 +279,9 @@ impl Recording {
             context.queue.write_buffer(&self.arena, 0, &self.params);
             self.params.clear();
         }
+        let started = std::time::Instant::now();
         context.queue.submit([encoder.finish()]);
+        self.counts.encode += started.elapsed();
         self.counts.submissions += 1;
     }
 

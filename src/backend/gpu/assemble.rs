@@ -8,7 +8,7 @@ use encase::ShaderType;
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::Recording;
-use super::stage::WgStage;
+use super::stage::{Bound, WgStage};
 use crate::error::Result;
 
 /// Parameters of `shaders/assemble.wgsl`.
@@ -32,8 +32,8 @@ pub struct WgAssemble(pub(crate) WgStage);
 /// damping matrix (reading a placeholder where the damping input would be).
 pub struct AssembleGroups {
     param: wgpu::BindGroup,
-    newton: Vec<wgpu::BindGroup>,
-    damping: Vec<wgpu::BindGroup>,
+    newton: Bound,
+    damping: Bound,
     workgroups: u32,
 }
 
@@ -100,8 +100,7 @@ impl WgAssemble {
             constrained: constrained as u32,
         };
         let offset = recording.params(context, &params)?;
-        let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
-        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, groups.workgroups);
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, groups.workgroups);
         Ok(())
     }
 }

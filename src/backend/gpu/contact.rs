@@ -9,7 +9,7 @@ use encase::ShaderType;
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
-use super::stage::WgStage;
+use super::stage::{Bound, WgStage};
 use crate::error::Result;
 
 /// Parameters of `shaders/contact.wgsl`.
@@ -63,7 +63,7 @@ pub struct WgContact(pub(crate) WgStage);
 /// The contact stage bound to one model's buffers.
 pub struct ContactGroups {
     param: wgpu::BindGroup,
-    groups: Vec<wgpu::BindGroup>,
+    groups: Bound,
     workgroups: u32,
 }
 
@@ -118,8 +118,8 @@ impl WgContact {
         params: &ContactParams,
     ) -> Result<()> {
         let offset = recording.params(context, params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
-        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, groups.workgroups);
+        let bound = &groups.groups;
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, groups.workgroups);
         Ok(())
     }
 

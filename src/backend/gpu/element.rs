@@ -9,7 +9,7 @@ use super::Positions;
 use super::buffers::{GpuBuffers, material_id};
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
-use super::stage::{Kernel, WORKGROUP, WgStage};
+use super::stage::{Bound, Kernel, WORKGROUP, WgStage};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::objective::Node;
@@ -89,9 +89,9 @@ pub struct ElementGroups {
     runs: Vec<Run>,
     param: wgpu::BindGroup,
     /// Reading the iterate, the auxiliary positions, and a batch of positions.
-    iterate: Vec<wgpu::BindGroup>,
-    aux: Vec<wgpu::BindGroup>,
-    batch: Vec<wgpu::BindGroup>,
+    iterate: Bound,
+    aux: Bound,
+    batch: Bound,
 }
 
 impl ElementGroups {
@@ -236,7 +236,6 @@ impl WgElement {
             Positions::Aux => &groups.aux,
             Positions::Batch(_) => &groups.batch,
         };
-        let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
         for run in groups.runs.iter().filter(|run| !springs_only || run.entry == "springs_main") {
             let params = ElementParams { members: members as u32, ..groups.params(run, nodes)? };
             let offset = recording.params(context, &params)?;
@@ -244,7 +243,7 @@ impl WgElement {
             let kernel =
                 Kernel { stage: &self.0, entry: run.entry, constants: &constants, label: outputs.label() };
             let workgroups = members as u32 * run.count.div_ceil(WORKGROUP);
-            recording.dispatch(context, kernel, &groups.param, offset, &bound, workgroups);
+            recording.dispatch(context, kernel, &groups.param, offset, bound, workgroups);
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use super::Positions;
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
-use super::stage::WgStage;
+use super::stage::{Bound, WgStage};
 use crate::backend::Anchor;
 use crate::backend::topology::Anchors;
 use crate::error::Result;
@@ -128,9 +128,9 @@ pub struct WgGather(pub(crate) WgStage);
 /// The gather bound to one model's buffers.
 pub struct GatherGroups {
     param: wgpu::BindGroup,
-    iterate: Vec<wgpu::BindGroup>,
-    aux: Vec<wgpu::BindGroup>,
-    batch: Vec<wgpu::BindGroup>,
+    iterate: Bound,
+    aux: Bound,
+    batch: Bound,
     workgroups: u32,
 }
 
@@ -197,9 +197,8 @@ impl WgGather {
             Positions::Aux => &groups.aux,
             Positions::Batch(_) => &groups.batch,
         };
-        let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
         let workgroups = members * groups.workgroups;
-        recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, &bound, workgroups);
+        recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, bound, workgroups);
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use encase::ShaderType;
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
-use super::stage::{WORKGROUP, WgStage};
+use super::stage::{Bound, WORKGROUP, WgStage};
 use crate::error::Result;
 
 /// Candidate slots of [`SearchRecord`]: the guesses, or a line search's steps and `2`.
@@ -57,7 +57,7 @@ pub struct WgLineSearch(pub(crate) WgStage);
 /// The line-search stage bound to one model's buffers.
 pub struct LineSearchGroups {
     param: wgpu::BindGroup,
-    groups: Vec<wgpu::BindGroup>,
+    groups: Bound,
     base: LineSearchParams,
 }
 
@@ -143,9 +143,9 @@ impl WgLineSearch {
             Decision::Bound => ("bound", base, WORKGROUP),
         };
         let offset = recording.params(context, &params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
+        let bound = &groups.groups;
         let workgroups = if threads <= WORKGROUP { 1 } else { threads.div_ceil(WORKGROUP) };
-        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, workgroups);
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, workgroups);
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::element::ElementGroups;
 use super::recording::Recording;
-use super::stage::{WORKGROUP, WgStage};
+use super::stage::{Bound, WORKGROUP, WgStage};
 use crate::error::Result;
 use crate::objective::Node;
 
@@ -17,7 +17,7 @@ pub struct WgLocal(pub(crate) WgStage);
 /// The local stage bound to one model's buffers (the iterate).
 pub struct LocalGroups {
     param: wgpu::BindGroup,
-    iterate: Vec<wgpu::BindGroup>,
+    iterate: Bound,
 }
 
 impl WgLocal {
@@ -47,11 +47,11 @@ impl WgLocal {
         elements: &ElementGroups,
         nodes: &[Node],
     ) -> Result<()> {
-        let bound: Vec<&wgpu::BindGroup> = groups.iterate.iter().collect();
+        let bound = &groups.iterate;
         for params in elements.tet_runs(nodes)? {
             let offset = recording.params(context, &params)?;
             let workgroups = params.count.div_ceil(WORKGROUP);
-            recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, &bound, workgroups);
+            recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, bound, workgroups);
         }
         Ok(())
     }

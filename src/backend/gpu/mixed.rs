@@ -10,7 +10,7 @@ use super::context::GpuContext;
 use super::element::{ElementGroups, WgElement};
 use super::gather::{GatherGroups, WgGather};
 use super::recording::{Recording, Staged};
-use super::stage::{Kernel, WORKGROUP, WgStage};
+use super::stage::{Bound, Kernel, WORKGROUP, WgStage};
 use crate::error::Result;
 use crate::model::Model;
 use crate::objective::Node;
@@ -22,7 +22,7 @@ pub struct WgMixed(pub(crate) WgStage);
 /// the displacement formulation's corner gradients.
 pub struct MixedGroups {
     param: wgpu::BindGroup,
-    iterate: Vec<wgpu::BindGroup>,
+    iterate: Bound,
     /// The springs' gradients into `displacement_corners`.
     pub displacement_elements: ElementGroups,
     /// The gather of `displacement_corners`.
@@ -65,7 +65,7 @@ impl WgMixed {
         entry: &'static str,
         alpha: f64,
     ) -> Result<()> {
-        let bound: Vec<&wgpu::BindGroup> = groups.iterate.iter().collect();
+        let bound = &groups.iterate;
         for mut params in elements.tet_runs(&[node])? {
             params.alpha = alpha as f32;
             let offset = recording.params(context, &params)?;
@@ -75,7 +75,7 @@ impl WgMixed {
                 kernel,
                 &groups.param,
                 offset,
-                &bound,
+                bound,
                 params.count.div_ceil(WORKGROUP),
             );
         }

@@ -10,7 +10,7 @@ use encase::ShaderType;
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Grid, Recording, Staged};
-use super::stage::{Kernel, WgStage};
+use super::stage::{Bound, Kernel, WgStage};
 use crate::backend::fsai::{Fsai, Inverse};
 use crate::backend::topology::{MatrixSlots, Topology};
 use crate::error::Result;
@@ -421,9 +421,9 @@ pub const LOOP_RING: u64 = 256;
 /// bound to a placeholder.
 pub struct PcgGroups {
     param: wgpu::BindGroup,
-    parity: [Vec<wgpu::BindGroup>; 2],
-    product: [Vec<wgpu::BindGroup>; 2],
-    update: [Vec<wgpu::BindGroup>; 2],
+    parity: [Bound; 2],
+    product: [Bound; 2],
+    update: [Bound; 2],
     /// `product` and `update` are dispatched from the rings (`GpuContext::indirect_loop`).
     indirect: bool,
     /// Invocations per row in the loop's kernels, and their workgroups.
@@ -532,10 +532,10 @@ impl WgPcg {
         let tolerance = if pipelined { params.tolerance.max(PIPELINED_FLOOR) } else { params.tolerance };
         let params = PcgParams { lanes: groups.lanes, tolerance, ..params };
         let offset = recording.params(context, &params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
+        let bound = &groups.parity[0];
         if params.warm != 0 {
             let kernel = self.0.kernel("warm_product");
-            recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
+            recording.dispatch(context, kernel, &groups.param, offset, bound, groups.workgroups);
         }
         // S^-1's setup has an entry point of its own (see `setup_dense` in the shader),
         // profiled as the setup.
@@ -543,12 +543,12 @@ impl WgPcg {
             DENSE => Kernel { label: "setup", ..self.0.kernel("setup_dense") },
             _ => self.0.kernel("setup"),
         };
-        recording.dispatch(context, setup, &groups.param, offset, &bound, groups.workgroups);
+        recording.dispatch(context, setup, &groups.param, offset, bound, groups.workgroups);
         if pipelined {
             // Bound with the odd parity: its m is the first iteration's `p_in`.
-            let odd: Vec<&wgpu::BindGroup> = groups.parity[1].iter().collect();
+            let odd = &groups.parity[1];
             let kernel = self.0.kernel("pipeline_start");
-            recording.dispatch(context, kernel, &groups.param, offset, &odd, groups.workgroups);
+            recording.dispatch(context, kernel, &groups.param, offset, odd, groups.workgroups);
         }
         Ok(Solve { params, recorded: 0, pipelined })
     }
@@ -599,8 +599,8 @@ impl WgPcg {
         workgroups: u32,
     ) -> Result<Staged> {
         let offset = recording.params(context, &params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.parity[0].iter().collect();
-        recording.dispatch(context, kernel, &groups.param, offset, &bound, workgroups);
+        let bound = &groups.parity[0];
+        recording.dispatch(context, kernel, &groups.param, offset, bound, workgroups);
         recording.stage(
             context,
             buffers.scratch.named("scalars_odd"),
@@ -631,9 +631,9 @@ impl WgPcg {
         for _ in 0..iterations {
             let parity = (solve.recorded % 2) as usize;
             if solve.pipelined {
-                let bound: Vec<&wgpu::BindGroup> = groups.parity[parity].iter().collect();
+                let bound = &groups.parity[parity];
                 let kernel = self.0.kernel("pipelined");
-                recording.dispatch(context, kernel, &groups.param, offset, &bound, groups.workgroups);
+                recording.dispatch(context, kernel, &groups.param, offset, bound, groups.workgroups);
             } else {
                 let entry = 12 * (solve.recorded as u64 % LOOP_RING);
                 // The first product starts from setup's sums (profiled as a product).
@@ -646,25 +646,24 @@ impl WgPcg {
                     (product, &groups.product[parity], "product_dispatches"),
                     (update, &groups.update[parity], "update_dispatches"),
                 ] {
-                    let bound = bound.iter().collect::<Vec<_>>();
                     let grid = if groups.indirect {
                         Grid::Indirect(buffers.scratch.named(ring), entry)
                     } else {
                         Grid::Workgroups(groups.workgroups)
                     };
-                    recording.dispatch_over(context, kernel, &groups.param, offset, &bound, grid);
+                    recording.dispatch_over(context, kernel, &groups.param, offset, bound, grid);
                 }
             }
             solve.recorded += 1;
         }
         let even = solve.recorded.is_multiple_of(2);
-        let bound: Vec<&wgpu::BindGroup> = groups.parity[(!even) as usize].iter().collect();
+        let bound = &groups.parity[(!even) as usize];
         recording.dispatch(
             context,
             self.0.kernel(if solve.pipelined { "finish_pipelined" } else { "finish" }),
             &groups.param,
             offset,
-            &bound,
+            bound,
             groups.workgroups,
         );
         // `finish` writes the scalars the next iteration would write.

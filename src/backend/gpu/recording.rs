@@ -10,7 +10,7 @@ use encase::ShaderType;
 use encase::internal::WriteInto;
 
 use super::context::GpuContext;
-use super::stage::{Kernel, WgStage};
+use super::stage::{Bound, Kernel, WgStage};
 use crate::error::{Error, Result};
 
 /// Bytes of one parameter slot: every stage's parameter block fits, and it is the largest
@@ -154,8 +154,8 @@ impl Recording {
         self.pass = None;
     }
 
-    /// Records a dispatch of `kernel` over `workgroups` workgroups with `groups` bound after
-    /// the parameter group (at `param_offset`). Dispatches share the open pass; when
+    /// Records a dispatch of `kernel` over `workgroups` workgroups with its groups of `bound`
+    /// after the parameter group (at `param_offset`). Dispatches share the open pass; when
     /// profiling, each gets a pass of its own with timestamps.
     pub fn dispatch(
         &mut self,
@@ -163,10 +163,10 @@ impl Recording {
         kernel: Kernel<'_>,
         param_group: &wgpu::BindGroup,
         param_offset: u32,
-        groups: &[&wgpu::BindGroup],
+        bound: &Bound,
         workgroups: u32,
     ) {
-        self.dispatch_over(context, kernel, param_group, param_offset, groups, Grid::Workgroups(workgroups));
+        self.dispatch_over(context, kernel, param_group, param_offset, bound, Grid::Workgroups(workgroups));
     }
 
     /// [`dispatch`](Self::dispatch) over `grid`.
@@ -176,7 +176,7 @@ impl Recording {
         kernel: Kernel<'_>,
         param_group: &wgpu::BindGroup,
         param_offset: u32,
-        groups: &[&wgpu::BindGroup],
+        bound: &Bound,
         grid: Grid<'_>,
     ) {
         let started = std::time::Instant::now();
@@ -196,8 +196,8 @@ impl Recording {
         let pass = self.pass.as_mut().expect("a pass was opened above");
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, param_group, &[param_offset]);
-        for (g, group) in groups.iter().enumerate() {
-            pass.set_bind_group(g as u32 + 1, *group, &[]);
+        for (g, group) in bound.groups_for(kernel.entry).enumerate() {
+            pass.set_bind_group(g as u32 + 1, group, &[]);
         }
         match grid {
             Grid::Workgroups(workgroups) => context.dispatch(pass, workgroups),
@@ -280,8 +280,9 @@ impl Recording {
             self.params.clear();
         }
         let started = std::time::Instant::now();
-        context.queue.submit([encoder.finish()]);
+        let buffer = encoder.finish();
         self.counts.encode += started.elapsed();
+        context.queue.submit([buffer]);
         self.counts.submissions += 1;
     }
 

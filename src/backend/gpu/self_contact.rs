@@ -12,7 +12,7 @@ use super::Positions;
 use super::buffers::{GpuModel, GpuScratch};
 use super::context::GpuContext;
 use super::recording::Recording;
-use super::stage::{WORKGROUP, WgStage};
+use super::stage::{Bound, WORKGROUP, WgStage};
 use crate::error::Result;
 use crate::model::Model;
 use crate::objective::{Coupling, Node};
@@ -133,8 +133,8 @@ pub struct WgSelfContact(pub(crate) WgStage);
 /// The stage bound to one model's buffers, at the iterate and at the auxiliary positions.
 pub struct SelfContactGroups {
     param: wgpu::BindGroup,
-    iterate: Vec<wgpu::BindGroup>,
-    aux: Vec<wgpu::BindGroup>,
+    iterate: Bound,
+    aux: Bound,
     layout: SelfContactLayout,
     vertex_count: u32,
 }
@@ -198,12 +198,11 @@ impl WgSelfContact {
             level_count: 0,
         };
         let bound = if at == Positions::Iterate { &groups.iterate } else { &groups.aux };
-        let bound: Vec<&wgpu::BindGroup> = bound.iter().collect();
         let run =
             |recording: &mut Recording, entry: &'static str, params: SelfContactParams, threads: u32| {
                 let offset = recording.params(context, &params)?;
                 let workgroups = threads.div_ceil(WORKGROUP);
-                recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, workgroups);
+                recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, workgroups);
                 Ok::<(), crate::Error>(())
             };
         for &[level_first, level_count] in &layout.levels {

@@ -90,6 +90,34 @@ pub fn reflect(module: &naga::Module) -> Result<Vec<Binding>> {
     Ok(table)
 }
 
+/// An entry point's name and the bindings (group, binding) it uses.
+pub type EntryBindings = (String, Vec<(u32, u32)>);
+
+/// For each entry point of a validated stage, the bindings it uses, itself or through the
+/// functions it calls, `arrayLength` included.
+pub fn entry_bindings(module: &naga::Module) -> Result<Vec<EntryBindings>> {
+    let info =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(module)
+            .map_err(|e| Error::Unsupported(format!("shader validation: {e}")))?;
+    Ok(module
+        .entry_points
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let uses = info.get_entry_point(i);
+            let mut used: Vec<(u32, u32)> = module
+                .global_variables
+                .iter()
+                .filter(|(handle, _)| !uses[*handle].is_empty())
+                .filter_map(|(_, var)| var.binding.as_ref().map(|b| (b.group, b.binding)))
+                .collect();
+            used.sort_unstable();
+            (entry.name.clone(), used)
+        })
+        .collect())
+}
+
 fn source(name: &str) -> Result<&'static str> {
     SOURCES
         .iter()

@@ -6,7 +6,7 @@ use encase::ShaderType;
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
-use super::stage::{WORKGROUP, WgStage};
+use super::stage::{Bound, WORKGROUP, WgStage};
 use crate::error::Result;
 
 /// Parameters of `shaders/vector.wgsl`.
@@ -49,7 +49,7 @@ pub struct WgVector(pub(crate) WgStage);
 /// The vector stage bound to one model's buffers.
 pub struct VectorGroups {
     param: wgpu::BindGroup,
-    groups: Vec<wgpu::BindGroup>,
+    groups: Bound,
     vertex_count: usize,
 }
 
@@ -128,9 +128,9 @@ impl WgVector {
         threads: usize,
     ) -> Result<()> {
         let offset = recording.params(context, params)?;
-        let bound: Vec<&wgpu::BindGroup> = groups.groups.iter().collect();
+        let bound = &groups.groups;
         let workgroups = (threads as u32).div_ceil(WORKGROUP);
-        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, &bound, workgroups);
+        recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, workgroups);
         Ok(())
     }
 

@@ -28,8 +28,9 @@ pub struct DeviceCounts {
     /// Host time spent recording dispatches into command encoders (wgpu's validation and state
     /// tracking of each).
     pub record: std::time::Duration,
-    /// Host time spent finishing command encoders and submitting them: where wgpu encodes the
-    /// recorded passes for the driver. Part of `wait` where a readback submits.
+    /// Host time spent finishing command encoders, where wgpu validates and encodes the
+    /// recorded passes for the driver (their barriers included). Part of `wait` where a
+    /// readback submits.
     pub encode: std::time::Duration,
     /// Command buffers submitted to the queue.
     pub submissions: u64,

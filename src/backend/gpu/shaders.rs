@@ -181,3 +181,43 @@ pub struct Binding {
     /// How it is used.
     pub kind: BindingKind,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every stage's entry points bind a subset of its table, each what it uses: the CG
+    /// stage declares 33 buffers, its product binds 26 (the couplings' and contacts' among
+    /// them) and its `finish` 9; every entry point binds its parameters.
+    #[test]
+    fn entry_points_bind_what_they_use() {
+        for &stage in STAGES {
+            let (_, parsed) = module(stage, Reductions::Tree).unwrap();
+            let table: Vec<(u32, u32)> =
+                reflect(&parsed).unwrap().iter().map(|b| (b.group, b.binding)).collect();
+            let entries = entry_bindings(&parsed).unwrap();
+            assert!(!entries.is_empty(), "{stage}: no entry points");
+            for (entry, used) in &entries {
+                assert!(
+                    used.iter().all(|b| table.contains(b)),
+                    "{stage}/{entry}: {used:?} outside {table:?}"
+                );
+                assert!(used.contains(&(0, 0)), "{stage}/{entry} does not read its parameters");
+            }
+        }
+        let (_, pcg) = module("pcg", Reductions::Tree).unwrap();
+        let declared = reflect(&pcg).unwrap().len();
+        let entries = entry_bindings(&pcg).unwrap();
+        let used = |entry: &str| entries.iter().find(|(name, _)| name == entry).unwrap().1.clone();
+        let (product, finish) = (used("product"), used("finish"));
+        assert!(product.len() < declared, "the product binds {} of {declared}", product.len());
+        assert!(finish.len() <= declared / 3, "finish binds {} of {declared}", finish.len());
+        let names: Vec<&str> = pcg
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.binding.as_ref().is_some_and(|b| product.contains(&(b.group, b.binding))))
+            .filter_map(|(_, v)| v.name.as_deref())
+            .collect();
+        assert!(names.contains(&"blocks") && names.contains(&"ap"), "the product binds {names:?}");
+    }
+}

@@ -127,7 +127,7 @@ impl Renderer {
                 "triangle {t:?} refers to a vertex past the {vertex_count} drawn"
             )));
         }
-        let (source, _) =
+        let (source, _, _) =
             crate::backend::gpu::shaders::module("render", crate::backend::gpu::shaders::Reductions::Tree)?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("render"),

@@ -57,15 +57,17 @@ pub enum Reductions {
     Subgroup(u32),
 }
 
-/// The composed stage `name`, parsed and validated by naga.
-pub fn module(name: &str, reductions: Reductions) -> Result<(String, naga::Module)> {
+/// The composed stage `name`, parsed and validated by naga, with what validation found (the
+/// globals each entry point uses).
+pub fn module(name: &str, reductions: Reductions) -> Result<(String, naga::Module, naga::valid::ModuleInfo)> {
     let source = compose(name, reductions)?;
     let module = naga::front::wgsl::parse_str(&source)
         .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
-    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-        .validate(&module)
-        .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
-    Ok((source, module))
+    let info =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
+    Ok((source, module, info))
 }
 
 /// The binding table of stage `name`, read from its composed source: every global with a
@@ -95,12 +97,8 @@ pub type EntryBindings = (String, Vec<(u32, u32)>);
 
 /// For each entry point of a validated stage, the bindings it uses, itself or through the
 /// functions it calls, `arrayLength` included.
-pub fn entry_bindings(module: &naga::Module) -> Result<Vec<EntryBindings>> {
-    let info =
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(module)
-            .map_err(|e| Error::Unsupported(format!("shader validation: {e}")))?;
-    Ok(module
+pub fn entry_bindings(module: &naga::Module, info: &naga::valid::ModuleInfo) -> Vec<EntryBindings> {
+    module
         .entry_points
         .iter()
         .enumerate()
@@ -115,7 +113,7 @@ pub fn entry_bindings(module: &naga::Module) -> Result<Vec<EntryBindings>> {
             used.sort_unstable();
             (entry.name.clone(), used)
         })
-        .collect())
+        .collect()
 }
 
 fn source(name: &str) -> Result<&'static str> {
@@ -192,10 +190,10 @@ mod tests {
     #[test]
     fn entry_points_bind_what_they_use() {
         for &stage in STAGES {
-            let (_, parsed) = module(stage, Reductions::Tree).unwrap();
+            let (_, parsed, info) = module(stage, Reductions::Tree).unwrap();
             let table: Vec<(u32, u32)> =
                 reflect(&parsed).unwrap().iter().map(|b| (b.group, b.binding)).collect();
-            let entries = entry_bindings(&parsed).unwrap();
+            let entries = entry_bindings(&parsed, &info);
             assert!(!entries.is_empty(), "{stage}: no entry points");
             for (entry, used) in &entries {
                 assert!(
@@ -205,9 +203,9 @@ mod tests {
                 assert!(used.contains(&(0, 0)), "{stage}/{entry} does not read its parameters");
             }
         }
-        let (_, pcg) = module("pcg", Reductions::Tree).unwrap();
+        let (_, pcg, info) = module("pcg", Reductions::Tree).unwrap();
         let declared = reflect(&pcg).unwrap().len();
-        let entries = entry_bindings(&pcg).unwrap();
+        let entries = entry_bindings(&pcg, &info);
         let used = |entry: &str| entries.iter().find(|(name, _)| name == entry).unwrap().1.clone();
         let (product, finish) = (used("product"), used("finish"));
         assert!(product.len() < declared, "the product binds {} of {declared}", product.len());

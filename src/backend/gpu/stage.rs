@@ -26,23 +26,19 @@ pub struct WgStage {
     params: wgpu::BindGroupLayout,
     /// Per group 1..: the distinct sets of bindings the entry points use, with their layouts.
     sets: Vec<Vec<(Vec<u32>, wgpu::BindGroupLayout)>>,
-    /// Per entry point: its set in each group 1.. and its pipeline layout.
-    entries: Vec<EntryLayout>,
+    /// Per entry point: its set in each group 1.. (shared with every `Bound`), and its pipeline
+    /// layout, in the same order.
+    entry_sets: std::sync::Arc<Vec<(String, Vec<usize>)>>,
+    layouts: Vec<wgpu::PipelineLayout>,
     module: wgpu::ShaderModule,
     pipelines: std::sync::Mutex<Vec<((&'static str, Constants), wgpu::ComputePipeline)>>,
-}
-
-struct EntryLayout {
-    name: String,
-    sets: Vec<usize>,
-    layout: wgpu::PipelineLayout,
 }
 
 /// A stage's bind groups 1.. over one choice of buffers: one group per distinct set of
 /// bindings, and for each entry point the groups it is dispatched with.
 pub struct Bound {
     groups: Vec<Vec<wgpu::BindGroup>>,
-    entries: Vec<(String, Vec<usize>)>,
+    entries: std::sync::Arc<Vec<(String, Vec<usize>)>>,
 }
 
 impl Bound {
@@ -71,9 +67,9 @@ impl WgStage {
     /// Composes stage `name`, reads its bindings and builds their layouts.
     pub fn new(context: &GpuContext, name: &'static str) -> Result<WgStage> {
         let device = &context.device;
-        let (source, parsed) = module(name, context.reductions())?;
+        let (source, parsed, info) = module(name, context.reductions())?;
         let table = reflect(&parsed)?;
-        let uses = entry_bindings(&parsed)?;
+        let uses = entry_bindings(&parsed, &info);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(name),
             source: wgpu::ShaderSource::Wgsl(source.into()),
@@ -108,7 +104,8 @@ impl WgStage {
         let all_params: Vec<u32> = table.iter().filter(|b| b.group == 0).map(|b| b.binding).collect();
         let params = layout_of(0, &all_params);
         let mut sets: Vec<Vec<(Vec<u32>, wgpu::BindGroupLayout)>> = (1..groups).map(|_| Vec::new()).collect();
-        let mut entries = Vec::new();
+        let mut entry_sets = Vec::new();
+        let mut layouts = Vec::new();
         for (entry, used) in uses {
             let mut chosen = Vec::new();
             for group in 1..groups {
@@ -131,9 +128,11 @@ impl WgStage {
                 bind_group_layouts: &refs,
                 immediate_size: 0,
             });
-            entries.push(EntryLayout { name: entry, sets: chosen, layout });
+            entry_sets.push((entry, chosen));
+            layouts.push(layout);
         }
-        Ok(WgStage { name, table, params, sets, entries, module, pipelines: Default::default() })
+        let entry_sets = std::sync::Arc::new(entry_sets);
+        Ok(WgStage { name, table, params, sets, entry_sets, layouts, module, pipelines: Default::default() })
     }
 
     /// The pipeline of `entry` with `constants`, compiled on first use.
@@ -147,12 +146,12 @@ impl WgStage {
         if let Some((_, pipeline)) = pipelines.iter().find(|((e, c), _)| *e == entry && c == constants) {
             return pipeline.clone();
         }
-        let layout = &self
-            .entries
+        let index = self
+            .entry_sets
             .iter()
-            .find(|e| e.name == entry)
-            .unwrap_or_else(|| panic!("stage {} has no entry point {entry:?}", self.name))
-            .layout;
+            .position(|(name, _)| name == entry)
+            .unwrap_or_else(|| panic!("stage {} has no entry point {entry:?}", self.name));
+        let layout = &self.layouts[index];
         let pipeline = context.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(entry),
             layout: Some(layout),
@@ -231,7 +230,6 @@ impl WgStage {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
-        let entries = self.entries.iter().map(|e| (e.name.clone(), e.sets.clone())).collect();
-        Ok(Bound { groups, entries })
+        Ok(Bound { groups, entries: self.entry_sets.clone() })
     }
 }

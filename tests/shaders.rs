@@ -1,12 +1,15 @@
 //! Every composed shader parses and validates with naga (no GPU needed), its binding table —
 //! which the Rust side reads from the shader rather than declaring a second time — follows the
 //! bind-group convention (0 parameters, 1 model, 2 state, 3 scratch; no `vec3` in storage),
-//! and each stage's uniform block has the byte size of its Rust parameter struct. Each stage
+//! each stage's uniform block has the byte size of its Rust parameter struct, and each entry
+//! point's bindings (those its pipeline layout holds) are the ones it uses. Each stage
 //! is checked with either form of its workgroup sums: the tree, and subgroups of the sizes
 //! devices have.
 
 use lively::backend::gpu::params_size;
-use lively::backend::gpu::shaders::{BindingKind, Reductions, STAGES, compose, module, reflect};
+use lively::backend::gpu::shaders::{
+    BindingKind, Reductions, STAGES, compose, entry_bindings, module, reflect,
+};
 
 const REDUCTIONS: [Reductions; 4] =
     [Reductions::Tree, Reductions::Subgroup(8), Reductions::Subgroup(32), Reductions::Subgroup(64)];
@@ -16,7 +19,7 @@ fn every_stage_composes_and_validates() {
     assert!(!STAGES.is_empty());
     for stage in STAGES {
         for reductions in REDUCTIONS {
-            let (_, parsed) = module(stage, reductions).unwrap_or_else(|e| panic!("{e}"));
+            let (_, parsed, _) = module(stage, reductions).unwrap_or_else(|e| panic!("{e}"));
             assert!(!parsed.entry_points.is_empty(), "{stage} has no entry point");
             let source = compose(stage, reductions).unwrap();
             // Imports are expanded: no directive reaches naga.
@@ -35,14 +38,14 @@ fn subgroup_sums_know_their_subgroup_size() {
     assert_eq!(source.matches("const SUBGROUP: u32 = 32u;").count(), 1);
     assert!(!compose("pcg", Reductions::Tree).unwrap().contains("SUBGROUP"));
     // The check of where subgroups sit, run once per context, validates too.
-    let (_, parsed) = module("subgroups", Reductions::Tree).unwrap_or_else(|e| panic!("{e}"));
+    let (_, parsed, _) = module("subgroups", Reductions::Tree).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(parsed.entry_points.len(), 1);
 }
 
 #[test]
 fn binding_tables_follow_the_convention_and_parameters_match_rust() {
     for stage in STAGES {
-        let (_, parsed) = module(stage, Reductions::Tree).unwrap();
+        let (_, parsed, _) = module(stage, Reductions::Tree).unwrap();
         let table = reflect(&parsed).unwrap();
         assert!(!table.is_empty(), "{stage} binds nothing");
         for binding in &table {
@@ -75,4 +78,35 @@ fn binding_tables_follow_the_convention_and_parameters_match_rust() {
             assert!(!line.contains("vec3"), "{stage}: {line}");
         }
     }
+}
+
+/// Every stage's entry points bind a subset of its table, each what it uses: the CG
+/// stage declares 33 buffers, its product binds 26 (the couplings' and contacts' among
+/// them) and its `finish` 9; every entry point binds its parameters.
+#[test]
+fn entry_points_bind_what_they_use() {
+    for &stage in STAGES {
+        let (_, parsed, info) = module(stage, Reductions::Tree).unwrap();
+        let table: Vec<(u32, u32)> = reflect(&parsed).unwrap().iter().map(|b| (b.group, b.binding)).collect();
+        let entries = entry_bindings(&parsed, &info);
+        assert!(!entries.is_empty(), "{stage}: no entry points");
+        for (entry, used) in &entries {
+            assert!(used.iter().all(|b| table.contains(b)), "{stage}/{entry}: {used:?} outside {table:?}");
+            assert!(used.contains(&(0, 0)), "{stage}/{entry} does not read its parameters");
+        }
+    }
+    let (_, pcg, info) = module("pcg", Reductions::Tree).unwrap();
+    let declared = reflect(&pcg).unwrap().len();
+    let entries = entry_bindings(&pcg, &info);
+    let used = |entry: &str| entries.iter().find(|(name, _)| name == entry).unwrap().1.clone();
+    let (product, finish) = (used("product"), used("finish"));
+    assert!(product.len() < declared, "the product binds {} of {declared}", product.len());
+    assert!(finish.len() <= declared / 3, "finish binds {} of {declared}", finish.len());
+    let names: Vec<&str> = pcg
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.binding.as_ref().is_some_and(|b| product.contains(&(b.group, b.binding))))
+        .filter_map(|(_, v)| v.name.as_deref())
+        .collect();
+    assert!(names.contains(&"blocks") && names.contains(&"ap"), "the product binds {names:?}");
 }

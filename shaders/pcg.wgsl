@@ -21,6 +21,13 @@
 // at every vertex two edges away, so `update` forms it on the fly as r - alpha Ap, leaves the
 // new r in `fsai_y` and the next `product` moves it into r (a vertex's r is read by its
 // neighbours until then).
+// Coarse correction (`coarse_clusters` > 0, with FSAI; src/backend/coarse.rs): z also takes
+// C r = Z K^-1 Z^T r, Z the clusters' affine modes, K^-1 dense (`coarse_inverse`, the f64
+// inverse of Z^T S Z rounded to f32). Z^T r and K^-1 need all of r, so an iteration takes two
+// dispatches more, after `update` (or `setup`): `coarse_restrict` sums each cluster's members'
+// w r into `coarse_restricted` (a workgroup per cluster), and `coarse_prolong` forms each cluster's
+// c = (K^-1 Z^T r) rows, adds Z c to z at its members and writes its share of r.C r to
+// `coarse_partials`, which `product` adds to r.z.
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
 // by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
@@ -87,6 +94,10 @@ struct Params {
     // The iterations recorded by the end of the chunk being run (set per chunk): with
     // `advance`, whose solves are not read on, the last one's update forms no z.
     recorded_to: u32,
+    // The coarse correction's clusters (0: none), and where the latest K^-1 starts in
+    // `coarse_inverse` (in vec4s).
+    coarse_clusters: u32,
+    coarse_offset: u32,
 }
 
 const FSAI: u32 = 1u;
@@ -130,6 +141,11 @@ const LIMIT: u32 = 4u;
 // positions (entry k of the row at position p in slot slice_base(p / SLICE) + SLICE k +
 // p % SLICE), its slice bases and each slot's column.
 @group(1) @binding(4) var<storage, read> fsai_inverse_pattern: array<u32>;
+
+// The coarse correction's clusters: their members' offsets (clusters + 1) then the members
+// (free vertices, by cluster), and each member's weights on its cluster's four modes.
+@group(1) @binding(5) var<storage, read> coarse_members: array<u32>;
+@group(1) @binding(6) var<storage, read> coarse_weights: array<vec4<f32>>;
 
 // The iterate (displacements), for `advance`.
 @group(2) @binding(0) var<storage, read_write> x: array<f32>;
@@ -178,6 +194,12 @@ const LIMIT: u32 = 4u;
 // dispatched from is bound to a placeholder there.)
 @group(3) @binding(24) var<storage, read_write> product_dispatches: array<u32>;
 @group(3) @binding(25) var<storage, read_write> update_dispatches: array<u32>;
+// K^-1 row-major (4 clusters floats a row, a vec4 per cluster), a factor per step weight;
+// Z^T r per cluster and coordinate (3 k + c, a vec4 of the four modes); per cluster its
+// share of r.C r.
+@group(3) @binding(26) var<storage, read> coarse_inverse: array<vec4<f32>>;
+@group(3) @binding(27) var<storage, read_write> coarse_restricted: array<vec4<f32>>;
+@group(3) @binding(28) var<storage, read_write> coarse_partials: array<f32>;
 
 fn load3(v: u32, which: u32) -> vec3<f32> {
     let i = 3u * v;
@@ -535,14 +557,102 @@ fn couplings_times(v: u32) -> vec3<f32> {
     return row;
 }
 
-// The sum of every workgroup's residual partials, in a fixed order (strided per invocation,
-// then the tree): the same bits in every workgroup.
+// The sum of every workgroup's residual partials (r.r, r.z), with the coarse correction's
+// share of r.z, in a fixed order (strided per invocation, then the tree): the same bits in
+// every workgroup.
 fn all_residual_partials(lid: u32) -> vec2<f32> {
     var sum = vec2<f32>(0.0);
     for (var i = lid; i < loop_partials(); i += INVOCATIONS) {
         sum += residual_partials[i];
     }
+    for (var k = lid; k < params.coarse_clusters; k += INVOCATIONS) {
+        sum.y += coarse_partials[k];
+    }
     return workgroup_sum(lid, vec4<f32>(sum, 0.0, 0.0)).xy;
+}
+
+// Cluster `k`'s members (a range of `coarse_members`).
+fn cluster_members(k: u32) -> vec2<u32> {
+    return vec2<u32>(coarse_members[k], coarse_members[k + 1u]);
+}
+
+// Z^T r at cluster k (a workgroup per cluster), r the residual `update` or `setup` left in
+// `fsai_y` (the explicit inverse's new r); zero where the update did not descend (stopped, or
+// non-positive curvature), so that `coarse_prolong` adds nothing to z. Every invocation must call it.
+fn restrict_cluster(lid: u32, k: u32, descended: bool) {
+    var sums = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let members = cluster_members(k);
+    if (descended) {
+        for (var m = members.x + lid; m < members.y; m += INVOCATIONS) {
+            let v = coarse_members[params.coarse_clusters + 1u + m];
+            let w = coarse_weights[m];
+            for (var c = 0u; c < 3u; c++) {
+                sums[c] += w * fsai_y[3u * v + c];
+            }
+        }
+    }
+    for (var c = 0u; c < 3u; c++) {
+        let total = workgroup_sum(lid, sums[c]);
+        if (lid == 0u) {
+            coarse_restricted[3u * k + c] = total;
+        }
+    }
+}
+
+// `coarse_restrict` after `setup`.
+@compute @workgroup_size(WORKGROUP)
+fn coarse_restrict_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    restrict_cluster(lid, workgroup_slot(group, groups), true);
+}
+
+// `coarse_restrict` after an `update`, whose scalars say whether it descended.
+@compute @workgroup_size(WORKGROUP)
+fn coarse_restrict(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let descended = scalars_out.state == RUNNING && scalars_out.negative == 0u;
+    restrict_cluster(lid, workgroup_slot(group, groups), descended);
+}
+
+// Cluster k's c = rows 4k..4k+3 of K^-1 times Z^T r (a workgroup per cluster, an invocation
+// per cluster of K^-1's columns), then z += Z c at its members and its share of r.C r,
+// (Z^T r)_k . c.
+@compute @workgroup_size(WORKGROUP)
+fn coarse_prolong(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let k = workgroup_slot(group, groups);
+    let clusters = params.coarse_clusters;
+    var sums = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var l = lid; l < clusters; l += INVOCATIONS) {
+        // The 4x4 block (k, l) of K^-1, by rows.
+        let row = params.coarse_offset + 4u * k * clusters + l;
+        let block = mat4x4<f32>(
+            coarse_inverse[row],
+            coarse_inverse[row + clusters],
+            coarse_inverse[row + 2u * clusters],
+            coarse_inverse[row + 3u * clusters],
+        );
+        for (var c = 0u; c < 3u; c++) {
+            // block's columns are K^-1's rows: q * block = (rows . q).
+            sums[c] += coarse_restricted[3u * l + c] * block;
+        }
+    }
+    var coefficients = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var c = 0u; c < 3u; c++) {
+        coefficients[c] = workgroup_sum(lid, sums[c]);
+    }
+    let members = cluster_members(k);
+    for (var m = members.x + lid; m < members.y; m += INVOCATIONS) {
+        let v = coarse_members[clusters + 1u + m];
+        let w = coarse_weights[m];
+        for (var c = 0u; c < 3u; c++) {
+            z[3u * v + c] += dot(w, coefficients[c]);
+        }
+    }
+    if (lid == 0u) {
+        var share = 0.0;
+        for (var c = 0u; c < 3u; c++) {
+            share += dot(coarse_restricted[3u * k + c], coefficients[c]);
+        }
+        coarse_partials[k] = share;
+    }
 }
 
 // The pipelined loop's partials: (r.r, r.u, w.u, 0) per workgroup after the vector in the

@@ -68,6 +68,8 @@ pub struct CpuBackend {
     contact_set: Vec<bool>,
     contact_stopped: Vec<bool>,
     global: Option<global::GlobalSolve>,
+    /// The coarse correction that Jacobi takes where the factor is too large.
+    coarse: crate::backend::coarse::Coarse,
     rotations: element::Rotations,
     /// The rotations of the states whose potential was last asked for (every step's start
     /// and end), warm starts for the next.
@@ -137,6 +139,7 @@ impl CpuBackend {
             contact_set: Vec::new(),
             contact_stopped: Vec::new(),
             global: None,
+            coarse: Default::default(),
             rotations: element::Rotations::default(),
             state_rotations: element::Rotations::default(),
             evaluated: None,
@@ -677,8 +680,17 @@ impl Stages for CpuBackend {
                 let factored = solver == LinearSolver::PcgProjective
                     && self.couplings.is_empty()
                     && self.prepare_global(MAX_PRECONDITIONER_FILL);
-                let preconditioner = match self.global.as_mut() {
-                    Some(global) if factored => pcg::Preconditioner::Factored(global),
+                // Beyond the factor's size, the projective solver's Jacobi takes the coarse
+                // correction of the same matrix.
+                let coarse = (solver == LinearSolver::PcgProjective && !factored)
+                    .then(|| {
+                        let a = super::projective::stiffness_weight(&self.nodes);
+                        self.coarse.correction(&self.model, &self.topology, a, &self.projective_diagonal)
+                    })
+                    .flatten();
+                let preconditioner = match (self.global.as_mut(), coarse) {
+                    (Some(global), _) if factored => pcg::Preconditioner::Factored(global),
+                    (_, Some(coarse)) => pcg::Preconditioner::Coarse(coarse),
                     _ => pcg::Preconditioner::Jacobi,
                 };
                 let outcome = pcg::solve(

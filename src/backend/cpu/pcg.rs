@@ -1,8 +1,10 @@
 //! Stage `pcg`: preconditioned conjugate gradients on the assembled Hessian, starting from
-//! zero. The preconditioner is Jacobi (the GPU twin's), or on the CPU the factored
-//! projective-dynamics matrix `M/h^2 + a L` (`LinearSolver::PcgProjective`). Following the optimization integrator, a direction of non-positive curvature
-//! ends the solve: the last iterate is returned (or the right-hand side, if it happens on the
-//! first iteration), which is still a descent direction for the Newton step.
+//! zero. The preconditioner is Jacobi (the GPU twin's), or on the CPU for
+//! `LinearSolver::PcgProjective` the factored projective-dynamics matrix `M/h^2 + a L`, or
+//! Jacobi with that matrix's coarse correction (`backend/coarse.rs`) where the factor is too
+//! large. Following the optimization integrator, a direction of non-positive curvature ends
+//! the solve: the last iterate is returned (or the right-hand side, if it happens on the first
+//! iteration), which is still a descent direction for the Newton step.
 //!
 //! Each iteration is three passes over the vertices: (1) `Ap` and `p.Ap`; (2) the updates of
 //! `x`, `r` and `z = P r` with `r.r` and `r.z`; (3) `p = z + beta p`. The GPU twin fuses (3)
@@ -15,6 +17,7 @@ use rayon::prelude::*;
 
 use super::global::GlobalSolve;
 use super::hessian_product;
+use crate::backend::coarse::CoarseCorrection;
 use crate::backend::fsai::Fsai;
 use crate::backend::topology::Topology;
 use crate::objective::Coupling;
@@ -27,15 +30,19 @@ pub(crate) enum Preconditioner<'a> {
     /// rotation of the body leaves unchanged, so it keeps preconditioning a bending body.
     Factored(&'a mut GlobalSolve),
     /// `G^T G ~ S^-1`, the sparse approximate inverse of the local/global matrix, with
-    /// Jacobi's rows on a penalty contact set (empty: none): the reference for the GPU twin's
-    /// global steps (the CPU solver itself uses the exact factor).
+    /// Jacobi's rows on a penalty contact set (empty: none), and the coarse correction of the
+    /// same matrix where the GPU has one: the reference for the GPU twin's FSAI solves (the
+    /// CPU solver itself uses the exact factor, or Jacobi and the coarse correction).
     #[cfg_attr(not(test), allow(dead_code))]
-    Fsai { fsai: &'a Fsai, contact: &'a [bool] },
+    Fsai { fsai: &'a Fsai, contact: &'a [bool], coarse: Option<&'a CoarseCorrection> },
+    /// Jacobi plus the coarse correction of `backend/coarse.rs`: the two-level preconditioner
+    /// of bodies too large for the factor.
+    Coarse(&'a CoarseCorrection),
 }
 
 impl Preconditioner<'_> {
-    /// `z = P r` for the preconditioners that replace Jacobi's; returns `r . z` (`y` is
-    /// scratch).
+    /// `z = P r`, where `z` holds Jacobi's `r / diag(A)` and `jacobi` its `r . z`; returns
+    /// `r . z` (`y` is scratch).
     fn apply(
         &mut self,
         topology: &Topology,
@@ -43,13 +50,16 @@ impl Preconditioner<'_> {
         y: &mut [[f64; 3]],
         z: &mut [[f64; 3]],
         inverse_diagonal: &[[f64; 3]],
-    ) -> Option<f64> {
+        jacobi: f64,
+    ) -> f64 {
         match self {
-            Preconditioner::Jacobi => None,
-            Preconditioner::Factored(global) => Some(apply_factor(global, r, z)),
-            Preconditioner::Fsai { fsai, contact } => {
-                Some(fsai.apply(topology, r, y, z, contact, inverse_diagonal))
+            Preconditioner::Jacobi => jacobi,
+            Preconditioner::Factored(global) => apply_factor(global, r, z),
+            Preconditioner::Fsai { fsai, contact, coarse } => {
+                let rz = fsai.apply(topology, r, y, z, contact, inverse_diagonal);
+                rz + coarse.map_or(0.0, |coarse| coarse.add(r, z))
             }
+            Preconditioner::Coarse(coarse) => jacobi + coarse.add(r, z),
         }
     }
 }
@@ -165,8 +175,8 @@ pub(crate) fn solve(
             })
             .collect(),
     );
-    if let Some(applied) = preconditioner.apply(topology, r, y, z, inverse_diagonal) {
-        rz = applied;
+    if !matches!(preconditioner, Preconditioner::Jacobi) {
+        rz = preconditioner.apply(topology, r, y, z, inverse_diagonal, rz);
         p.copy_from_slice(z);
     }
     let b_norm = bb.sqrt();
@@ -216,7 +226,7 @@ pub(crate) fn solve(
                 })
                 .collect(),
         );
-        let rz_next = preconditioner.apply(topology, r, y, z, inverse_diagonal).unwrap_or(rz_next);
+        let rz_next = preconditioner.apply(topology, r, y, z, inverse_diagonal, rz_next);
         residual = rr.sqrt() / b_norm;
         if residual <= tolerance {
             return Outcome {

@@ -559,6 +559,8 @@ impl GpuBackend {
             warm: 0,
             advance: 0,
             recorded_to: 0,
+            coarse_clusters: 0,
+            coarse_offset: 0,
         }
     }
 
@@ -1288,10 +1290,14 @@ impl GpuBackend {
         } else {
             &self.projective_diagonal
         };
-        if let Some(values) = inverse.for_matrix(&self.model, a, diagonal) {
+        if let Some((values, coarse)) = inverse.for_matrix(&self.model, a, diagonal) {
             let at = 4 * inverse.offset() as u64;
             let (c, rec, scratch) = (&self.context, &mut self.recording, &self.buffers.scratch);
             rec.upload_at(c, scratch.named("fsai_inverse"), at, bytemuck::cast_slice(&values));
+            if !coarse.is_empty() {
+                let at = 16 * inverse.coarse_offset() as u64;
+                rec.upload_at(c, scratch.named("coarse_inverse"), at, bytemuck::cast_slice(&coarse));
+            }
         }
         Ok(())
     }
@@ -1304,6 +1310,8 @@ impl GpuBackend {
         PcgParams {
             preconditioner: inverse.preconditioner(),
             fsai_inverse_offset: inverse.offset() as u32,
+            coarse_clusters: inverse.coarse_clusters(),
+            coarse_offset: inverse.coarse_offset() as u32,
             ..params
         }
     }

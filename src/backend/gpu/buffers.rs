@@ -128,6 +128,9 @@ impl GpuBuffers {
         m.set("slot_columns", c.storage("slot_columns", &slots.slot_columns));
         // The pattern of the local/global solver's FSAI product, made when it first runs.
         m.set("fsai_inverse_pattern", c.scratch::<u32>("fsai_inverse_pattern", 1));
+        // The coarse correction's clusters and weights (`reserve_coarse`), with FSAI's.
+        m.set("coarse_members", c.scratch::<u32>("coarse_members", 1));
+        m.set("coarse_weights", c.scratch::<[f32; 4]>("coarse_weights", 1));
         // The local/global solver's weighted Laplacian.
         let laplacian = crate::backend::projective::laplacian(model, &topology);
         m.set("laplacian", c.storage("laplacian", &to_f32(&laplacian)));
@@ -204,6 +207,10 @@ impl GpuBuffers {
         // Read as vec4s (a dense inverse's rows), so at least one.
         w.set("fsai_inverse", c.scratch::<f32>("fsai_inverse", 4));
         w.set("fsai_y", vector("fsai_y"));
+        // The coarse correction's inverses, Z^T r and shares of r.z (`reserve_coarse`).
+        w.set("coarse_inverse", c.scratch::<[f32; 4]>("coarse_inverse", 1));
+        w.set("coarse_restricted", c.scratch::<[f32; 4]>("coarse_restricted", 1));
+        w.set("coarse_partials", c.scratch::<f32>("coarse_partials", 1));
         w.set("projective_diagonal", c.scratch::<f32>("projective_diagonal", n));
         w.set("projective_base", c.scratch::<f32>("projective_base", n));
         w.set("contact_flags", c.scratch::<u32>("contact_flags", n));
@@ -341,6 +348,27 @@ impl GpuBuffers {
         self.model.set("fsai_inverse_pattern", context.storage("fsai_inverse_pattern", pattern));
         let values = (INVERSE_FACTORS * entries).next_multiple_of(4).max(4);
         self.scratch.set("fsai_inverse", context.scratch::<f32>("fsai_inverse", values));
+        true
+    }
+
+    /// Makes the coarse correction's buffers for `space` (its clusters, and
+    /// [`INVERSE_FACTORS`] inverses of `K`), unless they exist; true when it made them.
+    pub(crate) fn reserve_coarse(
+        &mut self,
+        context: &GpuContext,
+        space: &crate::backend::coarse::CoarseSpace,
+    ) -> bool {
+        let (members, weights) = space.members();
+        if self.model.named("coarse_members").size() >= 4 * members.len() as u64 {
+            return false;
+        }
+        let clusters = space.clusters();
+        self.model.set("coarse_members", context.storage("coarse_members", &members));
+        self.model.set("coarse_weights", context.storage("coarse_weights", &weights));
+        let inverse = INVERSE_FACTORS * space.size() * clusters;
+        self.scratch.set("coarse_inverse", context.scratch::<[f32; 4]>("coarse_inverse", inverse));
+        self.scratch.set("coarse_restricted", context.scratch::<[f32; 4]>("coarse_restricted", 3 * clusters));
+        self.scratch.set("coarse_partials", context.scratch::<f32>("coarse_partials", clusters));
         true
     }
 

@@ -1,0 +1,452 @@
+//! A coarse correction for PCG: the second level of a two-level additive preconditioner,
+//! `P_fine + C`, `C = Z (Z^T S Z)^+ Z^T`.
+//!
+//! One-level preconditioners (Jacobi, FSAI) act within a few edges, so CG needs many
+//! iterations to carry a correction across a large body: the smooth, low-energy modes (a bar's
+//! bending, a slab's sag) converge last, and their count grows with the body's size. `Z` spans
+//! those modes: the free vertices are grouped into spatial clusters (the cells of a grid over
+//! the rest shape, about [`VERTICES_PER_CLUSTER`] vertices each) and each cluster moves
+//! affinely, four weights per vertex (`1` and its rest offset from the cluster's centre, in
+//! cell widths) per coordinate. The coarse matrix is the local/global matrix `S` of
+//! [`projective`](super::projective) seen through `Z`: fixed for a step weight, so it is
+//! assembled and factored once (dense, a few hundred unknowns), like the other preconditioners
+//! of `S`, and it preconditions the Newton matrix as well as `S` itself. On the gpu_step bar of
+//! 100K tets (five converged backward-Euler steps, 2-core CPU) Jacobi's 1 851 CG iterations
+//! became 350 and a step 545 -> 300 ms. A prototype with 24 clusters took FSAI's 664 (three
+//! steps) to 207; there `Z^T A Z` of the Newton matrix did no better than `Z^T S Z` (226),
+//! and a coarse warm start alone (the mixed-FEM paper's affine one) saved only 18 %.
+//!
+//! `S` is a scalar matrix times the identity in the three coordinates, so `Z^T S Z` is one
+//! matrix `K` of `4 x clusters` unknowns shared by the coordinates. A cluster whose vertices
+//! do not span its affine modes (too few, or coplanar) makes `K` singular; the factorization
+//! drops such modes (the pseudo-inverse on the rest), which keeps `C` positive semidefinite,
+//! and `P_fine + C` positive definite.
+
+use rayon::prelude::*;
+
+use super::topology::Topology;
+use crate::model::Model;
+
+/// Vertices per cluster, about: at 22K vertices (the 100K-tet bar) 86 clusters, whose `K`
+/// of 344 unknowns costs a CG iteration about as much as a tenth of its matrix product.
+pub(crate) const VERTICES_PER_CLUSTER: usize = 256;
+/// At most this many clusters: `K`'s factor is dense.
+pub(crate) const MAX_CLUSTERS: usize = 128;
+/// Affine modes per cluster and coordinate.
+const MODES: usize = 4;
+/// A pivot of `K`'s factor at or below this fraction of its largest diagonal entry drops its
+/// mode: a mode the cluster's vertices do not span is (in exact arithmetic) a zero pivot.
+const DROPPED_PIVOT: f64 = 1e-10;
+/// Vertices per work item of the restriction's sums (fixed, so the sums' order, and their
+/// bits, do not depend on the thread count).
+const CHUNK: usize = 1024;
+
+/// The clusters and each free vertex's weights on its cluster's modes.
+#[derive(Clone, Debug)]
+pub(crate) struct CoarseSpace {
+    /// Per vertex: its cluster, or `None` where pinned.
+    cluster: Vec<Option<u32>>,
+    weights: Vec<[f64; MODES]>,
+    clusters: usize,
+}
+
+impl CoarseSpace {
+    /// Clusters of about [`VERTICES_PER_CLUSTER`] free vertices each, at most
+    /// [`MAX_CLUSTERS`], from a grid of cells over the free vertices' rest positions;
+    /// `None` where fewer than two clusters would result (nothing to carry across).
+    pub(crate) fn new(model: &Model) -> Option<CoarseSpace> {
+        let free: Vec<usize> = (0..model.vertex_count()).filter(|&v| !model.pinned[v]).collect();
+        let target = (free.len() / VERTICES_PER_CLUSTER).min(MAX_CLUSTERS);
+        if target < 2 {
+            return None;
+        }
+        let (mut low, mut high) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
+        for &v in &free {
+            for c in 0..3 {
+                low[c] = low[c].min(model.rest[v][c]);
+                high[c] = high[c].max(model.rest[v][c]);
+            }
+        }
+        let longest = (0..3).map(|c| high[c] - low[c]).fold(0.0, f64::max);
+        if !(longest > 0.0) {
+            return None;
+        }
+        // Flat or thin bodies keep at least one cell across their thin extents.
+        let extent: [f64; 3] = std::array::from_fn(|c| (high[c] - low[c]).max(1e-3 * longest));
+        let mut width = (extent.iter().product::<f64>() / target as f64).cbrt();
+        let cells_for = |width: f64| extent.map(|e| ((e / width).ceil() as usize).max(1));
+        // Rounding up overshoots the target severalfold on thin bodies (a bar's cross-section
+        // two cells wide instead of one): widen until within twice the target and the cap.
+        while cells_for(width).iter().product::<usize>() > (2 * target).min(MAX_CLUSTERS) {
+            width *= 1.1;
+        }
+        // The cells then split each extent evenly: no sliver of a cell (a single layer of
+        // vertices, which spans no affine mode across it) at the far side.
+        let cells = cells_for(width);
+        let widths: [f64; 3] = std::array::from_fn(|c| extent[c] / cells[c] as f64);
+        let cell_of = |p: &[f64; 3]| -> usize {
+            let index = |c: usize| (((p[c] - low[c]) / widths[c]) as usize).min(cells[c] - 1);
+            index(0) + cells[0] * (index(1) + cells[1] * index(2))
+        };
+        // Occupied cells, numbered in cell order, and their centres.
+        let mut number = vec![u32::MAX; cells.iter().product()];
+        let mut sums: Vec<[f64; 4]> = Vec::new();
+        for &v in &free {
+            let cell = cell_of(&model.rest[v]);
+            if number[cell] == u32::MAX {
+                number[cell] = sums.len() as u32;
+                sums.push([0.0; 4]);
+            }
+            let sum = &mut sums[number[cell] as usize];
+            for c in 0..3 {
+                sum[c] += model.rest[v][c];
+            }
+            sum[3] += 1.0;
+        }
+        if sums.len() < 2 {
+            return None;
+        }
+        let mut cluster = vec![None; model.vertex_count()];
+        let mut weights = vec![[0.0; MODES]; model.vertex_count()];
+        for &v in &free {
+            let k = number[cell_of(&model.rest[v])];
+            let sum = sums[k as usize];
+            let p = model.rest[v];
+            cluster[v] = Some(k);
+            weights[v] = [1.0, 0.0, 0.0, 0.0];
+            for c in 0..3 {
+                weights[v][1 + c] = (p[c] - sum[c] / sum[3]) / widths[c];
+            }
+        }
+        Some(CoarseSpace { cluster, weights, clusters: sums.len() })
+    }
+
+    /// Unknowns of `K`: four per cluster.
+    pub(crate) fn size(&self) -> usize {
+        MODES * self.clusters
+    }
+
+    pub(crate) fn clusters(&self) -> usize {
+        self.clusters
+    }
+
+    /// The clusters as a GPU walks them: the members' offsets (`clusters + 1`) then the
+    /// members (free vertices, by cluster, in vertex order), and each member's weights.
+    pub(crate) fn members(&self) -> (Vec<u32>, Vec<[f32; MODES]>) {
+        let mut by_cluster: Vec<Vec<u32>> = vec![Vec::new(); self.clusters];
+        for (v, k) in self.cluster.iter().enumerate() {
+            if let Some(k) = k {
+                by_cluster[*k as usize].push(v as u32);
+            }
+        }
+        let mut offsets = vec![0u32];
+        for members in &by_cluster {
+            offsets.push(offsets.last().copied().unwrap_or(0) + members.len() as u32);
+        }
+        let members: Vec<u32> = by_cluster.concat();
+        let weights = members.iter().map(|&v| self.weights[v as usize].map(|w| w as f32)).collect();
+        ([offsets, members].concat(), weights)
+    }
+
+    /// `Z^T r` per coordinate: `out[c][MODES k + m]`, summed per fixed chunk, then in chunk
+    /// order.
+    fn restrict(&self, r: &[[f64; 3]]) -> [Vec<f64>; 3] {
+        let size = self.size();
+        let partials: Vec<[Vec<f64>; 3]> = (0..r.len().div_ceil(CHUNK))
+            .into_par_iter()
+            .map(|chunk| {
+                let mut out: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; size]);
+                for v in chunk * CHUNK..((chunk + 1) * CHUNK).min(r.len()) {
+                    let Some(k) = self.cluster[v] else { continue };
+                    for (m, w) in self.weights[v].iter().enumerate() {
+                        for c in 0..3 {
+                            out[c][MODES * k as usize + m] += w * r[v][c];
+                        }
+                    }
+                }
+                out
+            })
+            .collect();
+        let mut out: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; size]);
+        for partial in &partials {
+            for c in 0..3 {
+                for (o, p) in out[c].iter_mut().zip(&partial[c]) {
+                    *o += p;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `C = Z K^+ Z^T` for one `S`: the space and `K`'s factor.
+#[derive(Clone, Debug)]
+pub(crate) struct CoarseCorrection {
+    space: CoarseSpace,
+    /// `K = L L^T` on the kept modes: `L` lower, dense, row-major; a dropped mode's row and
+    /// column are zero.
+    factor: Vec<f64>,
+    kept: Vec<bool>,
+}
+
+impl CoarseCorrection {
+    /// Assembles `K = Z^T S Z` from `S`'s entries (one per pattern slot of `topology`) and
+    /// factors it.
+    pub(crate) fn new(space: CoarseSpace, topology: &Topology, s: &[f64]) -> CoarseCorrection {
+        let size = space.size();
+        let mut k = vec![0.0; size * size];
+        for v in 0..space.cluster.len() {
+            let Some(kv) = space.cluster[v] else { continue };
+            for slot in topology.row_offsets[v] as usize..topology.row_offsets[v + 1] as usize {
+                let w = topology.columns[slot] as usize;
+                let Some(kw) = space.cluster[w] else { continue };
+                for (m, a) in space.weights[v].iter().enumerate() {
+                    let row = &mut k[(MODES * kv as usize + m) * size..][..size];
+                    for (n, b) in space.weights[w].iter().enumerate() {
+                        row[MODES * kw as usize + n] += a * s[slot] * b;
+                    }
+                }
+            }
+        }
+        let (factor, kept) = factor_dropping(k, size);
+        CoarseCorrection { space, factor, kept }
+    }
+
+    /// `z += C r`; returns `r . C r` (`(Z^T r) . K^+ (Z^T r)`), the correction's share of
+    /// `r . z`.
+    pub(crate) fn add(&self, r: &[[f64; 3]], z: &mut [[f64; 3]]) -> f64 {
+        let mut q = self.space.restrict(r);
+        let mut rz = 0.0;
+        for coordinate in &mut q {
+            let y = self.solve(coordinate);
+            rz += coordinate.iter().zip(&y).map(|(a, b)| a * b).sum::<f64>();
+            *coordinate = y;
+        }
+        let space = &self.space;
+        z.par_iter_mut().enumerate().for_each(|(v, z)| {
+            if let Some(k) = space.cluster[v] {
+                for (m, w) in space.weights[v].iter().enumerate() {
+                    for c in 0..3 {
+                        z[c] += w * q[c][MODES * k as usize + m];
+                    }
+                }
+            }
+        });
+        rz
+    }
+
+    /// `K^+` itself, row-major in f32 (symmetric, as `K^+` is): a GPU multiplies by it.
+    pub(crate) fn inverse(&self) -> Vec<f32> {
+        let size = self.space.size();
+        let mut columns = vec![0.0f64; size * size];
+        for j in 0..size {
+            let unit: Vec<f64> = (0..size).map(|i| f64::from(u8::from(i == j))).collect();
+            columns[j * size..][..size].copy_from_slice(&self.solve(&unit));
+        }
+        (0..size * size)
+            .map(|e| {
+                let (i, j) = (e / size, e % size);
+                (0.5 * (columns[i * size + j] + columns[j * size + i])) as f32
+            })
+            .collect()
+    }
+
+    /// `K^+ q` on the kept modes (zero on the dropped ones).
+    fn solve(&self, q: &[f64]) -> Vec<f64> {
+        let size = q.len();
+        let l = |i: usize, j: usize| self.factor[i * size + j];
+        let mut y: Vec<f64> =
+            q.iter().zip(&self.kept).map(|(q, &kept)| if kept { *q } else { 0.0 }).collect();
+        for i in 0..size {
+            if self.kept[i] {
+                let sum: f64 = (0..i).map(|j| l(i, j) * y[j]).sum();
+                y[i] = (y[i] - sum) / l(i, i);
+            }
+        }
+        for i in (0..size).rev() {
+            if self.kept[i] {
+                let sum: f64 = (i + 1..size).map(|j| l(j, i) * y[j]).sum();
+                y[i] = (y[i] - sum) / l(i, i);
+            }
+        }
+        y
+    }
+}
+
+/// The dense Cholesky factor `L` (row-major, lower) of the symmetric positive semidefinite
+/// `k`, dropping each mode whose pivot is at most [`DROPPED_PIVOT`] of the largest diagonal
+/// entry (its row and column are left zero); returns `L` and which modes are kept.
+fn factor_dropping(mut k: Vec<f64>, size: usize) -> (Vec<f64>, Vec<bool>) {
+    let largest = (0..size).map(|i| k[i * size + i]).fold(0.0, f64::max);
+    let mut kept = vec![true; size];
+    for j in 0..size {
+        let pivot = k[j * size + j] - (0..j).map(|p| k[j * size + p].powi(2)).sum::<f64>();
+        if !(pivot > DROPPED_PIVOT * largest) {
+            kept[j] = false;
+            for i in j..size {
+                k[i * size + j] = 0.0;
+            }
+            continue;
+        }
+        let d = pivot.sqrt();
+        k[j * size + j] = d;
+        for i in j + 1..size {
+            let sum: f64 = (0..j).map(|p| k[i * size + p] * k[j * size + p]).sum();
+            k[i * size + j] = (k[i * size + j] - sum) / d;
+        }
+    }
+    // The upper triangle held K; the factor is the lower one.
+    for i in 0..size {
+        for j in i + 1..size {
+            k[i * size + j] = 0.0;
+        }
+    }
+    (k, kept)
+}
+
+/// A model's coarse correction, made when first asked for and remade when `S` changes: the
+/// space once, `K` per step weight and vertex diagonal (the last two kept: a stabilized step
+/// alternates two weights).
+#[derive(Default)]
+pub(crate) struct Coarse {
+    /// `None` until asked for; then the space, or `None` for a body too small for one.
+    space: Option<Option<CoarseSpace>>,
+    laplacian: Vec<f64>,
+    /// The latest first.
+    corrections: Vec<(f64, Vec<f64>, CoarseCorrection)>,
+}
+
+impl Coarse {
+    /// The correction for `S` of step weight `a` and vertex diagonal `diagonal`
+    /// ([`projective::matrix`](super::projective::matrix)); `None` for a body too small.
+    pub(crate) fn correction(
+        &mut self,
+        model: &Model,
+        topology: &Topology,
+        a: f64,
+        diagonal: &[f64],
+    ) -> Option<&CoarseCorrection> {
+        let space = self.space.get_or_insert_with(|| CoarseSpace::new(model)).as_ref()?;
+        match self.corrections.iter().position(|(weight, d, _)| *weight == a && d.as_slice() == diagonal) {
+            Some(k) => {
+                let found = self.corrections.remove(k);
+                self.corrections.insert(0, found);
+            }
+            None => {
+                if self.laplacian.is_empty() {
+                    self.laplacian = super::projective::laplacian(model, topology);
+                }
+                let mut s = Vec::new();
+                super::projective::matrix(model, topology, &self.laplacian, a, diagonal, &mut s);
+                let correction = CoarseCorrection::new(space.clone(), topology, &s);
+                self.corrections.truncate(1);
+                self.corrections.insert(0, (a, diagonal.to_vec(), correction));
+            }
+        }
+        self.corrections.first().map(|(_, _, correction)| correction)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CoarseCorrection, CoarseSpace, MODES, factor_dropping};
+    use crate::backend::topology::Topology;
+    use crate::material::Material;
+    use crate::mesh::TetMesh;
+    use crate::model::Model;
+    use rand::{RngExt, SeedableRng};
+
+    /// A bar pinned at one end and its local/global matrix `S` (a = 0.1, mass / h^2 on the
+    /// diagonal).
+    fn bar() -> (Model, Topology, Vec<f64>) {
+        let mut model = Model::empty([0.0; 3]);
+        model
+            .add_tet_body(
+                &TetMesh::bar([40, 6, 6], [2.0, 0.3, 0.3]),
+                &[Material::corotated(1e6, 0.3)],
+                1000.0,
+            )
+            .unwrap();
+        for v in 0..model.vertex_count() {
+            model.pinned[v] = model.rest[v][0] < 1e-9;
+        }
+        let topology = Topology::new(&model);
+        let laplacian = crate::backend::projective::laplacian(&model, &topology);
+        let diagonal: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
+        let mut s = Vec::new();
+        crate::backend::projective::matrix(&model, &topology, &laplacian, 0.1, &diagonal, &mut s);
+        (model, topology, s)
+    }
+
+    /// `S u` for the scalar `S` on the pattern, in each coordinate.
+    fn s_times(topology: &Topology, s: &[f64], u: &[[f64; 3]]) -> Vec<[f64; 3]> {
+        (0..u.len())
+            .map(|v| {
+                let slots = topology.row_offsets[v] as usize..topology.row_offsets[v + 1] as usize;
+                slots.fold([0.0; 3], |acc, e| {
+                    std::array::from_fn(|c| acc[c] + s[e] * u[topology.columns[e] as usize][c])
+                })
+            })
+            .collect()
+    }
+
+    /// The clusters cover the free vertices, about `VERTICES_PER_CLUSTER` each, and `C`
+    /// inverts `S` on the coarse space: for `u = Z y`, `C S u = u`, and the correction's share
+    /// of `r . z` is `u . S u`.
+    #[test]
+    fn the_correction_inverts_s_on_its_space() {
+        let (model, topology, s) = bar();
+        let space = CoarseSpace::new(&model).expect("a bar of 2K vertices has clusters");
+        let free = model.pinned.iter().filter(|p| !**p).count();
+        assert!((4..=16).contains(&space.clusters), "{} clusters for {free} free vertices", space.clusters);
+        for v in 0..model.vertex_count() {
+            assert_eq!(space.cluster[v].is_none(), model.pinned[v], "vertex {v}");
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let y: Vec<[f64; 3]> =
+            (0..space.size()).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+        let u: Vec<[f64; 3]> = (0..model.vertex_count())
+            .map(|v| match space.cluster[v] {
+                Some(k) => std::array::from_fn(|c| {
+                    (0..MODES).map(|m| space.weights[v][m] * y[MODES * k as usize + m][c]).sum()
+                }),
+                None => [0.0; 3],
+            })
+            .collect();
+        let r = s_times(&topology, &s, &u);
+        let correction = CoarseCorrection::new(space, &topology, &s);
+        assert!(correction.kept.iter().all(|k| *k), "every cluster of a bar spans its modes");
+        let mut z = vec![[0.0; 3]; u.len()];
+        let rz = correction.add(&r, &mut z);
+        let scale = u.iter().flatten().fold(0.0f64, |a, b| a.max(b.abs()));
+        for (v, (z, u)) in z.iter().zip(&u).enumerate() {
+            for c in 0..3 {
+                assert!((z[c] - u[c]).abs() <= 1e-9 * scale, "vertex {v}: C S u = {z:?}, u = {u:?}");
+            }
+        }
+        let energy: f64 = u.iter().zip(&r).map(|(u, r)| (0..3).map(|c| u[c] * r[c]).sum::<f64>()).sum();
+        assert!((rz - energy).abs() <= 1e-9 * energy, "r . C r = {rz}, u . S u = {energy}");
+    }
+
+    /// A rank-deficient `K` (a cluster that does not span its modes) drops the dependent
+    /// modes and still solves `K y = q` for `q` in its range.
+    #[test]
+    fn a_singular_k_drops_its_dependent_modes() {
+        let size = 5;
+        // K = B B^T with B 5 x 3: rank 3, the fourth and fifth modes dependent.
+        let b = [[1.0, 0.0, 2.0], [0.5, 1.0, 0.0], [0.0, 3.0, 1.0], [1.5, 1.0, 2.0], [1.0, 4.0, 3.0]];
+        let k: Vec<f64> =
+            (0..size * size).map(|e| (0..3).map(|j| b[e / size][j] * b[e % size][j]).sum()).collect();
+        let (factor, kept) = factor_dropping(k.clone(), size);
+        assert_eq!(kept, [true, true, true, false, false]);
+        let space = CoarseSpace { cluster: Vec::new(), weights: Vec::new(), clusters: 0 };
+        let correction = CoarseCorrection { space, factor, kept };
+        let x = [0.3, -1.0, 0.7, 0.0, 0.0];
+        let q: Vec<f64> = (0..size).map(|i| (0..size).map(|j| k[i * size + j] * x[j]).sum()).collect();
+        let y = correction.solve(&q);
+        for i in 0..size {
+            let ky: f64 = (0..size).map(|j| k[i * size + j] * y[j]).sum();
+            assert!((ky - q[i]).abs() <= 1e-12 * 30.0, "row {i}: K y = {ky}, q = {}", q[i]);
+        }
+    }
+}

@@ -27,7 +27,10 @@
 // dispatches more, after `update` (or `setup`): `coarse_restrict` sums each cluster's members'
 // w r into `coarse_restricted` (a workgroup per cluster), and `coarse_prolong` forms each cluster's
 // c = (K^-1 Z^T r) rows, adds Z c to z at its members and writes its share of r.C r to
-// `coarse_partials`, which `product` adds to r.z.
+// `coarse_partials`, which `product` adds to r.z. Solves with a penalty contact set take none:
+// K is made without the contacts' stiffness, and with a set scattered over the body (every
+// seventh vertex 10^4 times stiffer) the correction, even with the set left out of it, took
+// FSAI's 17 iterations to 28.
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
 // by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix

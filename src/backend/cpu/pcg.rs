@@ -30,9 +30,10 @@ pub(crate) enum Preconditioner<'a> {
     /// rotation of the body leaves unchanged, so it keeps preconditioning a bending body.
     Factored(&'a mut GlobalSolve),
     /// `G^T G ~ S^-1`, the sparse approximate inverse of the local/global matrix, with
-    /// Jacobi's rows on a penalty contact set (empty: none), and the coarse correction of the
-    /// same matrix where the GPU has one: the reference for the GPU twin's FSAI solves (the
-    /// CPU solver itself uses the exact factor, or Jacobi and the coarse correction).
+    /// Jacobi's rows on a penalty contact set (empty: none), or the coarse correction of the
+    /// same matrix where the GPU has one (a solve without contacts): the reference for the
+    /// GPU twin's FSAI solves (the CPU solver itself uses the exact factor, or Jacobi and the
+    /// coarse correction, whose `K` has the contacts' stiffness).
     #[cfg_attr(not(test), allow(dead_code))]
     Fsai { fsai: &'a Fsai, contact: &'a [bool], coarse: Option<&'a CoarseCorrection> },
     /// Jacobi plus the coarse correction of `backend/coarse.rs`: the two-level preconditioner

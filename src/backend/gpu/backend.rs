@@ -1303,14 +1303,15 @@ impl GpuBackend {
     }
 
     /// `params` preconditioned by the inverse [`upload_inverse`](Self::upload_inverse) placed
-    /// last.
-    fn with_inverse(&self, params: PcgParams) -> PcgParams {
+    /// last, with its coarse correction unless the solve has a penalty contact set (`contact`;
+    /// see `shaders/pcg.wgsl`).
+    fn with_inverse(&self, params: PcgParams, contact: bool) -> PcgParams {
         let inverse =
             self.inverse.as_ref().expect("upload_inverse makes the inverses before a solve uses them");
         PcgParams {
             preconditioner: inverse.preconditioner(),
             fsai_inverse_offset: inverse.offset() as u32,
-            coarse_clusters: inverse.coarse_clusters(),
+            coarse_clusters: if contact { 0 } else { inverse.coarse_clusters() },
             coarse_offset: inverse.coarse_offset() as u32,
             ..params
         }
@@ -1347,7 +1348,7 @@ impl GpuBackend {
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
             self.newton_inverse_ready = true;
         }
-        Ok(self.with_inverse(params))
+        Ok(self.with_inverse(params, self.newton_contact.iter().any(|&flag| flag != 0)))
     }
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
@@ -1409,10 +1410,13 @@ impl GpuBackend {
         tally.expected =
             (0..request.iterations).map(|k| self.global_lengths.get(k).copied().unwrap_or(longest)).collect();
         let max = request.max_linear_iterations as u32;
-        let params = self.with_inverse(PcgParams {
-            gradient_tolerance: request.gradient_tolerance as f32,
-            ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
-        });
+        let params = self.with_inverse(
+            PcgParams {
+                gradient_tolerance: request.gradient_tolerance as f32,
+                ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
+            },
+            contact,
+        );
         let mut last = None;
         for k in 0..=request.iterations {
             // What is recorded so far goes to the device while the host records the next

@@ -1349,8 +1349,8 @@ mod tests {
     /// FSAI-PCG with the coarse correction (`backend/coarse.rs`) on a long bar's local/global
     /// matrix follows its CPU twin in the loop, with one and four lanes a row: the iteration
     /// count to a couple, the solution to the tolerance's scale, the true residual met; and
-    /// it takes fewer iterations than FSAI alone. Both inverses lie in their buffers' second
-    /// parts, the first parts zero.
+    /// it takes fewer iterations than FSAI alone (16 against 44). Both inverses lie in their
+    /// buffers' second parts, the first parts zero.
     #[test]
     fn the_coarse_correction_follows_its_cpu_twin() {
         use super::FSAI;

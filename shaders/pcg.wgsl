@@ -23,14 +23,15 @@
 // neighbours until then).
 // Coarse correction (`coarse_clusters` > 0, with FSAI; src/backend/coarse.rs): z also takes
 // C r = Z K^-1 Z^T r, Z the clusters' affine modes, K^-1 dense (`coarse_inverse`, the f64
-// inverse of Z^T S Z rounded to f32). Z^T r and K^-1 need all of r, so an iteration takes two
-// dispatches more, after `update` (or `setup`): `coarse_restrict` sums each cluster's members'
-// w r into `coarse_restricted` (a workgroup per cluster), and `coarse_prolong` forms each cluster's
-// c = (K^-1 Z^T r) rows, adds Z c to z at its members and writes its share of r.C r to
-// `coarse_partials`, which `product` adds to r.z. Solves with a penalty contact set take none:
-// K is made without the contacts' stiffness, and with a set scattered over the body (every
-// seventh vertex 10^4 times stiffer) the correction, even with the set left out of it, took
-// FSAI's 17 iterations to 28.
+// inverse of Z^T S Z rounded to f32). `setup` and `update` run a workgroup more per cluster,
+// which sums its members' w r into `coarse_restricted` (forming r as the rows do: no
+// workgroup waits on another); K^-1 needs all of Z^T r, so one dispatch follows:
+// `coarse_prolong` forms each cluster's c = (K^-1 Z^T r) rows, adds Z c to z at its members
+// and writes its share of r.C r to `coarse_partials`, which `product` adds to r.z. Three
+// dispatches an iteration. Solves with a penalty contact set take none: K is made without the
+// contacts' stiffness, and with a set scattered over the body (every seventh vertex 10^4
+// times stiffer) the correction, even with the set left out of it, took FSAI's 17 iterations
+// to 28.
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
 // by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
@@ -579,19 +580,24 @@ fn cluster_members(k: u32) -> vec2<u32> {
     return vec2<u32>(coarse_members[k], coarse_members[k + 1u]);
 }
 
-// Z^T r at cluster k (a workgroup per cluster), r the residual `update` or `setup` left in
-// `fsai_y` (the explicit inverse's new r); zero where the update did not descend (stopped, or
-// non-positive curvature), so that `coarse_prolong` adds nothing to z. Every invocation must call it.
-fn restrict_cluster(lid: u32, k: u32, descended: bool) {
+// Z^T r at cluster k, by a workgroup of `setup` or `update` past the loop's (one per
+// cluster), r the residual the kernel forms (`residual_at`: the start's, or r - alpha Ap).
+// An update that does not descend (stopped, or non-positive curvature) leaves it: the
+// `coarse_prolong` after it then writes the shares of r.z it wrote before, so that a stopped
+// solve's status has the same bits whether or not its idle iterations were dispatched (z is
+// not read again). Every invocation of the workgroup must call it.
+fn restrict_cluster(lid: u32, k: u32, descending: bool, alpha: f32, from_rhs: bool) {
+    if (!descending) {
+        return;
+    }
     var sums = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     let members = cluster_members(k);
-    if (descended) {
-        for (var m = members.x + lid; m < members.y; m += INVOCATIONS) {
-            let v = coarse_members[params.coarse_clusters + 1u + m];
-            let w = coarse_weights[m];
-            for (var c = 0u; c < 3u; c++) {
-                sums[c] += w * fsai_y[3u * v + c];
-            }
+    for (var m = members.x + lid; m < members.y; m += INVOCATIONS) {
+        let v = coarse_members[params.coarse_clusters + 1u + m];
+        let w = coarse_weights[m];
+        let rv = residual_at(v, alpha, from_rhs);
+        for (var c = 0u; c < 3u; c++) {
+            sums[c] += w * rv[c];
         }
     }
     for (var c = 0u; c < 3u; c++) {
@@ -602,19 +608,6 @@ fn restrict_cluster(lid: u32, k: u32, descended: bool) {
     }
 }
 
-// `coarse_restrict` after `setup`.
-@compute @workgroup_size(WORKGROUP)
-fn coarse_restrict_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    restrict_cluster(lid, workgroup_slot(group, groups), true);
-}
-
-// `coarse_restrict` after an `update`, whose scalars say whether it descended.
-@compute @workgroup_size(WORKGROUP)
-fn coarse_restrict(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let descended = scalars_out.state == RUNNING && scalars_out.negative == 0u;
-    restrict_cluster(lid, workgroup_slot(group, groups), descended);
-}
-
 // Cluster k's c = rows 4k..4k+3 of K^-1 times Z^T r (a workgroup per cluster, an invocation
 // per cluster of K^-1's columns), then z += Z c at its members and its share of r.C r,
 // (Z^T r)_k . c.
@@ -622,6 +615,10 @@ fn coarse_restrict(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgro
 fn coarse_prolong(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let k = workgroup_slot(group, groups);
     let clusters = params.coarse_clusters;
+    // (Dispatched from the update's ring, over the loop's grid and the clusters'.)
+    if (k >= clusters) {
+        return;
+    }
     var sums = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var l = lid; l < clusters; l += INVOCATIONS) {
         // The 4x4 block (k, l) of K^-1, by rows.
@@ -741,6 +738,12 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     start_warm(lid);
+    if (slot >= loop_partials()) {
+        // A cluster's workgroup (the coarse correction's).
+        restrict_cluster(lid, slot - loop_partials(), true, 0.0, true);
+        arm_rings(groups, lid, slot);
+        return;
+    }
     var inverse_z = vec3<f32>(0.0);
     if (params.preconditioner == FSAI) {
         if (row.v < params.vertex_count) {
@@ -779,7 +782,12 @@ fn setup_rows(groups: vec3<u32>, lid: u32, slot: u32, row: Row, inverse_z: vec3<
     if (lid == 0u && slot < loop_partials()) {
         residual_partials[slot] = total.xy;
     }
-    // Every loop kernel is dispatched over this grid.
+    arm_rings(groups, lid, slot);
+}
+
+// Every loop kernel is dispatched over the setup's grid (the loop's workgroups, and one per
+// cluster of a coarse correction).
+fn arm_rings(groups: vec3<u32>, lid: u32, slot: u32) {
     let ring = arrayLength(&product_dispatches) / 3u;
     let invocations = groups.x * groups.y * groups.z * WORKGROUP;
     for (var i = slot * WORKGROUP + lid; i < ring; i += invocations) {
@@ -975,6 +983,11 @@ fn update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) grou
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     let step = update_step(lid, row);
+    if (slot >= loop_partials()) {
+        // A cluster's workgroup (the coarse correction's).
+        restrict_cluster(lid, slot - loop_partials(), step.descending, step.alpha, false);
+        return;
+    }
     var inverse_z = vec3<f32>(0.0);
     if (params.preconditioner == FSAI) {
         if (step.busy && !step.last) {

@@ -98,8 +98,8 @@ impl CoarseSpace {
                 sums.push([0.0; 4]);
             }
             let sum = &mut sums[number[cell] as usize];
-            for c in 0..3 {
-                sum[c] += model.rest[v][c];
+            for (total, p) in sum.iter_mut().zip(model.rest[v]) {
+                *total += p;
             }
             sum[3] += 1.0;
         }
@@ -156,11 +156,12 @@ impl CoarseSpace {
             .into_par_iter()
             .map(|chunk| {
                 let mut out: [Vec<f64>; 3] = std::array::from_fn(|_| vec![0.0; size]);
-                for v in chunk * CHUNK..((chunk + 1) * CHUNK).min(r.len()) {
+                let vertices = chunk * CHUNK..((chunk + 1) * CHUNK).min(r.len());
+                for (v, rv) in vertices.clone().zip(&r[vertices]) {
                     let Some(k) = self.cluster[v] else { continue };
                     for (m, w) in self.weights[v].iter().enumerate() {
                         for c in 0..3 {
-                            out[c][MODES * k as usize + m] += w * r[v][c];
+                            out[c][MODES * k as usize + m] += w * rv[c];
                         }
                     }
                 }

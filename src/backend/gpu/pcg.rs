@@ -570,16 +570,14 @@ impl WgPcg {
             DENSE => Kernel { label: "setup", ..self.0.kernel("setup_dense") },
             _ => self.0.kernel("setup"),
         };
-        recording.dispatch(context, setup, &groups.param, offset, bound, groups.workgroups);
-        self.correct(
-            context,
-            recording,
-            groups,
-            offset,
-            bound,
-            "coarse_restrict_start",
-            params.coarse_clusters,
-        );
+        // A coarse correction's clusters take a workgroup each past the loop's.
+        let grid = groups.workgroups + params.coarse_clusters;
+        recording.dispatch(context, setup, &groups.param, offset, bound, grid);
+        if params.coarse_clusters > 0 {
+            // The correction of setup's z (its workgroups past the loop's restricted r).
+            let kernel = self.0.kernel("coarse_prolong");
+            recording.dispatch(context, kernel, &groups.param, offset, bound, params.coarse_clusters);
+        }
         if pipelined {
             // Bound with the odd parity: its m is the first iteration's `p_in`.
             let odd = &groups.parity[1];
@@ -587,28 +585,6 @@ impl WgPcg {
             recording.dispatch(context, kernel, &groups.param, offset, odd, groups.workgroups);
         }
         Ok(Solve { params, recorded: 0, pipelined })
-    }
-
-    /// Records the coarse correction of the z just formed (by `setup` or an `update`), where
-    /// the solve has one: `restrict` (the entry point that starts it) and `coarse_prolong`,
-    /// a workgroup per cluster each.
-    #[allow(clippy::too_many_arguments)]
-    fn correct(
-        &self,
-        context: &GpuContext,
-        recording: &mut Recording,
-        groups: &PcgGroups,
-        offset: u32,
-        bound: &Bound,
-        restrict: &'static str,
-        clusters: u32,
-    ) {
-        if clusters == 0 {
-            return;
-        }
-        for entry in [restrict, "coarse_prolong"] {
-            recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, clusters);
-        }
     }
 
     /// Records a solve by the dense inverse itself, in one dispatch (`solve_dense`), for a
@@ -707,20 +683,21 @@ impl WgPcg {
                     let grid = if groups.indirect {
                         Grid::Indirect(buffers.scratch.named(ring), entry)
                     } else {
-                        Grid::Workgroups(groups.workgroups)
+                        Grid::Workgroups(groups.workgroups + params.coarse_clusters)
                     };
                     recording.dispatch_over(context, kernel, &groups.param, offset, bound, grid);
                 }
-                let bound = &groups.parity[parity];
-                self.correct(
-                    context,
-                    recording,
-                    groups,
-                    offset,
-                    bound,
-                    "coarse_restrict",
-                    params.coarse_clusters,
-                );
+                if params.coarse_clusters > 0 {
+                    // From the update's ring: an iteration after the solve's end dispatches
+                    // none of its workgroups either.
+                    let grid = if groups.indirect {
+                        Grid::Indirect(buffers.scratch.named("update_dispatches"), entry)
+                    } else {
+                        Grid::Workgroups(params.coarse_clusters)
+                    };
+                    let (kernel, bound) = (self.0.kernel("coarse_prolong"), &groups.parity[parity]);
+                    recording.dispatch_over(context, kernel, &groups.param, offset, bound, grid);
+                }
             }
             solve.recorded += 1;
         }
@@ -1349,8 +1326,10 @@ mod tests {
     /// FSAI-PCG with the coarse correction (`backend/coarse.rs`) on a long bar's local/global
     /// matrix follows its CPU twin in the loop, with one and four lanes a row: the iteration
     /// count to a couple, the solution to the tolerance's scale, the true residual met; and
-    /// it takes fewer iterations than FSAI alone (16 against 44). Both inverses lie in their
-    /// buffers' second parts, the first parts zero.
+    /// it takes fewer iterations than FSAI alone (16 against 44). Read every five iterations,
+    /// the loop dispatched from its rings and directly gives the same bits (iterations past
+    /// the end dispatched or not). Both inverses lie in their buffers' second parts, the
+    /// first parts zero.
     #[test]
     fn the_coarse_correction_follows_its_cpu_twin() {
         use super::FSAI;
@@ -1401,7 +1380,16 @@ mod tests {
         let alone = solve_with(&mut rig, fsai_only, 1);
         let scale = cpu_x.iter().flatten().fold(0.0f64, |a, v| a.max(v.abs()));
         for lanes in [1, 4] {
-            let status = solve_with(&mut rig, params, lanes);
+            // The loop dispatched from its rings and directly, read every five iterations.
+            let mut groups = rig.stages.pcg.bind_lanes(&rig.context, &rig.rec, &rig.buffers, lanes).unwrap();
+            let mut runs = Vec::new();
+            for indirect in [true, false] {
+                groups.indirect = indirect;
+                let status = solve_in_chunks(&mut rig, &groups, params, 5);
+                runs.push((status, rig.read(3, "direction", 3 * n)));
+            }
+            assert_eq!(runs[0], runs[1], "{lanes} lanes: indirect and direct dispatches differ");
+            let status = runs[0].0;
             println!(
                 "FSAI-PCG with {} clusters, {lanes} lanes: CPU {} iterations, GPU {}; FSAI alone {}",
                 space.clusters(),
@@ -1412,7 +1400,7 @@ mod tests {
             assert_eq!(status.state, 1, "{lanes} lanes: {status:?}");
             assert!(status.iterations.abs_diff(cpu.iterations as u32) <= 2, "{status:?} against {cpu:?}");
             assert!(status.iterations < alone.iterations, "{status:?} against FSAI alone's {alone:?}");
-            let solution = to_vectors(&rig.read(3, "direction", 3 * n));
+            let solution = to_vectors(&runs[0].1);
             let worst = solution
                 .iter()
                 .flatten()

@@ -22,6 +22,8 @@
 //! drops such modes (the pseudo-inverse on the rest), which keeps `C` positive semidefinite,
 //! and `P_fine + C` positive definite.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use super::topology::Topology;
@@ -183,7 +185,8 @@ impl CoarseSpace {
 /// `C = Z K^+ Z^T` for one `S`: the space and `K`'s factor.
 #[derive(Clone, Debug)]
 pub(crate) struct CoarseCorrection {
-    space: CoarseSpace,
+    /// Shared by the corrections of every `S` of the model.
+    space: Arc<CoarseSpace>,
     /// `K = L L^T` on the kept modes: `L` lower, dense, row-major; a dropped mode's row and
     /// column are zero.
     factor: Vec<f64>,
@@ -193,7 +196,7 @@ pub(crate) struct CoarseCorrection {
 impl CoarseCorrection {
     /// Assembles `K = Z^T S Z` from `S`'s entries (one per pattern slot of `topology`) and
     /// factors it.
-    pub(crate) fn new(space: CoarseSpace, topology: &Topology, s: &[f64]) -> CoarseCorrection {
+    pub(crate) fn new(space: Arc<CoarseSpace>, topology: &Topology, s: &[f64]) -> CoarseCorrection {
         let size = space.size();
         let mut k = vec![0.0; size * size];
         for v in 0..space.cluster.len() {
@@ -311,7 +314,7 @@ fn factor_dropping(mut k: Vec<f64>, size: usize) -> (Vec<f64>, Vec<bool>) {
 #[derive(Default)]
 pub(crate) struct Coarse {
     /// `None` until asked for; then the space, or `None` for a body too small for one.
-    space: Option<Option<CoarseSpace>>,
+    space: Option<Option<Arc<CoarseSpace>>>,
     laplacian: Vec<f64>,
     /// The latest first.
     corrections: Vec<(f64, Vec<f64>, CoarseCorrection)>,
@@ -327,7 +330,7 @@ impl Coarse {
         a: f64,
         diagonal: &[f64],
     ) -> Option<&CoarseCorrection> {
-        let space = self.space.get_or_insert_with(|| CoarseSpace::new(model)).as_ref()?;
+        let space = self.space.get_or_insert_with(|| CoarseSpace::new(model).map(Arc::new)).as_ref()?;
         match self.corrections.iter().position(|(weight, d, _)| *weight == a && d.as_slice() == diagonal) {
             Some(k) => {
                 let found = self.corrections.remove(k);
@@ -350,6 +353,8 @@ impl Coarse {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::{CoarseCorrection, CoarseSpace, MODES, factor_dropping};
     use crate::backend::topology::Topology;
     use crate::material::Material;
@@ -397,7 +402,7 @@ mod tests {
     #[test]
     fn the_correction_inverts_s_on_its_space() {
         let (model, topology, s) = bar();
-        let space = CoarseSpace::new(&model).expect("a bar of 2K vertices has clusters");
+        let space = Arc::new(CoarseSpace::new(&model).expect("a bar of 2K vertices has clusters"));
         let free = model.pinned.iter().filter(|p| !**p).count();
         assert!((4..=16).contains(&space.clusters), "{} clusters for {free} free vertices", space.clusters);
         for v in 0..model.vertex_count() {
@@ -441,7 +446,7 @@ mod tests {
         let (factor, kept) = factor_dropping(k.clone(), size);
         assert_eq!(kept, [true, true, true, false, false]);
         let space = CoarseSpace { cluster: Vec::new(), weights: Vec::new(), clusters: 0 };
-        let correction = CoarseCorrection { space, factor, kept };
+        let correction = CoarseCorrection { space: Arc::new(space), factor, kept };
         let x = [0.3, -1.0, 0.7, 0.0, 0.0];
         let q: Vec<f64> = (0..size).map(|i| (0..size).map(|j| k[i * size + j] * x[j]).sum()).collect();
         let y = correction.solve(&q);

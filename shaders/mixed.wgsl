@@ -9,8 +9,9 @@
 // - `begin`: d = s(F) - I at x_start, the rotation from the identity;
 // - `linearize`: at the iterate, the displacement formulation's corner gradients a J^T psi'(s(F))
 //   (into `displacement_corners`), the condensed system's a J^T (g + H (s(F) - s)) (into
-//   `corner_gradients`) and blocks a J^T H J (into `element_blocks`), and what the local update
-//   and the merit need (`mixed_linearization`);
+//   `corner_gradients`) and blocks a (J^T H J + C) (into `element_blocks`; C the constraint's
+//   curvature under the last multipliers, exact where EXACT_CURVATURE, else its non-negative
+//   part), and what the local update and the merit need (`mixed_linearization`);
 // - `local_update`: the step of d and the multipliers from the position step `direction`, and
 //   the tets' part of the merit's slope (energy partials);
 // - `merit`: the tets' part of the merit at the iterate and d + alpha ds (energy partials);
@@ -36,6 +37,9 @@
 @group(3) @binding(4) var<storage, read_write> mixed_linearization: array<f32>;
 // The position step of the condensed system (PCG's solution).
 @group(3) @binding(5) var<storage, read> direction: array<f32>;
+
+// The condensed blocks' stretch curvature: exact (Projection::None) or its non-negative part.
+override EXACT_CURVATURE: bool = false;
 
 const JACOBIAN: u32 = 0u;
 const HESSIAN: u32 = 54u;
@@ -640,16 +644,38 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let xo2 = (hod * d2 + hoo * o2) * weight;
     let xd3 = (hdd * d3 + hdo * o3) * weight;
     let xo3 = (hod * d3 + hoo * o3) * weight;
-    store_block(e, 0u, transpose(d0) * xd0 + transpose(o0) * xo0);
-    store_block(e, 1u, transpose(d0) * xd1 + transpose(o0) * xo1);
-    store_block(e, 2u, transpose(d0) * xd2 + transpose(o0) * xo2);
-    store_block(e, 3u, transpose(d0) * xd3 + transpose(o0) * xo3);
-    store_block(e, 4u, transpose(d1) * xd1 + transpose(o1) * xo1);
-    store_block(e, 5u, transpose(d1) * xd2 + transpose(o1) * xo2);
-    store_block(e, 6u, transpose(d1) * xd3 + transpose(o1) * xo3);
-    store_block(e, 7u, transpose(d2) * xd2 + transpose(o2) * xo2);
-    store_block(e, 8u, transpose(d2) * xd3 + transpose(o2) * xo3);
-    store_block(e, 9u, transpose(d3) * xd3 + transpose(o3) * xo3);
+    // The stretch's curvature under the stress of the last local update's multipliers
+    // (matrix form: shear coordinates halved), by pairs of principal stretches of
+    // s(F) = I + dm_x (its eigenvectors v, u = R v).
+    let multiplier = load6(MULTIPLIER, e);
+    let stress = sym_matrix(joined(first_half(multiplier), second_half(multiplier) * 0.5)) * -1.0;
+    let eigen = symmetric_eigen3(dm_x);
+    let dv = eigen.values;
+    let v = eigen.vectors;
+    let u = (identity3() + rotation_minus_identity(q)) * v;
+    let tau = vec3<f32>(dot(v[0], stress * v[0]), dot(v[1], stress * v[1]), dot(v[2], stress * v[2]));
+    let scale = max(max(abs(1.0 + dv.x), abs(1.0 + dv.y)), max(abs(1.0 + dv.z), 1.0));
+    let p0 = curvature_pair(dv.x, dv.y, tau.x, tau.y, u[0], u[1], v[0], v[1], scale);
+    let p1 = curvature_pair(dv.x, dv.z, tau.x, tau.z, u[0], u[2], v[0], v[2], scale);
+    let p2 = curvature_pair(dv.y, dv.z, tau.y, tau.z, u[1], u[2], v[1], v[2], scale);
+    let curvature_weight = cw.y * cw.y * weight;
+    let k00 = vec3<f32>(p0.form[0][0], p1.form[0][0], p2.form[0][0]) * curvature_weight;
+    let k01 = vec3<f32>(p0.form[0][1], p1.form[0][1], p2.form[0][1]) * curvature_weight;
+    let k11 = vec3<f32>(p0.form[1][1], p1.form[1][1], p2.form[1][1]) * curvature_weight;
+    let c0 = corner_directions(p0, p1, p2, t.b0);
+    let c1 = corner_directions(p0, p1, p2, t.b1);
+    let c2 = corner_directions(p0, p1, p2, t.b2);
+    let c3 = CornerDirections((c0.t + c1.t + c2.t) * -1.0, (c0.y + c1.y + c2.y) * -1.0);
+    store_block(e, 0u, transpose(d0) * xd0 + transpose(o0) * xo0 + curvature_block(c0, c0, k00, k01, k11));
+    store_block(e, 1u, transpose(d0) * xd1 + transpose(o0) * xo1 + curvature_block(c0, c1, k00, k01, k11));
+    store_block(e, 2u, transpose(d0) * xd2 + transpose(o0) * xo2 + curvature_block(c0, c2, k00, k01, k11));
+    store_block(e, 3u, transpose(d0) * xd3 + transpose(o0) * xo3 + curvature_block(c0, c3, k00, k01, k11));
+    store_block(e, 4u, transpose(d1) * xd1 + transpose(o1) * xo1 + curvature_block(c1, c1, k00, k01, k11));
+    store_block(e, 5u, transpose(d1) * xd2 + transpose(o1) * xo2 + curvature_block(c1, c2, k00, k01, k11));
+    store_block(e, 6u, transpose(d1) * xd3 + transpose(o1) * xo3 + curvature_block(c1, c3, k00, k01, k11));
+    store_block(e, 7u, transpose(d2) * xd2 + transpose(o2) * xo2 + curvature_block(c2, c2, k00, k01, k11));
+    store_block(e, 8u, transpose(d2) * xd3 + transpose(o2) * xo3 + curvature_block(c2, c3, k00, k01, k11));
+    store_block(e, 9u, transpose(d3) * xd3 + transpose(o3) * xo3 + curvature_block(c3, c3, k00, k01, k11));
     store_jacobian_rows(e, 0u, 0u, d0);
     store_jacobian_rows(e, 0u, 1u, d1);
     store_jacobian_rows(e, 0u, 2u, d2);
@@ -660,6 +686,66 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     store6(GRADIENT, e, gradient);
     store6(GRADIENT_OF_X, e, gradient_of_x);
     store6(STRETCH_OF_X, e, d_x);
+}
+
+// One pair of principal stretches' share of the stretch curvature (the twin of
+// stretch_curvature in src/material/stretch.rs): its twist and flip directions in F and the
+// form in them, [[twist, coupling], [coupling, 0]] or its non-negative part, by columns.
+struct CurvaturePair {
+    twist_direction: mat3x3<f32>,
+    flip_direction: mat3x3<f32>,
+    form: mat2x2<f32>,
+}
+
+// The pair (i, k) of stretches s = 1 + d, stresses t along their axes, axes u in the deformed
+// frame and v in the rest frame.
+fn curvature_pair(di: f32, dk: f32, ti: f32, tk: f32, ui: vec3<f32>, uk: vec3<f32>, vi: vec3<f32>, vk: vec3<f32>, scale: f32) -> CurvaturePair {
+    let half = 0.70710678;
+    let ik = outer3(ui, vk);
+    let ki = outer3(uk, vi);
+    var pair = CurvaturePair((ik - ki) * half, (ik + ki) * half, mat2x2<f32>());
+    let sum = 2.0 + di + dk;
+    if (sum <= 1e-6 * scale) {
+        return pair;
+    }
+    let twist = 2.0 * (ti * (1.0 + dk) + tk * (1.0 + di)) / (sum * sum);
+    let coupling = (tk - ti) / sum;
+    if (EXACT_CURVATURE) {
+        pair.form = mat2x2<f32>(twist, coupling, coupling, 0.0);
+        return pair;
+    }
+    let root = sqrt(twist * twist + 4.0 * coupling * coupling);
+    var lambda = 0.5 * (twist + root);
+    if (twist < 0.0) {
+        lambda = 2.0 * coupling * coupling / (root - twist);
+    }
+    if (lambda > 0.0) {
+        let e = vec2<f32>(lambda, coupling) / sqrt(lambda * lambda + coupling * coupling);
+        pair.form = mat2x2<f32>(e * (lambda * e.x), e * (lambda * e.y));
+    }
+    return pair;
+}
+
+// Corner a's gradients of F : D for the three pairs' twist (T) and flip (Y) directions, as
+// columns.
+struct CornerDirections {
+    t: mat3x3<f32>,
+    y: mat3x3<f32>,
+}
+
+fn corner_directions(p0: CurvaturePair, p1: CurvaturePair, p2: CurvaturePair, b: vec3<f32>) -> CornerDirections {
+    return CornerDirections(
+        mat3x3<f32>(p0.twist_direction * b, p1.twist_direction * b, p2.twist_direction * b),
+        mat3x3<f32>(p0.flip_direction * b, p1.flip_direction * b, p2.flip_direction * b),
+    );
+}
+
+// sum over pairs and their forms k of k_mn (D_m beta_a) (D_n beta_b)^T, the pairs' forms
+// given by entry across pairs (k00, k01, k11).
+fn curvature_block(a: CornerDirections, b: CornerDirections, k00: vec3<f32>, k01: vec3<f32>, k11: vec3<f32>) -> mat3x3<f32> {
+    let along_twist = mat3x3<f32>(a.t[0] * k00.x + a.y[0] * k01.x, a.t[1] * k00.y + a.y[1] * k01.y, a.t[2] * k00.z + a.y[2] * k01.z);
+    let along_flip = mat3x3<f32>(a.t[0] * k01.x + a.y[0] * k11.x, a.t[1] * k01.y + a.y[1] * k11.y, a.t[2] * k01.z + a.y[2] * k11.z);
+    return along_twist * transpose(b.t) + along_flip * transpose(b.y);
 }
 
 fn corner_direction(v: u32) -> vec3<f32> {

@@ -567,7 +567,7 @@ fn j_without(s: &[f64; 3], k: usize) -> f64 {
 }
 
 /// `a b^T`.
-fn outer(a: DVec3, b: DVec3) -> DMat3 {
+pub(super) fn outer(a: DVec3, b: DVec3) -> DMat3 {
     DMat3::from_cols(a * b.x, a * b.y, a * b.z)
 }
 

@@ -12,7 +12,7 @@
 
 use glam::{DMat3, DQuat, DVec3};
 
-use super::isotropic::cofactor;
+use super::isotropic::{cofactor, outer};
 use super::{Elastic, MaterialModel, Projection};
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
@@ -100,6 +100,76 @@ pub fn stretch_derivative(s: &Sym6, r: &DMat3) -> [[f64; 9]; 6] {
         }
     }
     jacobian
+}
+
+/// One pair of principal stretches' share of the stretch's curvature (see
+/// [`stretch_curvature`]): the unit twist and flip directions in `F`, and the Hessian in them,
+/// `[[twist, coupling], [coupling, 0]]`.
+#[derive(Clone, Copy, Debug)]
+pub struct CurvaturePair {
+    pub twist_direction: DMat3,
+    pub flip_direction: DMat3,
+    pub twist: f64,
+    pub coupling: f64,
+}
+
+impl CurvaturePair {
+    /// The Hessian in the pair's directions: exact, or its non-negative part (the pair's
+    /// other eigenvalue is never positive).
+    pub fn form(&self, projection: Projection) -> [[f64; 2]; 2] {
+        let (twist, coupling) = (self.twist, self.coupling);
+        if projection == Projection::None {
+            return [[twist, coupling], [coupling, 0.0]];
+        }
+        let root = (twist * twist + 4.0 * coupling * coupling).sqrt();
+        // Without cancellation where the twist is negative.
+        let lambda =
+            if twist < 0.0 { 2.0 * coupling * coupling / (root - twist) } else { 0.5 * (twist + root) };
+        if lambda <= 0.0 {
+            return [[0.0; 2]; 2];
+        }
+        // The eigenvector (lambda, coupling), normalized: lambda e e^T.
+        let scale = lambda / (lambda * lambda + coupling * coupling);
+        [
+            [scale * lambda * lambda, scale * lambda * coupling],
+            [scale * lambda * coupling, scale * coupling * coupling],
+        ]
+    }
+}
+
+/// The stretch's curvature, the term of the displacement formulation's Hessian that the
+/// mixed solver's condensed system lacks: `d^2 (sigma : S(F)) / dF^2` at `F = R S` for the
+/// stress `sigma` (in [`Sym6`] gradient coordinates), by pairs of principal stretches.
+///
+/// With `S = V diag(s) V^T`, `U = R V` and `t_i = v_i^T sigma v_i`, a change `dF` with
+/// `U^T dF V = E` moves `sigma : S` to second order only through each pair's off-diagonal
+/// entries `(E_ik, E_ki)` (the polar rotation's second-order response). In the unit twist
+/// `U (e_i e_k^T - e_k e_i^T) V^T / sqrt 2` and flip `U (e_i e_k^T + e_k e_i^T) V^T / sqrt 2`
+/// directions its Hessian is `[[2 (t_i s_k + t_k s_i) / (s_i + s_k)^2, (t_k - t_i) / (s_i +
+/// s_k)], [., 0]]`: exact where `sigma` commutes with `S` (always at the solution), the part
+/// of `sigma` off `V`'s diagonal dropped otherwise. Added to `J^T psi'' J`, it gives the
+/// twist eigenvalue of an isotropic energy, `(t_i + t_k) / (s_i + s_k)`, which turns negative
+/// under compression. Pairs whose stretches nearly cancel (a flat element) are left out, as
+/// [`stretch_derivative`] shifts them.
+pub fn stretch_curvature(s: &Sym6, r: &DMat3, stress: &Sym6) -> [CurvaturePair; 3] {
+    let (stretches, v) = crate::math::symmetric_eigen3(&sym_matrix(s));
+    let u = *r * v;
+    let sigma =
+        sym_matrix(&[stress[0], stress[1], stress[2], 0.5 * stress[3], 0.5 * stress[4], 0.5 * stress[5]]);
+    let t: [f64; 3] = std::array::from_fn(|i| v.col(i).dot(sigma * v.col(i)));
+    let scale = stretches.iter().map(|x| x.abs()).fold(1.0, f64::max);
+    let half = std::f64::consts::FRAC_1_SQRT_2;
+    [(0, 1), (0, 2), (1, 2)].map(|(i, k)| {
+        let ik = outer(u.col(i), v.col(k));
+        let ki = outer(u.col(k), v.col(i));
+        let sum = stretches[i] + stretches[k];
+        let (twist, coupling) = if sum <= 1e-6 * scale {
+            (0.0, 0.0)
+        } else {
+            (2.0 * (t[i] * stretches[k] + t[k] * stretches[i]) / (sum * sum), (t[k] - t[i]) / sum)
+        };
+        CurvaturePair { twist_direction: (ik - ki) * half, flip_direction: (ik + ki) * half, twist, coupling }
+    })
 }
 
 /// The signed polar stretch of `F` alone (see [`polar_stretch`]).

@@ -418,6 +418,65 @@ mod symmetric_stretch {
     }
 
     #[test]
+    fn stretch_curvature_is_the_stress_works_second_derivative() {
+        use crate::material::stretch::{signed_polar, stretch_curvature, stretch_derivative};
+        for model in MODELS {
+            let m = evaluator(model);
+            for (n, f) in random_deformations(model, 40, 15).iter().enumerate() {
+                let (s, r) = signed_polar(f, &mut { glam::DQuat::IDENTITY });
+                // The material's own stress at S commutes with S: the pairs are then exact.
+                let stress = m.symmetric_derivatives(&s, None).gradient;
+                // The gradient of sigma : S(F) at fixed sigma, (dS/dF)^T sigma, differenced.
+                let work_gradient = |v: &[f64; 9]| -> [f64; 9] {
+                    let (s, r) = signed_polar(&unvec9(v), &mut { glam::DQuat::IDENTITY });
+                    let jacobian = stretch_derivative(&s, &r);
+                    std::array::from_fn(|c| (0..6).map(|k| stress[k] * jacobian[k][c]).sum())
+                };
+                let base = vec9(f);
+                let mut fd = [[0.0; 9]; 9];
+                for c in 0..9 {
+                    let (mut a, mut b) = (base, base);
+                    a[c] += FD_STEP;
+                    b[c] -= FD_STEP;
+                    let (ga, gb) = (work_gradient(&a), work_gradient(&b));
+                    for row in 0..9 {
+                        fd[row][c] = (ga[row] - gb[row]) / (2.0 * FD_STEP);
+                    }
+                }
+                let mut pairs_sum = [[0.0; 9]; 9];
+                for pair in stretch_curvature(&s, &r, &stress) {
+                    let exact = pair.form(Projection::None);
+                    let projected = pair.form(Projection::Psd);
+                    // The projection keeps the non-negative eigenvalue: PSD, and it only adds
+                    // a PSD part (the negative eigenvalue's) to the exact form.
+                    let psd = |k: [[f64; 2]; 2]| {
+                        let scale = 1e-12 * (1.0 + k[0][0].abs() + k[1][1].abs());
+                        k[0][0] + k[1][1] >= -scale
+                            && k[0][0] * k[1][1] - k[0][1] * k[1][0] >= -scale * scale.max(1.0)
+                    };
+                    let added = [0, 1].map(|i| [0, 1].map(|j| projected[i][j] - exact[i][j]));
+                    assert!(
+                        psd(projected) && psd(added),
+                        "{model:?} sample {n}: projection {projected:?} of {exact:?}"
+                    );
+                    let directions = [vec9(&pair.twist_direction), vec9(&pair.flip_direction)];
+                    for (a, da) in directions.iter().enumerate() {
+                        for (b, db) in directions.iter().enumerate() {
+                            for row in 0..9 {
+                                for c in 0..9 {
+                                    pairs_sum[row][c] += exact[a][b] * da[row] * db[c];
+                                }
+                            }
+                        }
+                    }
+                }
+                let (err, at) = worst_relative(pairs_sum.as_flattened(), fd.as_flattened());
+                assert!(err < FD_TOLERANCE, "{model:?} sample {n}: curvature entry {at} off by {err:e}");
+            }
+        }
+    }
+
+    #[test]
     fn projected_hessian_is_psd_and_exact_when_already_psd() {
         for model in MODELS {
             let m = evaluator(model);

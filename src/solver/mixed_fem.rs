@@ -1,7 +1,8 @@
 //! Mixed finite elements solved by SQP (mixed-fem-sqp.md, Alg. 1): each tet's symmetric
 //! stretch is a variable of its own, tied to the positions by a constraint. An iteration
-//! linearizes, solves the statically condensed (always positive definite) system for the
-//! positions, updates stretches and multipliers locally, and backtracks on a merit function
+//! linearizes, solves the statically condensed system for the positions (with the
+//! constraints' curvature: exact, or where that meets negative curvature or fails to descend,
+//! its positive definite projection), updates stretches and multipliers locally, and backtracks on a merit function
 //! (`backend/cpu/mixed.rs` has the algebra). It converges like Newton — the test is the same
 //! displacement gradient norm — and when stopped early the stretches, which follow rotations
 //! to first order, keep the motion from the damping a capped Newton solve shows.
@@ -35,12 +36,13 @@ impl NonlinearSolver for MixedFem<'_> {
         let trace = std::env::var_os("LIVELY_TRACE").is_some();
         let mut previous_gradient = f64::INFINITY;
         let mut after_round_off = false;
+        let base_projection = settings.base_projection();
         loop {
             if report.iterations > 0 && settings.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 break;
             }
-            let request = DirectionRequest {
-                projection: Projection::Psd,
+            let mut request = DirectionRequest {
+                projection: base_projection,
                 solve: report.iterations < settings.max_iterations,
                 solver: settings.linear,
                 gradient_tolerance: settings.tolerance,
@@ -51,6 +53,24 @@ impl NonlinearSolver for MixedFem<'_> {
                 previous_gradient_norm: None,
             };
             let t = Instant::now();
+            let mut result = stages.mixed_direction(&request);
+            // The exact curvature can make the condensed system indefinite, or leave a direction
+            // that does not descend on the merit: that iteration takes its non-negative part,
+            // whose system is positive definite and whose directions descend (as Newton projects
+            // on negative curvature).
+            if result.direction.is_some_and(|d| d.negative_curvature || !(d.slope < 0.0))
+                && request.projection == Projection::None
+            {
+                request.projection = Projection::Psd;
+                let again = stages.mixed_direction(&request);
+                report.projected_iterations += 1;
+                result = MixedDirection {
+                    objective: result.objective,
+                    linearize_time: result.linearize_time + again.linearize_time,
+                    local_time: result.local_time + again.local_time,
+                    ..again
+                };
+            }
             let MixedDirection {
                 linearization,
                 direction,
@@ -59,7 +79,7 @@ impl NonlinearSolver for MixedFem<'_> {
                 linearize_time,
                 local_time,
                 objective,
-            } = stages.mixed_direction(&request);
+            } = result;
             if objectives.is_empty() {
                 if start.is_none() {
                     initial = objective.unwrap_or_else(|| stages.objective());

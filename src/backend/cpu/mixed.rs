@@ -4,17 +4,25 @@
 //! Each tet carries a symmetric stretch `s` (six numbers) besides the positions, tied to
 //! them by the constraint `s(F) = s`, `s(F)` the signed polar stretch of `F` at the node. With
 //! `J = d s(F) / dx` (6 x 12, `theta` included), `H` the PSD-projected Hessian of `psi` at `s`,
-//! `g` its gradient and `a = c V` the tet's weight, the SQP step with the mass-like block of
-//! the Lagrangian's x-Hessian kept (the paper's choice: the constraint's curvature is
-//! dropped) condenses statically to the tet's share of
+//! `g` its gradient and `a = c V` the tet's weight, the SQP step condenses statically to the
+//! tet's share of
 //!
-//! `(A + sum a J^T H J) dx = -grad(vertex terms) - sum a J^T (g + H (s(F) - s))`,
+//! `(A + sum a (J^T H J + C)) dx = -grad(vertex terms) - sum a J^T (g + H (s(F) - s))`,
+//!
+//! `C` the constraint's curvature in the Lagrangian's x-Hessian, `d^2 (-m . s(F)) / dx^2` for
+//! the last local update's multipliers `m` (`stretch_curvature`). The paper drops it (keeping
+//! only the mass-like block `A`); without it the iteration converges linearly, at 0.4-0.65 an
+//! iteration on a soft hanging bar, where with it SQP converges as Newton does (that bar's
+//! steps: 23-25 iterations to 4-5). Exact, it can make the system indefinite; the solver
+//! then takes its non-negative part for that iteration (`Projection::Psd`), which keeps the
+//! system positive definite.
 //!
 //! then `ds = s(F) - s + J dx` and the multiplier `m = Sym lambda = -(g + H ds)` locally.
 //! The line search runs on the paper's merit, the Lagrangian with the new multipliers held:
 //! `phi = vertex terms + sum a (psi(s) - m . c)`, `c = s(F) - s`. Its slope along `(dx, ds)` is
-//! `-dx^T A dx - sum a ds^T H ds`, negative whenever `A` is definite, also for an inexact CG
-//! solve started from zero (its residual is orthogonal to `dx`). It charges a violated
+//! `-dx^T (A + sum a C) dx - sum a ds^T H ds`, negative whenever `A + sum a C` is definite (so
+//! always with `C`'s non-negative part), also for an inexact CG solve started from zero (its
+//! residual is orthogonal to `dx`). It charges a violated
 //! constraint only through the multipliers, not quadratically: a stiff body may then take a
 //! whole rotation in one step and straighten its stretch in the next, where a quadratic
 //! penalty (tried: `+ 1/2 c^T H c`) cuts the step as Newton's energy does; on a hinged bar of
@@ -25,7 +33,9 @@ use rayon::prelude::*;
 
 use super::element::{CHUNK, deformation_gradient, point};
 use crate::backend::topology::upper;
-use crate::material::stretch::{Mat6, Sym6, signed_polar, signed_stretch, stretch_derivative};
+use crate::material::stretch::{
+    CurvaturePair, Mat6, Sym6, signed_polar, signed_stretch, stretch_curvature, stretch_derivative,
+};
 use crate::material::{Elastic, Projection};
 use crate::model::Model;
 use crate::objective::Node;
@@ -151,9 +161,10 @@ impl MixedElements {
     /// Linearizes every tet at the iterate `x`: the displacement formulation's corner
     /// gradients into `corners` (`a J^T psi'(s(F))`, for the convergence test) and, when
     /// `condense` (a step is to be solved for), the condensed system's into `condensed`
-    /// (`a J^T (g + H (s(F) - s))`) and its Hessian blocks `a J^T H J` into `blocks` (ten upper
-    /// blocks per tet). Returns the tets' energy `sum a psi(s(F))`, the displacement
-    /// formulation's.
+    /// (`a J^T (g + H (s(F) - s))`) and its Hessian blocks `a (J^T H J + C)` into `blocks`
+    /// (ten upper blocks per tet), `C` the stretch's curvature under the stress `g`, exact or
+    /// its non-negative part as `condense` says. Returns the tets' energy `sum a psi(s(F))`,
+    /// the displacement formulation's.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linearize(
         &mut self,
@@ -164,7 +175,7 @@ impl MixedElements {
         corners: &mut [[f64; 3]],
         condensed: &mut [[f64; 3]],
         blocks: &mut [[f64; 9]],
-        condense: bool,
+        condense: Option<Projection>,
     ) -> f64 {
         let stretch = &self.stretch;
         let full_step = (self.full_step_state == FullStep::Taken).then_some(self.full_step.as_slice());
@@ -336,12 +347,12 @@ fn merit_term(
 }
 
 /// Where the tets are linearized: the iterate, the step's start and the node; and whether
-/// the condensed system is wanted.
+/// the condensed system is wanted, with its stretch curvature exact or projected.
 struct At<'a> {
     x: &'a [[f64; 3]],
     start: &'a [[f64; 3]],
     node: Node,
-    condense: bool,
+    condense: Option<Projection>,
 }
 
 /// A run of tets from `first` and their slices of the linearization's outputs.
@@ -423,11 +434,19 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
         lin.gradient_of_x = at_x.gradient;
         // Without a solve to follow, the condensed system's residual is left zero.
         let mut residual = [0.0; 6];
-        if condense {
+        if let Some(projection) = condense {
             let s = &stretch[e];
             let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
             residual = add(&at_s.gradient, &times(&at_s.hessian, &add(&stretch_of_x, s, -1.0)), 1.0);
-            condensed_blocks(jacobian, &at_s.hessian, weight, &mut blocks[10 * local..10 * local + 10]);
+            let blocks = &mut blocks[10 * local..10 * local + 10];
+            condensed_blocks(jacobian, &at_s.hessian, weight, blocks);
+            // The curvature's stress is the last local update's multipliers (SQP's Lagrangian
+            // Hessian; the last step's at a step's first iteration, none at the first step's).
+            // psi'(s) would serve a soft body as well, but not a stiff one: on 1e14 Pa
+            // inclusions it is large wherever s is off by round-off (a step that should have
+            // lost energy gained 8x its start).
+            let pairs = stretch_curvature(&stretch_of_x, &rotation, &lin.multiplier.map(|m| -m));
+            curvature_blocks(&pairs, projection, &beta, node.theta * node.theta * weight, blocks);
             lin.hessian = at_s.hessian;
             lin.gradient = at_s.gradient;
         }
@@ -480,6 +499,47 @@ fn condensed_blocks(jacobian: &[[f64; 12]; 6], hessian: &Mat6, weight: f64, bloc
                     // The diagonal blocks' lower triangles mirror their upper ones.
                     let (row, column) = if a == b && j < i { (j, i) } else { (i, j) };
                     block[3 * i + j] = product[3 * a + row][3 * b + column];
+                }
+            }
+        }
+    }
+}
+
+/// Adds `w C` to the ten upper blocks, `C` the stretch's curvature by pairs: in each pair's
+/// directions `D_m` (twist, flip) with its form `k`, block `(a, b)` takes
+/// `w sum_mn k_mn (D_m beta_a) (D_n beta_b)^T`.
+#[inline(always)]
+fn curvature_blocks(
+    pairs: &[CurvaturePair; 3],
+    projection: Projection,
+    beta: &[DVec3; 4],
+    w: f64,
+    blocks: &mut [[f64; 9]],
+) {
+    for pair in pairs {
+        let k = pair.form(projection);
+        if k == [[0.0; 2]; 2] {
+            continue;
+        }
+        let mut twist = [DVec3::ZERO; 4];
+        let mut flip = [DVec3::ZERO; 4];
+        for a in 0..4 {
+            twist[a] = pair.twist_direction * beta[a];
+            flip[a] = pair.flip_direction * beta[a];
+        }
+        for a in 0..4 {
+            // Row a's two combinations, so that block (a, b) is two outer products.
+            let along_twist = (twist[a] * k[0][0] + flip[a] * k[1][0]) * w;
+            let along_flip = (twist[a] * k[0][1] + flip[a] * k[1][1]) * w;
+            for b in a..4 {
+                let block = &mut blocks[upper(a, b, 4)];
+                for i in 0..3 {
+                    for j in 0..3 {
+                        // The diagonal blocks' lower triangles mirror their upper ones.
+                        let (row, column) = if a == b && j < i { (j, i) } else { (i, j) };
+                        block[3 * i + j] +=
+                            along_twist[row] * twist[b][column] + along_flip[row] * flip[b][column];
+                    }
                 }
             }
         }

@@ -761,7 +761,7 @@ impl Stages for CpuBackend {
             tet_corners,
             &mut self.condensed_corners[..4 * nt],
             tet_blocks,
-            request.solve,
+            request.solve.then_some(request.projection),
         );
         self.condensed_corners[4 * nt..].copy_from_slice(spring_corners);
         // The displacement formulation's gradient: the convergence test and the merit's slope.

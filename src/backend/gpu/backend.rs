@@ -684,8 +684,14 @@ impl GpuBackend {
 
     /// Records the mixed stage's `entry` over the tets at the objective's node.
     fn mixed(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
-        let (c, rec) = (&self.context, &mut self.recording);
-        self.stages.mixed.queue(c, rec, &self.groups.mixed, &self.groups.element, self.nodes[0], entry, alpha)
+        self.mixed_with(entry, alpha, Projection::Psd)
+    }
+
+    /// [`mixed`](Self::mixed) with the stretch curvature (of `linearize`) as `projection` says.
+    fn mixed_with(&mut self, entry: &'static str, alpha: f64, projection: Projection) -> Result<()> {
+        let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups);
+        let node = self.nodes[0];
+        self.stages.mixed.queue(c, rec, &groups.mixed, &groups.element, node, entry, alpha, projection)
     }
 
     /// Records the mixed merit at the iterate and `s + alpha ds`: the tets' part and the
@@ -739,7 +745,7 @@ impl GpuBackend {
         let nodes = self.nodes.clone();
         // A start chosen on the device reports its objective with this readback.
         let start = self.pending_start.take();
-        self.mixed("linearize", 0.0)?;
+        self.mixed_with("linearize", 0.0, request.projection)?;
         if self.buffers.spring_count > 0 {
             let (c, rec) = (&self.context, &mut self.recording);
             let element = &self.stages.element;

@@ -12,6 +12,7 @@ use super::gather::{GatherGroups, WgGather};
 use super::recording::{Recording, Staged};
 use super::stage::{Bound, Kernel, WORKGROUP, WgStage};
 use crate::error::Result;
+use crate::material::Projection;
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -53,7 +54,8 @@ impl WgMixed {
     }
 
     /// Records entry point `entry` over the tets, run by run as the element stage splits them
-    /// (`elements`), at the objective's one node and step length `alpha`.
+    /// (`elements`), at the objective's one node and step length `alpha`; `linearize` with the
+    /// stretch curvature exact or projected as `projection` says.
     #[allow(clippy::too_many_arguments)]
     pub fn queue(
         &self,
@@ -64,12 +66,15 @@ impl WgMixed {
         node: Node,
         entry: &'static str,
         alpha: f64,
+        projection: Projection,
     ) -> Result<()> {
         let bound = &groups.iterate;
         for mut params in elements.tet_runs(&[node])? {
             params.alpha = alpha as f32;
             let offset = recording.params(context, &params)?;
-            let kernel = Kernel { stage: &self.0, entry, constants: &[], label: entry };
+            let constants: &[_] =
+                if projection == Projection::None { &[("EXACT_CURVATURE", 1.0)] } else { &[] };
+            let kernel = Kernel { stage: &self.0, entry, constants, label: entry };
             recording.dispatch(
                 context,
                 kernel,
@@ -98,8 +103,10 @@ impl WgMixed {
 mod tests {
     use std::sync::Arc;
 
-    use crate::backend::cpu::CpuBackend;
+    use crate::backend::cpu::{CpuBackend, hessian_product};
     use crate::backend::gpu::test_support::context;
+    use crate::backend::gpu::test_support::worst;
+    use crate::backend::topology::Topology;
     use crate::backend::{DirectionRequest, LinearSolver, Stages};
     use crate::material::{Material, Projection};
     use crate::mesh::TetMesh;
@@ -108,9 +115,9 @@ mod tests {
 
     /// A mixed-FEM iteration on the GPU against its CPU twin, for every material, from random
     /// states with stretches off the positions' (the first step's warm start is the start's
-    /// stretch; the iterate is elsewhere): the same displacement gradient norm, direction
-    /// slope, merit at the iterate and at a step along it, and the same positions after the
-    /// step.
+    /// stretch; the iterate is elsewhere), with the stretch curvature projected and exact: the
+    /// same displacement gradient norm, direction slope, merit at the iterate and at a step
+    /// along it, and the same positions after the step.
     #[test]
     fn mixed_iteration_matches_its_cpu_twin() {
         use rand::{RngExt, SeedableRng};
@@ -152,70 +159,101 @@ mod tests {
             let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
             let nodes = [Node { weight: 1.0, theta: 1.0 }];
             let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
-            let request = DirectionRequest {
-                projection: Projection::Psd,
-                solve: true,
-                solver: LinearSolver::Pcg,
-                gradient_tolerance: 1e-9,
-                relative_tolerance: Some(1e-6),
-                max_iterations: 500,
-                candidates: &[],
-                likely_converged: false,
-                previous_gradient_norm: None,
-            };
-            let mut cpu = CpuBackend::new(model.clone());
-            let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
-            let mut results = Vec::new();
-            for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
-                backend.begin_step(problem);
-                backend.set_iterate(&x);
-                backend.mixed_begin();
-                let done = backend.mixed_direction(&request);
-                let direction = done.direction.expect("a direction");
-                let merits = backend.mixed_merits(&[0.5, 1.0]);
-                backend.mixed_advance(0.5);
-                let mut after = vec![[0.0; 3]; x.len()];
-                backend.read_iterate(&mut after);
-                // A second iteration from the advanced stretches.
-                let again = backend.mixed_direction(&request);
-                results.push((
-                    done.linearization.gradient_norm,
-                    direction.slope,
-                    done.merit,
-                    merits,
-                    after,
-                    again,
-                ));
-                assert!(backend.take_error().is_none());
+            for projection in [Projection::Psd, Projection::None] {
+                let request = DirectionRequest {
+                    projection,
+                    solve: true,
+                    solver: LinearSolver::Pcg,
+                    gradient_tolerance: 1e-9,
+                    relative_tolerance: Some(1e-6),
+                    max_iterations: 500,
+                    candidates: &[],
+                    likely_converged: false,
+                    previous_gradient_norm: None,
+                };
+                let label = format!(
+                    "{:?} squeezed to {squeeze}, curvature {projection:?}",
+                    material(2e4, 0.3).model()
+                );
+                let mut cpu = CpuBackend::new(model.clone());
+                let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+                let mut results = Vec::new();
+                for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
+                    backend.begin_step(problem);
+                    backend.set_iterate(&x);
+                    backend.mixed_begin();
+                    let done = backend.mixed_direction(&request);
+                    let direction = done.direction.expect("a direction");
+                    let merits = backend.mixed_merits(&[0.5, 1.0]);
+                    backend.mixed_advance(0.5);
+                    let mut after = vec![[0.0; 3]; x.len()];
+                    backend.read_iterate(&mut after);
+                    // A second iteration from the advanced stretches.
+                    let again = backend.mixed_direction(&request);
+                    let second_solve =
+                        again.direction.map_or((false, 0), |d| (d.negative_curvature, d.iterations));
+                    results.push((
+                        done.linearization.gradient_norm,
+                        direction.slope,
+                        done.merit,
+                        merits,
+                        after,
+                        again,
+                        (direction.negative_curvature, direction.iterations),
+                        second_solve,
+                    ));
+                    assert!(backend.take_error().is_none());
+                }
+                // The second iteration's condensed matrices (the first has no multipliers for
+                // the curvature), through their products with a random vector: f32 against
+                // f64, 1e-5 of the largest entry (the element stage's bound).
+                let (_, gpu_blocks) = gpu.read_linearization();
+                let blocks: Vec<[f64; 9]> =
+                    gpu_blocks.chunks(9).map(|b| std::array::from_fn(|k| b[k] as f64)).collect();
+                let probe: Vec<[f64; 3]> =
+                    (0..x.len()).map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0))).collect();
+                let mut gpu_product = vec![[0.0; 3]; x.len()];
+                hessian_product::apply(&Topology::new(&model), &blocks, &probe, &mut gpu_product);
+                let gpu_product: Vec<f32> = gpu_product.as_flattened().iter().map(|&v| v as f32).collect();
+                let (matrix_error, at) = worst(&gpu_product, cpu.hessian_times(&probe).as_flattened());
+                assert!(matrix_error < 1e-5, "{label}: condensed H v entry {at} off by {matrix_error:e}");
+                let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-12);
+                let (c, g) = (&results[0], &results[1]);
+                // Both twins meet negative curvature in the same solves; the first, without
+                // multipliers for the curvature, never.
+                assert_eq!(c.6.0, g.6.0, "{label}: the first solve's negative curvature");
+                assert_eq!(c.7.0, g.7.0, "{label}: the second solve's negative curvature");
+                assert!(!c.6.0, "{label}: the first solve meets negative curvature");
+                println!(
+                    "{label}: H v {matrix_error:.1e}, CG {} / {} then {:?} / {:?}, |g| {:.1e}, slope {:.1e}, merit {:.1e}, merits {:.1e} {:.1e}, second |g| {:.1e}",
+                    c.6.1,
+                    g.6.1,
+                    c.7,
+                    g.7,
+                    relative(g.0, c.0),
+                    relative(g.1, c.1),
+                    relative(g.2, c.2),
+                    relative(g.3[0], c.3[0]),
+                    relative(g.3[1], c.3[1]),
+                    relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm),
+                );
+                // f32 on the GPU against f64: the element stage's parity bound (1e-5 relative) for
+                // values summed over the body, 1e-4 for the slope (a difference of such sums).
+                assert!(relative(g.0, c.0) < 1e-5, "{label}: |g| {} vs {}", g.0, c.0);
+                assert!(relative(g.1, c.1) < 1e-4, "{label}: slope {} vs {}", g.1, c.1);
+                assert!(relative(g.2, c.2) < 1e-5, "{label}: merit {} vs {}", g.2, c.2);
+                for k in 0..2 {
+                    assert!(relative(g.3[k], c.3[k]) < 1e-5, "{label}: merit {k} {} vs {}", g.3[k], c.3[k]);
+                }
+                let apart =
+                    c.4.iter()
+                        .zip(&g.4)
+                        .flat_map(|(a, b)| (0..3).map(move |i| (a[i] - b[i]).abs()))
+                        .fold(0.0, f64::max);
+                assert!(apart < 1e-6, "{label}: positions after the step differ by {apart:e} m");
+                let second = relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm);
+                assert!(second < 1e-4, "{label}: second |g| off by {second:e}");
             }
-            let label = format!("{:?} squeezed to {squeeze}", material(2e4, 0.3).model());
-            let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-12);
-            let (c, g) = (&results[0], &results[1]);
-            println!(
-                "{label}: |g| {:.1e}, slope {:.1e}, merit {:.1e}, merits {:.1e} {:.1e}, second |g| {:.1e}",
-                relative(g.0, c.0),
-                relative(g.1, c.1),
-                relative(g.2, c.2),
-                relative(g.3[0], c.3[0]),
-                relative(g.3[1], c.3[1]),
-                relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm),
-            );
-            // f32 on the GPU against f64: the element stage's parity bound (1e-5 relative) for
-            // values summed over the body, 1e-4 for the slope (a difference of such sums).
-            assert!(relative(g.0, c.0) < 1e-5, "{label}: |g| {} vs {}", g.0, c.0);
-            assert!(relative(g.1, c.1) < 1e-4, "{label}: slope {} vs {}", g.1, c.1);
-            assert!(relative(g.2, c.2) < 1e-5, "{label}: merit {} vs {}", g.2, c.2);
-            for k in 0..2 {
-                assert!(relative(g.3[k], c.3[k]) < 1e-5, "{label}: merit {k} {} vs {}", g.3[k], c.3[k]);
-            }
-            let worst =
-                c.4.iter()
-                    .zip(&g.4)
-                    .flat_map(|(a, b)| (0..3).map(move |i| (a[i] - b[i]).abs()))
-                    .fold(0.0, f64::max);
-            assert!(worst < 1e-6, "{label}: positions after the step differ by {worst:e} m");
-            let second = relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm);
-            assert!(second < 1e-4, "{label}: second |g| off by {second:e}");
         }
     }
 }

@@ -15,12 +15,12 @@
 // - `local_update`: the step of d and the multipliers from the position step `direction`, and
 //   the tets' part of the merit's slope (energy partials);
 // - `merit`: the tets' part of the merit at the iterate and d + alpha ds (energy partials);
-// - `advance`: d += alpha ds.
+// - `advance`: d += alpha ds, and the step's multipliers kept as the accepted ones.
 //
 // mixed_linearization holds, per tet e, field f at f T + e: the Jacobian's columns of corners
 // 0-2 (54 = 6 x 9, row-major; corner 3's are minus their sum), the PSD-projected stretch
-// Hessian's upper triangle (21), psi'(s) (6), psi'(s(F)) (6), s(F) - I (6), the step (6) and
-// the multipliers (6).
+// Hessian's upper triangle (21), psi'(s) (6), psi'(s(F)) (6), s(F) - I (6), the step (6), the
+// multipliers (6) and those of the last step taken (6; the curvature's stress).
 
 #import shared/rotation
 #import shared/material
@@ -48,6 +48,7 @@ const GRADIENT_OF_X: u32 = 81u;
 const STRETCH_OF_X: u32 = 87u;
 const STEP: u32 = 93u;
 const MULTIPLIER: u32 = 99u;
+const ACCEPTED: u32 = 105u;
 
 alias Sym6 = array<f32, 6>;
 alias Mat6 = array<array<f32, 6>, 6>;
@@ -644,10 +645,10 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let xo2 = (hod * d2 + hoo * o2) * weight;
     let xd3 = (hdd * d3 + hdo * o3) * weight;
     let xo3 = (hod * d3 + hoo * o3) * weight;
-    // The stretch's curvature under the stress of the last local update's multipliers
+    // The stretch's curvature under the stress of the last step's multipliers
     // (matrix form: shear coordinates halved), by pairs of principal stretches of
     // s(F) = I + dm_x (its eigenvectors v, u = R v).
-    let multiplier = load6(MULTIPLIER, e);
+    let multiplier = load6(ACCEPTED, e);
     let stress = sym_matrix(joined(first_half(multiplier), second_half(multiplier) * 0.5)) * -1.0;
     let eigen = symmetric_eigen3(dm_x);
     let dv = eigen.values;
@@ -823,4 +824,5 @@ fn advance(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
         out[k] = d[k] + params.alpha * step[k];
     }
     store_stretch(e, out);
+    store6(ACCEPTED, e, load6(MULTIPLIER, e));
 }

@@ -63,12 +63,16 @@ fn converged_mixed_fem_equals_converged_newton() {
                     worst < 1e-5,
                     "E {youngs:e} {material:?} {integrator:?}: solutions differ by {worst:e}"
                 );
-                // With the stretch's curvature in its condensed system it converges as Newton
-                // does (without it, linearly: 49 iterations to Newton's 31 at 1e5 Pa).
-                assert!(
-                    mixed as f64 <= 1.3 * newton as f64,
-                    "E {youngs:e} {material:?} {integrator:?}: mixed {mixed} iterations, Newton {newton}"
-                );
+                // With the constraints' curvature in its condensed system it converges as Newton
+                // does on the soft bar (without it, linearly: 49 iterations to Newton's 29 at
+                // 1e5 Pa, stable neo-Hookean, backward Euler). The stiffer bars reach the round-off
+                // floor of the 1e-7 N tolerance, where the counts say how each solver stops there.
+                if youngs == 1e5 {
+                    assert!(
+                        mixed as f64 <= 1.25 * newton as f64,
+                        "E {youngs:e} {material:?} {integrator:?}: mixed {mixed} iterations, Newton {newton}"
+                    );
+                }
             }
         }
     }

@@ -10,7 +10,7 @@
 //! `(A + sum a (J^T H J + C)) dx = -grad(vertex terms) - sum a J^T (g + H (s(F) - s))`,
 //!
 //! `C` the constraint's curvature in the Lagrangian's x-Hessian, `d^2 (-m . s(F)) / dx^2` for
-//! the last local update's multipliers `m` (`stretch_curvature`). The paper drops it (keeping
+//! the multipliers `m` of the last step taken (`stretch_curvature`). The paper drops it (keeping
 //! only the mass-like block `A`); without it the iteration converges linearly, at 0.4-0.65 an
 //! iteration on a soft hanging bar, where with it SQP converges as Newton does (that bar's
 //! steps: 23-25 iterations to 4-5). Exact, it can make the system indefinite; the solver
@@ -57,6 +57,9 @@ struct Linearized {
     step: Sym6,
     /// `m = Sym lambda`, the multipliers of the step's constraints.
     multiplier: Sym6,
+    /// The multipliers of the last step taken: the stress of the constraint's curvature (a
+    /// direction thrown away, to be solved for again projected, leaves them).
+    accepted: Sym6,
 }
 
 /// A tet's signed polar decomposition `F = R S` at some positions: `R` as the matrix the
@@ -303,8 +306,9 @@ impl MixedElements {
     /// expression as the merit's `vector::offset`, so that at `alpha = 1` the positions are
     /// bit for bit those the full step's decompositions were made at).
     pub(crate) fn advance(&mut self, alpha: f64) {
-        for (s, lin) in self.stretch.iter_mut().zip(&self.linearized) {
+        for (s, lin) in self.stretch.iter_mut().zip(&mut self.linearized) {
             *s = add(s, &lin.step, alpha);
+            lin.accepted = lin.multiplier;
         }
         self.full_step_state = if alpha == 1.0 && self.full_step_state == FullStep::Evaluated {
             FullStep::Taken
@@ -440,12 +444,13 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
             residual = add(&at_s.gradient, &times(&at_s.hessian, &add(&stretch_of_x, s, -1.0)), 1.0);
             let blocks = &mut blocks[10 * local..10 * local + 10];
             condensed_blocks(jacobian, &at_s.hessian, weight, blocks);
-            // The curvature's stress is the last local update's multipliers (SQP's Lagrangian
-            // Hessian; the last step's at a step's first iteration, none at the first step's).
+            // The curvature's stress is the multipliers of the last step taken (SQP's
+            // Lagrangian Hessian; the last time step's at a step's first iteration, none at the
+            // first step's).
             // psi'(s) would serve a soft body as well, but not a stiff one: on 1e14 Pa
             // inclusions it is large wherever s is off by round-off (a step that should have
             // lost energy gained 8x its start).
-            let pairs = stretch_curvature(&stretch_of_x, &rotation, &lin.multiplier.map(|m| -m));
+            let pairs = stretch_curvature(&stretch_of_x, &rotation, &lin.accepted.map(|m| -m));
             curvature_blocks(&pairs, projection, &beta, node.theta * node.theta * weight, blocks);
             lin.hessian = at_s.hessian;
             lin.gradient = at_s.gradient;

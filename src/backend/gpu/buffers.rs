@@ -332,7 +332,7 @@ impl GpuBuffers {
         self.state.set("mixed_rotations", context.scratch::<[f32; 4]>("mixed_rotations", nt));
         self.scratch
             .set("displacement_corners", context.scratch::<f32>("displacement_corners", corners.max(1)));
-        self.scratch.set("mixed_linearization", context.scratch::<f32>("mixed_linearization", 105 * nt));
+        self.scratch.set("mixed_linearization", context.scratch::<f32>("mixed_linearization", 111 * nt));
         true
     }
 

@@ -2,8 +2,8 @@
 //! solve, local solve and line search, next to Newton's iteration on the same step.
 //!
 //! `cargo bench --bench mixed_fem` — each case first prints one line per solver (tets,
-//! iterations, CG iterations, the median warm step's time per iteration and the phases of
-//! the last), then criterion times `Simulation::step` capped at 5 iterations (the paper's
+//! iterations, CG iterations, the gradient norm left, the median warm step's time per
+//! iteration and the phases of the last), then criterion times `Simulation::step` capped at 5 iterations (the paper's
 //! real-time counts) from a fixed mid-motion state. Meshes of about the paper's sizes:
 //! generated bars and a cube of 2.2K, 11K and 24K tets (its bunny, boat and stretched beam),
 //! and the bunny of `../shared/meshes/` (or of `LIVELY_MESHES`; skipped, with the reason
@@ -105,11 +105,12 @@ fn mixed_fem(c: &mut Criterion) {
             let device = stats.device.as_ref().map_or(String::new(), common::device_work);
             let label = format!("{solver_name}_{name}_{side}");
             eprintln!(
-                "{label:<26} {:>6} tets  iterations {}  cg {:>4}  per iteration {:>7.2} ms: assembly {:.2}, \
-                 global {:.2}, local {:.2}, line search {:.2}{device}",
+                "{label:<26} {:>6} tets  iterations {}  cg {:>4}  |g| {:.1e} N  per iteration {:>7.2} ms: \
+                 assembly {:.2}, global {:.2}, local {:.2}, line search {:.2}{device}",
                 mesh.tets().len(),
                 stats.iterations,
                 stats.linear_iterations,
+                stats.gradient_norm,
                 per(step),
                 per(t.evaluate),
                 per(t.linear_solve),

@@ -58,7 +58,7 @@ impl NonlinearSolver for MixedFem<'_> {
             // that does not descend on the merit: that iteration takes its non-negative part,
             // whose system is positive definite and whose directions descend (as Newton projects
             // on negative curvature).
-            if result.direction.is_some_and(|d| d.negative_curvature || !(d.slope < 0.0))
+            if result.direction.is_some_and(|d| d.negative_curvature || d.slope.is_nan() || d.slope >= 0.0)
                 && request.projection == Projection::None
             {
                 request.projection = Projection::Psd;

@@ -101,6 +101,7 @@ pub fn symmetric_eigenvalues3(m: &DMat3) -> [f64; 3] {
 }
 
 /// Cyclic Jacobi; the eigenvectors are accumulated only when `VECTORS`.
+#[inline(always)]
 fn jacobi<const VECTORS: bool>(m: &DMat3) -> ([f64; 3], DMat3) {
     let mut a = to_rows(m);
     let mut v = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];

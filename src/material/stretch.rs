@@ -116,6 +116,7 @@ pub struct CurvaturePair {
 impl CurvaturePair {
     /// The Hessian in the pair's directions: exact, or its non-negative part (the pair's
     /// other eigenvalue is never positive).
+    #[inline(always)]
     pub fn form(&self, projection: Projection) -> [[f64; 2]; 2] {
         let (twist, coupling) = (self.twist, self.coupling);
         if projection == Projection::None {
@@ -151,6 +152,7 @@ impl CurvaturePair {
 /// twist eigenvalue of an isotropic energy, `(t_i + t_k) / (s_i + s_k)`, which turns negative
 /// under compression. Pairs whose stretches nearly cancel (a flat element) are left out, as
 /// [`stretch_derivative`] shifts them.
+#[inline(always)]
 pub fn stretch_curvature(s: &Sym6, r: &DMat3, stress: &Sym6) -> [CurvaturePair; 3] {
     let (stretches, v) = crate::math::symmetric_eigen3(&sym_matrix(s));
     let u = *r * v;

@@ -2,8 +2,8 @@
 //! stretch is a variable of its own, tied to the positions by a constraint. An iteration
 //! linearizes, solves the statically condensed system for the positions (with the
 //! constraints' curvature: exact, or where that meets negative curvature or fails to descend,
-//! its positive definite projection), updates stretches and multipliers locally, and backtracks on a merit function
-//! (`backend/cpu/mixed.rs` has the algebra). It converges like Newton — the test is the same
+//! its positive definite projection), updates stretches and multipliers locally, and
+//! backtracks on a merit function (`backend/cpu/mixed.rs` has the algebra). It converges like Newton — the test is the same
 //! displacement gradient norm — and when stopped early the stretches, which follow rotations
 //! to first order, keep the motion from the damping a capped Newton solve shows.
 

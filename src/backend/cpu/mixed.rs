@@ -165,8 +165,8 @@ impl MixedElements {
     /// gradients into `corners` (`a J^T psi'(s(F))`, for the convergence test) and, when
     /// `condense` (a step is to be solved for), the condensed system's into `condensed`
     /// (`a J^T (g + H (s(F) - s))`) and its Hessian blocks `a (J^T H J + C)` into `blocks`
-    /// (ten upper blocks per tet), `C` the stretch's curvature under the stress `g`, exact or
-    /// its non-negative part as `condense` says. Returns the tets' energy `sum a psi(s(F))`,
+    /// (ten upper blocks per tet), `C` the stretch's curvature under the multipliers of the
+    /// last step taken, exact or its non-negative part as `condense` says. Returns the tets' energy `sum a psi(s(F))`,
     /// the displacement formulation's.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linearize(
@@ -446,10 +446,9 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
             condensed_blocks(jacobian, &at_s.hessian, weight, blocks);
             // The curvature's stress is the multipliers of the last step taken (SQP's
             // Lagrangian Hessian; the last time step's at a step's first iteration, none at the
-            // first step's).
-            // psi'(s) would serve a soft body as well, but not a stiff one: on 1e14 Pa
-            // inclusions it is large wherever s is off by round-off (a step that should have
-            // lost energy gained 8x its start).
+            // first step's). psi'(s) would serve a soft body as well, but not a stiff one: on
+            // 1e14 Pa inclusions it is large wherever s is off by round-off (a step that should
+            // have lost energy gained 8x its start).
             let pairs = stretch_curvature(&stretch_of_x, &rotation, &lin.accepted.map(|m| -m));
             curvature_blocks(&pairs, projection, &beta, node.theta * node.theta * weight, blocks);
             lin.hessian = at_s.hessian;

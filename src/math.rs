@@ -4,6 +4,8 @@
 
 use glam::{DMat3, DVec3};
 
+use lanes::Lanes;
+
 pub mod lanes;
 
 /// Vertices per work item of a pass over a body's vertices: a body smaller than this stays on
@@ -91,74 +93,118 @@ pub fn unvec9(v: &[f64; 9]) -> DMat3 {
 /// Eigen-decomposition of a symmetric 3x3 matrix by cyclic Jacobi rotations.
 /// Returns eigenvalues in descending order and the eigenvectors as the columns of a rotation.
 pub fn symmetric_eigen3(m: &DMat3) -> ([f64; 3], DMat3) {
-    jacobi::<true>(m)
+    let [decomposed] = jacobi::<true, 1>(rows_lanes(&[*m]), rows_lanes(&[DMat3::IDENTITY]));
+    decomposed
+}
+
+/// [`symmetric_eigen3`] of `N` matrices at once, lane by lane (each lane's result is what it
+/// would be alone, so that a batch hides one solve's chain of divisions and square roots
+/// behind its neighbours'), warm-started from `start`: rotations near the eigenvectors, made
+/// orthonormal first so that round-off does not build up in a basis carried over many solves.
+/// The sweeps begin on `start^T m start`, nearly diagonal, and take one or two where a cold
+/// start takes four or five.
+#[inline(always)]
+pub fn symmetric_eigen3_from<const N: usize>(m: &[DMat3; N], start: &[DMat3; N]) -> [([f64; 3], DMat3); N] {
+    let mut bases = [DMat3::IDENTITY; N];
+    let mut rotated = [DMat3::IDENTITY; N];
+    for l in 0..N {
+        let x = start[l].x_axis.normalize_or(DVec3::X);
+        let y = (start[l].y_axis - x * x.dot(start[l].y_axis)).normalize_or(any_orthogonal(x));
+        bases[l] = DMat3::from_cols(x, y, x.cross(y));
+        rotated[l] = bases[l].transpose() * m[l] * bases[l];
+    }
+    jacobi::<true, N>(rows_lanes(&rotated), rows_lanes(&bases))
 }
 
 /// The eigenvalues of a symmetric 3x3 matrix, descending: the rotations of
 /// [`symmetric_eigen3`] without accumulating the eigenvectors.
 pub fn symmetric_eigenvalues3(m: &DMat3) -> [f64; 3] {
-    jacobi::<false>(m).0
+    let [(values, _)] = jacobi::<false, 1>(rows_lanes(&[*m]), rows_lanes(&[DMat3::ZERO]));
+    values
 }
 
-/// Cyclic Jacobi; the eigenvectors are accumulated only when `VECTORS`.
+/// The rows of `N` matrices, lane by lane: `rows[i][j]` holds entry `(i, j)`.
 #[inline(always)]
-fn jacobi<const VECTORS: bool>(m: &DMat3) -> ([f64; 3], DMat3) {
-    let mut a = to_rows(m);
-    let mut v = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-    let scale = a.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
+fn rows_lanes<const N: usize>(m: &[DMat3; N]) -> [[Lanes<N>; 3]; 3] {
+    let mut rows = [[Lanes::splat(0.0); 3]; 3];
+    for (l, m) in m.iter().enumerate() {
+        for (i, row) in rows.iter_mut().enumerate() {
+            for (j, entry) in row.iter_mut().enumerate() {
+                entry.0[l] = m.col(j)[i];
+            }
+        }
+    }
+    rows
+}
+
+/// Cyclic Jacobi on the rows `a`, lane by lane, with the rotations accumulated onto the basis
+/// `v` (rows) only when `VECTORS`. A lane that has converged, or a pair already zero, takes
+/// the rotation `c = 1, s = 0`, which leaves its values exactly as they are.
+#[inline(always)]
+fn jacobi<const VECTORS: bool, const N: usize>(
+    mut a: [[Lanes<N>; 3]; 3],
+    mut v: [[Lanes<N>; 3]; 3],
+) -> [([f64; 3], DMat3); N] {
+    let mut squares = Lanes::splat(0.0);
+    for x in a.iter().flatten() {
+        squares += *x * *x;
+    }
+    // Converged once the off-diagonal mass is at the f64 round-off of the matrix norm:
+    // another sweep would only rotate by angles below an ulp.
+    let floor = squares * (f64::EPSILON * f64::EPSILON);
+    let mut active = [true; N];
     for _sweep in 0..32 {
         let off = a[0][1] * a[0][1] + a[0][2] * a[0][2] + a[1][2] * a[1][2];
-        // Converged once the off-diagonal mass is at the f64 round-off of the matrix norm:
-        // another sweep would only rotate by angles below an ulp.
-        if off <= (f64::EPSILON * scale) * (f64::EPSILON * scale) || off == 0.0 {
+        for l in 0..N {
+            active[l] &= !(off.0[l] <= floor.0[l] || off.0[l] == 0.0);
+        }
+        if !active.contains(&true) {
             break;
         }
         for (p, q) in [(0, 1), (0, 2), (1, 2)] {
-            if a[p][q] == 0.0 {
-                continue;
-            }
-            let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
-            let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
-            let t = if theta == 0.0 { 1.0 } else { t };
-            let c = 1.0 / (t * t + 1.0).sqrt();
+            let theta = (a[q][q] - a[p][p]) / (a[p][q] * 2.0);
+            let sign = Lanes::from_fn(|l| theta.0[l].signum());
+            let t = sign / (theta.abs() + (theta * theta + 1.0).sqrt());
+            let t = Lanes::from_fn(|l| if theta.0[l] == 0.0 { 1.0 } else { t.0[l] });
+            let c = (t * t + 1.0).sqrt().map(|x| 1.0 / x);
             let s = t * c;
-            for k in 0..3 {
-                let akp = a[k][p];
-                let akq = a[k][q];
-                a[k][p] = c * akp - s * akq;
-                a[k][q] = s * akp + c * akq;
+            let rotate: [bool; N] = std::array::from_fn(|l| active[l] && a[p][q].0[l] != 0.0);
+            let (c, s) =
+                (Lanes::select(rotate, c, Lanes::splat(1.0)), Lanes::select(rotate, s, Lanes::splat(0.0)));
+            for row in a.iter_mut() {
+                let (akp, akq) = (row[p], row[q]);
+                row[p] = c * akp - s * akq;
+                row[q] = s * akp + c * akq;
             }
+            let (ap, aq) = (a[p], a[q]);
             for k in 0..3 {
-                let apk = a[p][k];
-                let aqk = a[q][k];
-                a[p][k] = c * apk - s * aqk;
-                a[q][k] = s * apk + c * aqk;
+                a[p][k] = c * ap[k] - s * aq[k];
+                a[q][k] = s * ap[k] + c * aq[k];
             }
             if VECTORS {
                 for row in v.iter_mut() {
-                    let vp = row[p];
-                    let vq = row[q];
+                    let (vp, vq) = (row[p], row[q]);
                     row[p] = c * vp - s * vq;
                     row[q] = s * vp + c * vq;
                 }
             }
         }
     }
-    let mut order = [0usize, 1, 2];
-    order.sort_by(|&i, &j| a[j][j].total_cmp(&a[i][i]));
-    let values = [a[order[0]][order[0]], a[order[1]][order[1]], a[order[2]][order[2]]];
-    if !VECTORS {
-        return (values, DMat3::IDENTITY);
-    }
-    let mut vectors = DMat3::from_cols(
-        DVec3::new(v[0][order[0]], v[1][order[0]], v[2][order[0]]),
-        DVec3::new(v[0][order[1]], v[1][order[1]], v[2][order[1]]),
-        DVec3::new(v[0][order[2]], v[1][order[2]], v[2][order[2]]),
-    );
-    if vectors.determinant() < 0.0 {
-        vectors.z_axis = -vectors.z_axis;
-    }
-    (values, vectors)
+    std::array::from_fn(|l| {
+        let diagonal = [a[0][0].0[l], a[1][1].0[l], a[2][2].0[l]];
+        let mut order = [0usize, 1, 2];
+        order.sort_by(|&i, &j| diagonal[j].total_cmp(&diagonal[i]));
+        let values = order.map(|i| diagonal[i]);
+        if !VECTORS {
+            return (values, DMat3::IDENTITY);
+        }
+        let column = |i: usize| DVec3::new(v[0][i].0[l], v[1][i].0[l], v[2][i].0[l]);
+        let mut vectors = DMat3::from_cols(column(order[0]), column(order[1]), column(order[2]));
+        if vectors.determinant() < 0.0 {
+            vectors.z_axis = -vectors.z_axis;
+        }
+        (values, vectors)
+    })
 }
 
 /// Any unit vector orthogonal to `a` (which must be non-zero).
@@ -273,6 +319,46 @@ mod tests {
 
     fn random_matrix(rng: &mut ChaCha8Rng) -> DMat3 {
         DMat3::from_cols_array(&std::array::from_fn(|_| rng.random_range(-2.0..2.0)))
+    }
+
+    /// The batched, warm-started eigensolve: each lane's result is bit for bit its solve
+    /// alone (a lane that has converged waits unchanged for the others: here a diagonal
+    /// matrix and a multiple of the identity beside general ones), and it decomposes the
+    /// matrix into a rotation and descending eigenvalues, those of a cold solve.
+    #[test]
+    fn batched_eigensolves_are_their_lanes_alone() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for round in 0..50 {
+            let mut m: [DMat3; 4] = std::array::from_fn(|_| {
+                let a = random_matrix(&mut rng);
+                a + a.transpose()
+            });
+            m[round % 4] = DMat3::from_diagonal(DVec3::new(1.5, -0.25, 0.75));
+            m[(round + 1) % 4] = DMat3::IDENTITY * 0.5;
+            let start: [DMat3; 4] = std::array::from_fn(|_| {
+                let axis = DVec3::new(rng.random_range(-1.0..1.0), rng.random_range(-1.0..1.0), 0.3);
+                DMat3::from_axis_angle(axis.normalize(), rng.random_range(-3.0..3.0))
+            });
+            let batch = symmetric_eigen3_from(&m, &start);
+            for l in 0..4 {
+                let [alone] = symmetric_eigen3_from(&[m[l]], &[start[l]]);
+                assert_eq!(batch[l], alone, "round {round} lane {l}");
+                let (values, v) = alone;
+                assert!(values[0] >= values[1] && values[1] >= values[2], "{values:?}");
+                assert!(
+                    (v.determinant() - 1.0).abs() < 1e-12
+                        && (v.transpose() * v).abs_diff_eq(DMat3::IDENTITY, 1e-12)
+                );
+                let back = v * DMat3::from_diagonal(DVec3::from(values)) * v.transpose();
+                assert!(
+                    back.abs_diff_eq(m[l], 1e-12 * (1.0 + m[l].abs().to_cols_array().iter().sum::<f64>()))
+                );
+                let (cold, _) = symmetric_eigen3(&m[l]);
+                for (a, b) in values.iter().zip(cold) {
+                    assert!((a - b).abs() <= 1e-13 * (1.0 + b.abs()), "warm {values:?}, cold {cold:?}");
+                }
+            }
+        }
     }
 
     /// The passes over a large body's vertices: a sum is its fixed chunks' sums added in

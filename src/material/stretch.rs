@@ -103,12 +103,10 @@ pub fn stretch_derivative(s: &Sym6, r: &DMat3) -> [[f64; 9]; 6] {
 }
 
 /// One pair of principal stretches' share of the stretch's curvature (see
-/// [`stretch_curvature`]): the unit twist and flip directions in `F`, and the Hessian in them,
+/// [`stretch_curvature`]): the Hessian in the pair's unit twist and flip directions,
 /// `[[twist, coupling], [coupling, 0]]`.
 #[derive(Clone, Copy, Debug)]
 pub struct CurvaturePair {
-    pub twist_direction: DMat3,
-    pub flip_direction: DMat3,
     pub twist: f64,
     pub coupling: f64,
 }
@@ -138,6 +136,40 @@ impl CurvaturePair {
     }
 }
 
+/// The pairs `(i, k)` of principal stretches, in the order of [`StretchCurvature::pairs`].
+pub const STRETCH_PAIRS: [(usize, usize); 3] = [(0, 1), (0, 2), (1, 2)];
+
+/// The stretch's curvature (see [`stretch_curvature`]): the eigenvectors `V` of `S` (as
+/// columns), `U = R V`, and each pair's form.
+#[derive(Clone, Copy, Debug)]
+pub struct StretchCurvature {
+    pub u: DMat3,
+    pub v: DMat3,
+    pub pairs: [CurvaturePair; 3],
+}
+
+impl StretchCurvature {
+    /// Pair `p`'s unit twist and flip directions `D` applied to a vector `b`, given
+    /// `w = V^T b`: `D b = (u_i w_k -+ u_k w_i) / sqrt 2`. (Directions as vectors: the
+    /// matrices cost a tet three times the arithmetic.)
+    #[inline(always)]
+    pub fn directions_times(&self, p: usize, w: DVec3) -> (DVec3, DVec3) {
+        let (i, k) = STRETCH_PAIRS[p];
+        let half = std::f64::consts::FRAC_1_SQRT_2;
+        let (a, b) = (self.u.col(i) * (w[k] * half), self.u.col(k) * (w[i] * half));
+        (a - b, a + b)
+    }
+
+    /// Pair `p`'s unit twist and flip directions as matrices,
+    /// `U (e_i e_k^T -+ e_k e_i^T) V^T / sqrt 2`.
+    pub fn directions(&self, p: usize) -> (DMat3, DMat3) {
+        let (i, k) = STRETCH_PAIRS[p];
+        let half = std::f64::consts::FRAC_1_SQRT_2;
+        let (ik, ki) = (outer(self.u.col(i), self.v.col(k)), outer(self.u.col(k), self.v.col(i)));
+        ((ik - ki) * half, (ik + ki) * half)
+    }
+}
+
 /// The stretch's curvature, the term of the displacement formulation's Hessian that the
 /// mixed solver's condensed system lacks: `d^2 (sigma : S(F)) / dF^2` at `F = R S` for the
 /// stress `sigma` (in [`Sym6`] gradient coordinates), by pairs of principal stretches.
@@ -152,26 +184,28 @@ impl CurvaturePair {
 /// twist eigenvalue of an isotropic energy, `(t_i + t_k) / (s_i + s_k)`, which turns negative
 /// under compression. Pairs whose stretches nearly cancel (a flat element) are left out, as
 /// [`stretch_derivative`] shifts them.
+///
+/// Takes `S`'s eigen-decomposition `(s, V)` as [`crate::math::symmetric_eigen3`] gives it
+/// (the mixed solver makes it for a batch of tets at once, warm-started).
 #[inline(always)]
-pub fn stretch_curvature(s: &Sym6, r: &DMat3, stress: &Sym6) -> [CurvaturePair; 3] {
-    let (stretches, v) = crate::math::symmetric_eigen3(&sym_matrix(s));
-    let u = *r * v;
+pub fn stretch_curvature(eigen: &([f64; 3], DMat3), r: &DMat3, stress: &Sym6) -> StretchCurvature {
+    let (stretches, v) = *eigen;
     let sigma =
         sym_matrix(&[stress[0], stress[1], stress[2], 0.5 * stress[3], 0.5 * stress[4], 0.5 * stress[5]]);
     let t: [f64; 3] = std::array::from_fn(|i| v.col(i).dot(sigma * v.col(i)));
     let scale = stretches.iter().map(|x| x.abs()).fold(1.0, f64::max);
-    let half = std::f64::consts::FRAC_1_SQRT_2;
-    [(0, 1), (0, 2), (1, 2)].map(|(i, k)| {
-        let ik = outer(u.col(i), v.col(k));
-        let ki = outer(u.col(k), v.col(i));
+    let pairs = STRETCH_PAIRS.map(|(i, k)| {
         let sum = stretches[i] + stretches[k];
-        let (twist, coupling) = if sum <= 1e-6 * scale {
-            (0.0, 0.0)
+        if sum <= 1e-6 * scale {
+            CurvaturePair { twist: 0.0, coupling: 0.0 }
         } else {
-            (2.0 * (t[i] * stretches[k] + t[k] * stretches[i]) / (sum * sum), (t[k] - t[i]) / sum)
-        };
-        CurvaturePair { twist_direction: (ik - ki) * half, flip_direction: (ik + ki) * half, twist, coupling }
-    })
+            CurvaturePair {
+                twist: 2.0 * (t[i] * stretches[k] + t[k] * stretches[i]) / (sum * sum),
+                coupling: (t[k] - t[i]) / sum,
+            }
+        }
+    });
+    StretchCurvature { u: *r * v, v, pairs }
 }
 
 /// The signed polar stretch of `F` alone (see [`polar_stretch`]).

@@ -419,7 +419,8 @@ mod symmetric_stretch {
 
     #[test]
     fn stretch_curvature_is_the_stress_works_second_derivative() {
-        use crate::material::stretch::{signed_polar, stretch_curvature, stretch_derivative};
+        use crate::material::stretch::{signed_polar, stretch_curvature, stretch_derivative, sym_matrix};
+        use crate::math::{symmetric_eigen3, symmetric_eigen3_from};
         for model in MODELS {
             let m = evaluator(model);
             for (n, f) in random_deformations(model, 40, 15).iter().enumerate() {
@@ -444,7 +445,13 @@ mod symmetric_stretch {
                     }
                 }
                 let mut pairs_sum = [[0.0; 9]; 9];
-                for pair in stretch_curvature(&s, &r, &stress) {
+                // A cold eigensolve, and one warm-started from a nearby basis, agree.
+                let curvature = stretch_curvature(&symmetric_eigen3(&sym_matrix(&s)), &r, &stress);
+                let near = curvature.v
+                    * DMat3::from_quat(glam::DQuat::from_scaled_axis(DVec3::new(0.02, -0.01, 0.03)));
+                let [warm] = symmetric_eigen3_from(&[sym_matrix(&s)], &[near]);
+                let warmed = stretch_curvature(&warm, &r, &stress);
+                for (p, pair) in curvature.pairs.iter().enumerate() {
                     let exact = pair.form(Projection::None);
                     let projected = pair.form(Projection::Psd);
                     // The projection keeps the non-negative eigenvalue: PSD, and it only adds
@@ -459,7 +466,24 @@ mod symmetric_stretch {
                         psd(projected) && psd(added),
                         "{model:?} sample {n}: projection {projected:?} of {exact:?}"
                     );
-                    let directions = [vec9(&pair.twist_direction), vec9(&pair.flip_direction)];
+                    let (twist, flip) = curvature.directions(p);
+                    let other = warmed.pairs[p].form(Projection::None);
+                    let (err, _) = worst_relative(other.as_flattened(), exact.as_flattened());
+                    assert!(err < 1e-10, "{model:?} sample {n}: warm pair {p} {other:?}, cold {exact:?}");
+                    let (warm_twist, warm_flip) = warmed.directions(p);
+                    // The same directions, up to the sign an eigenvector's sign gives both.
+                    let largest = |m: DMat3| m.to_cols_array().iter().fold(0.0, |a: f64, x| a.max(x.abs()));
+                    let apart =
+                        |sign: f64| largest(warm_twist - twist * sign) + largest(warm_flip - flip * sign);
+                    assert!(
+                        apart(1.0).min(apart(-1.0)) < 1e-8,
+                        "{model:?} sample {n}: warm pair {p}'s directions"
+                    );
+                    // Applied to a vector, as the mixed solver's blocks take them.
+                    let b = glam::DVec3::new(0.3, -1.2, 0.7);
+                    let (twist_b, flip_b) = curvature.directions_times(p, curvature.v.transpose() * b);
+                    assert!((twist_b - twist * b).length() + (flip_b - flip * b).length() < 1e-12);
+                    let directions = [vec9(&twist), vec9(&flip)];
                     for (a, da) in directions.iter().enumerate() {
                         for (b, db) in directions.iter().enumerate() {
                             for row in 0..9 {

@@ -31,14 +31,21 @@
 use glam::{DMat3, DQuat, DVec3};
 use rayon::prelude::*;
 
-use super::element::{CHUNK, deformation_gradient, point};
+use super::element::{deformation_gradient, point};
 use crate::backend::topology::upper;
 use crate::material::stretch::{
-    CurvaturePair, Mat6, Sym6, signed_polar, signed_stretch, stretch_curvature, stretch_derivative,
+    Mat6, StretchCurvature, Sym6, signed_polar, signed_stretch, stretch_curvature, stretch_derivative,
+    sym_matrix,
 };
 use crate::material::{Elastic, Projection};
+use crate::math::symmetric_eigen3_from;
 use crate::model::Model;
 use crate::objective::Node;
+
+/// Tets per work item. Fewer than the element pass's 256: a tet costs more here, and a
+/// game-sized body must still split evenly over the cores (2 160 tets are 34 items, not 9,
+/// which left one of two cores a ninth idle).
+const CHUNK: usize = 64;
 
 /// One tet's linearization, kept for the local update and the line search.
 #[derive(Clone, Copy, Debug, Default)]
@@ -60,6 +67,8 @@ struct Linearized {
     /// The multipliers of the last step taken: the stress of the constraint's curvature (a
     /// direction thrown away, to be solved for again projected, leaves them).
     accepted: Sym6,
+    /// The eigenvectors of `s(F)` at the last linearization: the next eigensolve's warm start.
+    eigenvectors: DMat3,
 }
 
 /// A tet's signed polar decomposition `F = R S` at some positions: `R` as the matrix the
@@ -389,107 +398,204 @@ fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) 
     linearize_chunk_portable(model, stretch, at, chunk)
 }
 
+/// Tets whose stretches' eigen-decompositions are solved for together (AVX2's four lanes).
+const EIGEN_LANES: usize = 4;
+
 #[inline(always)]
 fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
     let At { x, start, node, condense } = *at;
     let Chunk { first, linearized, rotations, decomposed, corners, condensed, blocks } = chunk;
     let mut energy = 0.0;
-    for (local, lin) in linearized.iter_mut().enumerate() {
-        let e = first + local;
-        let tet = model.tets[e];
-        let rest = &model.tet_rest[e];
-        let material = &model.tet_material[e];
-        // Loops, not `map`: a closure left out of line is compiled without AVX2.
-        let mut beta = [DVec3::ZERO; 4];
-        for a in 0..4 {
-            beta[a] = DVec3::from(rest.shape_gradients[a]);
-        }
-        let (stretch_of_x, rotation) = match decomposed {
-            Some(polar) => {
-                rotations[local] = polar[local].quaternion;
-                (polar[local].stretch, polar[local].rotation)
-            }
-            None => {
-                let mut z = [DVec3::ZERO; 4];
-                for a in 0..4 {
-                    z[a] = point(x, start, tet[a], node.theta);
+    let mut batch = 0;
+    while batch < linearized.len() {
+        let count = (linearized.len() - batch).min(EIGEN_LANES);
+        // The batch's decompositions, then (for a step to solve for) the eigen-decompositions
+        // of their stretches, lane by lane, each from its tet's last eigenvectors. Lanes past
+        // the chunk's end repeat its last tet.
+        let mut polar = [(Sym6::default(), DMat3::IDENTITY); EIGEN_LANES];
+        for (l, polar) in polar.iter_mut().enumerate() {
+            let local = batch + l.min(count - 1);
+            *polar = match decomposed {
+                Some(decomposed) => {
+                    rotations[local] = decomposed[local].quaternion;
+                    (decomposed[local].stretch, decomposed[local].rotation)
                 }
-                signed_polar(&deformation_gradient(&z, &beta), &mut rotations[local])
+                None => {
+                    let e = first + local;
+                    let mut z = [DVec3::ZERO; 4];
+                    let mut beta = [DVec3::ZERO; 4];
+                    for a in 0..4 {
+                        z[a] = point(x, start, model.tets[e][a], node.theta);
+                        beta[a] = DVec3::from(model.tet_rest[e].shape_gradients[a]);
+                    }
+                    signed_polar(&deformation_gradient(&z, &beta), &mut rotations[local])
+                }
+            };
+        }
+        // An `if`, not `map`: a closure left out of line is compiled without AVX2.
+        let eigen = if condense.is_some() {
+            let mut matrices = [DMat3::IDENTITY; EIGEN_LANES];
+            let mut warm = [DMat3::IDENTITY; EIGEN_LANES];
+            for l in 0..EIGEN_LANES {
+                matrices[l] = sym_matrix(&polar[l].0);
+                warm[l] = linearized[batch + l.min(count - 1)].eigenvectors;
             }
+            Some(symmetric_eigen3_from(&matrices, &warm))
+        } else {
+            None
         };
-        let ds_df = stretch_derivative(&stretch_of_x, &rotation);
-        // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
-        // The shape gradients sum to zero, so corner 3's columns are minus the sum of the others'.
-        let jacobian = &mut lin.jacobian;
-        for (k, row) in jacobian.iter_mut().enumerate() {
-            for i in 0..3 {
-                let d = DVec3::from_slice(&ds_df[k][3 * i..3 * i + 3]) * node.theta;
-                let columns = [d.dot(beta[0]), d.dot(beta[1]), d.dot(beta[2])];
-                row[i] = columns[0];
-                row[3 + i] = columns[1];
-                row[6 + i] = columns[2];
-                row[9 + i] = -(columns[0] + columns[1] + columns[2]);
-            }
-        }
-        let at_x = material.symmetric_derivatives(&stretch_of_x, None);
-        let weight = node.weight * rest.volume;
-        energy += weight * at_x.energy;
-        lin.stretch_of_x = stretch_of_x;
-        lin.gradient_of_x = at_x.gradient;
-        // Without a solve to follow, the condensed system's residual is left zero.
-        let mut residual = [0.0; 6];
-        if let Some(projection) = condense {
-            let s = &stretch[e];
-            let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
-            residual = add(&at_s.gradient, &times(&at_s.hessian, &add(&stretch_of_x, s, -1.0)), 1.0);
+        for l in 0..count {
+            let local = batch + l;
+            let eigen = eigen.as_ref().map(|eigen| &eigen[l]);
+            let outputs = (&mut corners[4 * local..4 * local + 4], &mut condensed[4 * local..4 * local + 4]);
             let blocks = &mut blocks[10 * local..10 * local + 10];
-            condensed_blocks(jacobian, &at_s.hessian, weight, blocks);
-            // The curvature's stress is the multipliers of the last step taken (SQP's
-            // Lagrangian Hessian; the last time step's at a step's first iteration, none at the
-            // first step's). psi'(s) would serve a soft body as well, but not a stiff one: on
-            // 1e14 Pa inclusions it is large wherever s is off by round-off (a step that should
-            // have lost energy gained 8x its start).
-            let pairs = stretch_curvature(&stretch_of_x, &rotation, &lin.accepted.map(|m| -m));
-            curvature_blocks(&pairs, projection, &beta, node.theta * node.theta * weight, blocks);
-            lin.hessian = at_s.hessian;
-            lin.gradient = at_s.gradient;
+            energy += linearize_tet(
+                model,
+                stretch,
+                at,
+                first + local,
+                &mut linearized[local],
+                polar[l],
+                eigen,
+                outputs,
+                blocks,
+            );
         }
-        // a J^T v for v = psi'(s(F)) and for the condensed residual: combinations of J's rows.
-        let (mut plain, mut mixed) = ([0.0; 12], [0.0; 12]);
-        for k in 0..6 {
-            let (g, r) = (weight * at_x.gradient[k], weight * residual[k]);
-            for c in 0..12 {
-                plain[c] += g * jacobian[k][c];
-                mixed[c] += r * jacobian[k][c];
-            }
-        }
-        for a in 0..4 {
-            corners[4 * local + a] = [plain[3 * a], plain[3 * a + 1], plain[3 * a + 2]];
-            condensed[4 * local + a] = [mixed[3 * a], mixed[3 * a + 1], mixed[3 * a + 2]];
-        }
+        batch += count;
     }
     energy
 }
 
-/// The ten upper blocks of `w J^T H J`, from whole rows of twelve: row `r` is
-/// `sum_k J[k][r] (w H J)[k]`. The diagonal blocks are made exactly symmetric.
+/// One tet of [`linearize_chunk_portable`], at its signed polar decomposition `(S, R)` and,
+/// for a step to solve for, `S`'s eigen-decomposition: returns its energy.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn condensed_blocks(jacobian: &[[f64; 12]; 6], hessian: &Mat6, weight: f64, blocks: &mut [[f64; 9]]) {
-    let mut hj = [[0.0; 12]; 6];
+fn linearize_tet(
+    model: &Model,
+    stretch: &[Sym6],
+    at: &At,
+    e: usize,
+    lin: &mut Linearized,
+    (stretch_of_x, rotation): (Sym6, DMat3),
+    eigen: Option<&([f64; 3], DMat3)>,
+    (corners, condensed): (&mut [[f64; 3]], &mut [[f64; 3]]),
+    blocks: &mut [[f64; 9]],
+) -> f64 {
+    let (node, condense) = (at.node, at.condense);
+    let rest = &model.tet_rest[e];
+    let material = &model.tet_material[e];
+    // Loops, not `map`: a closure left out of line is compiled without AVX2.
+    let mut beta = [DVec3::ZERO; 4];
+    for a in 0..4 {
+        beta[a] = DVec3::from(rest.shape_gradients[a]);
+    }
+    let ds_df = stretch_derivative(&stretch_of_x, &rotation);
+    // dF = theta e_i beta_a^T: column 3a + i of J is theta sum_j dS/dF[3i + j] beta_a[j].
+    // The shape gradients sum to zero, so corner 3's columns are minus the sum of the others'.
+    let jacobian = &mut lin.jacobian;
+    for (k, row) in jacobian.iter_mut().enumerate() {
+        for i in 0..3 {
+            let d = DVec3::from_slice(&ds_df[k][3 * i..3 * i + 3]) * node.theta;
+            let columns = [d.dot(beta[0]), d.dot(beta[1]), d.dot(beta[2])];
+            row[i] = columns[0];
+            row[3 + i] = columns[1];
+            row[6 + i] = columns[2];
+            row[9 + i] = -(columns[0] + columns[1] + columns[2]);
+        }
+    }
+    let at_x = material.symmetric_derivatives(&stretch_of_x, None);
+    let weight = node.weight * rest.volume;
+    lin.stretch_of_x = stretch_of_x;
+    lin.gradient_of_x = at_x.gradient;
+    // Without a solve to follow, the condensed system's residual is left zero.
+    let mut residual = [0.0; 6];
+    if let (Some(projection), Some(eigen)) = (condense, eigen) {
+        let s = &stretch[e];
+        let at_s = material.symmetric_derivatives(s, Some(Projection::Psd));
+        residual = add(&at_s.gradient, &times(&at_s.hessian, &add(&stretch_of_x, s, -1.0)), 1.0);
+        // The curvature's stress is the multipliers of the last step taken (SQP's
+        // Lagrangian Hessian; the last time step's at a step's first iteration, none at the
+        // first step's). psi'(s) would serve a soft body as well, but not a stiff one: on
+        // 1e14 Pa inclusions it is large wherever s is off by round-off (a step that should
+        // have lost energy gained 8x its start).
+        lin.eigenvectors = eigen.1;
+        let curvature = (&stretch_curvature(eigen, &rotation, &lin.accepted.map(|m| -m)), projection);
+        condensed_blocks(jacobian, &at_s.hessian, curvature, &beta, node.theta, weight, blocks);
+        lin.hessian = at_s.hessian;
+        lin.gradient = at_s.gradient;
+    }
+    // a J^T v for v = psi'(s(F)) and for the condensed residual: combinations of J's rows.
+    let (mut plain, mut mixed) = ([0.0; 12], [0.0; 12]);
+    for k in 0..6 {
+        let (g, r) = (weight * at_x.gradient[k], weight * residual[k]);
+        for c in 0..12 {
+            plain[c] += g * jacobian[k][c];
+            mixed[c] += r * jacobian[k][c];
+        }
+    }
+    for a in 0..4 {
+        corners[a] = [plain[3 * a], plain[3 * a + 1], plain[3 * a + 2]];
+        condensed[a] = [mixed[3 * a], mixed[3 * a + 1], mixed[3 * a + 2]];
+    }
+    weight * at_x.energy
+}
+
+/// The ten upper blocks of `w (J^T H J + C)`, `C` the stretch's curvature (`projection`
+/// says which form), as one sum over rows of twelve, `sum_k r_k^T (W r)_k`: `J`'s six rows
+/// with `W = H`, then each kept pair's twist and flip rows `(D beta_a) theta` with `W` its
+/// 2x2 form. Whole rows vectorize (the twelve columns are three vectors of four), where the
+/// curvature's blocks one by one did not. The diagonal blocks are made exactly symmetric.
+#[inline(always)]
+fn condensed_blocks(
+    jacobian: &[[f64; 12]; 6],
+    hessian: &Mat6,
+    (curvature, projection): (&StretchCurvature, Projection),
+    beta: &[DVec3; 4],
+    theta: f64,
+    weight: f64,
+    blocks: &mut [[f64; 9]],
+) {
+    let (mut rows, mut weighted) = ([[0.0; 12]; 12], [[0.0; 12]; 12]);
+    rows[..6].copy_from_slice(jacobian);
     for k in 0..6 {
         for l in 0..6 {
             let h = weight * hessian[k][l];
             for c in 0..12 {
-                hj[k][c] += h * jacobian[l][c];
+                weighted[k][c] += h * jacobian[l][c];
             }
         }
     }
+    let mut count = 6;
+    let mut unrotated = [DVec3::ZERO; 4];
+    for a in 0..4 {
+        unrotated[a] = curvature.v.transpose() * beta[a] * theta;
+    }
+    for (p, pair) in curvature.pairs.iter().enumerate() {
+        let form = pair.form(projection);
+        if form == [[0.0; 2]; 2] {
+            continue;
+        }
+        let (twist, flip) = (count, count + 1);
+        for a in 0..4 {
+            let (along_twist, along_flip) = curvature.directions_times(p, unrotated[a]);
+            for i in 0..3 {
+                rows[twist][3 * a + i] = along_twist[i];
+                rows[flip][3 * a + i] = along_flip[i];
+            }
+        }
+        for c in 0..12 {
+            let (t, f) = (rows[twist][c], rows[flip][c]);
+            weighted[twist][c] = weight * (form[0][0] * t + form[0][1] * f);
+            weighted[flip][c] = weight * (form[1][0] * t + form[1][1] * f);
+        }
+        count += 2;
+    }
     let mut product = [[0.0; 12]; 12];
     for (r, row) in product.iter_mut().enumerate() {
-        for k in 0..6 {
-            let j = jacobian[k][r];
+        for k in 0..count {
+            let j = rows[k][r];
             for c in 0..12 {
-                row[c] += j * hj[k][c];
+                row[c] += j * weighted[k][c];
             }
         }
     }
@@ -503,47 +609,6 @@ fn condensed_blocks(jacobian: &[[f64; 12]; 6], hessian: &Mat6, weight: f64, bloc
                     // The diagonal blocks' lower triangles mirror their upper ones.
                     let (row, column) = if a == b && j < i { (j, i) } else { (i, j) };
                     block[3 * i + j] = product[3 * a + row][3 * b + column];
-                }
-            }
-        }
-    }
-}
-
-/// Adds `w C` to the ten upper blocks, `C` the stretch's curvature by pairs: in each pair's
-/// directions `D_m` (twist, flip) with its form `k`, block `(a, b)` takes
-/// `w sum_mn k_mn (D_m beta_a) (D_n beta_b)^T`.
-#[inline(always)]
-fn curvature_blocks(
-    pairs: &[CurvaturePair; 3],
-    projection: Projection,
-    beta: &[DVec3; 4],
-    w: f64,
-    blocks: &mut [[f64; 9]],
-) {
-    for pair in pairs {
-        let k = pair.form(projection);
-        if k == [[0.0; 2]; 2] {
-            continue;
-        }
-        let mut twist = [DVec3::ZERO; 4];
-        let mut flip = [DVec3::ZERO; 4];
-        for a in 0..4 {
-            twist[a] = pair.twist_direction * beta[a];
-            flip[a] = pair.flip_direction * beta[a];
-        }
-        for a in 0..4 {
-            // Row a's two combinations, so that block (a, b) is two outer products.
-            let along_twist = (twist[a] * k[0][0] + flip[a] * k[1][0]) * w;
-            let along_flip = (twist[a] * k[0][1] + flip[a] * k[1][1]) * w;
-            for b in a..4 {
-                let block = &mut blocks[upper(a, b, 4)];
-                for i in 0..3 {
-                    for j in 0..3 {
-                        // The diagonal blocks' lower triangles mirror their upper ones.
-                        let (row, column) = if a == b && j < i { (j, i) } else { (i, j) };
-                        block[3 * i + j] +=
-                            along_twist[row] * twist[b][column] + along_flip[row] * flip[b][column];
-                    }
                 }
             }
         }

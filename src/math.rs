@@ -448,24 +448,28 @@ mod tests {
     }
 }
 
-/// Whether the symmetric `m` is positive definite (a Cholesky factorization succeeds).
+/// Whether the symmetric `m` is positive definite: an `L D L^T` factorization (Cholesky's
+/// without its square roots, one reciprocal per pivot) meets only positive pivots. Inlined,
+/// so that the kernels compiled for AVX2 test their element matrices with AVX2.
+#[inline(always)]
 pub fn is_positive_definite<const N: usize>(m: &[[f64; N]; N]) -> bool {
-    let mut l = [[0.0; N]; N];
+    // l[i][j] d_j, and 1 / d_j.
+    let (mut ld, mut inverse) = ([[0.0; N]; N], [0.0; N]);
     for j in 0..N {
-        let mut diagonal = m[j][j];
+        let mut pivot = m[j][j];
         for k in 0..j {
-            diagonal -= l[j][k] * l[j][k];
+            pivot -= ld[j][k] * ld[j][k] * inverse[k];
         }
-        if !(diagonal > 0.0) {
+        if !(pivot > 0.0) {
             return false;
         }
-        l[j][j] = diagonal.sqrt();
+        inverse[j] = 1.0 / pivot;
         for i in j + 1..N {
             let mut s = m[i][j];
             for k in 0..j {
-                s -= l[i][k] * l[j][k];
+                s -= ld[i][k] * ld[j][k] * inverse[k];
             }
-            l[i][j] = s / l[j][j];
+            ld[i][j] = s;
         }
     }
     true
@@ -473,11 +477,16 @@ pub fn is_positive_definite<const N: usize>(m: &[[f64; N]; N]) -> bool {
 
 /// Replaces the negative eigenvalues of the symmetric `m` by their magnitudes (the crate's
 /// PSD projection, see `Projection::Psd`), by cyclic Jacobi sweeps; a positive definite `m`
-/// is left as it is after one Cholesky test.
+/// is left as it is after one factorization test (inlined, the sweeps are not).
+#[inline(always)]
 pub fn make_positive_semidefinite<const N: usize>(m: &mut [[f64; N]; N]) {
-    if is_positive_definite(m) {
-        return;
+    if !is_positive_definite(m) {
+        project_eigenvalues(m);
     }
+}
+
+/// [`make_positive_semidefinite`] of a matrix that is not positive definite.
+fn project_eigenvalues<const N: usize>(m: &mut [[f64; N]; N]) {
     let mut a = *m;
     let mut v = [[0.0; N]; N];
     for (i, row) in v.iter_mut().enumerate() {

@@ -13,7 +13,9 @@
 use glam::{DMat3, DQuat, DVec3};
 
 use super::isotropic::{cofactor, outer};
+use super::projective::closest_rotations;
 use super::{Elastic, MaterialModel, Projection};
+use crate::math::lanes::{Lanes, mat_lane, set_mat_lane};
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
 pub type Sym6 = [f64; 6];
@@ -63,7 +65,9 @@ pub fn polar_stretch(f: &DMat3, warm: &mut DQuat) -> (Sym6, [[f64; 9]; 6]) {
     (s, stretch_derivative(&s, &r))
 }
 
-/// `dS/dF` (see [`polar_stretch`]) at the signed polar decomposition `F = R S`.
+/// `dS/dF` (see [`polar_stretch`]) at the signed polar decomposition `F = R S`. Inlined,
+/// so that the mixed linearization's AVX2 kernel compiles it with AVX2.
+#[inline(always)]
 pub fn stretch_derivative(s: &Sym6, r: &DMat3) -> [[f64; 9]; 6] {
     let s_matrix = sym_matrix(s);
     let pair_sums = DMat3::IDENTITY * trace(&s_matrix) - s_matrix;
@@ -216,9 +220,28 @@ pub fn signed_stretch(f: &DMat3, warm: &mut DQuat) -> Sym6 {
 /// The signed polar decomposition `F = R S`: `S` and `R`, the closest rotation (from `warm`,
 /// which receives it).
 pub fn signed_polar(f: &DMat3, warm: &mut DQuat) -> (Sym6, DMat3) {
-    let (q, r) = super::closest_rotation(f, *warm);
-    *warm = q;
-    (sym_coordinates(&(r.transpose() * *f)), r)
+    let mut batch = [*warm];
+    let [decomposed] = signed_polars(&[*f], &mut batch);
+    *warm = batch[0];
+    decomposed
+}
+
+/// [`signed_polar`] of `N` matrices at once, lane by lane (each lane's result is what it
+/// would be alone; the closest rotations' Newton steps hide each other's divisions).
+#[inline(always)]
+pub fn signed_polars<const N: usize>(f: &[DMat3; N], warm: &mut [DQuat; N]) -> [(Sym6, DMat3); N] {
+    let mut lanes = [[Lanes::splat(0.0); 3]; 3];
+    for l in 0..N {
+        set_mat_lane(&mut lanes, l, &f[l]);
+    }
+    let (rotations, r) = closest_rotations(&lanes, *warm);
+    *warm = rotations;
+    let mut out = [([0.0; 6], DMat3::IDENTITY); N];
+    for l in 0..N {
+        let r = mat_lane(&r, l);
+        out[l] = (sym_coordinates(&(r.transpose() * f[l])), r);
+    }
+    out
 }
 
 /// `psi_S` with its gradient and Hessian in [`Sym6`] coordinates.

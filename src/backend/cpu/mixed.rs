@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use super::element::{deformation_gradient, point};
 use crate::backend::topology::upper;
 use crate::material::stretch::{
-    Mat6, StretchCurvature, Sym6, signed_polar, signed_stretch, stretch_curvature, stretch_derivative,
+    Mat6, StretchCurvature, Sym6, signed_polars, signed_stretch, stretch_curvature, stretch_derivative,
     sym_matrix,
 };
 use crate::material::{Elastic, Projection};
@@ -231,27 +231,8 @@ impl MixedElements {
             .zip(full_step.par_chunks_mut(CHUNK))
             .enumerate()
             .map(|(c, (linearized, full_step))| {
-                let mut sums = LocalUpdate::default();
-                for (local, (lin, polar)) in linearized.iter_mut().zip(full_step).enumerate() {
-                    let e = c * CHUNK + local;
-                    let s = &stretch[e];
-                    let j_dx = jacobian_times(&lin.jacobian, model.tets[e], dx);
-                    lin.step = add(&add(&lin.stretch_of_x, s, -1.0), &j_dx, 1.0);
-                    let h_step = times(&lin.hessian, &lin.step);
-                    lin.multiplier = std::array::from_fn(|k| -(lin.gradient[k] + h_step[k]));
-                    let along_x: Sym6 = std::array::from_fn(|k| -lin.gradient_of_x[k] - lin.multiplier[k]);
-                    let along_s: Sym6 = std::array::from_fn(|k| lin.gradient[k] + lin.multiplier[k]);
-                    let weight = node.weight * model.tet_rest[e].volume;
-                    sums.slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
-                    let material = &model.tet_material[e];
-                    sums.merit += merit_term(material, weight, lin, s, &lin.stretch_of_x, 0.0);
-                    let mut quaternion = rotations[e];
-                    let (stretch, rotation) =
-                        signed_polar(&deformation_at(model, e, full, start, node), &mut quaternion);
-                    *polar = Polar { stretch, rotation, quaternion };
-                    sums.full_step_merit += merit_term(material, weight, lin, s, &stretch, 1.0);
-                }
-                sums
+                let chunk = LocalChunk { first: c * CHUNK, linearized, full_step };
+                local_chunk(model, stretch, rotations, (start, node), (dx, full), chunk)
             })
             .collect();
         self.full_step_state = FullStep::Evaluated;
@@ -338,7 +319,91 @@ pub(crate) struct LocalUpdate {
     pub full_step_merit: f64,
 }
 
+/// A run of tets from `first`: their linearizations and full-step decompositions.
+struct LocalChunk<'a> {
+    first: usize,
+    linearized: &'a mut [Linearized],
+    full_step: &'a mut [Polar],
+}
+
+/// [`MixedElements::local_update`] on one chunk: its tets' sums.
+fn local_chunk(
+    model: &Model,
+    stretch: &[Sym6],
+    rotations: &[DQuat],
+    at: (&[[f64; 3]], Node),
+    step: (&[[f64; 3]], &[[f64; 3]]),
+    chunk: LocalChunk,
+) -> LocalUpdate {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { local_chunk_avx2(model, stretch, rotations, at, step, chunk) };
+    }
+    local_chunk_portable(model, stretch, rotations, at, step, chunk)
+}
+
+/// [`local_chunk_portable`] compiled for AVX2 (the batched polar decompositions' lanes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn local_chunk_avx2(
+    model: &Model,
+    stretch: &[Sym6],
+    rotations: &[DQuat],
+    at: (&[[f64; 3]], Node),
+    step: (&[[f64; 3]], &[[f64; 3]]),
+    chunk: LocalChunk,
+) -> LocalUpdate {
+    local_chunk_portable(model, stretch, rotations, at, step, chunk)
+}
+
+#[inline(always)]
+fn local_chunk_portable(
+    model: &Model,
+    stretch: &[Sym6],
+    rotations: &[DQuat],
+    (start, node): (&[[f64; 3]], Node),
+    (dx, full): (&[[f64; 3]], &[[f64; 3]]),
+    chunk: LocalChunk,
+) -> LocalUpdate {
+    let LocalChunk { first: chunk_first, linearized, full_step } = chunk;
+    let mut sums = LocalUpdate::default();
+    let batches = linearized.chunks_mut(BATCH).zip(full_step.chunks_mut(BATCH));
+    for (b, (linearized, full_step)) in batches.enumerate() {
+        let first = chunk_first + b * BATCH;
+        // The full step's decompositions, a batch at a time (lanes past the end
+        // repeat the last tet).
+        let mut f = [DMat3::IDENTITY; BATCH];
+        let mut quaternions = [DQuat::IDENTITY; BATCH];
+        for l in 0..BATCH {
+            let e = first + l.min(linearized.len() - 1);
+            f[l] = deformation_at(model, e, full, start, node);
+            quaternions[l] = rotations[e];
+        }
+        let decomposed = signed_polars(&f, &mut quaternions);
+        for (l, (lin, polar)) in linearized.iter_mut().zip(full_step).enumerate() {
+            let e = first + l;
+            let s = &stretch[e];
+            let j_dx = jacobian_times(&lin.jacobian, model.tets[e], dx);
+            lin.step = add(&add(&lin.stretch_of_x, s, -1.0), &j_dx, 1.0);
+            let h_step = times(&lin.hessian, &lin.step);
+            lin.multiplier = std::array::from_fn(|k| -(lin.gradient[k] + h_step[k]));
+            let along_x: Sym6 = std::array::from_fn(|k| -lin.gradient_of_x[k] - lin.multiplier[k]);
+            let along_s: Sym6 = std::array::from_fn(|k| lin.gradient[k] + lin.multiplier[k]);
+            let weight = node.weight * model.tet_rest[e].volume;
+            sums.slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
+            let material = &model.tet_material[e];
+            sums.merit += merit_term(material, weight, lin, s, &lin.stretch_of_x, 0.0);
+            let (stretch, rotation) = decomposed[l];
+            *polar = Polar { stretch, rotation, quaternion: quaternions[l] };
+            sums.full_step_merit += merit_term(material, weight, lin, s, &stretch, 1.0);
+        }
+    }
+    sums
+}
+
 /// Tet `e`'s deformation gradient at the positions `x` and the node.
+#[inline(always)]
 fn deformation_at(model: &Model, e: usize, x: &[[f64; 3]], start: &[[f64; 3]], node: Node) -> DMat3 {
     let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
     deformation_gradient(&model.tets[e].map(|v| point(x, start, v, node.theta)), &beta)
@@ -346,6 +411,7 @@ fn deformation_at(model: &Model, e: usize, x: &[[f64; 3]], start: &[[f64; 3]], n
 
 /// A tet's term of the merit at `s + alpha ds`, its weight `a` and its stretch `s(F)` at the
 /// moved positions given: `a (psi(s + alpha ds) - m . (s(F) - s - alpha ds))`.
+#[inline(always)]
 fn merit_term(
     material: &Elastic,
     weight: f64,
@@ -398,8 +464,9 @@ fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) 
     linearize_chunk_portable(model, stretch, at, chunk)
 }
 
-/// Tets whose stretches' eigen-decompositions are solved for together (AVX2's four lanes).
-const EIGEN_LANES: usize = 4;
+/// Tets whose polar decompositions, and stretches' eigen-decompositions, are solved for
+/// together, lane by lane (AVX2's four).
+const BATCH: usize = 4;
 
 #[inline(always)]
 fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
@@ -408,35 +475,36 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
     let mut energy = 0.0;
     let mut batch = 0;
     while batch < linearized.len() {
-        let count = (linearized.len() - batch).min(EIGEN_LANES);
+        let count = (linearized.len() - batch).min(BATCH);
         // The batch's decompositions, then (for a step to solve for) the eigen-decompositions
         // of their stretches, lane by lane, each from its tet's last eigenvectors. Lanes past
         // the chunk's end repeat its last tet.
-        let mut polar = [(Sym6::default(), DMat3::IDENTITY); EIGEN_LANES];
-        for (l, polar) in polar.iter_mut().enumerate() {
-            let local = batch + l.min(count - 1);
-            *polar = match decomposed {
-                Some(decomposed) => {
+        let mut polar = [(Sym6::default(), DMat3::IDENTITY); BATCH];
+        match decomposed {
+            Some(decomposed) => {
+                for (l, polar) in polar.iter_mut().enumerate() {
+                    let local = batch + l.min(count - 1);
                     rotations[local] = decomposed[local].quaternion;
-                    (decomposed[local].stretch, decomposed[local].rotation)
+                    *polar = (decomposed[local].stretch, decomposed[local].rotation);
                 }
-                None => {
-                    let e = first + local;
-                    let mut z = [DVec3::ZERO; 4];
-                    let mut beta = [DVec3::ZERO; 4];
-                    for a in 0..4 {
-                        z[a] = point(x, start, model.tets[e][a], node.theta);
-                        beta[a] = DVec3::from(model.tet_rest[e].shape_gradients[a]);
-                    }
-                    signed_polar(&deformation_gradient(&z, &beta), &mut rotations[local])
+            }
+            None => {
+                let mut f = [DMat3::IDENTITY; BATCH];
+                let mut quaternions = [DQuat::IDENTITY; BATCH];
+                for l in 0..BATCH {
+                    let local = batch + l.min(count - 1);
+                    f[l] = deformation_at(model, first + local, x, start, node);
+                    quaternions[l] = rotations[local];
                 }
-            };
+                polar = signed_polars(&f, &mut quaternions);
+                rotations[batch..batch + count].copy_from_slice(&quaternions[..count]);
+            }
         }
         // An `if`, not `map`: a closure left out of line is compiled without AVX2.
         let eigen = if condense.is_some() {
-            let mut matrices = [DMat3::IDENTITY; EIGEN_LANES];
-            let mut warm = [DMat3::IDENTITY; EIGEN_LANES];
-            for l in 0..EIGEN_LANES {
+            let mut matrices = [DMat3::IDENTITY; BATCH];
+            let mut warm = [DMat3::IDENTITY; BATCH];
+            for l in 0..BATCH {
                 matrices[l] = sym_matrix(&polar[l].0);
                 warm[l] = linearized[batch + l.min(count - 1)].eigenvectors;
             }
@@ -541,9 +609,11 @@ fn linearize_tet(
 }
 
 /// The ten upper blocks of `w (J^T H J + C)`, `C` the stretch's curvature (`projection`
-/// says which form), as one sum over rows of twelve, `sum_k r_k^T (W r)_k`: `J`'s six rows
-/// with `W = H`, then each kept pair's twist and flip rows `(D beta_a) theta` with `W` its
-/// 2x2 form. Whole rows vectorize (the twelve columns are three vectors of four), where the
+/// says which form), as one sum over rows, `sum_k r_k^T (W r)_k`: `J`'s six rows with
+/// `W = H`, then each kept pair's twist and flip rows `(D beta_a) theta` with `W` its 2x2
+/// form. Only the first three corners' nine columns are multiplied: the shape gradients sum
+/// to zero, so every row's fourth corner is minus the sum of the others, and so are the
+/// fourth corner's blocks (by row and by column). Whole rows vectorize, where the
 /// curvature's blocks one by one did not. The diagonal blocks are made exactly symmetric.
 #[inline(always)]
 fn condensed_blocks(
@@ -555,19 +625,19 @@ fn condensed_blocks(
     weight: f64,
     blocks: &mut [[f64; 9]],
 ) {
-    let (mut rows, mut weighted) = ([[0.0; 12]; 12], [[0.0; 12]; 12]);
-    rows[..6].copy_from_slice(jacobian);
+    let (mut rows, mut weighted) = ([[0.0; 9]; 12], [[0.0; 9]; 12]);
     for k in 0..6 {
+        rows[k].copy_from_slice(&jacobian[k][..9]);
         for l in 0..6 {
             let h = weight * hessian[k][l];
-            for c in 0..12 {
+            for c in 0..9 {
                 weighted[k][c] += h * jacobian[l][c];
             }
         }
     }
     let mut count = 6;
-    let mut unrotated = [DVec3::ZERO; 4];
-    for a in 0..4 {
+    let mut unrotated = [DVec3::ZERO; 3];
+    for a in 0..3 {
         unrotated[a] = curvature.v.transpose() * beta[a] * theta;
     }
     for (p, pair) in curvature.pairs.iter().enumerate() {
@@ -576,26 +646,37 @@ fn condensed_blocks(
             continue;
         }
         let (twist, flip) = (count, count + 1);
-        for a in 0..4 {
+        for a in 0..3 {
             let (along_twist, along_flip) = curvature.directions_times(p, unrotated[a]);
             for i in 0..3 {
                 rows[twist][3 * a + i] = along_twist[i];
                 rows[flip][3 * a + i] = along_flip[i];
             }
         }
-        for c in 0..12 {
+        for c in 0..9 {
             let (t, f) = (rows[twist][c], rows[flip][c]);
             weighted[twist][c] = weight * (form[0][0] * t + form[0][1] * f);
             weighted[flip][c] = weight * (form[1][0] * t + form[1][1] * f);
         }
         count += 2;
     }
-    let mut product = [[0.0; 12]; 12];
+    let mut product = [[0.0; 9]; 9];
     for (r, row) in product.iter_mut().enumerate() {
         for k in 0..count {
             let j = rows[k][r];
-            for c in 0..12 {
+            for c in 0..9 {
                 row[c] += j * weighted[k][c];
+            }
+        }
+    }
+    // The fourth corner's column of blocks, then its diagonal block.
+    let mut last = [[[0.0; 3]; 3]; 4];
+    for a in 0..3 {
+        for i in 0..3 {
+            for j in 0..3 {
+                last[a][i][j] =
+                    -(product[3 * a + i][j] + product[3 * a + i][3 + j] + product[3 * a + i][6 + j]);
+                last[3][i][j] -= last[a][i][j];
             }
         }
     }
@@ -608,7 +689,8 @@ fn condensed_blocks(
                 for j in 0..3 {
                     // The diagonal blocks' lower triangles mirror their upper ones.
                     let (row, column) = if a == b && j < i { (j, i) } else { (i, j) };
-                    block[3 * i + j] = product[3 * a + row][3 * b + column];
+                    block[3 * i + j] =
+                        if b < 3 { product[3 * a + row][3 * b + column] } else { last[a][row][column] };
                 }
             }
         }

@@ -226,13 +226,13 @@ impl MixedElements {
     ) -> LocalUpdate {
         let (start, node) = at;
         let Self { stretch, rotations, linearized, full_step, .. } = self;
+        let local_step = LocalStep { stretch, rotations, start, node, dx, full };
         let partial: Vec<LocalUpdate> = linearized
             .par_chunks_mut(CHUNK)
             .zip(full_step.par_chunks_mut(CHUNK))
             .enumerate()
             .map(|(c, (linearized, full_step))| {
-                let chunk = LocalChunk { first: c * CHUNK, linearized, full_step };
-                local_chunk(model, stretch, rotations, (start, node), (dx, full), chunk)
+                local_chunk(model, &local_step, LocalChunk { first: c * CHUNK, linearized, full_step })
             })
             .collect();
         self.full_step_state = FullStep::Evaluated;
@@ -319,6 +319,17 @@ pub(crate) struct LocalUpdate {
     pub full_step_merit: f64,
 }
 
+/// What the local update reads: the stretches and the iterate's rotations, the step's start
+/// and node, the position step and the full step's positions.
+struct LocalStep<'a> {
+    stretch: &'a [Sym6],
+    rotations: &'a [DQuat],
+    start: &'a [[f64; 3]],
+    node: Node,
+    dx: &'a [[f64; 3]],
+    full: &'a [[f64; 3]],
+}
+
 /// A run of tets from `first`: their linearizations and full-step decompositions.
 struct LocalChunk<'a> {
     first: usize,
@@ -327,45 +338,25 @@ struct LocalChunk<'a> {
 }
 
 /// [`MixedElements::local_update`] on one chunk: its tets' sums.
-fn local_chunk(
-    model: &Model,
-    stretch: &[Sym6],
-    rotations: &[DQuat],
-    at: (&[[f64; 3]], Node),
-    step: (&[[f64; 3]], &[[f64; 3]]),
-    chunk: LocalChunk,
-) -> LocalUpdate {
+fn local_chunk(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
-        return unsafe { local_chunk_avx2(model, stretch, rotations, at, step, chunk) };
+        return unsafe { local_chunk_avx2(model, step, chunk) };
     }
-    local_chunk_portable(model, stretch, rotations, at, step, chunk)
+    local_chunk_portable(model, step, chunk)
 }
 
 /// [`local_chunk_portable`] compiled for AVX2 (the batched polar decompositions' lanes).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn local_chunk_avx2(
-    model: &Model,
-    stretch: &[Sym6],
-    rotations: &[DQuat],
-    at: (&[[f64; 3]], Node),
-    step: (&[[f64; 3]], &[[f64; 3]]),
-    chunk: LocalChunk,
-) -> LocalUpdate {
-    local_chunk_portable(model, stretch, rotations, at, step, chunk)
+fn local_chunk_avx2(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
+    local_chunk_portable(model, step, chunk)
 }
 
 #[inline(always)]
-fn local_chunk_portable(
-    model: &Model,
-    stretch: &[Sym6],
-    rotations: &[DQuat],
-    (start, node): (&[[f64; 3]], Node),
-    (dx, full): (&[[f64; 3]], &[[f64; 3]]),
-    chunk: LocalChunk,
-) -> LocalUpdate {
+fn local_chunk_portable(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
+    let LocalStep { stretch, rotations, start, node, dx, full } = *step;
     let LocalChunk { first: chunk_first, linearized, full_step } = chunk;
     let mut sums = LocalUpdate::default();
     let batches = linearized.chunks_mut(BATCH).zip(full_step.chunks_mut(BATCH));

@@ -257,7 +257,10 @@ pub struct SymmetricDerivatives {
 
 impl Elastic {
     /// The energy density at the symmetric stretch `s`: the same value as
-    /// [`energy`](Self::energy) at any `F` whose signed polar stretch is `s`.
+    /// [`energy`](Self::energy) at any `F` whose signed polar stretch is `s`. Inlined, as
+    /// [`symmetric_derivatives`](Self::symmetric_derivatives) is, into the mixed solver's AVX2
+    /// kernels.
+    #[inline(always)]
     pub fn symmetric_energy(&self, s: &Sym6) -> f64 {
         let (mu, lambda) = self.lame();
         let d = sym_matrix(s) - DMat3::IDENTITY;

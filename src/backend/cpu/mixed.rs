@@ -56,6 +56,8 @@ struct Linearized {
     stretch_of_x: Sym6,
     /// `psi''(s)`, PSD-projected.
     hessian: Mat6,
+    /// `psi(s)`.
+    energy: f64,
     /// `psi'(s)`.
     gradient: Sym6,
     /// `psi'(s(F))`: the tet's stress as the displacement formulation sees it.
@@ -413,7 +415,9 @@ fn merit_term(
 ) -> f64 {
     let moved = add(s, &lin.step, alpha);
     let gap = add(stretch_of_x, &moved, -1.0);
-    weight * (material.symmetric_energy(&moved) - dot(&lin.multiplier, &gap))
+    // At `alpha = 0`, `psi(s)` is the linearization's (the same function, the same bits).
+    let energy = if alpha == 0.0 { lin.energy } else { material.symmetric_energy(&moved) };
+    weight * (energy - dot(&lin.multiplier, &gap))
 }
 
 /// Where the tets are linearized: the iterate, the step's start and the node; and whether
@@ -581,6 +585,7 @@ fn linearize_tet(
         let curvature = (&stretch_curvature(eigen, &rotation, &lin.accepted.map(|m| -m)), projection);
         condensed_blocks(jacobian, &at_s.hessian, curvature, &beta, node.theta, weight, blocks);
         lin.hessian = at_s.hessian;
+        lin.energy = at_s.energy;
         lin.gradient = at_s.gradient;
     }
     // a J^T v for v = psi'(s(F)) and for the condensed residual: combinations of J's rows.

@@ -26,6 +26,12 @@
 //! # }
 //! ```
 
+// `!(a > b)` is how this crate says "not greater, or NaN": the NaN case is the point.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+// The numeric kernels index several arrays by the same loop variables, as the math and
+// their WGSL twins do.
+#![allow(clippy::needless_range_loop)]
+
 pub mod backend;
 mod contact;
 mod damping;

@@ -311,6 +311,97 @@ pub fn smallest_eigenvalue(m: &[Vec<f64>]) -> f64 {
     (0..n).map(|i| a[i][i]).fold(f64::INFINITY, f64::min)
 }
 
+/// Whether the symmetric `m` is positive definite: an `L D L^T` factorization (Cholesky's
+/// without its square roots, one reciprocal per pivot) meets only positive pivots. Inlined,
+/// so that the kernels compiled for AVX2 test their element matrices with AVX2.
+#[inline(always)]
+pub fn is_positive_definite<const N: usize>(m: &[[f64; N]; N]) -> bool {
+    // l[i][j] d_j, and 1 / d_j.
+    let (mut ld, mut inverse) = ([[0.0; N]; N], [0.0; N]);
+    for j in 0..N {
+        let mut pivot = m[j][j];
+        for k in 0..j {
+            pivot -= ld[j][k] * ld[j][k] * inverse[k];
+        }
+        if !(pivot > 0.0) {
+            return false;
+        }
+        inverse[j] = 1.0 / pivot;
+        for i in j + 1..N {
+            let mut s = m[i][j];
+            for k in 0..j {
+                s -= ld[i][k] * ld[j][k] * inverse[k];
+            }
+            ld[i][j] = s;
+        }
+    }
+    true
+}
+
+/// Replaces the negative eigenvalues of the symmetric `m` by their magnitudes (the crate's
+/// PSD projection, see `Projection::Psd`), by cyclic Jacobi sweeps; a positive definite `m`
+/// is left as it is after one factorization test (inlined, the sweeps are not).
+#[inline(always)]
+pub fn make_positive_semidefinite<const N: usize>(m: &mut [[f64; N]; N]) {
+    if !is_positive_definite(m) {
+        project_eigenvalues(m);
+    }
+}
+
+/// [`make_positive_semidefinite`] of a matrix that is not positive definite.
+fn project_eigenvalues<const N: usize>(m: &mut [[f64; N]; N]) {
+    let mut a = *m;
+    let mut v = [[0.0; N]; N];
+    for (i, row) in v.iter_mut().enumerate() {
+        row[i] = 1.0;
+    }
+    let scale = a.iter().flatten().map(|x| x * x).sum::<f64>();
+    for _sweep in 0..50 {
+        let mut off = 0.0;
+        for p in 0..N {
+            for q in p + 1..N {
+                off += a[p][q] * a[p][q];
+            }
+        }
+        if off <= 1e-30 * scale {
+            break;
+        }
+        for p in 0..N {
+            for q in p + 1..N {
+                if a[p][q] == 0.0 {
+                    continue;
+                }
+                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let t = if theta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for k in 0..N {
+                    let (akp, akq) = (a[k][p], a[k][q]);
+                    a[k][p] = c * akp - s * akq;
+                    a[k][q] = s * akp + c * akq;
+                }
+                for k in 0..N {
+                    let (apk, aqk) = (a[p][k], a[q][k]);
+                    a[p][k] = c * apk - s * aqk;
+                    a[q][k] = s * apk + c * aqk;
+                }
+                for row in v.iter_mut() {
+                    let (vp, vq) = (row[p], row[q]);
+                    row[p] = c * vp - s * vq;
+                    row[q] = s * vp + c * vq;
+                }
+            }
+        }
+    }
+    // m = V |diag(a)| V^T.
+    for i in 0..N {
+        for j in 0..N {
+            m[i][j] = (0..N).map(|k| v[i][k] * a[k][k].abs() * v[j][k]).sum();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,96 +536,5 @@ mod tests {
             }
         }
         println!("worst relative error of a squared singular value: {worst:.1e}");
-    }
-}
-
-/// Whether the symmetric `m` is positive definite: an `L D L^T` factorization (Cholesky's
-/// without its square roots, one reciprocal per pivot) meets only positive pivots. Inlined,
-/// so that the kernels compiled for AVX2 test their element matrices with AVX2.
-#[inline(always)]
-pub fn is_positive_definite<const N: usize>(m: &[[f64; N]; N]) -> bool {
-    // l[i][j] d_j, and 1 / d_j.
-    let (mut ld, mut inverse) = ([[0.0; N]; N], [0.0; N]);
-    for j in 0..N {
-        let mut pivot = m[j][j];
-        for k in 0..j {
-            pivot -= ld[j][k] * ld[j][k] * inverse[k];
-        }
-        if !(pivot > 0.0) {
-            return false;
-        }
-        inverse[j] = 1.0 / pivot;
-        for i in j + 1..N {
-            let mut s = m[i][j];
-            for k in 0..j {
-                s -= ld[i][k] * ld[j][k] * inverse[k];
-            }
-            ld[i][j] = s;
-        }
-    }
-    true
-}
-
-/// Replaces the negative eigenvalues of the symmetric `m` by their magnitudes (the crate's
-/// PSD projection, see `Projection::Psd`), by cyclic Jacobi sweeps; a positive definite `m`
-/// is left as it is after one factorization test (inlined, the sweeps are not).
-#[inline(always)]
-pub fn make_positive_semidefinite<const N: usize>(m: &mut [[f64; N]; N]) {
-    if !is_positive_definite(m) {
-        project_eigenvalues(m);
-    }
-}
-
-/// [`make_positive_semidefinite`] of a matrix that is not positive definite.
-fn project_eigenvalues<const N: usize>(m: &mut [[f64; N]; N]) {
-    let mut a = *m;
-    let mut v = [[0.0; N]; N];
-    for (i, row) in v.iter_mut().enumerate() {
-        row[i] = 1.0;
-    }
-    let scale = a.iter().flatten().map(|x| x * x).sum::<f64>();
-    for _sweep in 0..50 {
-        let mut off = 0.0;
-        for p in 0..N {
-            for q in p + 1..N {
-                off += a[p][q] * a[p][q];
-            }
-        }
-        if off <= 1e-30 * scale {
-            break;
-        }
-        for p in 0..N {
-            for q in p + 1..N {
-                if a[p][q] == 0.0 {
-                    continue;
-                }
-                let theta = (a[q][q] - a[p][p]) / (2.0 * a[p][q]);
-                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
-                let t = if theta == 0.0 { 1.0 } else { t };
-                let c = 1.0 / (t * t + 1.0).sqrt();
-                let s = t * c;
-                for k in 0..N {
-                    let (akp, akq) = (a[k][p], a[k][q]);
-                    a[k][p] = c * akp - s * akq;
-                    a[k][q] = s * akp + c * akq;
-                }
-                for k in 0..N {
-                    let (apk, aqk) = (a[p][k], a[q][k]);
-                    a[p][k] = c * apk - s * aqk;
-                    a[q][k] = s * apk + c * aqk;
-                }
-                for row in v.iter_mut() {
-                    let (vp, vq) = (row[p], row[q]);
-                    row[p] = c * vp - s * vq;
-                    row[q] = s * vp + c * vq;
-                }
-            }
-        }
-    }
-    // m = V |diag(a)| V^T.
-    for i in 0..N {
-        for j in 0..N {
-            m[i][j] = (0..N).map(|k| v[i][k] * a[k][k].abs() * v[j][k]).sum();
-        }
     }
 }

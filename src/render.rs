@@ -259,6 +259,7 @@ impl Renderer {
     /// Records a frame into `target` (of `size` pixels): the surface at `positions` (a device
     /// buffer of 3 f32 per vertex, such as `Simulation::gpu_positions`), or at the uploaded
     /// positions when `None`.
+    #[allow(clippy::too_many_arguments)]
     pub fn draw(
         &mut self,
         device: &wgpu::Device,

@@ -8,6 +8,7 @@ pub struct State {
     /// Velocities (m/s), one per vertex.
     pub velocities: Vec<[f64; 3]>,
     /// The state one step earlier, once a step has been taken since the last reset.
+    #[allow(clippy::type_complexity)]
     pub previous: Option<(Vec<[f64; 3]>, Vec<[f64; 3]>)>,
 }
 

@@ -14,7 +14,8 @@ fn scratch_dir(name: &str) -> PathBuf {
 /// The bar written in every format (two of them with tets flipped, as some files store them).
 fn write_all(dir: &Path, mesh: &TetMesh) -> Vec<PathBuf> {
     let (p, t) = (mesh.positions(), mesh.tets());
-    let flipped = |k: usize, tet: &[u32; 4]| if k % 2 == 0 { *tet } else { [tet[0], tet[1], tet[3], tet[2]] };
+    let flipped =
+        |k: usize, tet: &[u32; 4]| if k.is_multiple_of(2) { *tet } else { [tet[0], tet[1], tet[3], tet[2]] };
     let mut gmsh4 = String::from("$MeshFormat\n4.1 0 8\n$EndMeshFormat\n$Nodes\n");
     writeln!(gmsh4, "1 {n} 1 {n}\n3 1 0 {n}", n = p.len()).unwrap();
     for i in 0..p.len() {

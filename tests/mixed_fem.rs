@@ -291,7 +291,7 @@ fn flesh_with_inclusions(linear: lively::LinearSolver) {
     let n = sim.positions().len();
     let jolt: Vec<[f64; 3]> =
         mesh.positions().iter().map(|p| if p[1] == 0.0 { [0.0; 3] } else { [2.0, 0.0, 0.0] }).collect();
-    sim.set_state(&mesh.positions().to_vec(), &jolt).unwrap();
+    sim.set_state(mesh.positions(), &jolt).unwrap();
     assert_eq!(jolt.len(), n);
     let start = sim.energy().total;
     let (mut converged, mut largest_sway) = (0, 0.0f64);

@@ -48,7 +48,7 @@ fn scene(integrator: Integrator, material: Material, gravity: [f64; 3], with_clo
 
 #[test]
 fn rest_shape_has_zero_energy_and_stays_put_for_every_integrator() {
-    for integrator in plain_integrators().iter().cloned() {
+    for integrator in plain_integrators() {
         for (m, material) in MATERIALS.iter().enumerate() {
             let mut sim = scene(integrator.clone(), material(1e5, 0.3), [0.0; 3], true);
             let rest = sim.positions().to_vec();

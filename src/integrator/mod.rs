@@ -95,7 +95,7 @@ impl Integrator {
     }
 
     /// The explicit update, if this is an explicit integrator.
-    pub(crate) fn explicit(&self) -> Option<fn(&StepInput<'_>) -> (Vec<[f64; 3]>, Vec<[f64; 3]>)> {
+    pub(crate) fn explicit(&self) -> Option<fn(&StepInput<'_>) -> Motion> {
         match self {
             Integrator::ForwardEuler => Some(forward_euler::step),
             Integrator::SymplecticEuler => Some(symplectic_euler::step),
@@ -182,13 +182,18 @@ impl Integrator {
     }
 }
 
+/// Positions and velocities, one each per vertex.
+pub(crate) type Motion = (Vec<[f64; 3]>, Vec<[f64; 3]>);
+/// [`Motion`] borrowed.
+pub(crate) type MotionRef<'a> = (&'a [[f64; 3]], &'a [[f64; 3]]);
+
 /// What a scheme may read at the start of a step.
 pub(crate) struct StepInput<'a> {
     pub dt: f64,
     pub positions: &'a [[f64; 3]],
     pub velocities: &'a [[f64; 3]],
     /// The previous step's positions and velocities, if there was one.
-    pub previous: Option<(&'a [[f64; 3]], &'a [[f64; 3]])>,
+    pub previous: Option<MotionRef<'a>>,
     /// `M^-1 f(x_n)`, zero on pinned vertices.
     pub acceleration: &'a [[f64; 3]],
 }

@@ -224,7 +224,7 @@ mod tests {
             for probe in &probes {
                 let p = probe.lo;
                 // The nearest box, skipping every third primitive.
-                let distance = |t: u32| (t % 3 != 0).then(|| boxes[t as usize].distance_squared(p));
+                let distance = |t: u32| (!t.is_multiple_of(3)).then(|| boxes[t as usize].distance_squared(p));
                 let fast = tree.nearest(p, distance).unwrap();
                 let slow = (0..boxes.len() as u32)
                     .filter_map(|t| distance(t).map(|d| (t, d)))

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::{PolygonArrays, TetArrays, TriangleArrays};
 use crate::error::{Error, Result};
 
 /// Whitespace-separated tokens with their line numbers, comments (`#`) removed.
@@ -96,7 +97,7 @@ fn resolve(file: &Path, labels: &[i64], tets: Vec<[i64; 4]>) -> Result<Vec<[u32;
 }
 
 /// Reads tets from any supported file: `(positions, tets)` as stored.
-pub(crate) fn read_tets(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+pub(crate) fn read_tets(path: &Path) -> Result<TetArrays> {
     match extension(path).as_str() {
         "node" | "ele" => {
             let (node, ele) = (path.with_extension("node"), path.with_extension("ele"));
@@ -109,7 +110,7 @@ pub(crate) fn read_tets(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
 
 /// Parses a single-file tet mesh, the format chosen by `path`'s extension (TetGen's two files
 /// go to [`tetgen`]).
-pub(crate) fn parse_tets(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+pub(crate) fn parse_tets(path: &Path, text: &str) -> Result<TetArrays> {
     match extension(path).as_str() {
         "msh" => gmsh(path, text),
         "vtk" => vtk(path, text),
@@ -130,7 +131,7 @@ fn extension(path: &Path) -> String {
     path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase()
 }
 
-fn gmsh(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+fn gmsh(path: &Path, text: &str) -> Result<TetArrays> {
     let mut t = Tokens::new(path, text);
     t.skip_to("$MeshFormat")?;
     let version: f64 = t.parse("the format version")?;
@@ -216,12 +217,7 @@ fn gmsh_nodes(kind: u32) -> Option<usize> {
 }
 
 /// Parses TetGen's `.node` and `.ele` texts.
-pub(crate) fn tetgen(
-    node: &Path,
-    node_text: &str,
-    ele: &Path,
-    ele_text: &str,
-) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+pub(crate) fn tetgen(node: &Path, node_text: &str, ele: &Path, ele_text: &str) -> Result<TetArrays> {
     let (text, mut t) = (node_text, Tokens::new(node, node_text));
     let count: usize = t.parse("the number of vertices")?;
     let dimension: usize = t.parse("the dimension")?;
@@ -231,7 +227,7 @@ pub(crate) fn tetgen(
         return Err(t.error("only 3-D .node files are supported"));
     }
     let (mut labels, mut positions) =
-        (Vec::with_capacity(capacity(count, &text)), Vec::with_capacity(capacity(count, &text)));
+        (Vec::with_capacity(capacity(count, text)), Vec::with_capacity(capacity(count, text)));
     for _ in 0..count {
         labels.push(t.parse("a vertex index")?);
         positions.push(t.point()?);
@@ -246,7 +242,7 @@ pub(crate) fn tetgen(
     if corners != 4 {
         return Err(t.error("only linear (4-node) tets are supported"));
     }
-    let mut tets = Vec::with_capacity(capacity(count, &text));
+    let mut tets = Vec::with_capacity(capacity(count, text));
     for _ in 0..count {
         let _index: i64 = t.parse("a tet index")?;
         tets.push([
@@ -263,7 +259,7 @@ pub(crate) fn tetgen(
     Ok((positions, tets))
 }
 
-fn vtk(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+fn vtk(path: &Path, text: &str) -> Result<TetArrays> {
     let mut t = Tokens::new(path, text);
     if !t.find("POINTS") {
         return Err(t.error("no POINTS section (only ASCII unstructured grids are supported)"));
@@ -297,7 +293,7 @@ fn vtk(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
     Ok((positions, tets))
 }
 
-fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+fn medit(path: &Path, text: &str) -> Result<TetArrays> {
     let mut t = Tokens::new(path, text);
     if !t.find("Vertices") {
         return Err(t.error("no Vertices section"));
@@ -328,7 +324,7 @@ fn medit(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
 }
 
 /// Reads a triangle surface: `(positions, triangles)`; polygons are split into fans.
-pub(crate) fn read_triangles(path: &Path) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]>)> {
+pub(crate) fn read_triangles(path: &Path) -> Result<TriangleArrays> {
     match extension(path).as_str() {
         "obj" | "ply" => parse_triangles(path, &read(path)?),
         _ => Err(unknown_surface_extension(path)),
@@ -340,7 +336,7 @@ fn unknown_surface_extension(path: &Path) -> Error {
 }
 
 /// Parses a triangle surface, the format chosen by `path`'s extension.
-pub(crate) fn parse_triangles(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<[u32; 3]>)> {
+pub(crate) fn parse_triangles(path: &Path, text: &str) -> Result<TriangleArrays> {
     let (positions, polygons) = match extension(path).as_str() {
         "obj" => obj(path, text)?,
         "ply" => ply(path, text)?,
@@ -361,7 +357,7 @@ pub(crate) fn parse_triangles(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>,
     Ok((positions, triangles))
 }
 
-fn obj(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
+fn obj(path: &Path, text: &str) -> Result<PolygonArrays> {
     let (mut positions, mut faces) = (Vec::new(), Vec::new());
     for (n, line) in text.lines().enumerate() {
         let mut parts = line.split_whitespace();
@@ -395,7 +391,7 @@ fn obj(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
     Ok((positions, faces))
 }
 
-fn ply(path: &Path, text: &str) -> Result<(Vec<[f64; 3]>, Vec<Vec<u32>>)> {
+fn ply(path: &Path, text: &str) -> Result<PolygonArrays> {
     let mut lines = text.lines().enumerate();
     let (mut vertices, mut faces, mut vertex_properties) = (0usize, 0usize, 0usize);
     let mut in_vertex = false;

@@ -20,6 +20,13 @@ pub use tet_mesh::{LoadReport, TetMesh};
 pub use tri_mesh::TriMesh;
 pub use write::VtuSeries;
 
+/// A tet mesh as arrays: vertex positions and the tets' vertex indices.
+pub(crate) type TetArrays = (Vec<[f64; 3]>, Vec<[u32; 4]>);
+/// A surface as arrays: vertex positions and the triangles' vertex indices.
+pub(crate) type TriangleArrays = (Vec<[f64; 3]>, Vec<[u32; 3]>);
+/// A surface as read from a polygon file, before triangulation: positions and faces.
+pub(crate) type PolygonArrays = (Vec<[f64; 3]>, Vec<Vec<u32>>);
+
 /// Signed volume of the tetrahedron `(a, b, c, d)`: positive when `d` lies on the side of
 /// `(a, b, c)` that their counter-clockwise normal points to.
 pub(crate) fn signed_volume(a: [f64; 3], b: [f64; 3], c: [f64; 3], d: [f64; 3]) -> f64 {

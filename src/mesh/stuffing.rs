@@ -19,7 +19,7 @@ use glam::DVec3;
 use rayon::prelude::*;
 
 use super::distance::{SurfaceTree, inside, lattice_counts};
-use super::{TriMesh, signed_volume};
+use super::{TetArrays, TriMesh, signed_volume};
 use crate::error::{Error, Result};
 
 /// Warp thresholds, as fractions of the edge, from the paper's uniform-lattice analysis
@@ -135,7 +135,7 @@ enum Side {
 }
 
 /// Tetrahedralizes the inside of a closed surface on a lattice of spacing `h`.
-pub(crate) fn stuff(surface: &TriMesh, h: f64) -> Result<(Vec<[f64; 3]>, Vec<[u32; 4]>)> {
+pub(crate) fn stuff(surface: &TriMesh, h: f64) -> Result<TetArrays> {
     let (lo, hi) = super::tri_mesh::bounds(surface.positions());
     // One cube of margin on every side keeps the lattice's border outside the surface.
     let origin = DVec3::from(lo) - DVec3::splat(h);

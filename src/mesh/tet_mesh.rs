@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::signed_volume;
+use super::{TetArrays, signed_volume};
 use crate::error::{Error, Result};
 
 /// A tetrahedral mesh: rest positions, positively oriented tets and the boundary triangles.
@@ -115,10 +115,7 @@ impl TetMesh {
     }
 
     /// Drops unused vertices, flips negative tets and validates, counting the repairs.
-    fn repaired(
-        source: &std::path::Path,
-        (positions, tets): (Vec<[f64; 3]>, Vec<[u32; 4]>),
-    ) -> Result<(TetMesh, LoadReport)> {
+    fn repaired(source: &std::path::Path, (positions, tets): TetArrays) -> Result<(TetMesh, LoadReport)> {
         let read_vertices = positions.len();
         let (positions, tets) = compact(positions, tets);
         let mut report = LoadReport { flipped: 0, unused_vertices: read_vertices - positions.len() };
@@ -212,7 +209,7 @@ impl TetMesh {
 fn split_cube(cell: [usize; 3], corner: impl Fn(usize) -> u32, positions: &[[f64; 3]]) -> [[u32; 4]; 5] {
     const EVEN: [[usize; 4]; 5] = [[1, 2, 4, 7], [0, 1, 2, 4], [3, 1, 2, 7], [5, 1, 4, 7], [6, 2, 4, 7]];
     const ODD: [[usize; 4]; 5] = [[0, 3, 5, 6], [1, 0, 3, 5], [2, 0, 3, 6], [4, 0, 5, 6], [7, 3, 5, 6]];
-    let split = if (cell[0] + cell[1] + cell[2]) % 2 == 0 { &EVEN } else { &ODD };
+    let split = if (cell[0] + cell[1] + cell[2]).is_multiple_of(2) { &EVEN } else { &ODD };
     split.map(|t| {
         let mut tet = t.map(&corner);
         let p = tet.map(|v| positions[v as usize]);
@@ -239,7 +236,7 @@ fn grid(cells: [usize; 3], origin: [f64; 3], spacing: [f64; 3]) -> Vec<[f64; 3]>
 }
 
 /// Drops vertices no tet uses and renumbers the tets.
-fn compact(positions: Vec<[f64; 3]>, tets: Vec<[u32; 4]>) -> (Vec<[f64; 3]>, Vec<[u32; 4]>) {
+fn compact(positions: Vec<[f64; 3]>, tets: Vec<[u32; 4]>) -> TetArrays {
     let mut index = vec![u32::MAX; positions.len()];
     let mut kept = Vec::new();
     for tet in &tets {

@@ -139,7 +139,7 @@ fn solve(
     let mut stages =
         Recording { inner: CpuBackend::new(model.clone()), pending: Vec::new(), accepted: Vec::new() };
     let nodes = [Node { weight: 1.0, theta: 1.0 }];
-    stages.begin_step(StepProblem::undamped(start, &target, &nodes, 1.0 / 30.0, 1.0));
+    stages.begin_step(StepProblem::undamped(start, target, &nodes, 1.0 / 30.0, 1.0));
     let crate::backend::Start::Known { objective: value, .. } =
         // The lower of the two; the last, the fallback, is never needed here.
         crate::backend::start_from_best_by_stages(&mut stages, &[start, target, start])

@@ -24,6 +24,8 @@ struct Params {
 @group(3) @binding(4) var<storage, read_write> dot_partials: array<vec4<f32>>;
 // A batch of positions evaluated at once, one after another (see line_search.wgsl).
 @group(3) @binding(5) var<storage, read_write> batch: array<f32>;
+// Where the host's last step started (`start_step`), for `retreat`.
+@group(3) @binding(6) var<storage, read_write> x_start: array<f32>;
 
 // gradient = -rhs: the linearization's gradient again, bit for bit, after another pass has
 // used its buffer (the state's potential, read with a step's last linearization).
@@ -53,6 +55,27 @@ fn save(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
     let index = slot * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
         x_saved[index] = x[index];
+    }
+}
+
+// x_saved = x_start = x: a step the host takes starts here (`offset` takes it).
+@compute @workgroup_size(WORKGROUP)
+fn start_step(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        x_saved[index] = x[index];
+        x_start[index] = x[index];
+    }
+}
+
+// x = x_start + alpha (x - x_start): back toward where the host's last step started.
+@compute @workgroup_size(WORKGROUP)
+fn retreat(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    if (index < 3u * params.vertex_count) {
+        x[index] = x_start[index] + params.alpha * (x[index] - x_start[index]);
     }
 }
 

@@ -76,6 +76,8 @@ pub struct Linearization {
     /// position is rounded, `eps sum_v |x_v| (|inertia_v| + |gravity_v| + sum |corner forces|)`.
     /// Decreases predicted below this are noise.
     pub noise_floor: f64,
+    /// How precisely `|grad G|` is known: the backend's epsilon times `force_scale` (N).
+    pub gradient_floor: f64,
     /// Where the iterate is the last iterate plus its whole Newton direction `d`, solved to
     /// the residual `r = -grad G_prev - H d`: `|grad G + r|`, the part of the gradient the
     /// linear model did not predict (N). `None` where the backend does not know it.
@@ -437,6 +439,10 @@ pub trait Stages: Send {
     fn preferred_batch(&self) -> usize;
     /// `x += alpha d`.
     fn advance(&mut self, alpha: f64);
+    /// `x = x0 + fraction (x - x0)`, `x0` the iterate before the last [`advance`](Self::advance):
+    /// 0 takes that step back, 1/2 halves it (again and again, each time from `x0`). A new
+    /// direction solved since does not change where it goes.
+    fn retreat(&mut self, fraction: f64);
     /// Total potential energy `E(x)` (elastic, springs, gravity, collider penalties, handles).
     fn potential(&mut self, x: &[[f64; 3]]) -> f64;
     /// The potential `E` and the step's damping pseudo-potential (as
@@ -601,6 +607,7 @@ mod tests {
             gradient_norm,
             force_scale: 1e4,
             noise_floor: 0.0,
+            gradient_floor: 0.0,
             model_error,
         };
         let forcing = forcing_term(1e-2, 1e-6, 1e4);

@@ -15,6 +15,13 @@ const MAX_STEP: f64 = 1e3;
 /// After a step that changed `G` only at round-off, the factor by which the gradient norm
 /// must fall for Newton to go on (a smaller fall is noise; see `minimize`).
 const ROUND_OFF_PROGRESS: f64 = 0.8;
+/// A gradient above this many times its own noise (`Linearization::gradient_floor`) is not
+/// at its noise: where a flat step from such a gradient raised it, the step is halved rather
+/// than taken back. An f32 GPU's solves end at 5-25 times that floor (the stacked cubes of
+/// `tests/self_collision.rs`).
+const GRADIENT_NOISE_MARGIN: f64 = 100.0;
+/// The shortest part of a flat step that halving tries before taking the step back.
+const SHORTEST_FLAT_STEP: f64 = 0.125;
 /// The relative residual of a budgeted solve: below what CG reaches in a real-time budget
 /// (and near the f32 resolution of a GPU solve), so that the budget is what stops it.
 const BUDGET_TOLERANCE: f64 = 1e-6;
@@ -87,7 +94,11 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
     // LIVELY_TRACE=1 prints every iteration to stderr (README: diagnosing convergence).
     let trace = std::env::var_os("LIVELY_TRACE").is_some();
     let mut previous_gradient = f64::INFINITY;
-    let mut after_round_off = false;
+    // The part of a flat step (one that changed `G` only at round-off) the iterate is at,
+    // until the gradient there has been checked.
+    let mut flat_step: Option<f64> = None;
+    // `G` where the flat step started.
+    let mut flat_start_value = f64::NAN;
     // The line search's first batch, evaluated ahead with the direction; a projected direction
     // also gets the first extrapolation (alpha = 2), which usually ends it.
     let first_batch = line_search::first_batch(stages.preferred_batch());
@@ -139,15 +150,30 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         if report.iterations >= settings.max_iterations {
             break;
         }
-        if after_round_off && gradient_norm >= previous_gradient {
+        if let Some(part) = flat_step.filter(|_| gradient_norm >= previous_gradient) {
+            if previous_gradient > GRADIENT_NOISE_MARGIN * status.gradient_floor && part > SHORTEST_FLAT_STEP
+            {
+                // The gradient the step started from was far above its own noise: the solve
+                // was not done, and the step overshot a nonlinearity (a contact) too small
+                // for G to show. Half of it.
+                if trace {
+                    eprintln!("flat step {part} raised |g| to {gradient_norm:.3e}: halved");
+                }
+                stages.retreat(0.5);
+                flat_step = Some(0.5 * part);
+                full_step_from = None;
+                // `G` there is within its noise of `G` where the flat step started.
+                value = flat_start_value;
+                continue;
+            }
             // The flat step did not reduce the gradient either: it was noise. Take it back
-            // (the direction is still the one it was taken along) and stop at round-off.
-            stages.advance(-1.0);
+            // and stop at round-off.
+            stages.retreat(0.0);
             report.gradient_norm = previous_gradient;
             report.round_off = true;
             break;
         }
-        if after_round_off && gradient_norm > ROUND_OFF_PROGRESS * previous_gradient {
+        if flat_step.take().is_some() && gradient_norm > ROUND_OFF_PROGRESS * previous_gradient {
             // The flat step lowered the gradient, but by less than Newton ever does above the
             // noise floor (quadratically, or ~0.55 per iteration on projected Hessians): keep
             // it and stop. On an f32 GPU this saves the iterations that chased the noise.
@@ -242,14 +268,14 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             Step::Accepted { alpha, value: next } => {
                 stages.advance(alpha);
                 value = next;
-                after_round_off = false;
                 full_step_from = (alpha == 1.0).then_some(gradient_norm);
                 likely_converged = aimed_below && alpha == 1.0;
             }
             Step::RoundOff { value: next } => {
                 stages.advance(1.0);
+                flat_start_value = value;
                 value = next;
-                after_round_off = true;
+                flat_step = Some(1.0);
                 full_step_from = Some(gradient_norm);
                 likely_converged = aimed_below;
             }

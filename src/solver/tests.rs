@@ -86,6 +86,10 @@ impl Stages for Recording {
         self.pending.clear();
         self.inner.advance(alpha)
     }
+    fn retreat(&mut self, fraction: f64) {
+        self.pending.clear();
+        self.inner.retreat(fraction)
+    }
     fn potential(&mut self, x: &[[f64; 3]]) -> f64 {
         self.inner.potential(x)
     }

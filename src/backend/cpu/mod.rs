@@ -50,6 +50,8 @@ pub struct CpuBackend {
     x: Vec<[f64; 3]>,
     gradient: Vec<[f64; 3]>,
     direction: Vec<[f64; 3]>,
+    /// The iterate before the last `advance` (for `retreat`).
+    step_start: Vec<[f64; 3]>,
     scratch: Vec<[f64; 3]>,
     corner_gradients: Vec<[f64; 3]>,
     element_blocks: Vec<[f64; 9]>,
@@ -127,6 +129,7 @@ impl CpuBackend {
             x: vec![[0.0; 3]; n],
             gradient: vec![[0.0; 3]; n],
             direction: vec![[0.0; 3]; n],
+            step_start: vec![[0.0; 3]; n],
             scratch: vec![[0.0; 3]; n],
             corner_gradients: vec![[0.0; 3]; corners],
             element_blocks: vec![[0.0; 9]; element_blocks],
@@ -422,6 +425,7 @@ impl CpuBackend {
             gradient_norm: squared.sqrt(),
             force_scale,
             noise_floor: f64::EPSILON * magnitude,
+            gradient_floor: f64::EPSILON * force_scale,
             model_error,
         }
     }
@@ -916,6 +920,7 @@ impl Stages for CpuBackend {
     }
 
     fn advance(&mut self, alpha: f64) {
+        self.step_start.clone_from(&self.x);
         if self.model.contact.is_projection() {
             let mut next = std::mem::take(&mut self.scratch);
             self.trial(alpha, &mut next);
@@ -929,6 +934,15 @@ impl Stages for CpuBackend {
             Some((evaluated, hessian)) if evaluated == alpha => Some(hessian),
             _ => None,
         };
+    }
+
+    fn retreat(&mut self, fraction: f64) {
+        for (x, start) in self.x.iter_mut().zip(&self.step_start) {
+            *x = std::array::from_fn(|i| start[i] + fraction * (x[i] - start[i]));
+        }
+        self.full_step = false;
+        self.evaluated = None;
+        self.ahead = None;
     }
 
     fn start_competes(&self) -> bool {

@@ -368,7 +368,7 @@ impl GpuBackend {
     }
 
     fn vector(&mut self, entry: &'static str, alpha: f64) -> Result<()> {
-        if entry == "offset" || entry == "advance" {
+        if entry == "offset" || entry == "advance" || entry == "retreat" {
             self.iterate_read = None;
         }
         self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, entry, alpha)
@@ -646,6 +646,7 @@ impl GpuBackend {
             force_scale: sums[2],
             // The device works in f32: its objective is known to f32 resolution.
             noise_floor: f32::EPSILON as f64 * sums[3],
+            gradient_floor: f32::EPSILON as f64 * sums[2],
             model_error: None,
         }
     }
@@ -1931,9 +1932,15 @@ impl Stages for GpuBackend {
     fn advance(&mut self, alpha: f64) {
         self.step_bound = None;
         let result = self
-            .vector("save", 0.0)
+            .vector("start_step", 0.0)
             .and_then(|()| self.vector("offset", alpha))
             .and_then(|()| self.record_projection("stop_at_contact"));
+        self.settle(result, ());
+    }
+
+    fn retreat(&mut self, fraction: f64) {
+        self.step_bound = None;
+        let result = self.vector("retreat", fraction);
         self.settle(result, ());
     }
 

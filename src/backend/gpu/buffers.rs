@@ -198,7 +198,7 @@ impl GpuBuffers {
         );
         w.set("element_blocks", c.scratch::<f32>("element_blocks", super::element::block_floats(nt, ns)));
         w.set("energy_partials", c.scratch::<f32>("energy_partials", BATCH * energy_partials));
-        for name in ["gradient", "rhs", "direction", "x_saved", "r", "z", "ap"] {
+        for name in ["gradient", "rhs", "direction", "x_saved", "x_start", "r", "z", "ap"] {
             w.set(name, vector(name));
         }
         w.set("inverse_diagonal", vector("inverse_diagonal"));

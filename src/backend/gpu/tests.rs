@@ -183,6 +183,76 @@ fn vertex_terms_and_damping_match_the_cpu_backend() {
 }
 
 #[test]
+fn a_retreat_goes_back_along_the_step_taken_on_both_engines() {
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::{DirectionRequest, LinearSolver, Stages};
+    let Some(context) = context() else { return };
+    // A step taken, then a new direction solved where it ended (Newton checks the gradient
+    // there before it decides to go back): on each engine a retreat must follow the step
+    // taken, not the new direction, to the CPU's formula `x0 + fraction (x - x0)` of the
+    // positions it read.
+    let model = sagging_bar();
+    let rest = model.rest.clone();
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let x: Vec<[f64; 3]> = rest
+        .iter()
+        .enumerate()
+        .map(|(v, p)| {
+            let free = !model.pinned[v];
+            std::array::from_fn(|i| p[i] + if free { rng.random_range(-1e-3..1e-3) } else { 0.0 })
+        })
+        .collect();
+    let target: Vec<[f64; 3]> = rest.iter().map(|p| [p[0], p[1] - 0.01, p[2]]).collect();
+    let request = DirectionRequest {
+        projection: Projection::Psd,
+        solve: true,
+        solver: LinearSolver::Pcg,
+        gradient_tolerance: 1e-9,
+        relative_tolerance: Some(1e-4),
+        max_iterations: 1000,
+        candidates: &[],
+        likely_converged: false,
+        previous_gradient_norm: None,
+    };
+    let mut cpu = CpuBackend::new(model.clone());
+    let mut gpu = super::GpuBackend::new(context, model.clone()).unwrap();
+    for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
+        backend.begin_step(crate::objective::StepProblem::undamped(&rest, &target, &NODES, H, 1.0));
+        backend.set_iterate(&x);
+        backend.newton_direction(&request);
+        backend.advance(0.8);
+        let mut stepped = vec![[0.0; 3]; x.len()];
+        backend.read_iterate(&mut stepped);
+        backend.newton_direction(&request);
+        let mut read = |fraction| {
+            backend.retreat(fraction);
+            let mut out = vec![[0.0; 3]; x.len()];
+            backend.read_iterate(&mut out);
+            out
+        };
+        let (half, quarter, back) = (read(0.5), read(0.5), read(0.0));
+        let moved = worst_gap(&stepped, &x);
+        assert!(moved > 1e-4, "the step must move the iterate ({moved:e} m)");
+        let expected = |fraction: f64| -> Vec<[f64; 3]> {
+            x.iter()
+                .zip(&stepped)
+                .map(|(a, b)| std::array::from_fn(|i| a[i] + fraction * (b[i] - a[i])))
+                .collect()
+        };
+        // f32 positions on the GPU (displacements from rest): 1e-7 of the step.
+        for (got, fraction) in [(&half, 0.5), (&quarter, 0.25), (&back, 0.0)] {
+            let gap = worst_gap(got, &expected(fraction));
+            assert!(gap <= 1e-4 * moved, "retreat to {fraction}: off by {gap:e} m (step {moved:e} m)");
+        }
+    }
+}
+
+/// The largest coordinate difference of two position sets.
+fn worst_gap(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
+    a.iter().zip(b).flat_map(|(p, q)| (0..3).map(move |i| (p[i] - q[i]).abs())).fold(0.0, f64::max)
+}
+
+#[test]
 fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     use crate::backend::{DirectionRequest, LinearSolver, Stages, forcing_term};
     let Some(context) = context() else { return };

@@ -72,8 +72,9 @@ impl WgVector {
     }
 
     /// Records entry point `entry` with `alpha`: `gradient_from_rhs` (g = -rhs),
-    /// `use_gradient` (direction = -g), `save` (x_saved = x), `offset` (x = x_saved + alpha
-    /// direction), `advance` (both), `scale` (direction *= alpha) or `dots` (partials of g.d,
+    /// `use_gradient` (direction = -g), `save` (x_saved = x), `start_step` (x_saved = x_start =
+    /// x), `offset` (x = x_saved + alpha direction), `advance` (save and offset), `retreat` (x =
+    /// x_start + alpha (x - x_start)), `scale` (direction *= alpha) or `dots` (partials of g.d,
     /// d.d, g.g).
     pub fn queue(
         &self,

@@ -74,16 +74,25 @@ fn apply_factor(global: &mut GlobalSolve, r: &[[f64; 3]], z: &mut [[f64; 3]]) ->
 
 /// Vertices per work item: large enough that fork-join overhead stays small next to the work.
 const CHUNK: usize = 512;
-/// Bodies below this many vertices run each pass on one core: waking the second for half of
-/// a pass costs more than the half (637 vertices: 60 -> 49 us per CG iteration). Above it,
-/// chunks of `CHUNK` let the woken core join as soon as it is up (2025 vertices in two chunks
-/// of 1024: 13 % slower than four of 512).
-const PARALLEL_VERTICES: usize = 1024;
+/// Bodies below this many vertices run each pass on one core. Above it, up to `2 CHUNK`
+/// vertices, a pass is split in two halves, and beyond, in chunks of `CHUNK` that let a late
+/// core join as soon as it is up (2025 vertices in two chunks of 1024: 13 % slower than four
+/// of 512). Since a step keeps the pool's workers polling (`sim::with_workers_awake`), the
+/// second core costs no wake-up, and halves pay from a few hundred vertices on: the 637-vertex
+/// bar's Newton iteration 2.23 -> 2.03 ms, its mixed-FEM iteration 3.54 -> 3.37 ms (2-core VM,
+/// in turns), where before the polling workers one core was faster (60 -> 49 us a CG iteration).
+const PARALLEL_VERTICES: usize = 128;
 
 /// The chunk length for `n` vertices (a function of `n` alone, so that the reductions' order,
 /// and the result's bits, do not depend on the thread count).
 fn chunk_length(n: usize) -> usize {
-    if n < PARALLEL_VERTICES { n.max(1) } else { CHUNK }
+    if n < PARALLEL_VERTICES {
+        n.max(1)
+    } else if n < 2 * CHUNK {
+        n.div_ceil(2)
+    } else {
+        CHUNK
+    }
 }
 
 /// Work vectors, kept between solves.

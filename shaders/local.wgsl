@@ -30,7 +30,7 @@ fn tet(e: u32) -> f32 {
         let cw = node(q);
         let h = displacement_gradient(t, cw.y);
         let slot = q * params.tet_count + e;
-        let rotation = closest_rotation(h, rotations[slot]);
+        let rotation = closest_rotation(h, rotations[slot], params.one_rotation_step == 1u);
         rotations[slot] = rotation;
         let c = corotated_at(h, rotation_minus_identity(rotation), mu, lambda);
         energy += cw.x * t.volume * c.psi;

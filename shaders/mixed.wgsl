@@ -582,7 +582,7 @@ fn begin(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
     let t = load_tet(e);
     // At x_start: theta = 0 takes the start positions.
     let h = displacement_gradient(t, 0.0);
-    let q = closest_rotation(h, vec4<f32>(0.0, 0.0, 0.0, 1.0));
+    let q = closest_rotation(h, vec4<f32>(0.0, 0.0, 0.0, 1.0), false);
     mixed_rotations[e] = q;
     store_stretch(e, sym_coordinates(stretch_of(h, q)));
 }
@@ -597,7 +597,7 @@ fn linearize(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
     let m = lame(tet_material[e]);
     let cw = node(0u);
     let h = displacement_gradient(t, cw.y);
-    let q = closest_rotation(h, mixed_rotations[e]);
+    let q = closest_rotation(h, mixed_rotations[e], false);
     mixed_rotations[e] = q;
     let dm_x = stretch_of(h, q);
     let jacobian = stretch_jacobian(t, q, dm_x, cw.y);
@@ -796,7 +796,7 @@ fn merit(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
         let m = lame(tet_material[e]);
         let cw = node(0u);
         let h = displacement_gradient(t, cw.y);
-        let d_x = sym_coordinates(stretch_of(h, closest_rotation(h, mixed_rotations[e])));
+        let d_x = sym_coordinates(stretch_of(h, closest_rotation(h, mixed_rotations[e], false)));
         let d = load_stretch(e);
         let step = load6(STEP, e);
         let multiplier = load6(MULTIPLIER, e);

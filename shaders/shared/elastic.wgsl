@@ -18,7 +18,7 @@ fn rotation_lambda(m: Lame) -> f32 {
 }
 
 fn corotated(h: mat3x3<f32>, m: Lame) -> Corotated {
-    let q = closest_rotation(h, vec4<f32>(0.0, 0.0, 0.0, 1.0));
+    let q = closest_rotation(h, vec4<f32>(0.0, 0.0, 0.0, 1.0), false);
     return corotated_at(h, rotation_minus_identity(q), m.mu, rotation_lambda(m));
 }
 
@@ -79,7 +79,7 @@ fn prepare_tangent(h: mat3x3<f32>, m: Lame, project: bool) -> Tangent {
         // The polar rotation's derivative: (tr S I - S) w = axial(R^T dF - dF^T R), dR = R [w]x,
         // with S = R^T F = I + sym(D); unless tr S I - S is near singular (a flat or
         // half-inverted element), which the eigensystem handles.
-        let rmi = rotation_minus_identity(closest_rotation(h, vec4<f32>(0.0, 0.0, 0.0, 1.0)));
+        let rmi = rotation_minus_identity(closest_rotation(h, vec4<f32>(0.0, 0.0, 0.0, 1.0), false));
         let d = rotated_strain(rmi, h);
         let trace = d[0].x + d[1].y + d[2].z;
         let a = (2.0 + trace) * identity3() - (d + transpose(d)) * 0.5;

@@ -42,10 +42,11 @@ fn quaternion_of(r: mat3x3<f32>) -> vec4<f32> {
     return vec4<f32>((r[2].x + r[0].z) / s, (r[2].y + r[1].z) / s, 0.25 * s, (r[0].y - r[1].x) / s);
 }
 
-// The rotation closest to F = I + h, from `warm` (twin of material::closest_rotation): with
+// The rotation closest to F = I + h, from `warm` (twin of material::closest_rotation_by): with
 // D = R^T F - I, the Newton step on SO(3) solves (tr(R^T F) I - sym(R^T F)) w = axial(D - D^T);
-// where that matrix is not definite the signed SVD answers.
-fn closest_rotation(h: mat3x3<f32>, warm: vec4<f32>) -> vec4<f32> {
+// where that matrix is not definite the signed SVD answers. With `one_step`, the rotation after
+// one Newton step (material::RotationSearch::OneStep).
+fn closest_rotation(h: mat3x3<f32>, warm: vec4<f32>, one_step: bool) -> vec4<f32> {
     let f = h + mat3x3<f32>(vec3<f32>(1.0, 0.0, 0.0), vec3<f32>(0.0, 1.0, 0.0), vec3<f32>(0.0, 0.0, 1.0));
     let scale = max(max(max(abs(f[0].x), abs(f[0].y)), max(abs(f[0].z), abs(f[1].x))),
         max(max(abs(f[1].y), abs(f[1].z)), max(max(abs(f[2].x), abs(f[2].y)), abs(f[2].z))));
@@ -74,7 +75,7 @@ fn closest_rotation(h: mat3x3<f32>, warm: vec4<f32>) -> vec4<f32> {
             cxz * axial.x + cyz * axial.y + c.z * axial.z,
         ) / det;
         q = normalize(quaternion_product(q, vec4<f32>(0.5 * step, 1.0)));
-        if (dot(step, step) < ROTATION_CONVERGED * ROTATION_CONVERGED) {
+        if (one_step || dot(step, step) < ROTATION_CONVERGED * ROTATION_CONVERGED) {
             return q;
         }
     }

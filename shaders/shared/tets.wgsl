@@ -27,6 +27,9 @@ struct Params {
     vertex_count: u32,
     partial_count: u32,
     members: u32,
+    // 1: the local stage's closest rotations take one Newton step (a local/global local step
+    // before a solve's last; material::RotationSearch::OneStep); 0: they converge.
+    one_rotation_step: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

@@ -12,6 +12,7 @@
 
 use glam::{DMat3, DVec3};
 
+use super::projective::{RotationSearch, closest_rotation_by};
 use super::stable_neo_hookean::{stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
 use super::{CORNER_PAIRS, MaterialModel, Projection};
 use crate::math::lanes::{Lanes, Mat3s, mat_lane, set_mat_lane};
@@ -150,7 +151,10 @@ impl Elastic {
     /// the same values as [`energy`](Self::energy), [`stress`](Self::stress) and
     /// [`stress_derivative`](Self::stress_derivative). `rotation` is the warm start of
     /// corotated's and ARAP's closest rotation (the element's rotation at its last
-    /// evaluation; the identity will do) and receives the new one; other models leave it. The
+    /// evaluation; the identity will do) and receives the new one; other models leave it.
+    /// `search` says how far that rotation goes: with [`RotationSearch::OneStep`] the energy
+    /// and stress are the projective form's at the rotation reached (a local/global local
+    /// step's), and a tangent, which needs the closest rotation, converges it anyway. The
     /// tangent, when asked, is written into the given matrix (by reference: it is 648 bytes,
     /// and moving it out of here cost an element pass a twentieth of its time).
     #[inline]
@@ -158,6 +162,7 @@ impl Elastic {
         &self,
         f: &DMat3,
         rotation: &mut glam::DQuat,
+        search: RotationSearch,
         stress: bool,
         tangent: Option<(Projection, &mut Mat9)>,
     ) -> (f64, Option<DMat3>) {
@@ -178,7 +183,8 @@ impl Elastic {
         if matches!(self.model, MaterialModel::Corotated | MaterialModel::Arap)
             && projection != Some(Projection::Psd)
         {
-            let (q, r) = super::closest_rotation(f, *rotation);
+            let search = if tangent.is_some() { RotationSearch::Converged } else { search };
+            let (q, r) = closest_rotation_by(f, *rotation, search);
             *rotation = q;
             let exact = match tangent.as_deref_mut() {
                 Some(k) => self.corotated_tangent(f, &r, k),

@@ -9,7 +9,7 @@ pub(crate) mod stable_neo_hookean;
 pub mod stretch;
 
 pub use isotropic::Elastic;
-pub use projective::closest_rotation;
+pub use projective::{RotationSearch, closest_rotation};
 pub(crate) use spring::SpringLaw;
 
 use crate::error::{Error, Result};

@@ -23,14 +23,35 @@ const MAX_ROTATION_ITERATIONS: usize = 8;
 /// A Newton step on SO(3) below this angle leaves an error near its square: f64 round-off.
 const ROTATION_CONVERGED: f64 = 1e-9;
 
+/// How far a closest-rotation search goes from its warm start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotationSearch {
+    /// To f64 round-off: energies and stresses are the model's own.
+    Converged,
+    /// One Newton step (the signed SVD where the step cannot be taken). A local/global local
+    /// step needs only to lower `|F - R|`, not to minimize it: from the last iteration's
+    /// rotation, one step leaves an angle near the square of what it moved (1e-6 and below
+    /// in the benchmark's bar), and the next local step goes on from there. The iteration's
+    /// fixed point is the same, and the objective still never rises (each half of the
+    /// iteration lowers it). A solve's first local step converges (its rotations move the
+    /// most, and its start is the last solve's, whatever that solve's nodes were), and so
+    /// does its last, whose energy and forces are the state's.
+    OneStep,
+}
+
 /// The rotation `R` that maximizes `tr(R^T F)` (the closest rotation to `F`, with the
 /// signed-SVD convention for inverted `F`), by Newton's method on SO(3) from `warm`. Returns
 /// the rotation as a quaternion (the next warm start) and a matrix. One lane of the
 /// lane-parallel `closest_rotations`.
 pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
+    closest_rotation_by(f, warm, RotationSearch::Converged)
+}
+
+/// [`closest_rotation`] as far as `search` goes.
+pub fn closest_rotation_by(f: &DMat3, warm: DQuat, search: RotationSearch) -> (DQuat, DMat3) {
     let mut lanes = [[Lanes::splat(0.0); 3]; 3];
     set_mat_lane(&mut lanes, 0, f);
-    let ([q], r) = closest_rotations(&lanes, [warm]);
+    let ([q], r) = closest_rotations(&lanes, [warm], search);
     (q, mat_lane(&r, 0))
 }
 
@@ -43,7 +64,11 @@ pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
 /// step `H^-1 a` converges quadratically; where it is not (a cold start far away, or a flat,
 /// half-inverted element) the signed SVD gives the answer directly.
 #[inline(always)]
-pub fn closest_rotations<const N: usize>(f: &Mat3s<N>, warm: [DQuat; N]) -> ([DQuat; N], Mat3s<N>) {
+pub fn closest_rotations<const N: usize>(
+    f: &Mat3s<N>,
+    warm: [DQuat; N],
+    search: RotationSearch,
+) -> ([DQuat; N], Mat3s<N>) {
     // Sylvester's criterion is scaled to |F|, so that a near-singular H counts as not definite.
     let mut scale = Lanes::splat(f64::MIN_POSITIVE);
     for x in f.iter().flatten() {
@@ -60,7 +85,11 @@ pub fn closest_rotations<const N: usize>(f: &Mat3s<N>, warm: [DQuat; N]) -> ([DQ
     // Lanes still iterating, and lanes that need the SVD.
     let mut active = [true; N];
     let mut failed = [false; N];
-    for _ in 0..MAX_ROTATION_ITERATIONS {
+    let iterations = match search {
+        RotationSearch::Converged => MAX_ROTATION_ITERATIONS,
+        RotationSearch::OneStep => 1,
+    };
+    for _ in 0..iterations {
         // A = R^T F: a[j][i] = column i of R . column j of F.
         let a = mat3s(|j, i| lanes::dot(&r[i], &f[j]));
         let axial = [a[1][2] - a[2][1], a[2][0] - a[0][2], a[0][1] - a[1][0]];
@@ -105,7 +134,8 @@ pub fn closest_rotations<const N: usize>(f: &Mat3s<N>, warm: [DQuat; N]) -> ([DQ
     }
     let mut out = [DQuat::IDENTITY; N];
     for l in 0..N {
-        if failed[l] || active[l] {
+        // A lane still moving after all its iterations takes the SVD, unless one step was asked.
+        if failed[l] || (active[l] && search == RotationSearch::Converged) {
             let (u, _, v) = crate::math::signed_svd(&mat_lane(f, l));
             let rotation = u * v.transpose();
             set_mat_lane(&mut r, l, &rotation);

@@ -13,7 +13,7 @@
 use glam::{DMat3, DQuat, DVec3};
 
 use super::isotropic::{cofactor, outer};
-use super::projective::closest_rotations;
+use super::projective::{RotationSearch, closest_rotations};
 use super::{Elastic, MaterialModel, Projection};
 use crate::math::lanes::{Lanes, mat_lane, set_mat_lane};
 
@@ -234,7 +234,7 @@ pub fn signed_polars<const N: usize>(f: &[DMat3; N], warm: &mut [DQuat; N]) -> [
     for l in 0..N {
         set_mat_lane(&mut lanes, l, &f[l]);
     }
-    let (rotations, r) = closest_rotations(&lanes, *warm);
+    let (rotations, r) = closest_rotations(&lanes, *warm, RotationSearch::Converged);
     *warm = rotations;
     let mut out = [([0.0; 6], DMat3::IDENTITY); N];
     for l in 0..N {

@@ -145,12 +145,24 @@ fn corotated_closed_form_agrees_with_the_eigensystem() {
             m.eigensystem_tangent(&u, s, &v, Projection::None, &mut k_eig);
             let mut rotation = glam::DQuat::IDENTITY;
             let mut k = [[0.0; 9]; 9];
-            let (energy, stress) = m.evaluate(&f, &mut rotation, true, Some((Projection::None, &mut k)));
+            let (energy, stress) = m.evaluate(
+                &f,
+                &mut rotation,
+                RotationSearch::Converged,
+                true,
+                Some((Projection::None, &mut k)),
+            );
             // Warm-started from the rotation it returned (and from a nearby one), the same values.
             for warm in [rotation, rotation * glam::DQuat::from_rotation_y(0.2)] {
                 let mut warm = warm;
                 let mut kw = [[0.0; 9]; 9];
-                let (e, p) = m.evaluate(&f, &mut warm, true, Some((Projection::None, &mut kw)));
+                let (e, p) = m.evaluate(
+                    &f,
+                    &mut warm,
+                    RotationSearch::Converged,
+                    true,
+                    Some((Projection::None, &mut kw)),
+                );
                 assert!(
                     (e - energy).abs() <= 1e-12 * (1.0 + energy.abs()),
                     "{model:?}: warm energy {e} vs {energy}"

@@ -8,7 +8,9 @@ use glam::{DMat3, DQuat, DVec3};
 use rayon::prelude::*;
 
 use crate::backend::topology::upper;
-use crate::material::projective::{closest_rotations, corotated_hessian_lanes, projective_lanes};
+use crate::material::projective::{
+    RotationSearch, closest_rotations, corotated_hessian_lanes, projective_lanes,
+};
 use crate::material::stable_neo_hookean::{stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
 use crate::material::{CORNER_PAIRS, MaterialModel, Projection};
 use crate::math::Mat9;
@@ -68,12 +70,14 @@ pub(crate) fn point(x: &[[f64; 3]], start: &[[f64; 3]], v: u32, theta: f64) -> D
     DVec3::from(x[v as usize]) * theta + DVec3::from(start[v as usize]) * (1.0 - theta)
 }
 
-/// Where the tets are evaluated: positions, start and quadrature nodes.
+/// Where the tets are evaluated: positions, start and quadrature nodes; and how far the
+/// rotation-based models' closest rotations go.
 #[derive(Clone, Copy)]
 struct At<'a> {
     x: &'a [[f64; 3]],
     start: &'a [[f64; 3]],
     nodes: &'a [Node],
+    search: RotationSearch,
 }
 
 /// Energy of tet `e`, accumulating `c theta grad` into `gradient` and
@@ -87,7 +91,7 @@ fn tet(
     mut gradient: Option<&mut [[f64; 3]]>,
     mut blocks: Option<(&mut [[f64; 9]], Projection)>,
 ) -> f64 {
-    let At { x, start, nodes } = *at;
+    let At { x, start, nodes, search } = *at;
     let tet = model.tets[e];
     let rest = &model.tet_rest[e];
     let material = &model.tet_material[e];
@@ -102,7 +106,7 @@ fn tet(
         let direct = projection.and_then(|p| material.tet_hessian(&f, &beta, p));
         let mut k: Option<Mat9> = projection.filter(|_| direct.is_none()).map(|_| [[0.0; 9]; 9]);
         let tangent = projection.zip(k.as_mut());
-        let (psi, stress) = material.evaluate(&f, rotation, gradient.is_some(), tangent);
+        let (psi, stress) = material.evaluate(&f, rotation, search, gradient.is_some(), tangent);
         energy += node.weight * rest.volume * psi;
         if let (Some(g), Some(stress)) = (gradient.as_deref_mut(), stress) {
             let p = stress * (node.weight * node.theta * rest.volume);
@@ -371,7 +375,7 @@ fn lane_tets_avx2(model: &Model, at: &At, batch: Batch) -> f64 {
 #[inline(always)]
 fn lane_tets_portable(model: &Model, at: &At, batch: Batch) -> f64 {
     let Batch { first, kind, rotations, mut gradient, mut blocks } = batch;
-    let At { x, start, nodes } = *at;
+    let At { x, start, nodes, search } = *at;
     let k = nodes.len();
     // Loops rather than closures over the lanes: a closure the compiler does not inline is
     // compiled without AVX2.
@@ -408,7 +412,9 @@ fn lane_tets_portable(model: &Model, at: &At, batch: Batch) -> f64 {
             for (l, w) in warm.iter_mut().enumerate() {
                 *w = rotations[k * l + q];
             }
-            let (warm, r) = closest_rotations(&f, warm);
+            // A Hessian needs the closest rotation itself (as `Elastic::evaluate`).
+            let search = if blocks.is_some() { RotationSearch::Converged } else { search };
+            let (warm, r) = closest_rotations(&f, warm, search);
             for (l, w) in warm.into_iter().enumerate() {
                 rotations[k * l + q] = w;
             }
@@ -484,7 +490,8 @@ pub(crate) fn energy(
     let warm = warm.filter(|w| w.nodes == k && w.values.len() == k * model.tets.len());
     energy_pass(model.tets.len(), |range| {
         let mut rotations = chunk_rotations(warm.map(|w| &w.values[..]), range.clone(), k);
-        tets(model, range, &At { x, start, nodes }, &mut rotations, None, None)
+        let at = At { x, start, nodes, search: RotationSearch::Converged };
+        tets(model, range, &at, &mut rotations, None, None)
     }) + spring_energy(model, x, start, nodes)
 }
 
@@ -497,9 +504,9 @@ pub(crate) fn spring_energy(model: &Model, x: &[[f64; 3]], start: &[[f64; 3]], n
 
 /// Element energies plus corner gradients (slots as in `Topology`) and, when `projection` is
 /// given, Hessian blocks (not touched otherwise, and may be empty). Output slots are
-/// overwritten. The
-/// rotation-based models start from `rotations` and leave theirs there (or start from the
-/// identity without).
+/// overwritten. The rotation-based models start from `rotations` and leave theirs there (or
+/// start from the identity without), searched as far as `search` says (to convergence where
+/// Hessian blocks are asked for).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn derivatives(
     model: &Model,
@@ -508,6 +515,7 @@ pub(crate) fn derivatives(
     nodes: &[Node],
     projection: Option<Projection>,
     rotations: Option<&mut Rotations>,
+    search: RotationSearch,
     corner_gradients: &mut [[f64; 3]],
     element_blocks: &mut [[f64; 9]],
 ) -> f64 {
@@ -518,7 +526,7 @@ pub(crate) fn derivatives(
         if projection.is_some() { element_blocks.split_at_mut(10 * nt) } else { (&mut [][..], &mut [][..]) };
     let rotations = rotations.map(|r| r.at_nodes(nt, k));
     derivative_pass(nt, 4, tet_gradients, tet_blocks, k, rotations, |range, g, h, r| {
-        tets(model, range, &At { x, start, nodes }, r, Some(g), projection.map(|p| (h, p)))
+        tets(model, range, &At { x, start, nodes, search }, r, Some(g), projection.map(|p| (h, p)))
     }) + spring_derivatives(model, x, start, nodes, projection, spring_gradients, spring_blocks)
 }
 
@@ -557,8 +565,9 @@ mod tests {
     /// The lane kernel is [`tet`] lane by lane: on a bar whose materials repeat five
     /// corotated, four ARAP, five stable neo-Hookean and one StVK tet (so runs of four of each
     /// lane model alternate with single tets), at a
-    /// random deformation that inverts some tets, from cold and from warm rotations, the
-    /// energies, corner gradients and rotations equal the one-tet-at-a-time evaluation.
+    /// random deformation that inverts some tets, from cold and from warm rotations, searched
+    /// to convergence and by one step, the energies, corner gradients and rotations equal the
+    /// one-tet-at-a-time evaluation.
     #[test]
     fn lanes_match_one_tet_at_a_time() {
         let mut rng = ChaCha8Rng::seed_from_u64(31);
@@ -585,8 +594,13 @@ mod tests {
         assert!(inverted > 0, "the deformation inverts no tet");
         let nodes = [Node { weight: 0.5, theta: 0.5 }, Node { weight: 0.5, theta: 1.0 }];
         let nt = model.tets.len();
-        let mut rotations = Rotations::default();
-        for warm in [false, true] {
+        for (search, warm) in [
+            (RotationSearch::Converged, false),
+            (RotationSearch::Converged, true),
+            (RotationSearch::OneStep, false),
+            (RotationSearch::OneStep, true),
+        ] {
+            let mut rotations = Rotations::default();
             if warm {
                 // Warm starts near, not at, the answers.
                 derivatives(
@@ -596,14 +610,24 @@ mod tests {
                     &nodes,
                     None,
                     Some(&mut rotations),
+                    RotationSearch::Converged,
                     &mut vec![[0.0; 3]; 4 * nt],
                     &mut [],
                 );
             }
             let before = rotations.at_nodes(nt, nodes.len()).to_vec();
             let mut gradients = vec![[0.0; 3]; 4 * nt];
-            let energy =
-                derivatives(&model, &x, &start, &nodes, None, Some(&mut rotations), &mut gradients, &mut []);
+            let energy = derivatives(
+                &model,
+                &x,
+                &start,
+                &nodes,
+                None,
+                Some(&mut rotations),
+                search,
+                &mut gradients,
+                &mut [],
+            );
             let lane_rotations = rotations.at_nodes(nt, nodes.len()).to_vec();
             let lane_energy = super::energy(
                 &model,
@@ -616,8 +640,8 @@ mod tests {
             for e in 0..nt {
                 let mut r = before[2 * e..2 * e + 2].to_vec();
                 let mut g = [[0.0; 3]; 4];
-                let psi =
-                    tet(&model, e, &At { x: &x, start: &start, nodes: &nodes }, &mut r, Some(&mut g), None);
+                let at = At { x: &x, start: &start, nodes: &nodes, search };
+                let psi = tet(&model, e, &at, &mut r, Some(&mut g), None);
                 expected += psi;
                 for ga in g {
                     scale = scale.max(DVec3::from(ga).abs().max_element());
@@ -626,7 +650,7 @@ mod tests {
                     let gap = (DVec3::from(g[a]) - DVec3::from(gradients[4 * e + a])).abs().max_element();
                     assert!(
                         gap <= 1e-13 * scale.max(1e-300),
-                        "tet {e} corner {a}: gradient off by {gap:e} (warm {warm})"
+                        "tet {e} corner {a}: gradient off by {gap:e} ({search:?}, warm {warm})"
                     );
                 }
                 for (q, (one, lane)) in r.iter().zip(&lane_rotations[2 * e..2 * e + 2]).enumerate() {
@@ -636,10 +660,12 @@ mod tests {
                     );
                 }
             }
-            for value in [energy, lane_energy] {
+            // `energy` converges the rotations whatever the derivatives' search.
+            let converged = search == RotationSearch::Converged;
+            for value in [energy].into_iter().chain(converged.then_some(lane_energy)) {
                 assert!(
                     (value - expected).abs() <= 1e-13 * expected.abs(),
-                    "energy {value} against {expected} (warm {warm})"
+                    "energy {value} against {expected} ({search:?}, warm {warm})"
                 );
             }
             assert_hessians_match(&model, &x, &start, &nodes, &before);
@@ -666,13 +692,15 @@ mod tests {
             nodes,
             Some(Projection::None),
             Some(&mut rotations),
+            RotationSearch::Converged,
             &mut gradients,
             &mut blocks,
         );
         for e in 0..nt {
             let mut r = warm[k * e..k * (e + 1)].to_vec();
             let mut h = [[0.0; 9]; 10];
-            tet(model, e, &At { x, start, nodes }, &mut r, None, Some((&mut h, Projection::None)));
+            let at = At { x, start, nodes, search: RotationSearch::Converged };
+            tet(model, e, &at, &mut r, None, Some((&mut h, Projection::None)));
             let scale = h.iter().flatten().fold(0.0_f64, |m, v| m.max(v.abs()));
             for (b, (one, lane)) in h.iter().zip(&blocks[10 * e..10 * (e + 1)]).enumerate() {
                 let gap = one.iter().zip(lane).fold(0.0_f64, |m, (p, q)| m.max((p - q).abs()));

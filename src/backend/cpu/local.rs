@@ -5,20 +5,23 @@
 //! Springs are Hooke springs, whose gradient is already the projective one.
 
 use super::element::{self, Rotations};
+use crate::material::RotationSearch;
 use crate::model::Model;
 use crate::objective::Node;
 
 /// The projective energy of every element at the nodes and its corner gradients (slots as in
 /// `Topology`), updating the rotations. Returns the energy. For the models local/global takes
 /// (corotated and ARAP tets, Hooke springs) this is the element stage's gradient pass: their
-/// energies are evaluated through the closest rotation, warm-started from `rotations`.
+/// energies are evaluated through the closest rotation, warm-started from `rotations` and
+/// searched as far as `search` says (one Newton step for all but a solve's last local step).
 pub(crate) fn forces(
     model: &Model,
     x: &[[f64; 3]],
     start: &[[f64; 3]],
     nodes: &[Node],
     rotations: &mut Rotations,
+    search: RotationSearch,
     corner_gradients: &mut [[f64; 3]],
 ) -> f64 {
-    element::derivatives(model, x, start, nodes, None, Some(rotations), corner_gradients, &mut [])
+    element::derivatives(model, x, start, nodes, None, Some(rotations), search, corner_gradients, &mut [])
 }

@@ -20,7 +20,7 @@ use super::{
     Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, LocalGlobalReport,
     LocalGlobalRequest, MixedDirection, Stages,
 };
-use crate::material::Projection;
+use crate::material::{Projection, RotationSearch};
 use crate::model::Model;
 use crate::objective::{Node, StepProblem};
 
@@ -227,6 +227,7 @@ impl CpuBackend {
             &Node::POTENTIAL,
             None,
             Some(&mut self.state_rotations),
+            RotationSearch::Converged,
             &mut self.state_corners,
             &mut self.element_blocks,
         );
@@ -259,6 +260,7 @@ impl CpuBackend {
             &self.nodes,
             hessian,
             Some(&mut self.rotations),
+            RotationSearch::Converged,
             &mut self.corner_gradients,
             &mut self.element_blocks,
         )
@@ -505,6 +507,7 @@ impl Stages for CpuBackend {
                 &Node::POTENTIAL,
                 Some(Projection::Psd),
                 None,
+                RotationSearch::Converged,
                 &mut self.corner_gradients,
                 &mut self.element_blocks,
             );
@@ -606,15 +609,21 @@ impl Stages for CpuBackend {
             return report;
         }
         loop {
-            // The local step's energies are the elements' part of G (the projections are
-            // exact), so the objective at every iterate comes with its gradient.
+            // A solve's first and last local steps converge the projections: their energies
+            // are the elements' part of G, which comes with its gradient. The steps between
+            // take one Newton step on each rotation (`RotationSearch::OneStep`): their
+            // energies are the projective objective there, within the square of the
+            // rotations' error of G's.
             let started = std::time::Instant::now();
+            let ends = report.iterations == 0 || report.iterations == request.iterations;
+            let search = if ends { RotationSearch::Converged } else { RotationSearch::OneStep };
             let elements = local::forces(
                 &self.model,
                 &self.x,
                 &self.start,
                 &self.nodes,
                 &mut self.rotations,
+                search,
                 &mut self.corner_gradients,
             );
             report.gradient_norm =

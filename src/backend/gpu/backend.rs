@@ -26,7 +26,7 @@ use crate::backend::{
     LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, Start, projective,
 };
 use crate::error::{Error, Result};
-use crate::material::Projection;
+use crate::material::{Projection, RotationSearch};
 use crate::model::Model;
 use crate::objective::{Node, StepProblem};
 
@@ -1232,12 +1232,18 @@ impl GpuBackend {
         Ok(results[..extra.len()].to_vec())
     }
 
-    /// Records the local step at the iterate (the tets' projections and forces, the springs'
-    /// forces) and the gather of `grad G` and `rhs = -grad G`; stages the element energies and
-    /// the gather's partials (`G` and `|grad G|` at the iterate) when `stage`.
-    fn record_local(&mut self, nodes: &[Node], stage: bool) -> Result<Option<(Staged, Staged)>> {
+    /// Records the local step at the iterate (the tets' projections, searched as far as
+    /// `search` says, and forces; the springs' forces) and the gather of `grad G` and
+    /// `rhs = -grad G`; stages the element energies and the gather's partials (`G` and
+    /// `|grad G|` at the iterate) when `stage`.
+    fn record_local(
+        &mut self,
+        nodes: &[Node],
+        search: RotationSearch,
+        stage: bool,
+    ) -> Result<Option<(Staged, Staged)>> {
         let (c, rec) = (&self.context, &mut self.recording);
-        self.stages.local.queue(c, rec, &self.groups.local, &self.groups.element, nodes)?;
+        self.stages.local.queue(c, rec, &self.groups.local, &self.groups.element, nodes, search)?;
         if self.buffers.spring_count > 0 {
             let (element, groups) = (&self.stages.element, &self.groups.element);
             element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Gradient, true)?;
@@ -1434,12 +1440,15 @@ impl GpuBackend {
             if tally.statuses.len() == STATUS_BATCH || tally.energies.len() + 1 == MAX_BATCH {
                 self.read_tally(&mut tally, &[])?;
             }
-            let stage = k == 0 || k == request.iterations || request.record_objectives;
-            if let Some(pair) = self.record_local(&nodes, stage)? {
+            let last_step = k == request.iterations;
+            let stage = k == 0 || last_step || request.record_objectives;
+            let search =
+                if k == 0 || last_step { RotationSearch::Converged } else { RotationSearch::OneStep };
+            if let Some(pair) = self.record_local(&nodes, search, stage)? {
                 tally.energies.push(pair);
                 last = Some(pair.1);
             }
-            if k == request.iterations {
+            if last_step {
                 break;
             }
             if contact {

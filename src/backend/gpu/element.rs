@@ -35,6 +35,9 @@ pub struct ElementParams {
     pub vertex_count: u32,
     pub partial_count: u32,
     pub members: u32,
+    /// 1 where the local stage's closest rotations take one Newton step
+    /// ([`RotationSearch::OneStep`](crate::material::RotationSearch)), 0 where they converge.
+    pub one_rotation_step: u32,
 }
 
 const ANY_MATERIAL: u32 = 6;
@@ -116,6 +119,7 @@ impl ElementGroups {
             vertex_count: self.vertex_count,
             partial_count: self.partial_count,
             members: 1,
+            one_rotation_step: 0,
         })
     }
 
@@ -343,6 +347,7 @@ mod tests {
     use crate::backend::cpu::tests::mixed_model;
     use crate::backend::gpu::Positions;
     use crate::backend::gpu::test_support::{NODES, Rig, context, random_state, worst};
+    use crate::material::RotationSearch;
     use crate::material::{Material, Projection};
     use crate::objective::Node;
 
@@ -387,6 +392,7 @@ mod tests {
                 &NODES,
                 Some(projection),
                 None,
+                RotationSearch::Converged,
                 &mut cpu_gradients,
                 &mut cpu_blocks,
             );

@@ -5,10 +5,11 @@
 
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
-use super::element::ElementGroups;
+use super::element::{ElementGroups, ElementParams};
 use super::recording::Recording;
 use super::stage::{Bound, WORKGROUP, WgStage};
 use crate::error::Result;
+use crate::material::RotationSearch;
 use crate::objective::Node;
 
 /// The local stage's pipeline.
@@ -38,7 +39,7 @@ impl WgLocal {
     }
 
     /// Records the local step at the iterate for the tets, run by run as the element stage
-    /// splits them (`elements`).
+    /// splits them (`elements`), its closest rotations searched as far as `search` says.
     pub fn queue(
         &self,
         context: &GpuContext,
@@ -46,9 +47,12 @@ impl WgLocal {
         groups: &LocalGroups,
         elements: &ElementGroups,
         nodes: &[Node],
+        search: RotationSearch,
     ) -> Result<()> {
         let bound = &groups.iterate;
         for params in elements.tet_runs(nodes)? {
+            let params =
+                ElementParams { one_rotation_step: (search == RotationSearch::OneStep).into(), ..params };
             let offset = recording.params(context, &params)?;
             let workgroups = params.count.div_ceil(WORKGROUP);
             recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, bound, workgroups);
@@ -64,12 +68,13 @@ mod tests {
     use crate::backend::cpu::local;
     use crate::backend::gpu::element::WgElement;
     use crate::backend::gpu::test_support::{NODES, Rig, context, random_state, worst};
-    use crate::material::Material;
+    use crate::material::{Material, RotationSearch};
     use crate::mesh::TetMesh;
     use crate::model::Model;
 
     /// On random states of a corotated and an ARAP body, one and two nodes, a cold start and
-    /// then a warm one: the same energy, corner gradients and rotations as the CPU twin.
+    /// then warm ones, rotations converged and taken one Newton step: the same energy, corner
+    /// gradients and rotations as the CPU twin.
     #[test]
     fn local_stage_matches_its_cpu_twin() {
         let Some(context) = context() else { return };
@@ -82,12 +87,38 @@ mod tests {
             let elements = rig.stages.element.bind(&rig.context, &rig.rec, &model, &rig.buffers).unwrap();
             let groups = rig.stages.local.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
             let mut rotations = crate::backend::cpu::element::Rotations::default();
-            for (round, nodes) in [&NODES[..1], &NODES[..1], &NODES[..], &NODES[..]].into_iter().enumerate() {
+            let (one, two) = (&NODES[..1], &NODES[..]);
+            let (converged, one_step) = (RotationSearch::Converged, RotationSearch::OneStep);
+            // As in a solve, a step's search goes on from a converged one's rotations at the same
+            // nodes (the CPU starts from the identity where the node count changes, the device
+            // from the last rotations it kept there: a converged search ends at one rotation
+            // from either).
+            let rounds = [(one, converged), (one, one_step), (two, converged), (two, one_step)];
+            for (round, (nodes, search)) in rounds.into_iter().enumerate() {
                 let (x, start) = random_state(&model, 60 + (2 * k + round) as u64);
                 let mut cpu_corners = vec![[0.0; 3]; 4 * model.tets.len()];
-                let cpu_energy = local::forces(&model, &x, &start, nodes, &mut rotations, &mut cpu_corners);
+                let mut exact = rotations.clone();
+                let cpu_energy =
+                    local::forces(&model, &x, &start, nodes, &mut rotations, search, &mut cpu_corners);
+                if search == one_step {
+                    // The round's one step leaves the rotations short of the closest ones.
+                    local::forces(&model, &x, &start, nodes, &mut exact, converged, &mut cpu_corners.clone());
+                    let short = exact
+                        .node_major()
+                        .iter()
+                        .zip(rotations.node_major())
+                        .map(|(a, b)| a.dot(b).abs().min(1.0).acos())
+                        .fold(0.0_f64, f64::max);
+                    assert!(
+                        short > 1e-6,
+                        "material {k} round {round}: one step converged ({short:e} rad off)"
+                    );
+                }
                 rig.write_positions(&x, &start, &start);
-                rig.stages.local.queue(&rig.context, &mut rig.rec, &groups, &elements, nodes).unwrap();
+                rig.stages
+                    .local
+                    .queue(&rig.context, &mut rig.rec, &groups, &elements, nodes, search)
+                    .unwrap();
                 let staged = WgElement::stage_energy(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
                 let energy = WgElement::energy(&rig.rec.read(&rig.context, &[staged]).unwrap()[0]);
                 let (corners, _) = WgElement::read_outputs(&rig.context, &mut rig.rec, &rig.buffers).unwrap();

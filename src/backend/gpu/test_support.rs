@@ -14,7 +14,7 @@ use super::recording::Recording;
 use super::{GpuContext, WgStages};
 use crate::backend::cpu::element;
 use crate::backend::cpu::tests::mixed_model;
-use crate::material::{Material, Projection};
+use crate::material::{Material, Projection, RotationSearch};
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -93,7 +93,18 @@ pub(crate) fn reference(
     let target: Vec<[f64; 3]> = start.iter().map(|p| [p[0] + 0.01, p[1] - 0.02, p[2]]).collect();
     let mut corners = vec![[0.0; 3]; 4 * model.tets.len() + 2 * model.springs.len()];
     let mut element_blocks = vec![[0.0; 9]; 10 * model.tets.len() + 3 * model.springs.len()];
-    element::derivatives(model, x, start, &NODES, Some(projection), None, &mut corners, &mut element_blocks);
+    let search = RotationSearch::Converged;
+    element::derivatives(
+        model,
+        x,
+        start,
+        &NODES,
+        Some(projection),
+        None,
+        search,
+        &mut corners,
+        &mut element_blocks,
+    );
     let anchors = crate::backend::topology::Anchors::default();
     let terms = gather::VertexTerms {
         model,

@@ -357,24 +357,46 @@ struct Batch<'a> {
 /// corner gradients and Hessian blocks (and the rotation-based models' closest rotations)
 /// computed together.
 fn lane_tets(model: &Model, at: &At, batch: Batch) -> f64 {
+    // One compiled kernel per model and output: all in one, the Hessian's temporaries spilled
+    // the gradient pass's registers too.
+    let rotation = batch.kind == LaneModel::Rotation;
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
-        return unsafe { lane_tets_avx2(model, at, batch) };
+        return unsafe {
+            match (rotation, batch.blocks.is_some()) {
+                (true, false) => lane_tets_avx2::<true, false>(model, at, batch),
+                (true, true) => lane_tets_avx2::<true, true>(model, at, batch),
+                (false, false) => lane_tets_avx2::<false, false>(model, at, batch),
+                (false, true) => lane_tets_avx2::<false, true>(model, at, batch),
+            }
+        };
     }
-    lane_tets_portable(model, at, batch)
+    match (rotation, batch.blocks.is_some()) {
+        (true, false) => lane_tets_portable::<true, false>(model, at, batch),
+        (true, true) => lane_tets_portable::<true, true>(model, at, batch),
+        (false, false) => lane_tets_portable::<false, false>(model, at, batch),
+        (false, true) => lane_tets_portable::<false, true>(model, at, batch),
+    }
 }
 
 /// [`lane_tets_portable`] compiled for AVX2: four f64 lanes per instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn lane_tets_avx2(model: &Model, at: &At, batch: Batch) -> f64 {
-    lane_tets_portable(model, at, batch)
+fn lane_tets_avx2<const ROTATION: bool, const HESSIAN: bool>(model: &Model, at: &At, batch: Batch) -> f64 {
+    lane_tets_portable::<ROTATION, HESSIAN>(model, at, batch)
 }
 
+/// The lane kernel for rotation-based tets (`ROTATION`) or stable neo-Hookean ones, with
+/// Hessian blocks (`HESSIAN`, which `batch` then has room for) or without.
 #[inline(always)]
-fn lane_tets_portable(model: &Model, at: &At, batch: Batch) -> f64 {
-    let Batch { first, kind, rotations, mut gradient, mut blocks } = batch;
+fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
+    model: &Model,
+    at: &At,
+    batch: Batch,
+) -> f64 {
+    let Batch { first, kind: _, rotations, mut gradient, blocks } = batch;
+    let mut blocks = blocks.filter(|_| HESSIAN);
     let At { x, start, nodes, search } = *at;
     let k = nodes.len();
     // Loops rather than closures over the lanes: a closure the compiler does not inline is
@@ -407,27 +429,24 @@ fn lane_tets_portable(model: &Model, at: &At, batch: Batch) -> f64 {
         });
         let corners = [beta[0], beta[1], beta[2]];
         // If/else rather than closures, as above.
-        let (psi, stress, hessian) = if kind == LaneModel::Rotation {
+        let (psi, stress, hessian) = if ROTATION {
             let mut warm = [DQuat::IDENTITY; LANES];
             for (l, w) in warm.iter_mut().enumerate() {
                 *w = rotations[k * l + q];
             }
             // A Hessian needs the closest rotation itself (as `Elastic::evaluate`).
-            let search = if blocks.is_some() { RotationSearch::Converged } else { search };
+            let search = if HESSIAN { RotationSearch::Converged } else { search };
             let (warm, r) = closest_rotations(&f, warm, search);
             for (l, w) in warm.into_iter().enumerate() {
                 rotations[k * l + q] = w;
             }
             let (psi, stress) = projective_lanes(mu, lambda, &f, &r);
-            let hessian = if blocks.is_some() {
-                Some(corotated_hessian_lanes(mu, lambda, &f, &r, &corners))
-            } else {
-                None
-            };
+            let hessian =
+                if HESSIAN { Some(corotated_hessian_lanes(mu, lambda, &f, &r, &corners)) } else { None };
             (psi, stress, hessian)
         } else {
             let (psi, stress) = stable_neo_hookean_lanes(mu, lambda, &f);
-            let hessian = if blocks.is_some() {
+            let hessian = if HESSIAN {
                 Some(([true; LANES], stable_neo_hookean_hessian_lanes(mu, lambda, &f, &corners)))
             } else {
                 None

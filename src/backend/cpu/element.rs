@@ -416,10 +416,16 @@ fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
     let mut energy = zero;
     for (q, node) in nodes.iter().enumerate() {
         let mut z = [[zero; 3]; 4];
+        // At theta = 1 (backward Euler's node) the corners are the iterate's, bit for bit.
+        let at_end = node.theta == 1.0;
         for l in 0..LANES {
             for (a, &v) in model.tets[first + l].iter().enumerate() {
                 for c in 0..3 {
-                    z[a][c].0[l] = x[v as usize][c] * node.theta + start[v as usize][c] * (1.0 - node.theta);
+                    z[a][c].0[l] = if at_end {
+                        x[v as usize][c]
+                    } else {
+                        x[v as usize][c] * node.theta + start[v as usize][c] * (1.0 - node.theta)
+                    };
                 }
             }
         }

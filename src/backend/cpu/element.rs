@@ -2,6 +2,7 @@
 //! step objective's quadrature nodes. One invocation per element; no element writes outside
 //! its own slots, so the pass is embarrassingly parallel and its sums deterministic.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use glam::{DMat3, DQuat, DVec3};
@@ -70,14 +71,27 @@ pub(crate) fn point(x: &[[f64; 3]], start: &[[f64; 3]], v: u32, theta: f64) -> D
     DVec3::from(x[v as usize]) * theta + DVec3::from(start[v as usize]) * (1.0 - theta)
 }
 
-/// Where the tets are evaluated: positions, start and quadrature nodes; and how far the
-/// rotation-based models' closest rotations go.
+/// Where the tets are evaluated: the positions at each quadrature node (see
+/// [`node_positions`]) and the nodes; and how far the rotation-based models' closest
+/// rotations go.
 #[derive(Clone, Copy)]
 struct At<'a> {
-    x: &'a [[f64; 3]],
-    start: &'a [[f64; 3]],
+    positions: &'a [Cow<'a, [[f64; 3]]>],
     nodes: &'a [Node],
     search: RotationSearch,
+}
+
+/// Every vertex's position at each node, `theta x + (1 - theta) start` (the iterate itself at
+/// theta = 1, which is the same bits): made once a pass rather than at each of a vertex's
+/// corners.
+fn node_positions<'a>(x: &'a [[f64; 3]], start: &[[f64; 3]], nodes: &[Node]) -> Vec<Cow<'a, [[f64; 3]]>> {
+    nodes
+        .iter()
+        .map(|node| match node.theta {
+            1.0 => Cow::Borrowed(x),
+            theta => Cow::Owned((0..x.len() as u32).map(|v| point(x, start, v, theta).into()).collect()),
+        })
+        .collect()
 }
 
 /// Energy of tet `e`, accumulating `c theta grad` into `gradient` and
@@ -91,14 +105,14 @@ fn tet(
     mut gradient: Option<&mut [[f64; 3]]>,
     mut blocks: Option<(&mut [[f64; 9]], Projection)>,
 ) -> f64 {
-    let At { x, start, nodes, search } = *at;
+    let At { positions, nodes, search } = *at;
     let tet = model.tets[e];
     let rest = &model.tet_rest[e];
     let material = &model.tet_material[e];
     let beta = rest.shape_gradients.map(DVec3::from);
     let mut energy = 0.0;
-    for (node, rotation) in nodes.iter().zip(rotations) {
-        let z = tet.map(|v| point(x, start, v, node.theta));
+    for ((node, positions), rotation) in nodes.iter().zip(positions).zip(rotations) {
+        let z = tet.map(|v| DVec3::from(positions[v as usize]));
         let f = deformation_gradient(&z, &beta);
         // One evaluation per node: the rotation-based models share one SVD among the three.
         // The Hessian blocks come in closed form where the model has one, else from dP/dF.
@@ -397,7 +411,7 @@ fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
 ) -> f64 {
     let Batch { first, kind: _, rotations, mut gradient, blocks } = batch;
     let mut blocks = blocks.filter(|_| HESSIAN);
-    let At { x, start, nodes, search } = *at;
+    let At { positions, nodes, search } = *at;
     let k = nodes.len();
     // Loops rather than closures over the lanes: a closure the compiler does not inline is
     // compiled without AVX2.
@@ -416,16 +430,11 @@ fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
     let mut energy = zero;
     for (q, node) in nodes.iter().enumerate() {
         let mut z = [[zero; 3]; 4];
-        // At theta = 1 (backward Euler's node) the corners are the iterate's, bit for bit.
-        let at_end = node.theta == 1.0;
+        let positions = &positions[q];
         for l in 0..LANES {
             for (a, &v) in model.tets[first + l].iter().enumerate() {
                 for c in 0..3 {
-                    z[a][c].0[l] = if at_end {
-                        x[v as usize][c]
-                    } else {
-                        x[v as usize][c] * node.theta + start[v as usize][c] * (1.0 - node.theta)
-                    };
+                    z[a][c].0[l] = positions[v as usize][c];
                 }
             }
         }
@@ -513,9 +522,10 @@ pub(crate) fn energy(
 ) -> f64 {
     let k = nodes.len();
     let warm = warm.filter(|w| w.nodes == k && w.values.len() == k * model.tets.len());
+    let positions = node_positions(x, start, nodes);
     energy_pass(model.tets.len(), |range| {
         let mut rotations = chunk_rotations(warm.map(|w| &w.values[..]), range.clone(), k);
-        let at = At { x, start, nodes, search: RotationSearch::Converged };
+        let at = At { positions: &positions, nodes, search: RotationSearch::Converged };
         tets(model, range, &at, &mut rotations, None, None)
     }) + spring_energy(model, x, start, nodes)
 }
@@ -550,8 +560,10 @@ pub(crate) fn derivatives(
     let (tet_blocks, spring_blocks) =
         if projection.is_some() { element_blocks.split_at_mut(10 * nt) } else { (&mut [][..], &mut [][..]) };
     let rotations = rotations.map(|r| r.at_nodes(nt, k));
+    let positions = node_positions(x, start, nodes);
     derivative_pass(nt, 4, tet_gradients, tet_blocks, k, rotations, |range, g, h, r| {
-        tets(model, range, &At { x, start, nodes, search }, r, Some(g), projection.map(|p| (h, p)))
+        let at = At { positions: &positions, nodes, search };
+        tets(model, range, &at, r, Some(g), projection.map(|p| (h, p)))
     }) + spring_derivatives(model, x, start, nodes, projection, spring_gradients, spring_blocks)
 }
 
@@ -662,10 +674,11 @@ mod tests {
                 Some(&Rotations { nodes: 2, values: before.clone() }),
             );
             let (mut expected, mut scale) = (0.0, 0.0_f64);
+            let positions = node_positions(&x, &start, &nodes);
             for e in 0..nt {
                 let mut r = before[2 * e..2 * e + 2].to_vec();
                 let mut g = [[0.0; 3]; 4];
-                let at = At { x: &x, start: &start, nodes: &nodes, search };
+                let at = At { positions: &positions, nodes: &nodes, search };
                 let psi = tet(&model, e, &at, &mut r, Some(&mut g), None);
                 expected += psi;
                 for ga in g {
@@ -709,6 +722,7 @@ mod tests {
         let (nt, k) = (model.tets.len(), nodes.len());
         let mut rotations = Rotations { nodes: k, values: warm.to_vec() };
         let mut blocks = vec![[0.0; 9]; 10 * nt];
+        let positions = node_positions(x, start, nodes);
         let mut gradients = vec![[0.0; 3]; 4 * nt];
         derivatives(
             model,
@@ -724,7 +738,7 @@ mod tests {
         for e in 0..nt {
             let mut r = warm[k * e..k * (e + 1)].to_vec();
             let mut h = [[0.0; 9]; 10];
-            let at = At { x, start, nodes, search: RotationSearch::Converged };
+            let at = At { positions: &positions, nodes, search: RotationSearch::Converged };
             tet(model, e, &at, &mut r, None, Some((&mut h, Projection::None)));
             let scale = h.iter().flatten().fold(0.0_f64, |m, v| m.max(v.abs()));
             for (b, (one, lane)) in h.iter().zip(&blocks[10 * e..10 * (e + 1)]).enumerate() {

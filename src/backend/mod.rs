@@ -16,7 +16,7 @@ pub mod gpu;
 pub(crate) mod projective;
 pub(crate) mod topology;
 
-use crate::material::Projection;
+use crate::material::{Projection, RotationSearch};
 use crate::objective::StepProblem;
 
 /// A spring of `stiffness` (N/m) from a vertex to a point the application moves.
@@ -221,6 +221,17 @@ pub struct LocalGlobalRequest {
     pub linear_tolerance: f64,
     /// Iteration cap of an iterative global solve.
     pub max_linear_iterations: usize,
+}
+
+impl LocalGlobalRequest {
+    /// How far local step `k` (0 at the start, `iterations` at the end) searches its closest
+    /// rotations: the first converges (its rotations move the most, and its warm start is the
+    /// last solve's, which the CPU resets and a GPU keeps where the node count changed), and so
+    /// does the last, whose energy and forces are the state's; those between take one Newton
+    /// step (`RotationSearch::OneStep`).
+    pub fn rotation_search(&self, k: usize) -> RotationSearch {
+        if k == 0 || k == self.iterations { RotationSearch::Converged } else { RotationSearch::OneStep }
+    }
 }
 
 /// What one local/global solve did.

@@ -33,9 +33,7 @@ pub enum RotationSearch {
     /// rotation, one step leaves an angle near the square of what it moved (1e-6 and below
     /// in the benchmark's bar), and the next local step goes on from there. The iteration's
     /// fixed point is the same, and the objective still never rises (each half of the
-    /// iteration lowers it). A solve's first local step converges (its rotations move the
-    /// most, and its start is the last solve's, whatever that solve's nodes were), and so
-    /// does its last, whose energy and forces are the state's.
+    /// iteration lowers it). Which local steps take it: `LocalGlobalRequest::rotation_search`.
     OneStep,
 }
 

@@ -13,7 +13,7 @@ use crate::objective::Node;
 /// `Topology`), updating the rotations. Returns the energy. For the models local/global takes
 /// (corotated and ARAP tets, Hooke springs) this is the element stage's gradient pass: their
 /// energies are evaluated through the closest rotation, warm-started from `rotations` and
-/// searched as far as `search` says (one Newton step for all but a solve's last local step).
+/// searched as far as `search` says (`LocalGlobalRequest::rotation_search`).
 pub(crate) fn forces(
     model: &Model,
     x: &[[f64; 3]],

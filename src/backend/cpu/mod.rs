@@ -611,12 +611,10 @@ impl Stages for CpuBackend {
         loop {
             // A solve's first and last local steps converge the projections: their energies
             // are the elements' part of G, which comes with its gradient. The steps between
-            // take one Newton step on each rotation (`RotationSearch::OneStep`): their
-            // energies are the projective objective there, within the square of the
-            // rotations' error of G's.
+            // take one Newton step on each rotation (`rotation_search`): their energies are the
+            // projective objective there, within the square of the rotations' error of G's.
             let started = std::time::Instant::now();
-            let ends = report.iterations == 0 || report.iterations == request.iterations;
-            let search = if ends { RotationSearch::Converged } else { RotationSearch::OneStep };
+            let search = request.rotation_search(report.iterations);
             let elements = local::forces(
                 &self.model,
                 &self.x,

@@ -1442,9 +1442,7 @@ impl GpuBackend {
             }
             let last_step = k == request.iterations;
             let stage = k == 0 || last_step || request.record_objectives;
-            let search =
-                if k == 0 || last_step { RotationSearch::Converged } else { RotationSearch::OneStep };
-            if let Some(pair) = self.record_local(&nodes, search, stage)? {
+            if let Some(pair) = self.record_local(&nodes, request.rotation_search(k), stage)? {
                 tally.energies.push(pair);
                 last = Some(pair.1);
             }

@@ -28,7 +28,7 @@ struct Params {
     partial_count: u32,
     members: u32,
     // 1: the local stage's closest rotations take one Newton step (a local/global local step
-    // before a solve's last; material::RotationSearch::OneStep); 0: they converge.
+    // between a solve's first and last: LocalGlobalRequest::rotation_search); 0: they converge.
     one_rotation_step: u32,
 }
 

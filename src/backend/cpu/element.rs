@@ -430,7 +430,8 @@ fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
     let mut energy = zero;
     for (q, node) in nodes.iter().enumerate() {
         let mut z = [[zero; 3]; 4];
-        let positions = &positions[q];
+        // Dereferenced once: each index through the `Cow` tests which it holds.
+        let positions: &[[f64; 3]] = &positions[q];
         for l in 0..LANES {
             for (a, &v) in model.tets[first + l].iter().enumerate() {
                 for c in 0..3 {

@@ -626,7 +626,12 @@ impl Stages for CpuBackend {
             );
             report.gradient_norm =
                 self.gather_what(Projection::None, gather::Gathered::GradientOnly).gradient_norm;
-            report.objective = elements + self.vertex_objective(&self.x);
+            report.converged = report.gradient_norm <= request.gradient_tolerance;
+            let last = report.converged || report.iterations == request.iterations;
+            // The vertices' part of G is a pass of its own, made where G is reported.
+            if report.iterations == 0 || last || request.record_objectives {
+                report.objective = elements + self.vertex_objective(&self.x);
+            }
             if report.iterations == 0 {
                 report.start_objective = report.objective;
             }
@@ -634,8 +639,7 @@ impl Stages for CpuBackend {
                 report.objectives.push(report.objective);
             }
             report.evaluate += started.elapsed();
-            report.converged = report.gradient_norm <= request.gradient_tolerance;
-            if report.converged || report.iterations == request.iterations {
+            if last {
                 // Backward Euler's local step at the result is the potential's element pass
                 // there, which the step's end books.
                 if self.nodes == Node::POTENTIAL {

@@ -19,6 +19,17 @@ use crate::math::lanes::{Lanes, mat_lane, set_mat_lane};
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
 pub type Sym6 = [f64; 6];
+
+/// The [`Sym6`] of entries `f(0), ..., f(5)`. A plain loop: `std::array::from_fn`'s closures
+/// were left out of line in the mixed kernels, and so compiled without their AVX2.
+#[inline(always)]
+pub fn sym6(mut f: impl FnMut(usize) -> f64) -> Sym6 {
+    let mut out = [0.0; 6];
+    for (k, x) in out.iter_mut().enumerate() {
+        *x = f(k);
+    }
+    out
+}
 /// A 6x6 matrix on [`Sym6`] coordinates.
 pub type Mat6 = [[f64; 6]; 6];
 
@@ -33,7 +44,7 @@ pub fn sym_matrix(s: &Sym6) -> DMat3 {
 /// The coordinates of the symmetric part of `m`.
 pub fn sym_coordinates(m: &DMat3) -> Sym6 {
     let at = |i: usize, j: usize| 0.5 * (m.col(j)[i] + m.col(i)[j]);
-    INDEX.map(|(i, j)| at(i, j))
+    sym6(|k| at(INDEX[k].0, INDEX[k].1))
 }
 
 /// The unit change of coordinate `k`, as a matrix.
@@ -82,12 +93,16 @@ pub fn stretch_derivative(s: &Sym6, r: &DMat3) -> [[f64; 9]; 6] {
     // w = inverse axial the whole correction is G axial, G = L inverse.
     let columns = [s_matrix.x_axis, s_matrix.y_axis, s_matrix.z_axis];
     let l: [Sym6; 3] = std::array::from_fn(|m| {
-        let x = columns.map(|c| DVec3::AXES[m].cross(c));
-        INDEX.map(|(a, b)| 0.5 * (x[b][a] + x[a][b]))
+        let axis = DVec3::AXES[m];
+        let x = [axis.cross(columns[0]), axis.cross(columns[1]), axis.cross(columns[2])];
+        sym6(|k| {
+            let (a, b) = INDEX[k];
+            0.5 * (x[b][a] + x[a][b])
+        })
     });
     let g: [Sym6; 3] = std::array::from_fn(|n| {
         let column = inverse.col(n);
-        std::array::from_fn(|k| l[0][k] * column.x + l[1][k] * column.y + l[2][k] * column.z)
+        sym6(|k| l[0][k] * column.x + l[1][k] * column.y + l[2][k] * column.z)
     });
     let mut jacobian = [[0.0; 9]; 6];
     for i in 0..3 {
@@ -312,7 +327,18 @@ impl Elastic {
         // The invariants' derivatives in coordinates: `<E_k, E_l>` is diagonal (GRAM), `d tr`
         // is TRACE, `dJ = c`, and `d^2 J` is a 6x6 matrix linear in S.
         let c = coordinates(&cof);
-        let combine = |gram: f64, trace_outer: f64, c_outer: f64, second_j: f64| -> Mat6 {
+        // Inlined at each model's call: as a closure it was left out of line, and its 6x6
+        // result copied back.
+        #[inline(always)]
+        fn combine(
+            s: &Sym6,
+            c: &Sym6,
+            wanted: bool,
+            gram: f64,
+            trace_outer: f64,
+            c_outer: f64,
+            second_j: f64,
+        ) -> Mat6 {
             let mut h = [[0.0; 6]; 6];
             if !wanted {
                 return h;
@@ -327,6 +353,9 @@ impl Elastic {
                 }
             }
             h
+        }
+        let combine = |gram, trace_outer, c_outer, second_j| {
+            combine(s, &c, wanted, gram, trace_outer, c_outer, second_j)
         };
         let (gradient, mut hessian) = match self.model() {
             MaterialModel::Arap | MaterialModel::Corotated => {
@@ -385,8 +414,12 @@ const GRAM: Sym6 = [1.0, 1.0, 1.0, 2.0, 2.0, 2.0];
 const TRACE: Sym6 = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
 
 /// `<P, E_k>` for each coordinate: the gradient whose matrix form is `P`.
+#[inline(always)]
 fn coordinates(p: &DMat3) -> Sym6 {
-    INDEX.map(|(i, j)| if i == j { p.col(i)[i] } else { p.col(j)[i] + p.col(i)[j] })
+    sym6(|k| {
+        let (i, j) = INDEX[k];
+        if i == j { p.col(i)[i] } else { p.col(j)[i] + p.col(i)[j] }
+    })
 }
 
 /// Adds `scale d^2 det` at `s` to `h`. In coordinates `det = s0 s1 s2 + 2 s3 s4 s5 - s0 s3^2

@@ -35,7 +35,7 @@ use super::element::{deformation_gradient, point};
 use crate::backend::topology::upper;
 use crate::material::stretch::{
     Mat6, StretchCurvature, Sym6, signed_polars, signed_stretch, stretch_curvature, stretch_derivative,
-    sym_matrix,
+    sym_matrix, sym6,
 };
 use crate::material::{Elastic, Projection};
 use crate::math::symmetric_eigen3_from;
@@ -112,21 +112,27 @@ enum FullStep {
     Taken,
 }
 
+// The small helpers below are inlined into the AVX2 kernels that call them.
+
+#[inline(always)]
 fn add(a: &Sym6, b: &Sym6, scale: f64) -> Sym6 {
-    std::array::from_fn(|k| a[k] + scale * b[k])
+    sym6(|k| a[k] + scale * b[k])
 }
 
+#[inline(always)]
 fn dot(a: &Sym6, b: &Sym6) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+#[inline(always)]
 fn times(h: &Mat6, v: &Sym6) -> Sym6 {
-    std::array::from_fn(|k| dot(&h[k], v))
+    sym6(|k| dot(&h[k], v))
 }
 
 /// `J v` for the tet's corners' values `v`.
+#[inline(always)]
 fn jacobian_times(jacobian: &[[f64; 12]; 6], tet: [u32; 4], v: &[[f64; 3]]) -> Sym6 {
-    std::array::from_fn(|k| {
+    sym6(|k| {
         (0..4).map(|a| (0..3).map(|i| jacobian[k][3 * a + i] * v[tet[a] as usize][i]).sum::<f64>()).sum()
     })
 }
@@ -380,9 +386,9 @@ fn local_chunk_portable(model: &Model, step: &LocalStep, chunk: LocalChunk) -> L
             let j_dx = jacobian_times(&lin.jacobian, model.tets[e], dx);
             lin.step = add(&add(&lin.stretch_of_x, s, -1.0), &j_dx, 1.0);
             let h_step = times(&lin.hessian, &lin.step);
-            lin.multiplier = std::array::from_fn(|k| -(lin.gradient[k] + h_step[k]));
-            let along_x: Sym6 = std::array::from_fn(|k| -lin.gradient_of_x[k] - lin.multiplier[k]);
-            let along_s: Sym6 = std::array::from_fn(|k| lin.gradient[k] + lin.multiplier[k]);
+            lin.multiplier = sym6(|k| -(lin.gradient[k] + h_step[k]));
+            let along_x = sym6(|k| -lin.gradient_of_x[k] - lin.multiplier[k]);
+            let along_s = sym6(|k| lin.gradient[k] + lin.multiplier[k]);
             let weight = node.weight * model.tet_rest[e].volume;
             sums.slope += weight * (dot(&along_x, &j_dx) + dot(&along_s, &lin.step));
             let material = &model.tet_material[e];
@@ -398,8 +404,17 @@ fn local_chunk_portable(model: &Model, step: &LocalStep, chunk: LocalChunk) -> L
 /// Tet `e`'s deformation gradient at the positions `x` and the node.
 #[inline(always)]
 fn deformation_at(model: &Model, e: usize, x: &[[f64; 3]], start: &[[f64; 3]], node: Node) -> DMat3 {
-    let beta = model.tet_rest[e].shape_gradients.map(DVec3::from);
-    deformation_gradient(&model.tets[e].map(|v| point(x, start, v, node.theta)), &beta)
+    let rest = &model.tet_rest[e].shape_gradients;
+    let [a, b, c, d] = model.tets[e];
+    // Spelled out: `[T; 4]::map`'s closures were left out of line here.
+    let beta = [DVec3::from(rest[0]), DVec3::from(rest[1]), DVec3::from(rest[2]), DVec3::from(rest[3])];
+    let corners = [
+        point(x, start, a, node.theta),
+        point(x, start, b, node.theta),
+        point(x, start, c, node.theta),
+        point(x, start, d, node.theta),
+    ];
+    deformation_gradient(&corners, &beta)
 }
 
 /// A tet's term of the merit at `s + alpha ds`, its weight `a` and its stretch `s(F)` at the
@@ -582,7 +597,7 @@ fn linearize_tet(
         // 1e14 Pa inclusions it is large wherever s is off by round-off (a step that should
         // have lost energy gained 8x its start).
         lin.eigenvectors = eigen.1;
-        let curvature = (&stretch_curvature(eigen, &rotation, &lin.accepted.map(|m| -m)), projection);
+        let curvature = (&stretch_curvature(eigen, &rotation, &sym6(|k| -lin.accepted[k])), projection);
         condensed_blocks(jacobian, &at_s.hessian, curvature, &beta, node.theta, weight, blocks);
         lin.hessian = at_s.hessian;
         lin.energy = at_s.energy;

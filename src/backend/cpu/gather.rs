@@ -44,6 +44,7 @@ impl VertexTerms<'_> {
     }
 
     /// Gradient, Hessian and force magnitude of [`contact`](Self::contact).
+    #[inline(always)]
     fn contact_derivatives(&self, z: DVec3, projection: Projection) -> (DVec3, DMat3, f64) {
         let law = self.model.contact;
         let (mut g, mut h, mut magnitude) = (DVec3::ZERO, DMat3::ZERO, 0.0);
@@ -92,6 +93,7 @@ impl VertexTerms<'_> {
     }
 
     /// Gradient and Hessian of [`potential`](Self::potential), and the magnitude of the forces in it.
+    #[inline(always)]
     fn potential_derivatives(&self, v: usize, z: DVec3, projection: Projection) -> (DVec3, DMat3, f64) {
         let m = self.model;
         let weight = m.masses[v] * DVec3::from(m.gravity);
@@ -126,7 +128,9 @@ impl VertexTerms<'_> {
         sum
     }
 
-    /// Gradient, Hessian block and force magnitude of the vertex's part of the objective.
+    /// Gradient, Hessian block and force magnitude of the vertex's part of the objective
+    /// (inlined: a gather that asks for the gradient alone leaves the rest out).
+    #[inline(always)]
     fn derivatives(&self, v: usize, x: DVec3, projection: Projection) -> (DVec3, DMat3, f64) {
         let m = self.model;
         let start = DVec3::from(self.start[v]);
@@ -193,38 +197,63 @@ pub(crate) fn gradient(
         .zip(vertex_blocks.par_chunks_mut(CHUNK))
         .enumerate()
         .map(|(c, (out, blocks))| {
-            let (mut sum, mut scale, mut magnitude) = (0.0, 0.0, 0.0);
-            for (local, (o, block)) in out.iter_mut().zip(blocks.iter_mut()).enumerate() {
-                let v = c * CHUNK + local;
-                if terms.model.pinned[v] {
-                    *o = [0.0; 3];
-                    if everything {
-                        *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
-                    }
-                    continue;
-                }
-                let xv = DVec3::from(x[v]);
-                let (mut acc, h, mut forces) = terms.derivatives(v, xv, projection);
-                let range = topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize;
-                for &corner in &topology.corners[range] {
-                    let f = DVec3::from(corner_gradients[corner as usize]);
-                    acc += f;
-                    if everything {
-                        forces += f.length();
-                    }
-                }
-                sum += acc.length_squared();
-                *o = acc.into();
-                if everything {
-                    scale += forces;
-                    magnitude += forces * xv.abs().max_element();
-                    *block = h.transpose().to_cols_array();
-                }
-            }
-            (sum, scale, magnitude)
+            let at = Gather { terms, topology, corner_gradients, x, projection, first: c * CHUNK };
+            // Compiled apart, so that `GradientOnly` leaves out the blocks and force lengths.
+            if everything { at.chunk::<true>(out, blocks) } else { at.chunk::<false>(out, blocks) }
         })
         .collect();
     partial.iter().fold((0.0, 0.0, 0.0), |(a, b, c), (d, e, f)| (a + d, b + e, c + f))
+}
+
+/// What [`gradient`] gathers from, for the chunk of vertices from `first`.
+struct Gather<'a> {
+    terms: &'a VertexTerms<'a>,
+    topology: &'a Topology,
+    corner_gradients: &'a [[f64; 3]],
+    x: &'a [[f64; 3]],
+    projection: Projection,
+    first: usize,
+}
+
+impl Gather<'_> {
+    /// [`gradient`] on one chunk, with its blocks, force scale and noise floor if `EVERYTHING`.
+    #[inline(always)]
+    fn chunk<const EVERYTHING: bool>(
+        &self,
+        out: &mut [[f64; 3]],
+        blocks: &mut [[f64; 9]],
+    ) -> (f64, f64, f64) {
+        let Gather { terms, topology, corner_gradients, x, projection, first } = *self;
+        let (mut sum, mut scale, mut magnitude) = (0.0, 0.0, 0.0);
+        for (local, (o, block)) in out.iter_mut().zip(blocks.iter_mut()).enumerate() {
+            let v = first + local;
+            if terms.model.pinned[v] {
+                *o = [0.0; 3];
+                if EVERYTHING {
+                    *block = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+                }
+                continue;
+            }
+            let xv = DVec3::from(x[v]);
+            let (mut acc, h, mut forces) = terms.derivatives(v, xv, projection);
+            let range = topology.corner_offsets[v] as usize..topology.corner_offsets[v + 1] as usize;
+            for &corner in &topology.corners[range] {
+                let f = DVec3::from(corner_gradients[corner as usize]);
+                acc += f;
+                if EVERYTHING {
+                    forces += f.length();
+                }
+            }
+            sum += acc.length_squared();
+            *o = acc.into();
+            if EVERYTHING {
+                scale += forces;
+                magnitude += forces * xv.abs().max_element();
+                *block = h.transpose().to_cols_array();
+            }
+        }
+        (sum, scale, magnitude)
+    }
 }
 
 /// The projection model's active set: a free vertex resting on a collider whose gradient

@@ -13,7 +13,9 @@
 //! registers (by rows, the forward one took a third less time than scattering column
 //! updates on the 7680-tet beam's factor). A supernode's rows below its
 //! diagonal block are kept row by row, so that each is one dense dot product (forward) or
-//! update (backward) with the supernode's unknowns and one indexed access, where faer's solve
+//! update (backward) with the supernode's unknowns and one indexed access, taken four rows at
+//! a time so that the unknowns are read once for four and four sums are in flight (in each
+//! sum's own order, so the bits are those of a row at a time), where faer's solve
 //! runs a dense product that, for one to three right-hand sides, spends more time packing
 //! operands than multiplying.
 //!
@@ -536,19 +538,43 @@ impl Substitutions for Supernodal<'_> {
                     }
                 }
             }
-            for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
-                let mut dot = [0.0; N];
-                for (v, z) in values.iter().zip(block.iter()) {
-                    for c in 0..N {
-                        dot[c] += v * z[c];
-                    }
-                }
+            let mut update = |row: u32, dot: &[f64; N]| {
                 let row = row as usize;
                 let target =
                     if row < end { &mut tail[row - first - size] } else { &mut spill[row - spill_offset] };
                 for c in 0..N {
                     target[c] -= dot[c];
                 }
+            };
+            // Four rows at a time, as in `backward`: the block's unknowns are read once for the
+            // four, and four sums are in flight where one waited on its last addition; each
+            // still adds in column order (the same bits).
+            let whole = rows.len() / 4 * 4;
+            for (rows, values) in rows[..whole].chunks_exact(4).zip(below.chunks_exact(4 * size)) {
+                let (v0, rest) = values.split_at(size);
+                let (v1, rest) = rest.split_at(size);
+                let (v2, v3) = rest.split_at(size);
+                let mut dots = [[0.0; N]; 4];
+                for ((((z, p), q), r), t) in block.iter().zip(v0).zip(v1).zip(v2).zip(v3) {
+                    for c in 0..N {
+                        dots[0][c] += p * z[c];
+                        dots[1][c] += q * z[c];
+                        dots[2][c] += r * z[c];
+                        dots[3][c] += t * z[c];
+                    }
+                }
+                for (&row, dot) in rows.iter().zip(&dots) {
+                    update(row, dot);
+                }
+            }
+            for (&row, values) in rows[whole..].iter().zip(below[whole * size..].chunks_exact(size)) {
+                let mut dot = [0.0; N];
+                for (v, z) in values.iter().zip(block.iter()) {
+                    for c in 0..N {
+                        dot[c] += v * z[c];
+                    }
+                }
+                update(row, &dot);
             }
         }
     }
@@ -568,9 +594,26 @@ impl Substitutions for Supernodal<'_> {
             let (first, size, rows, diagonal, below) = self.supernode(s);
             let (head, tail) = y.split_at_mut(first + size - offset);
             let block = &mut head[first - offset..];
-            for (&row, values) in rows.iter().zip(below.chunks_exact(size)) {
+            let unknown = |row: u32| {
                 let row = row as usize;
-                let x = if row < end { tail[row - first - size] } else { above[row - above_offset] };
+                if row < end { tail[row - first - size] } else { above[row - above_offset] }
+            };
+            // Four rows at a time: each of the block's unknowns is loaded and stored once for
+            // the four and takes their updates in row order (the same bits as one at a time).
+            let whole = rows.len() / 4 * 4;
+            for (rows, values) in rows[..whole].chunks_exact(4).zip(below.chunks_exact(4 * size)) {
+                let x = [unknown(rows[0]), unknown(rows[1]), unknown(rows[2]), unknown(rows[3])];
+                let (v0, rest) = values.split_at(size);
+                let (v1, rest) = rest.split_at(size);
+                let (v2, v3) = rest.split_at(size);
+                for ((((b, p), q), r), t) in block.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
+                    for c in 0..N {
+                        b[c] = b[c] - p * x[0][c] - q * x[1][c] - r * x[2][c] - t * x[3][c];
+                    }
+                }
+            }
+            for (&row, values) in rows[whole..].iter().zip(below[whole * size..].chunks_exact(size)) {
+                let x = unknown(row);
                 for (v, b) in values.iter().zip(block.iter_mut()) {
                     for c in 0..N {
                         b[c] -= v * x[c];

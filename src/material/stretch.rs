@@ -30,6 +30,7 @@ pub fn sym6(mut f: impl FnMut(usize) -> f64) -> Sym6 {
     }
     out
 }
+
 /// A 6x6 matrix on [`Sym6`] coordinates.
 pub type Mat6 = [[f64; 6]; 6];
 

@@ -205,23 +205,39 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(27) var<storage, read_write> coarse_restricted: array<vec4<f32>>;
 @group(3) @binding(28) var<storage, read_write> coarse_partials: array<f32>;
 
-fn load3(v: u32, which: u32) -> vec3<f32> {
-    let i = 3u * v;
-    switch which {
-        case 0u: { return vec3<f32>(rhs[i], rhs[i + 1u], rhs[i + 2u]); }
-        case 1u: { return vec3<f32>(r[i], r[i + 1u], r[i + 2u]); }
-        case 2u: { return vec3<f32>(z[i], z[i + 1u], z[i + 2u]); }
-        case 3u: { return vec3<f32>(p_in[i], p_in[i + 1u], p_in[i + 2u]); }
-        case 4u: { return vec3<f32>(p_out[i], p_out[i + 1u], p_out[i + 2u]); }
-        case 5u: { return vec3<f32>(ap[i], ap[i + 1u], ap[i + 2u]); }
-        case 7u: { return vec3<f32>(earlier_direction[i], earlier_direction[i + 1u], earlier_direction[i + 2u]); }
-        case 8u: { return vec3<f32>(earlier_product[i], earlier_product[i + 1u], earlier_product[i + 2u]); }
-        case 9u, 10u, 11u: {
-            let j = 3u * params.vertex_count * (which - 9u) + i;
-            return vec3<f32>(pipelined_vectors[j], pipelined_vectors[j + 1u], pipelined_vectors[j + 2u]);
-        }
-        default: { return vec3<f32>(direction[i], direction[i + 1u], direction[i + 2u]); }
-    }
+// Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
+// the buffers it reads (`shaders::entry_bindings`), and a switch over them would bind all.
+fn rhs3(v: u32) -> vec3<f32> {
+    return vec3<f32>(rhs[3u * v], rhs[3u * v + 1u], rhs[3u * v + 2u]);
+}
+fn r3(v: u32) -> vec3<f32> {
+    return vec3<f32>(r[3u * v], r[3u * v + 1u], r[3u * v + 2u]);
+}
+fn z3(v: u32) -> vec3<f32> {
+    return vec3<f32>(z[3u * v], z[3u * v + 1u], z[3u * v + 2u]);
+}
+fn p_in3(v: u32) -> vec3<f32> {
+    return vec3<f32>(p_in[3u * v], p_in[3u * v + 1u], p_in[3u * v + 2u]);
+}
+fn p_out3(v: u32) -> vec3<f32> {
+    return vec3<f32>(p_out[3u * v], p_out[3u * v + 1u], p_out[3u * v + 2u]);
+}
+fn ap3(v: u32) -> vec3<f32> {
+    return vec3<f32>(ap[3u * v], ap[3u * v + 1u], ap[3u * v + 2u]);
+}
+fn direction3(v: u32) -> vec3<f32> {
+    return vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
+}
+fn earlier_direction3(v: u32) -> vec3<f32> {
+    return vec3<f32>(earlier_direction[3u * v], earlier_direction[3u * v + 1u], earlier_direction[3u * v + 2u]);
+}
+fn earlier_product3(v: u32) -> vec3<f32> {
+    return vec3<f32>(earlier_product[3u * v], earlier_product[3u * v + 1u], earlier_product[3u * v + 2u]);
+}
+// The pipelined loop's vector `which` (0 p, 1 w, 2 A q) at v.
+fn pipelined3(v: u32, which: u32) -> vec3<f32> {
+    let j = 3u * (params.vertex_count * which + v);
+    return vec3<f32>(pipelined_vectors[j], pipelined_vectors[j + 1u], pipelined_vectors[j + 2u]);
 }
 
 // A loop kernel's invocation: its row, the row's position in the matrix's layout (see
@@ -306,7 +322,7 @@ fn residual_at(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     if (from_rhs) {
         return starting_residual(c);
     }
-    return load3(c, 1u) - alpha * load3(c, 5u);
+    return r3(c) - alpha * ap3(c);
 }
 
 // The warm start's (c1, c2) (zero when not warm), set by `setup`.
@@ -314,12 +330,12 @@ var<private> warm_multiples: vec2<f32>;
 
 // b - c1 S d1 - c2 S d2 at v (b when not warm).
 fn starting_residual(v: u32) -> vec3<f32> {
-    var residual = load3(v, 0u);
+    var residual = rhs3(v);
     if (params.warm != 0u) {
-        residual -= warm_multiples.x * load3(v, 5u);
+        residual -= warm_multiples.x * ap3(v);
     }
     if (params.warm == 2u) {
-        residual -= warm_multiples.y * load3(v, 8u);
+        residual -= warm_multiples.y * earlier_product3(v);
     }
     return residual;
 }
@@ -352,9 +368,9 @@ fn warm_row(v: u32, last: vec3<f32>, earlier: vec3<f32>) -> WarmDots {
         ap[3u * v + c] = last[c];
         earlier_product[3u * v + c] = earlier[c];
     }
-    let b = load3(v, 0u);
-    let d1 = load3(v, 6u);
-    let d2 = load3(v, 7u);
+    let b = rhs3(v);
+    let d1 = direction3(v);
+    let d2 = earlier_direction3(v);
     return WarmDots(
         vec4<f32>(dot(b, d1), dot(d1, last), dot(b, b), 0.0),
         vec4<f32>(dot(b, d2), dot(d1, earlier), dot(d2, earlier), 0.0),
@@ -520,9 +536,9 @@ fn store_z(v: u32, zv: vec3<f32>) {
 // The new search direction at vertex u: z + beta p (z alone on the first iteration).
 fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
     if (first) {
-        return load3(u, 2u);
+        return z3(u);
     }
-    return load3(u, 2u) + beta * load3(u, 3u);
+    return z3(u) + beta * p_in3(u);
 }
 
 // The vector `product_share` multiplies (`multiplied`): p formed on the fly (`product`), p
@@ -540,11 +556,11 @@ var<private> coupled_first: bool;
 
 fn coupled_vector(u: u32) -> vec3<f32> {
     switch multiplied {
-        case P_ITSELF: { return load3(u, 4u); }
-        case LAST_SOLUTION: { return load3(u, 6u); }
-        case EARLIER_SOLUTION: { return load3(u, 7u); }
-        case PRECONDITIONED_RESIDUAL: { return load3(u, 2u); }
-        case PIPELINED_M: { return load3(u, 3u); }
+        case P_ITSELF: { return p_out3(u); }
+        case LAST_SOLUTION: { return direction3(u); }
+        case EARLIER_SOLUTION: { return earlier_direction3(u); }
+        case PRECONDITIONED_RESIDUAL: { return z3(u); }
+        case PIPELINED_M: { return p_in3(u); }
         default: { return direction_at(u, coupled_beta, coupled_first); }
     }
 }
@@ -803,10 +819,10 @@ fn arm_rings(groups: vec3<u32>, lid: u32, slot: u32) {
 // loop's row of E M E r.
 fn setup_row(v: u32, inverse_z: vec3<f32>) -> vec2<f32> {
     let bv = starting_residual(v);
-    let last = load3(v, 6u);
+    let last = direction3(v);
     var start = warm_multiples.x * last;
     if (params.warm == 2u) {
-        start += warm_multiples.y * load3(v, 7u);
+        start += warm_multiples.y * earlier_direction3(v);
     }
     if (params.warm != 0u) {
         for (var c = 0u; c < 3u; c++) {
@@ -843,8 +859,8 @@ fn update_row(v: u32, alpha: f32) -> vec2<f32> {
         r[i] -= alpha * ap[i];
         z[i] = inverse_diagonal[i] * r[i];
     }
-    let rv = load3(v, 1u);
-    return vec2<f32>(dot(rv, rv), dot(rv, load3(v, 2u)));
+    let rv = r3(v);
+    return vec2<f32>(dot(rv, rv), dot(rv, z3(v)));
 }
 
 // Row v of the update with M = G^T G or S^-1: direction += alpha p, the new r = r - alpha Ap into
@@ -908,24 +924,24 @@ fn starting_scalars_from_setup(lid: u32, sums: vec2<f32>) -> Scalars {
 // Settles the last update, then p = z + beta p and Ap; partials p.Ap.
 @compute @workgroup_size(WORKGROUP)
 fn product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    product_after(group, groups, lid, false);
+    let sums = all_residual_partials(lid);
+    product_after(group, groups, lid, sums, scalars_in);
 }
 
 // The first iteration's `product`, after `setup`: from the starting scalars.
 @compute @workgroup_size(WORKGROUP)
 fn first_product(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    product_after(group, groups, lid, true);
+    let sums = all_residual_partials(lid);
+    product_after(group, groups, lid, sums, starting_scalars_from_setup(lid, sums));
 }
 
-fn product_after(group: vec3<u32>, groups: vec3<u32>, lid: u32, setup: bool) {
+// A product given the summed residual partials (`sums`) and the scalars of the kernel before
+// (`last`). (The entry points read `last` themselves, so that `product` binds none of the
+// start's buffers.)
+fn product_after(group: vec3<u32>, groups: vec3<u32>, lid: u32, sums: vec2<f32>, last: Scalars) {
     let slot = workgroup_slot(group, groups);
     let row = row_of(slot, lid);
     let v = row.v;
-    let sums = all_residual_partials(lid);
-    var last = scalars_in;
-    if (setup) {
-        last = starting_scalars_from_setup(lid, sums);
-    }
     let s = settle(last, sums.x);
     let first = s.started == 0u;
     let beta = select(sums.y / s.rz, 0.0, first);
@@ -1167,7 +1183,7 @@ fn pipeline_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgrou
             pipelined_vectors[3u * params.vertex_count + 3u * v + c] = w[c];
             p_out[3u * v + c] = m[c];
         }
-        wu = dot(w, load3(v, 2u));
+        wu = dot(w, z3(v));
     }
     let total = workgroup_sum(lid, vec4<f32>(wu, 0.0, 0.0, 0.0));
     if (lid == 0u && slot < loop_partials()) {
@@ -1179,18 +1195,18 @@ fn pipeline_start(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgrou
 // ignored on the first iteration), u = P r and the next m = P w; returns its share of
 // (r.r, r.u, w.u).
 fn pipelined_row(v: u32, n: vec3<f32>, alpha: f32, beta: f32, first: bool) -> vec3<f32> {
-    let w = load3(v, 10u);
-    let u = load3(v, 2u);
+    let w = pipelined3(v, 1u);
+    let u = z3(v);
     var aq = n;
     var s = w;
     var p = u;
     if (!first) {
-        aq += beta * load3(v, 11u);
-        s += beta * load3(v, 5u);
-        p += beta * load3(v, 9u);
+        aq += beta * pipelined3(v, 2u);
+        s += beta * ap3(v);
+        p += beta * pipelined3(v, 0u);
     }
-    let x = load3(v, 6u) + alpha * p;
-    let r_new = load3(v, 1u) - alpha * s;
+    let x = direction3(v) + alpha * p;
+    let r_new = r3(v) - alpha * s;
     let w_new = w - alpha * aq;
     let u_new = jacobi_times(v, r_new);
     let m_new = jacobi_times(v, w_new);
@@ -1298,7 +1314,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 for (var c = 0u; c < 3u; c++) {
                     ap[3u * row.v + c] = acc[c];
                 }
-                curvature += dot(load3(row.v, 4u), acc);
+                curvature += dot(p_out3(row.v), acc);
             }
         }
         curvature = workgroup_sum(lid, vec4<f32>(curvature, 0.0, 0.0, 0.0)).x;

@@ -207,6 +207,7 @@ const LIMIT: u32 = 4u;
 
 // Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
 // the buffers it reads (`shaders::entry_bindings`), and a switch over them would bind all.
+// (WGSL lets no storage pointer be passed to a function, so the buffer cannot be a parameter.)
 fn rhs3(v: u32) -> vec3<f32> {
     return vec3<f32>(rhs[3u * v], rhs[3u * v + 1u], rhs[3u * v + 2u]);
 }

@@ -35,6 +35,11 @@ impl TetMesh {
         let extent = bounding_extent(&positions);
         // Volumes below 1e-12 of the body's bounding cube are zero to f64 round-off.
         let min_volume = 1e-12 * extent.powi(3);
+        if !min_volume.is_finite() {
+            return Err(Error::Mesh(format!(
+                "the mesh spans {extent:e}: its volumes overflow f64; rescale it (lengths are in meters)"
+            )));
+        }
         for (e, tet) in tets.iter().enumerate() {
             if let Some(&bad) = tet.iter().find(|&&v| v as usize >= positions.len()) {
                 return Err(Error::Mesh(format!(
@@ -51,7 +56,9 @@ impl TetMesh {
             let volume = signed_volume(p[0], p[1], p[2], p[3]);
             if volume.abs() <= min_volume {
                 return Err(Error::Mesh(format!(
-                    "element {e} {tet:?} has zero volume ({volume:e}); remove or repair it"
+                    "element {e} {tet:?} has zero volume to round-off: {volume:e}, at most 1e-12 of \
+                     the body's bounding cube ({:e}); remove or repair it",
+                    extent.powi(3)
                 )));
             }
             if volume < 0.0 {
@@ -326,6 +333,8 @@ mod tests {
             assert!(message.contains(needle), "{message:?} should contain {needle:?}");
         }
         assert!(TetMesh::new(p.clone(), vec![[0, 2, 1, 3]]).unwrap_err().to_string().contains("inverted"));
+        let huge: Vec<[f64; 3]> = p.iter().map(|v| v.map(|c| c * 1e300)).collect();
+        assert!(TetMesh::new(huge, vec![good]).unwrap_err().to_string().contains("overflow"));
         let mut nan = p;
         nan[2][1] = f64::NAN;
         assert!(TetMesh::new(nan, vec![good]).unwrap_err().to_string().contains("non-finite"));

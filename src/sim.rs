@@ -774,6 +774,20 @@ impl Simulation {
                 self.integrator.name()
             )));
         }
+        // Finite positions and velocities can still hold energies beyond f64's range (a
+        // stiffness or speed far out of scale): refused like a non-finite state.
+        let potential = worker_pool().install(|| self.stages.potential(&x));
+        if let Some(error) = self.stages.take_error() {
+            return Err(error);
+        }
+        let kinetic = kinetic_energy(&self.model, &v);
+        if !(potential.is_finite() && kinetic.is_finite()) {
+            return Err(Error::Solver(format!(
+                "the step produced a non-finite energy, beyond f64's range (kinetic {kinetic:e} J, \
+                 potential {potential:e} J; dt {h} may be too large for {}); the state was left unchanged",
+                self.integrator.name()
+            )));
+        }
         // The moving colliders' friction worked on the bodies: the application's doing.
         let collider_work = damping.collider_work(&self.state.positions, &x);
         self.collider_motion.fill([0.0; 3]);
@@ -785,7 +799,7 @@ impl Simulation {
         ledger.dissipate(dissipated);
         ledger.add(collider_work);
         self.ledger = ledger;
-        self.refresh_energy();
+        self.set_energy(potential);
         self.energy.target = self.ledger.target();
         let device =
             self.stages.device_counts().zip(device_before).map(|(after, before)| after.since(&before));
@@ -944,17 +958,24 @@ impl Simulation {
         }
         if !potential.is_finite() {
             return Err(Error::State(format!(
-                "the positions put an element outside its material's domain (potential energy {potential}; \
-                 an inverted neo-Hookean element?); use stable_neo_hookean or fixed_corotated for states \
-                 that invert"
+                "the positions give an infinite potential energy ({potential}): an element outside its \
+                 material's domain (an inverted neo-Hookean element?), or energies beyond f64's range; use \
+                 stable_neo_hookean or fixed_corotated for states that invert"
             )));
         }
-        self.state.positions = positions.to_vec();
-        self.state.velocities = velocities
+        let velocities: Vec<[f64; 3]> = velocities
             .iter()
             .zip(&self.model.pinned)
             .map(|(v, &pinned)| if pinned { [0.0; 3] } else { *v })
             .collect();
+        let kinetic = kinetic_energy(&self.model, &velocities);
+        if !kinetic.is_finite() {
+            return Err(Error::State(format!(
+                "the velocities' kinetic energy is beyond f64's range ({kinetic})"
+            )));
+        }
+        self.state.positions = positions.to_vec();
+        self.state.velocities = velocities;
         self.state.previous = None;
         self.publish_positions();
         self.set_energy(potential);

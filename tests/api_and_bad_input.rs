@@ -322,3 +322,28 @@ fn a_step_says_how_its_solves_ended_and_strict_refuses_an_unconverged_one() {
     assert!(matches!(error, Error::Solver(_)) && error.to_string().contains("BudgetSpent"), "{error}");
     assert_eq!((strict.positions().to_vec(), strict.velocities().to_vec(), strict.energy()), before);
 }
+
+/// Finite positions and velocities can still hold energies beyond f64's range: with Young's
+/// modulus 1e300 the rest shape's round-off strains alone store about 1e270 J, and a step's
+/// velocities square to infinity. That step is refused, and the state stays as it was.
+#[test]
+fn a_step_whose_energies_overflow_is_refused_and_leaves_the_state() {
+    let mut sim = Simulation::builder()
+        .tet_body(TetMesh::bar([4, 4, 4], [0.4, 0.4, 0.4]), Material::corotated(1e300, 0.3), 500.0)
+        .gravity([0.0, -9.81, 0.0])
+        .integrator(Integrator::Stabilized { epsilon: 0.01 })
+        .build()
+        .unwrap();
+    let falling = vec![[0.0, -1.0, 0.0]; sim.positions().len()];
+    sim.set_state(&sim.positions().to_vec(), &falling).unwrap();
+    let before = (sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy());
+    let error = sim.step().unwrap_err();
+    assert!(matches!(error, Error::Solver(_)) && error.to_string().contains("beyond f64's range"), "{error}");
+    assert_eq!((sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy()), before);
+    assert!(sim.energy().total.is_finite());
+    // Nor does a state whose kinetic energy overflows get in.
+    let error =
+        sim.set_state(&sim.positions().to_vec(), &vec![[1e200, 0.0, 0.0]; falling.len()]).unwrap_err();
+    assert!(matches!(error, Error::State(_)) && error.to_string().contains("beyond f64's range"), "{error}");
+    assert_eq!((sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy()), before);
+}

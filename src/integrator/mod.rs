@@ -370,8 +370,9 @@ impl Stepper<'_> {
 /// The error of a step whose every initial guess has an infinite objective.
 fn no_valid_guess() -> Error {
     Error::Solver(
-        "every initial guess puts an element outside its material's domain (an inverted \
-         neo-Hookean element?), or a vertex inside a collider under the barrier contact model; \
+        "every initial guess has an infinite objective: an element outside its material's domain \
+         (an inverted neo-Hookean element?), a vertex inside a collider under the barrier contact \
+         model, or energies beyond f64's range (a stiffness, speed or gravity far out of scale); \
          use stable_neo_hookean or fixed_corotated for states that invert"
             .into(),
     )

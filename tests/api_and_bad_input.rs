@@ -334,16 +334,16 @@ fn a_step_whose_energies_overflow_is_refused_and_leaves_the_state() {
         .integrator(Integrator::Stabilized { epsilon: 0.01 })
         .build()
         .unwrap();
-    let falling = vec![[0.0, -1.0, 0.0]; sim.positions().len()];
-    sim.set_state(&sim.positions().to_vec(), &falling).unwrap();
+    let rest = sim.positions().to_vec();
+    let falling = vec![[0.0, -1.0, 0.0]; rest.len()];
+    sim.set_state(&rest, &falling).unwrap();
     let before = (sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy());
     let error = sim.step().unwrap_err();
     assert!(matches!(error, Error::Solver(_)) && error.to_string().contains("beyond f64's range"), "{error}");
     assert_eq!((sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy()), before);
     assert!(sim.energy().total.is_finite());
     // Nor does a state whose kinetic energy overflows get in.
-    let error =
-        sim.set_state(&sim.positions().to_vec(), &vec![[1e200, 0.0, 0.0]; falling.len()]).unwrap_err();
+    let error = sim.set_state(&rest, &vec![[1e200, 0.0, 0.0]; rest.len()]).unwrap_err();
     assert!(matches!(error, Error::State(_)) && error.to_string().contains("beyond f64's range"), "{error}");
     assert_eq!((sim.positions().to_vec(), sim.velocities().to_vec(), sim.energy()), before);
 }

@@ -799,7 +799,7 @@ impl Simulation {
         ledger.dissipate(dissipated);
         ledger.add(collider_work);
         self.ledger = ledger;
-        self.set_energy(potential);
+        self.set_energy(kinetic, potential);
         self.energy.target = self.ledger.target();
         let device =
             self.stages.device_counts().zip(device_before).map(|(after, before)| after.since(&before));
@@ -978,7 +978,7 @@ impl Simulation {
         self.state.velocities = velocities;
         self.state.previous = None;
         self.publish_positions();
-        self.set_energy(potential);
+        self.set_energy(kinetic, potential);
         self.ledger.reset(self.energy.total);
         self.energy.target = self.ledger.target();
         Ok(())
@@ -1073,12 +1073,11 @@ impl Simulation {
     /// Recomputes the energies of the current state (the target is the ledger's business).
     fn refresh_energy(&mut self) {
         let potential = worker_pool().install(|| self.stages.potential(&self.state.positions));
-        self.set_energy(potential);
+        self.set_energy(kinetic_energy(&self.model, &self.state.velocities), potential);
     }
 
-    /// The energies of the current state, given its potential.
-    fn set_energy(&mut self, potential: f64) {
-        let kinetic = kinetic_energy(&self.model, &self.state.velocities);
+    /// The energies of the current state, given its kinetic and potential energy.
+    fn set_energy(&mut self, kinetic: f64, potential: f64) {
         self.energy =
             EnergyReport { kinetic, potential, total: kinetic + potential, target: self.energy.target };
     }

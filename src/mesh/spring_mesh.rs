@@ -64,28 +64,38 @@ impl SpringMesh {
     /// A rectangular cloth of `nx` x `ny` quads spanning `size` (m) in the x-y plane, with
     /// stretch springs on the grid edges, shear springs on the diagonals and bending springs
     /// skipping one vertex. Areal density 0.2 kg/m^2; Hooke springs of stiffness 2000, 200 and
-    /// 20 N/m (stretch, shear, bend).
+    /// 20 N/m (stretch, shear, bend). A count of 0 quads is taken as 1.
+    ///
+    /// # Panics
+    ///
+    /// Where [`SpringMesh::try_cloth`] fails: more vertices than `u32` ids can name, or more
+    /// than memory holds. Sizes from user input go to `try_cloth`.
     pub fn cloth(nx: usize, ny: usize, size: [f64; 2]) -> SpringMesh {
+        SpringMesh::try_cloth(nx, ny, size).unwrap_or_else(|e| panic!("SpringMesh::cloth: {e}"))
+    }
+
+    /// [`SpringMesh::cloth`], or an error where its vertices would not fit `u32` ids or its
+    /// arrays the memory.
+    pub fn try_cloth(nx: usize, ny: usize, size: [f64; 2]) -> Result<SpringMesh> {
         let (nx, ny) = (nx.max(1), ny.max(1));
+        let vertices = crate::mesh::grid_vertex_count("cloth", &[nx, ny])?;
         let id = |i: usize, j: usize| (i + (nx + 1) * j) as u32;
-        let mut positions = Vec::new();
+        let links: [(isize, isize, f64); 6] =
+            [(1, 0, 2000.0), (0, 1, 2000.0), (1, 1, 200.0), (-1, 1, 200.0), (2, 0, 20.0), (0, 2, 20.0)];
+        // All reserved before any is filled, so that a refusal comes at once. At most six
+        // springs a vertex; no overflow, as vertices <= u32::MAX.
+        let springs = crate::mesh::reserve("cloth springs", links.len() * vertices)?;
+        let mut positions = crate::mesh::reserve("cloth vertices", vertices)?;
+        let mut masses = crate::mesh::reserve("cloth masses", vertices)?;
         for j in 0..=ny {
             for i in 0..=nx {
                 positions.push([size[0] * i as f64 / nx as f64, size[1] * j as f64 / ny as f64, 0.0]);
             }
         }
-        let vertex_mass = 0.2 * size[0] * size[1] / positions.len() as f64;
-        let mut mesh = SpringMesh::new(positions, vec![vertex_mass; (nx + 1) * (ny + 1)]);
+        masses.resize(vertices, 0.2 * size[0] * size[1] / vertices as f64);
+        let mut mesh = SpringMesh { positions, masses, springs };
         for j in 0..=ny {
             for i in 0..=nx {
-                let links: [(isize, isize, f64); 6] = [
-                    (1, 0, 2000.0),
-                    (0, 1, 2000.0),
-                    (1, 1, 200.0),
-                    (-1, 1, 200.0),
-                    (2, 0, 20.0),
-                    (0, 2, 20.0),
-                ];
                 for (di, dj, k) in links {
                     let (ti, tj) = (i as isize + di, j as isize + dj);
                     if (0..=nx as isize).contains(&ti) && tj <= ny as isize {
@@ -94,7 +104,7 @@ impl SpringMesh {
                 }
             }
         }
-        mesh
+        Ok(mesh)
     }
 
     /// Positions (m).

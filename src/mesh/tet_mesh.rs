@@ -73,13 +73,32 @@ impl TetMesh {
 
     /// A box `[0, size]` split into `cells` cubes of five tets each. Neighbouring cubes use
     /// mirrored splits so their shared faces agree, and the central tet of each cube is
-    /// regular for cubic cells, so the mesh has no slivers.
+    /// regular for cubic cells, so the mesh has no slivers. A count of 0 cells is taken as 1.
+    ///
+    /// # Panics
+    ///
+    /// Where [`TetMesh::try_bar`] fails: more vertices than `u32` ids can name, or more than
+    /// memory holds. Sizes from user input go to `try_bar`.
     pub fn bar(cells: [usize; 3], size: [f64; 3]) -> TetMesh {
+        TetMesh::try_bar(cells, size).unwrap_or_else(|e| panic!("TetMesh::bar: {e}"))
+    }
+
+    /// [`TetMesh::bar`], or an error where its vertices would not fit `u32` ids or its arrays
+    /// the memory.
+    pub fn try_bar(cells: [usize; 3], size: [f64; 3]) -> Result<TetMesh> {
         let [nx, ny, nz] = cells.map(|c| c.max(1));
+        let vertices = super::grid_vertex_count("bar", &[nx, ny, nz])?;
         let id = |i: usize, j: usize, k: usize| (i + (nx + 1) * (j + (ny + 1) * k)) as u32;
-        let positions =
-            grid([nx, ny, nz], [0.0; 3], std::array::from_fn(|c| size[c] / [nx, ny, nz][c] as f64));
-        let mut tets = Vec::with_capacity(5 * nx * ny * nz);
+        // Both reserved before either is filled, so that a refusal comes at once. No overflow:
+        // 5 nx ny nz < 5 (nx + 1)(ny + 1)(nz + 1) <= 5 u32::MAX.
+        let mut tets = super::reserve("bar tets", 5 * nx * ny * nz)?;
+        let mut positions = super::reserve("bar vertices", vertices)?;
+        grid(
+            &mut positions,
+            [nx, ny, nz],
+            [0.0; 3],
+            std::array::from_fn(|c| size[c] / [nx, ny, nz][c] as f64),
+        );
         for k in 0..nz {
             for j in 0..ny {
                 for i in 0..nx {
@@ -89,7 +108,7 @@ impl TetMesh {
             }
         }
         let surface = boundary_triangles(&tets);
-        TetMesh { positions, tets, surface }
+        Ok(TetMesh { positions, tets, surface })
     }
 
     /// Reads a tet mesh, choosing the reader by extension: Gmsh `.msh` (2.2 or 4.1 ASCII),
@@ -227,10 +246,9 @@ fn split_cube(cell: [usize; 3], corner: impl Fn(usize) -> u32, positions: &[[f64
     })
 }
 
-/// The vertices of a grid of `cells` starting at `origin`, x fastest.
-fn grid(cells: [usize; 3], origin: [f64; 3], spacing: [f64; 3]) -> Vec<[f64; 3]> {
+/// Appends the vertices of a grid of `cells` starting at `origin`, x fastest.
+fn grid(positions: &mut Vec<[f64; 3]>, cells: [usize; 3], origin: [f64; 3], spacing: [f64; 3]) {
     let [nx, ny, nz] = cells;
-    let mut positions = Vec::with_capacity((nx + 1) * (ny + 1) * (nz + 1));
     for k in 0..=nz {
         for j in 0..=ny {
             for i in 0..=nx {
@@ -239,7 +257,6 @@ fn grid(cells: [usize; 3], origin: [f64; 3], spacing: [f64; 3]) -> Vec<[f64; 3]>
             }
         }
     }
-    positions
 }
 
 /// Drops vertices no tet uses and renumbers the tets.
@@ -293,6 +310,23 @@ pub(crate) fn boundary_triangles(tets: &[[u32; 4]]) -> Vec<[u32; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Generated meshes too large for `u32` ids or for memory are errors, not a wrap or an
+    /// abort. (A count memory cannot hold on every machine: more bytes than an address has.)
+    #[test]
+    fn oversized_generated_meshes_are_errors() {
+        let ids = TetMesh::try_bar([1 << 11, 1 << 11, 1 << 10], [1.0; 3]).unwrap_err().to_string();
+        assert!(ids.contains("vertex ids"), "{ids}");
+        let cloth = crate::SpringMesh::try_cloth(1 << 16, 1 << 16, [1.0; 2]).unwrap_err().to_string();
+        assert!(cloth.contains("vertex ids"), "{cloth}");
+        let memory =
+            super::super::reserve::<[f64; 3]>("bar vertices", usize::MAX / 16).unwrap_err().to_string();
+        assert!(memory.contains("bar vertices") && memory.contains("memory"), "{memory}");
+        assert_eq!(
+            TetMesh::try_bar([3, 2, 2], [0.3, 0.2, 0.2]).unwrap(),
+            TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2])
+        );
+    }
 
     #[test]
     fn bar_is_positively_oriented_and_conforming() {

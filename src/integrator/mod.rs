@@ -372,7 +372,7 @@ fn no_valid_guess() -> Error {
     Error::Solver(
         "every initial guess has an infinite objective: an element outside its material's domain \
          (an inverted neo-Hookean element?), a vertex inside a collider under the barrier contact \
-         model, or energies beyond f64's range (a stiffness, speed or gravity far out of scale); \
+         model, or energies beyond f64's range (a stiffness, speed, gravity or time step far out of scale); \
          use stable_neo_hookean or fixed_corotated for states that invert"
             .into(),
     )

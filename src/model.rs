@@ -60,6 +60,7 @@ impl Model {
         density: f64,
     ) -> Result<()> {
         crate::error::require_positive("density", density)?;
+        mesh.validate()?;
         if materials.len() != 1 && materials.len() != mesh.tets().len() {
             return Err(Error::Parameter(format!(
                 "a body of {} tets needs one material or one per tet, got {}",

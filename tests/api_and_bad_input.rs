@@ -162,6 +162,13 @@ fn bad_parameters_name_what_to_change() {
                 .build(),
             "spring 0",
         ),
+        (
+            // A generated bar too thin for f64's volumes is checked as a mesh file is.
+            Simulation::builder()
+                .tet_body(TetMesh::bar([2, 1, 1], [1e-200, 0.2, 0.2]), Material::stvk(1e5, 0.3), 1000.0)
+                .build(),
+            "zero volume",
+        ),
         (bar_builder().solver(Solver::newton().tolerance(-1.0)).build(), "tolerance"),
         (bar_builder().solver(Solver::newton().max_iterations(0)).build(), "max_iterations"),
         (Simulation::builder().build(), "no bodies"),

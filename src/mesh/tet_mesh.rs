@@ -29,46 +29,15 @@ impl TetMesh {
     /// A mesh from rest positions and tets. Rejects out-of-range indices, repeated vertices,
     /// non-finite positions and inverted or zero-volume elements, naming the element.
     pub fn new(positions: Vec<[f64; 3]>, tets: Vec<[u32; 4]>) -> Result<TetMesh> {
-        if let Some(i) = positions.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
-            return Err(Error::Mesh(format!("vertex {i} has a non-finite coordinate {:?}", positions[i])));
-        }
-        let extent = bounding_extent(&positions);
-        // Volumes below 1e-12 of the body's bounding cube are zero to f64 round-off.
-        let min_volume = 1e-12 * extent.powi(3);
-        if !min_volume.is_finite() {
-            return Err(Error::Mesh(format!(
-                "the mesh spans {extent:e}: its volumes overflow f64; rescale it (lengths are in meters)"
-            )));
-        }
-        for (e, tet) in tets.iter().enumerate() {
-            if let Some(&bad) = tet.iter().find(|&&v| v as usize >= positions.len()) {
-                return Err(Error::Mesh(format!(
-                    "element {e} refers to vertex {bad}, but the mesh has {} vertices",
-                    positions.len()
-                )));
-            }
-            let mut sorted = *tet;
-            sorted.sort_unstable();
-            if sorted.windows(2).any(|w| w[0] == w[1]) {
-                return Err(Error::Mesh(format!("element {e} repeats a vertex: {tet:?}")));
-            }
-            let p = tet.map(|v| positions[v as usize]);
-            let volume = signed_volume(p[0], p[1], p[2], p[3]);
-            if volume.abs() <= min_volume {
-                return Err(Error::Mesh(format!(
-                    "element {e} {tet:?} has zero volume to round-off: {volume:e}, at most 1e-12 of \
-                     the body's bounding cube ({:e}); remove or repair it",
-                    extent.powi(3)
-                )));
-            }
-            if volume < 0.0 {
-                return Err(Error::Mesh(format!(
-                    "element {e} {tet:?} is inverted (signed volume {volume:e}); swap two of its vertices"
-                )));
-            }
-        }
+        validate(&positions, &tets)?;
         let surface = boundary_triangles(&tets);
         Ok(TetMesh { positions, tets, surface })
+    }
+
+    /// Checks the mesh as [`TetMesh::new`] does: a generated bar of a zero, tiny or
+    /// non-finite size fails here, where a simulation builder takes it.
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate(&self.positions, &self.tets)
     }
 
     /// A box `[0, size]` split into `cells` cubes of five tets each. Neighbouring cubes use
@@ -244,6 +213,50 @@ fn split_cube(cell: [usize; 3], corner: impl Fn(usize) -> u32, positions: &[[f64
         }
         tet
     })
+}
+
+/// Out-of-range indices, repeated vertices, non-finite positions and inverted or zero-volume
+/// elements, naming the element.
+fn validate(positions: &[[f64; 3]], tets: &[[u32; 4]]) -> Result<()> {
+    if let Some(i) = positions.iter().position(|p| p.iter().any(|c| !c.is_finite())) {
+        return Err(Error::Mesh(format!("vertex {i} has a non-finite coordinate {:?}", positions[i])));
+    }
+    let extent = bounding_extent(positions);
+    // Volumes below 1e-12 of the body's bounding cube are zero to f64 round-off.
+    let min_volume = 1e-12 * extent.powi(3);
+    if !min_volume.is_finite() {
+        return Err(Error::Mesh(format!(
+            "the mesh spans {extent:e}: its volumes overflow f64; rescale it (lengths are in meters)"
+        )));
+    }
+    for (e, tet) in tets.iter().enumerate() {
+        if let Some(&bad) = tet.iter().find(|&&v| v as usize >= positions.len()) {
+            return Err(Error::Mesh(format!(
+                "element {e} refers to vertex {bad}, but the mesh has {} vertices",
+                positions.len()
+            )));
+        }
+        let mut sorted = *tet;
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(Error::Mesh(format!("element {e} repeats a vertex: {tet:?}")));
+        }
+        let p = tet.map(|v| positions[v as usize]);
+        let volume = signed_volume(p[0], p[1], p[2], p[3]);
+        if volume.abs() <= min_volume {
+            return Err(Error::Mesh(format!(
+                "element {e} {tet:?} has zero volume to round-off: {volume:e}, at most 1e-12 of \
+                 the body's bounding cube ({:e}); remove or repair it",
+                extent.powi(3)
+            )));
+        }
+        if volume < 0.0 {
+            return Err(Error::Mesh(format!(
+                "element {e} {tet:?} is inverted (signed volume {volume:e}); swap two of its vertices"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Appends the vertices of a grid of `cells` starting at `origin`, x fastest.

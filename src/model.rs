@@ -69,7 +69,7 @@ impl Model {
             )));
         }
         let elastic = materials.iter().map(Material::elastic).collect::<Result<Vec<_>>>()?;
-        let offset = self.rest.len() as u32;
+        let offset = self.vertex_offset(mesh.vertex_count())?;
         self.rest.extend_from_slice(mesh.positions());
         self.masses.resize(self.rest.len(), 0.0);
         self.pinned.resize(self.rest.len(), false);
@@ -101,10 +101,24 @@ impl Model {
         Ok(())
     }
 
+    /// The id of a new body's first vertex, or an error where its `vertices` would take the
+    /// ids past what `u32` can name.
+    fn vertex_offset(&self, vertices: usize) -> Result<u32> {
+        let offset = self.rest.len();
+        if offset.checked_add(vertices).is_none_or(|end| end > u32::MAX as usize) {
+            return Err(Error::Parameter(format!(
+                "a body of {vertices} vertices after {offset} would take the vertex ids past the {} \
+                 that u32 can name; simulate fewer or smaller bodies",
+                u32::MAX
+            )));
+        }
+        Ok(offset as u32)
+    }
+
     /// Appends a spring body.
     pub(crate) fn add_spring_body(&mut self, mesh: &SpringMesh) -> Result<()> {
         mesh.validate()?;
-        let offset = self.rest.len() as u32;
+        let offset = self.vertex_offset(mesh.positions().len())?;
         self.rest.extend_from_slice(mesh.positions());
         self.masses.extend_from_slice(mesh.masses());
         self.pinned.resize(self.rest.len(), false);

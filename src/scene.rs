@@ -616,7 +616,18 @@ impl Scene {
                 (_, None) => return Err(Error::Parameter("body: copies needs copy_offset".into())),
             };
             let mut builder = builder;
-            let mut rest = Vec::new();
+            let vertices =
+                mesh.vertex_count().checked_mul(self.body.copies).filter(|&n| n <= u32::MAX as usize);
+            let Some(vertices) = vertices else {
+                return Err(Error::Parameter(format!(
+                    "body.copies: {} copies of {} vertices are more than the {} that vertex ids (u32) \
+                     can name",
+                    self.body.copies,
+                    mesh.vertex_count(),
+                    u32::MAX
+                )));
+            };
+            let mut rest = crate::mesh::reserve("body copies' vertices", vertices)?;
             for k in 0..self.body.copies {
                 let shift = offset.map(|c| c * k as f64);
                 let positions =
@@ -877,6 +888,7 @@ mod tests {
             (format!("{MINIMAL}[[pin]]\naxis = \"x\"\nmin = 0.5\nmax = 0.6\n"), "runs from 0 to 0.2"),
             (MINIMAL.replace("[2, 1, 1]", "[3000, 3000, 3000]"), "vertex ids"),
             (cloth.to_string(), "vertex ids"),
+            (format!("{MINIMAL}copies = 1000000000\ncopy_offset = [0.3, 0, 0]\n"), "body.copies"),
         ];
         for (text, named) in cases {
             let Err(error) = Scene::parse(&text).unwrap().build(None, Some("cpu")) else {

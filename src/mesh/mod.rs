@@ -50,7 +50,7 @@ pub(crate) fn reserve<T>(what: &str, count: usize) -> Result<Vec<T>> {
     items.try_reserve_exact(count).map_err(|_| {
         let bytes = count as f64 * std::mem::size_of::<T>() as f64;
         Error::Parameter(format!(
-            "{what}: {count} items ({:.3} GB) do not fit in this machine's memory; use fewer cells",
+            "{what}: {count} items ({:.3} GB) do not fit in this machine's memory; ask for fewer",
             bytes / 1e9
         ))
     })?;

@@ -406,8 +406,8 @@ impl Scene {
             }
         }
         for handle in &scene.handle {
-            let numbers = handle.near.iter().chain(&handle.amplitude).chain([&handle.frequency]);
-            if numbers.clone().any(|c| !c.is_finite()) || handle.until.is_nan() {
+            let mut numbers = handle.near.iter().chain(&handle.amplitude).chain([&handle.frequency]);
+            if numbers.any(|c| !c.is_finite()) || handle.until.is_nan() {
                 return Err(Error::Parameter(format!(
                     "handle: near {:?}, amplitude {:?} and frequency {} must be finite, and until \
                      ({}) a number",

@@ -48,8 +48,9 @@
 //! youngs = 1e14
 //! poisson = 0.45
 //!
-//! [[pin]]                # pins the vertices whose rest coordinate on `axis` is in [min, max],
-//!                        # or (near = [x, y, z]) the one vertex nearest that point
+//! [[pin]]                # pins the vertices whose rest coordinate on `axis` is in [min, max]
+//!                        # (a range that holds none is an error), or (near = [x, y, z]) the
+//!                        # one vertex nearest that point
 //! axis = "x"
 //! max = 0.0
 //!

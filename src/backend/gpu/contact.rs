@@ -1,8 +1,6 @@
-//! Stage `contact` (`shaders/contact.wgsl`), the GPU twin of [`contact::step_bound`]: the
+//! Stage `contact` (`shaders/contact.wgsl`), the GPU twin of `contact::step_bound`: the
 //! barrier's collision-free bound on a Newton step along the direction on the device, as one
 //! partial minimum per workgroup of vertices.
-//!
-//! [`contact::step_bound`]: crate::contact::step_bound
 
 use encase::ShaderType;
 

@@ -1,5 +1,5 @@
 //! Stage `self_contact` (`shaders/self_contact.wgsl`), the GPU twin of
-//! [`contact::self_contact`](crate::contact::self_contact): on the device, the boundary
+//! `contact::self_contact`: on the device, the boundary
 //! vertices inside other parts (or far parts of their own body), their nearest boundary points
 //! and the penalty's terms, as coupling records (`shaders/shared/couplings.wgsl`) that the
 //! gather and the PCG product read. The trees and each boundary vertex's neighbourhood are the

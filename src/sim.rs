@@ -209,6 +209,36 @@ fn with_workers_awake<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 
 type PinPredicate = Box<dyn Fn(&[f64; 3]) -> bool>;
 
+/// Marks the vertices the pins select, or says which pin selects none and where the rest
+/// shape lies (its bounds), leaving the model's pins as they were.
+fn pin_vertices(model: &mut Model, pins: &[PinPredicate]) -> Result<()> {
+    let mut selects_any = vec![false; pins.len()];
+    let pinned: Vec<bool> = (model.rest.iter())
+        .map(|p| {
+            let mut hit = false;
+            for (pin, any) in pins.iter().zip(&mut selects_any) {
+                if pin(p) {
+                    (*any, hit) = (true, true);
+                }
+            }
+            hit
+        })
+        .collect();
+    if let Some(empty) = selects_any.iter().position(|any| !any) {
+        let (low, high) =
+            model.rest.iter().fold(([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]), |(lo, hi), p| {
+                (std::array::from_fn(|k| lo[k].min(p[k])), std::array::from_fn(|k| hi[k].max(p[k])))
+            });
+        return Err(Error::Parameter(format!(
+            "pin {empty} (the builder's .pin calls count from 0) holds for no vertex; the rest \
+             positions span x [{}, {}], y [{}, {}], z [{}, {}]",
+            low[0], high[0], low[1], high[1], low[2], high[2]
+        )));
+    }
+    model.pinned = pinned;
+    Ok(())
+}
+
 enum Body {
     /// One material for the body, or one per tet.
     Tets {
@@ -306,6 +336,8 @@ impl SimulationBuilder {
     }
 
     /// Pins every vertex whose rest position satisfies `predicate` (may be called repeatedly).
+    /// `build` refuses a predicate that holds for no vertex: a pin that pins nothing is
+    /// almost always a rest position mistyped or a tolerance too tight.
     pub fn pin(mut self, predicate: impl Fn(&[f64; 3]) -> bool + 'static) -> Self {
         self.pins.push(Box::new(predicate));
         self
@@ -394,9 +426,7 @@ impl SimulationBuilder {
                 Body::Springs(mesh) => model.add_spring_body(mesh)?,
             }
         }
-        for (v, p) in model.rest.iter().enumerate() {
-            model.pinned[v] = self.pins.iter().any(|pin| pin(p));
-        }
+        pin_vertices(&mut model, &self.pins)?;
         for (i, collider) in self.colliders.iter().enumerate() {
             collider.validate(i)?;
         }

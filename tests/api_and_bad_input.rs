@@ -169,6 +169,13 @@ fn bad_parameters_name_what_to_change() {
                 .build(),
             "zero volume",
         ),
+        (
+            // A pin that pins nothing (x = 0.41 is past the bar's end) names itself and the
+            // body's extent; the pin before it selects the bar's end and is fine.
+            bar_builder().pin(|p| p[0] < 1e-9).pin(|p| p[0] > 0.41).build(),
+            "pin 1 (the builder's .pin calls count from 0) holds for no vertex; the rest positions \
+             span x [0, 0.4]",
+        ),
         (bar_builder().solver(Solver::newton().tolerance(-1.0)).build(), "tolerance"),
         (bar_builder().solver(Solver::newton().max_iterations(0)).build(), "max_iterations"),
         (Simulation::builder().build(), "no bodies"),

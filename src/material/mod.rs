@@ -100,8 +100,36 @@ impl Material {
         self.model
     }
 
-    /// Lame parameters `(mu, lambda)`, or an error naming the bad parameter.
+    /// Lame parameters `(mu, lambda)`, or an error naming the bad parameter. A negative
+    /// `lambda` (a Poisson ratio below 0, an auxetic material) is refused for the fixed
+    /// corotated and neo-Hookean models: their volume terms then fall without bound, so
+    /// their energies have no minimum and an implicit step can run off to minus infinity.
+    /// StVK, corotated, stable neo-Hookean and ARAP stay bounded below for every valid
+    /// ratio.
     pub fn lame_parameters(&self) -> Result<(f64, f64)> {
+        let (mu, lambda) = self.given_lame_parameters()?;
+        let unbounded = match self.model {
+            MaterialModel::FixedCorotated => {
+                Some("lambda/2 (J - 1)^2 falls without bound as an element grows")
+            }
+            MaterialModel::NeoHookean => {
+                Some("lambda/2 (ln J)^2 falls without bound as an element is crushed")
+            }
+            _ => None,
+        };
+        match unbounded {
+            Some(why) if lambda < 0.0 => Err(Error::Parameter(format!(
+                "{:?} with lambda = {lambda} < 0 (a Poisson ratio below 0) has an energy with no minimum: \
+                 {why}; use a Poisson ratio of at least 0, or Material::stvk, corotated or \
+                 stable_neo_hookean, which stay bounded for auxetic materials",
+                self.model
+            ))),
+            _ => Ok((mu, lambda)),
+        }
+    }
+
+    /// [`Material::lame_parameters`] before the model's own check.
+    fn given_lame_parameters(&self) -> Result<(f64, f64)> {
         match self.parameters {
             Parameters::Engineering { youngs, poisson } => {
                 crate::error::require_positive("Young's modulus", youngs)?;

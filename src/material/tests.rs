@@ -261,10 +261,40 @@ fn bad_parameters_are_rejected_with_their_name() {
         (Material::corotated(f64::NAN, 0.3), "Young"),
         (Material::lame(MaterialModel::StVK, 0.0, 1.0), "mu"),
         (Material::lame(MaterialModel::StVK, 1.0, -1.0), "lambda"),
+        (Material::fixed_corotated(1e5, -0.1), "no minimum"),
+        (Material::neo_hookean(1e5, -0.1), "no minimum"),
+        (Material::lame(MaterialModel::NeoHookean, 1.0, -0.5), "no minimum"),
     ];
     for (material, needle) in cases {
         let message = material.lame_parameters().unwrap_err().to_string();
         assert!(message.contains(needle), "message {message:?} should name {needle}");
+    }
+}
+
+/// Why a negative `lambda` is refused for two models and not the others: along uniform
+/// scalings from 1e-30 to 1e3 (and their inversions), at a `lambda` just above the stable
+/// bound `-2/3 mu`, the refused models' energies fall far below their rest energy of zero
+/// (neo-Hookean's as `(ln J)^2`, so slowly, and only until `J - 1` rounds to -1, where it
+/// reads as inverted) while the others' stay above `-mu` (stable neo-Hookean's reaches
+/// `lambda/2` at `F = 0`; the rest are non-negative).
+#[test]
+fn negative_lambda_is_refused_exactly_where_the_energy_has_no_minimum() {
+    let (mu, lambda) = (1.0, -0.6);
+    for model in MODELS {
+        let elastic = Elastic::new(model, mu, lambda);
+        let lowest = (-3000..=300)
+            .map(|k| 10f64.powf(k as f64 / 100.0))
+            .flat_map(|s| [DMat3::from_diagonal(DVec3::splat(s)), DMat3::from_diagonal(DVec3::new(s, s, -s))])
+            .map(|f| elastic.energy(&f))
+            .fold(f64::INFINITY, f64::min);
+        let refused = Material::lame(model, mu, lambda).lame_parameters().is_err();
+        if refused {
+            assert!(lowest < -100.0 * mu, "{model:?} is refused but its lowest energy is {lowest}");
+        } else {
+            assert!(lowest >= -mu, "{model:?} is accepted but its energy falls to {lowest}");
+        }
+        let expect_refused = matches!(model, MaterialModel::FixedCorotated | MaterialModel::NeoHookean);
+        assert_eq!(refused, expect_refused, "{model:?}");
     }
 }
 

@@ -807,6 +807,10 @@ fn merit(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
             gap[k] = d_x[k] - s[k];
         }
         value = cw.x * t.volume * (stretch_energy_density(sym_matrix(s), m) - dot6(multiplier, gap));
+        // As the CPU twin: +inf where the positions' stretch leaves neo-Hookean's domain.
+        if (m.model == NEO_HOOKEAN && j_minus_one(sym_matrix(d_x)) <= -1.0) {
+            value = bitcast<f32>(0x7f800000u);
+        }
     }
     reduce(lid, workgroup_slot(group, groups), value);
 }

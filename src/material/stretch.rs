@@ -272,6 +272,12 @@ pub struct SymmetricDerivatives {
 }
 
 impl Elastic {
+    /// Whether the energy is defined at the stretch `s`: everywhere but where neo-Hookean's
+    /// `ln J` is not (`J <= 0`).
+    pub(crate) fn defined_at(&self, s: &Sym6) -> bool {
+        self.model() != MaterialModel::NeoHookean || self.symmetric_energy(s) < f64::INFINITY
+    }
+
     /// The energy density at the symmetric stretch `s`: the same value as
     /// [`energy`](Self::energy) at any `F` whose signed polar stretch is `s`. Inlined, as
     /// [`symmetric_derivatives`](Self::symmetric_derivatives) is, into the mixed solver's AVX2

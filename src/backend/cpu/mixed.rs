@@ -418,7 +418,8 @@ fn deformation_at(model: &Model, e: usize, x: &[[f64; 3]], start: &[[f64; 3]], n
 }
 
 /// A tet's term of the merit at `s + alpha ds`, its weight `a` and its stretch `s(F)` at the
-/// moved positions given: `a (psi(s + alpha ds) - m . (s(F) - s - alpha ds))`.
+/// moved positions given: `a (psi(s + alpha ds) - m . (s(F) - s - alpha ds))`; `+inf` where
+/// `s(F)` leaves the model's domain.
 #[inline(always)]
 fn merit_term(
     material: &Elastic,
@@ -428,6 +429,11 @@ fn merit_term(
     stretch_of_x: &Sym6,
     alpha: f64,
 ) -> f64 {
+    // The positions' own energy must stay defined too: a capped solve whose `s` is still
+    // positive could otherwise end on an element that neo-Hookean calls inverted.
+    if !material.defined_at(stretch_of_x) {
+        return f64::INFINITY;
+    }
     let moved = add(s, &lin.step, alpha);
     let gap = add(stretch_of_x, &moved, -1.0);
     // At `alpha = 0`, `psi(s)` is the linearization's (the same function, the same bits).

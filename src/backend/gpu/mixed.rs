@@ -256,4 +256,93 @@ mod tests {
             }
         }
     }
+    /// Along a long enough step a neo-Hookean body's positions or stretches invert an element,
+    /// where its energy is infinite: both twins' merits turn `+inf` at the same step lengths
+    /// (the line search stops short of them), and agree where finite. The iterate is squeezed
+    /// to half its height, so that a step of 0.1 to 4 crosses the domain's edge.
+    #[test]
+    fn merits_turn_infinite_at_the_same_steps_past_neo_hookeans_domain() {
+        use rand::{RngExt, SeedableRng};
+        let Some(context) = context() else { return };
+        let mut model = Model::empty([0.0, -9.81, 0.0]);
+        model
+            .add_tet_body(
+                &TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]),
+                &[Material::neo_hookean(2e4, 0.3)],
+                1000.0,
+            )
+            .unwrap();
+        for v in 0..model.vertex_count() {
+            model.pinned[v] = model.rest[v][0] < 1e-9;
+        }
+        let model = Arc::new(model);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(90);
+        let mut moved = |scale: f64| -> Vec<[f64; 3]> {
+            (model.rest.iter().enumerate())
+                .map(|(v, p)| {
+                    if model.pinned[v] {
+                        *p
+                    } else {
+                        std::array::from_fn(|c| p[c] + rng.random_range(-scale..scale))
+                    }
+                })
+                .collect()
+        };
+        let (start, target, mut x) = (moved(0.01), moved(0.03), moved(0.01));
+        for p in &mut x {
+            p[1] *= 0.5;
+        }
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
+        let request = DirectionRequest {
+            projection: Projection::Psd,
+            solve: true,
+            solver: LinearSolver::Pcg,
+            gradient_tolerance: 1e-9,
+            relative_tolerance: Some(1e-6),
+            max_iterations: 500,
+            candidates: &[],
+            likely_converged: false,
+            previous_gradient_norm: None,
+        };
+        let alphas: Vec<f64> = (1..=40).map(|k| 0.1 * k as f64).collect();
+        let mut cpu = CpuBackend::new(model.clone());
+        let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+        let mut merits = Vec::new();
+        for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
+            backend.begin_step(problem);
+            backend.set_iterate(&x);
+            backend.mixed_begin();
+            backend.mixed_direction(&request).direction.expect("a direction");
+            merits.push(backend.mixed_merits(&alphas));
+            assert!(backend.take_error().is_none());
+        }
+        let (c, g) = (&merits[0], &merits[1]);
+        let first_infinite = |m: &[f64]| m.iter().position(|m| m.is_infinite()).map(|k| alphas[k]);
+        println!(
+            "merits infinite from a step of {:?} (CPU) and {:?} (GPU)",
+            first_infinite(c),
+            first_infinite(g)
+        );
+        assert!(c.iter().any(|m| m.is_infinite()), "no step in {alphas:?} leaves the domain: {c:?}");
+        for k in 0..alphas.len() {
+            assert_eq!(
+                c[k].is_infinite(),
+                g[k].is_infinite(),
+                "alpha {}: CPU {} GPU {}",
+                alphas[k],
+                c[k],
+                g[k]
+            );
+            if c[k].is_finite() {
+                assert!(
+                    (c[k] - g[k]).abs() <= 1e-5 * c[k].abs().max(1.0),
+                    "alpha {}: CPU {} GPU {}",
+                    alphas[k],
+                    c[k],
+                    g[k]
+                );
+            }
+        }
+    }
 }

@@ -68,8 +68,9 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
             v: midpoint.v,
         });
     }
-    // (low, high): blend endpoints with error(low) > 0 >= error(high) along alpha in [0, 1].
-    let (low, high, sign) = if e_mid > 0.0 {
+    // (low, high): blend endpoints with error(low) > 0 >= error(high) along alpha in [0, 1],
+    // and what was dissipated on the way to high.
+    let (low, high, high_dissipated, sign) = if e_mid > 0.0 {
         let backward = stepper.implicit(&BackwardEuler, Some(&midpoint.x), Role::Blend)?;
         if solved(stepper, &backward.x, &backward.v, backward.dissipated) > 0.0 {
             return Ok(Outcome {
@@ -79,7 +80,7 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
                 v: backward.v,
             });
         }
-        ((midpoint.x, midpoint.v), (backward.x, backward.v), 1.0)
+        ((midpoint.x, midpoint.v), (backward.x, backward.v), backward.dissipated, 1.0)
     } else {
         let forward = forward_euler::step(&stepper.input);
         // Under the barrier or projection, blends toward forward Euler, which no solve kept
@@ -97,11 +98,12 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
                 v: midpoint.v,
             });
         }
-        (forward, (midpoint.x, midpoint.v), -1.0)
+        (forward, (midpoint.x, midpoint.v), midpoint.dissipated, -1.0)
     };
     let blend_at = |alpha: f64| (blend(&low.0, &high.0, alpha), blend(&low.1, &high.1, alpha));
     let (mut a, mut b) = (0.0, 1.0);
-    let (mut alpha, mut dissipated) = (0.5, 0.0);
+    let mut below = high_dissipated;
+    let mut in_band = None;
     let mut bisections = 0;
     'search: while bisections < MAX_BISECTIONS {
         // The tree of the next levels' midpoints: node k halves [lo, hi]; its children, 2k + 1
@@ -124,20 +126,24 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
         let mut k = 0;
         for _ in 0..levels {
             bisections += 1;
-            (alpha, dissipated) = (alphas[k], found[k].dissipated);
-            let e = found[k].error;
+            let (t, e) = (alphas[k], found[k].error);
             if e.abs() <= band {
+                in_band = Some((t, found[k].dissipated));
                 break 'search;
             }
             if e > 0.0 {
-                a = alpha;
+                a = t;
                 k = 2 * k + 2;
             } else {
-                b = alpha;
+                (b, below) = (t, found[k].dissipated);
                 k = 2 * k + 1;
             }
         }
     }
+    // Without a blend in the band, the energy jumps across it (an element of a blend leaving
+    // its material's domain, where the energy is infinite; a contact): take the blend at or
+    // below the target, never the last one tried, which may lie on the side above it.
+    let (alpha, dissipated) = in_band.unwrap_or((b, below));
     let (x, v) = blend_at(alpha);
     // Backward side: alpha is the BE fraction. Forward side: minus the FE fraction.
     let reported = if sign > 0.0 { alpha } else { -(1.0 - alpha) };

@@ -113,6 +113,45 @@ mod tests {
     use crate::model::Model;
     use crate::objective::{Node, StepProblem};
 
+    /// The parity tests' body: a bar of 3x2x2 cells of `material`, pinned at x = 0.
+    fn pinned_bar(material: Material) -> Arc<Model> {
+        let mut model = Model::empty([0.0, -9.81, 0.0]);
+        model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], 1000.0).unwrap();
+        for v in 0..model.vertex_count() {
+            model.pinned[v] = model.rest[v][0] < 1e-9;
+        }
+        Arc::new(model)
+    }
+
+    /// The rest shape scaled by `squeeze`, its free vertices moved by up to `scale` at random.
+    fn moved(model: &Model, rng: &mut impl rand::Rng, squeeze: f64, scale: f64) -> Vec<[f64; 3]> {
+        use rand::RngExt;
+        (model.rest.iter().enumerate())
+            .map(|(v, p)| {
+                if model.pinned[v] {
+                    *p
+                } else {
+                    std::array::from_fn(|c| squeeze * p[c] + rng.random_range(-scale..scale))
+                }
+            })
+            .collect()
+    }
+
+    /// A condensed solve to 1e-6 relative, with the stretch curvature `projection`.
+    fn request(projection: Projection) -> DirectionRequest<'static> {
+        DirectionRequest {
+            projection,
+            solve: true,
+            solver: LinearSolver::Pcg,
+            gradient_tolerance: 1e-9,
+            relative_tolerance: Some(1e-6),
+            max_iterations: 500,
+            candidates: &[],
+            likely_converged: false,
+            previous_gradient_norm: None,
+        }
+    }
+
     /// A mixed-FEM iteration on the GPU against its CPU twin, for every material, from random
     /// states with stretches off the positions' (the first step's warm start is the start's
     /// stretch; the iterate is elsewhere), with the stretch curvature projected and exact: the
@@ -133,44 +172,14 @@ mod tests {
         // Squeezed to 0.8 of its size, the body's stretch Hessians turn indefinite (the
         // projection's Jacobi sweeps run); unsqueezed they are positive definite.
         for ((m, material), squeeze) in materials.iter().enumerate().flat_map(|m| [(m, 1.0), (m, 0.8)]) {
-            let mut model = Model::empty([0.0, -9.81, 0.0]);
-            model
-                .add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material(2e4, 0.3)], 1000.0)
-                .unwrap();
-            for v in 0..model.vertex_count() {
-                model.pinned[v] = model.rest[v][0] < 1e-9;
-            }
-            let model = Arc::new(model);
+            let model = pinned_bar(material(2e4, 0.3));
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(70 + m as u64);
-            let mut moved = |scale: f64| -> Vec<[f64; 3]> {
-                model
-                    .rest
-                    .iter()
-                    .enumerate()
-                    .map(|(v, p)| {
-                        if model.pinned[v] {
-                            *p
-                        } else {
-                            std::array::from_fn(|c| squeeze * p[c] + rng.random_range(-scale..scale))
-                        }
-                    })
-                    .collect()
-            };
+            let mut moved = |scale: f64| moved(&model, &mut rng, squeeze, scale);
             let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
             let nodes = [Node { weight: 1.0, theta: 1.0 }];
             let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
             for projection in [Projection::Psd, Projection::None] {
-                let request = DirectionRequest {
-                    projection,
-                    solve: true,
-                    solver: LinearSolver::Pcg,
-                    gradient_tolerance: 1e-9,
-                    relative_tolerance: Some(1e-6),
-                    max_iterations: 500,
-                    candidates: &[],
-                    likely_converged: false,
-                    previous_gradient_norm: None,
-                };
+                let request = request(projection);
                 let label = format!(
                     "{:?} squeezed to {squeeze}, curvature {projection:?}",
                     material(2e4, 0.3).model()
@@ -256,55 +265,24 @@ mod tests {
             }
         }
     }
+
     /// Along a long enough step a neo-Hookean body's positions or stretches invert an element,
     /// where its energy is infinite: both twins' merits turn `+inf` at the same step lengths
     /// (the line search stops short of them), and agree where finite. The iterate is squeezed
     /// to half its height, so that a step of 0.1 to 4 crosses the domain's edge.
     #[test]
     fn merits_turn_infinite_at_the_same_steps_past_neo_hookeans_domain() {
-        use rand::{RngExt, SeedableRng};
+        use rand::SeedableRng;
         let Some(context) = context() else { return };
-        let mut model = Model::empty([0.0, -9.81, 0.0]);
-        model
-            .add_tet_body(
-                &TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]),
-                &[Material::neo_hookean(2e4, 0.3)],
-                1000.0,
-            )
-            .unwrap();
-        for v in 0..model.vertex_count() {
-            model.pinned[v] = model.rest[v][0] < 1e-9;
-        }
-        let model = Arc::new(model);
+        let model = pinned_bar(Material::neo_hookean(2e4, 0.3));
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(90);
-        let mut moved = |scale: f64| -> Vec<[f64; 3]> {
-            (model.rest.iter().enumerate())
-                .map(|(v, p)| {
-                    if model.pinned[v] {
-                        *p
-                    } else {
-                        std::array::from_fn(|c| p[c] + rng.random_range(-scale..scale))
-                    }
-                })
-                .collect()
-        };
-        let (start, target, mut x) = (moved(0.01), moved(0.03), moved(0.01));
-        for p in &mut x {
-            p[1] *= 0.5;
-        }
+        let (start, target) = (moved(&model, &mut rng, 1.0, 0.01), moved(&model, &mut rng, 1.0, 0.03));
+        // Squeezed to half its height.
+        let x: Vec<[f64; 3]> =
+            moved(&model, &mut rng, 1.0, 0.01).iter().map(|p| [p[0], 0.5 * p[1], p[2]]).collect();
         let nodes = [Node { weight: 1.0, theta: 1.0 }];
         let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
-        let request = DirectionRequest {
-            projection: Projection::Psd,
-            solve: true,
-            solver: LinearSolver::Pcg,
-            gradient_tolerance: 1e-9,
-            relative_tolerance: Some(1e-6),
-            max_iterations: 500,
-            candidates: &[],
-            likely_converged: false,
-            previous_gradient_norm: None,
-        };
+        let request = request(Projection::Psd);
         let alphas: Vec<f64> = (1..=40).map(|k| 0.1 * k as f64).collect();
         let mut cpu = CpuBackend::new(model.clone());
         let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();

@@ -13,7 +13,7 @@
 use glam::{DMat3, DVec3};
 
 use super::projective::{RotationSearch, closest_rotation_by};
-use super::stable_neo_hookean::{stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
+use super::stable_neo_hookean::{self, stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
 use super::{CORNER_PAIRS, MaterialModel, Projection};
 use crate::math::lanes::{Lanes, Mat3s, mat_lane, set_mat_lane};
 use crate::math::{Mat9, add_outer9, signed_svd, symmetric_eigen3, vec9};
@@ -94,10 +94,6 @@ impl Elastic {
         let h = *f - DMat3::IDENTITY;
         let squared = |m: &DMat3| m.to_cols_array().iter().map(|x| x * x).sum::<f64>();
         let trace = |m: &DMat3| m.x_axis.x + m.y_axis.y + m.z_axis.z;
-        let j_minus_one = || {
-            let t = trace(&h);
-            t + 0.5 * (t * t - trace(&(h * h))) + h.determinant()
-        };
         match self.model {
             MaterialModel::StVK => {
                 let e = (h + h.transpose() + h.transpose() * h) * 0.5;
@@ -105,7 +101,7 @@ impl Elastic {
                 mu * squared(&e) + 0.5 * lambda * tr * tr
             }
             MaterialModel::NeoHookean => {
-                let jm1 = j_minus_one();
+                let jm1 = j_minus_one(&h);
                 if jm1 <= -1.0 {
                     return f64::INFINITY;
                 }
@@ -133,9 +129,9 @@ impl Elastic {
                 *f * (e * (2.0 * mu) + DMat3::IDENTITY * (lambda * tr))
             }
             MaterialModel::NeoHookean => {
-                let j = f.determinant();
-                let f_inv_t = f.inverse().transpose();
-                *f * mu + f_inv_t * (lambda * j.ln() - mu)
+                // F^-T = cof F / J, with J as the energy takes it.
+                let jm1 = j_minus_one(&(*f - DMat3::IDENTITY));
+                *f * mu + cofactor(f) * ((lambda * jm1.ln_1p() - mu) / (1.0 + jm1))
             }
             MaterialModel::StableNeoHookean => self.stable_neo_hookean(f).1,
             _ => {
@@ -349,8 +345,9 @@ impl Elastic {
             }
             MaterialModel::NeoHookean => {
                 // dP = mu dF - (lambda ln J - mu) G dF^T G + lambda tr(F^-1 dF) G, G = F^-T
-                let g = crate::math::to_rows(&f.inverse().transpose());
-                let c = lambda * f.determinant().ln() - mu;
+                let jm1 = j_minus_one(&(*f - DMat3::IDENTITY));
+                let g = crate::math::to_rows(&(cofactor(f) * (1.0 / (1.0 + jm1))));
+                let c = lambda * jm1.ln_1p() - mu;
                 for i in 0..3 {
                     for j in 0..3 {
                         for kk in 0..3 {
@@ -582,6 +579,13 @@ fn one_lane(f: &DMat3) -> Mat3s<1> {
     let mut lanes = [[Lanes([0.0]); 3]; 3];
     set_mat_lane(&mut lanes, 0, f);
     lanes
+}
+
+/// `J - 1` at `F = I + h`, without cancellation near rest (see
+/// [`stable_neo_hookean::j_minus_one`]).
+#[inline(always)]
+pub(crate) fn j_minus_one(h: &DMat3) -> f64 {
+    stable_neo_hookean::j_minus_one(&one_lane(h)).0[0]
 }
 
 /// `dJ/dF = cof(F)`, column by column as cross products (defined for singular `F`).

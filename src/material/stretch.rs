@@ -12,7 +12,7 @@
 
 use glam::{DMat3, DQuat, DVec3};
 
-use super::isotropic::{cofactor, outer};
+use super::isotropic::{cofactor, j_minus_one, outer};
 use super::projective::{RotationSearch, closest_rotations};
 use super::{Elastic, MaterialModel, Projection};
 use crate::math::lanes::{Lanes, mat_lane, set_mat_lane};
@@ -288,21 +288,19 @@ impl Elastic {
         let d = sym_matrix(s) - DMat3::IDENTITY;
         let tr = trace(&d);
         let squared = dot(&d, &d);
-        // J - 1 = det(I + D) - 1 without cancellation.
-        let j_minus_one = || tr + 0.5 * (tr * tr - squared) + d.determinant();
         match self.model() {
             MaterialModel::Arap => mu * squared,
             MaterialModel::Corotated => mu * squared + 0.5 * lambda * tr * tr,
             MaterialModel::FixedCorotated => {
-                let jm1 = j_minus_one();
+                let jm1 = j_minus_one(&d);
                 mu * squared + 0.5 * lambda * jm1 * jm1
             }
             MaterialModel::StableNeoHookean => {
-                let jm1 = j_minus_one();
+                let jm1 = j_minus_one(&d);
                 0.5 * mu * squared - mu * (jm1 - tr) + 0.5 * (lambda + mu) * jm1 * jm1
             }
             MaterialModel::NeoHookean => {
-                let jm1 = j_minus_one();
+                let jm1 = j_minus_one(&d);
                 if jm1 <= -1.0 {
                     return f64::INFINITY;
                 }
@@ -328,7 +326,9 @@ impl Elastic {
         let s_matrix = sym_matrix(s);
         let d = s_matrix - DMat3::IDENTITY;
         let tr = trace(&d);
-        let j = s_matrix.determinant();
+        // J as the energy takes it, so that the derivatives are finite where it is.
+        let jm1 = j_minus_one(&d);
+        let j = 1.0 + jm1;
         let cof = cofactor(&s_matrix);
         let (wanted, projection) = (hessian.is_some(), hessian);
         // The invariants' derivatives in coordinates: `<E_k, E_l>` is diagonal (GRAM), `d tr`
@@ -370,18 +370,15 @@ impl Elastic {
                 (coordinates(&(d * (2.0 * mu) + DMat3::IDENTITY * (l * tr))), combine(2.0 * mu, l, 0.0, 0.0))
             }
             MaterialModel::FixedCorotated => (
-                coordinates(&(d * (2.0 * mu) + cof * (lambda * (j - 1.0)))),
-                combine(2.0 * mu, 0.0, lambda, lambda * (j - 1.0)),
+                coordinates(&(d * (2.0 * mu) + cof * (lambda * jm1))),
+                combine(2.0 * mu, 0.0, lambda, lambda * jm1),
             ),
             MaterialModel::StableNeoHookean => {
                 let l = lambda + mu;
-                (
-                    coordinates(&(s_matrix * mu + cof * (l * (j - 1.0) - mu))),
-                    combine(mu, 0.0, l, l * (j - 1.0) - mu),
-                )
+                (coordinates(&(s_matrix * mu + cof * (l * jm1 - mu))), combine(mu, 0.0, l, l * jm1 - mu))
             }
             MaterialModel::NeoHookean => {
-                let lnj = if j > 0.0 { j.ln() } else { f64::NAN };
+                let lnj = jm1.ln_1p();
                 let stress_j = lambda * lnj - mu;
                 (
                     coordinates(&(s_matrix * mu + cof * (stress_j / j))),

@@ -57,7 +57,11 @@ pub enum Integrator {
     A1,
     /// Backward-Euler positions with an alpha-scaled velocity correction following the target.
     ASearch {
-        /// Lower clip of alpha.
+        /// Lower clip of alpha. At 0 (the crate's and the paper's choice) a step that cannot
+        /// reach the target falls back to backward Euler's velocity. Above 0 A-search leans
+        /// toward A-1: where the target's root lies below the clip, the step keeps the clip and
+        /// ends above the target, and on a stiff body released far from rest at a large step
+        /// (where the correction `dv` is large) that gain, like A-1's, has no bound.
         alpha_min: f64,
         /// Upper clip of alpha.
         alpha_max: f64,

@@ -406,6 +406,13 @@ impl Scene {
                 _ => return Err(Error::Parameter("pin: give either axis (with min, max) or near".into())),
             }
         }
+        if let Some(random) = scene.start.random
+            && !(random.is_finite() && random >= 0.0)
+        {
+            return Err(Error::Parameter(format!(
+                "start.random must be a finite displacement (m) of at least 0, got {random}"
+            )));
+        }
         for handle in &scene.handle {
             let mut numbers = handle.near.iter().chain(&handle.amplitude).chain([&handle.frequency]);
             if numbers.any(|c| !c.is_finite()) || handle.until.is_nan() {
@@ -868,6 +875,8 @@ mod tests {
                 format!("{MINIMAL}[[handle]]\nnear = [0, 0, 0]\nstiffness = 1e3\nfrequency = nan\n"),
                 "frequency",
             ),
+            (format!("{MINIMAL}[start]\nrandom = inf\n"), "start.random"),
+            (format!("{MINIMAL}[start]\nrandom = -0.1\n"), "start.random"),
         ];
         for (text, named) in cases {
             let message = Scene::parse(&text).unwrap_err().to_string();

@@ -14,8 +14,9 @@
 mod common;
 
 use lively::{
-    Backend, Collider, ContactModel, Damping, Decay, Error, Integrator, Material, MaterialModel,
-    SelfCollision, Simulation, SimulationBuilder, Solver, SpringKind, SpringMesh, TetMesh,
+    Backend, Collider, ContactModel, Damping, Decay, Error, HessianPolicy, Integrator, LinearSolver,
+    Material, MaterialModel, SelfCollision, Simulation, SimulationBuilder, Solver, SpringKind, SpringMesh,
+    TetMesh,
 };
 use proptest::prelude::*;
 
@@ -41,7 +42,7 @@ enum Body {
 /// How the step's nonlinear systems are solved.
 #[derive(Clone, Debug)]
 enum SolverChoice {
-    Newton { tolerance: f64, max_iterations: usize },
+    Newton { tolerance: f64, max_iterations: usize, linear: LinearSolver, hessian: HessianPolicy },
     Budget { nonlinear: usize, linear: usize },
     LocalGlobal { iterations: usize },
     MixedFem { max_iterations: usize },
@@ -122,12 +123,23 @@ fn integrator() -> impl Strategy<Value = Integrator> {
 
 fn solver() -> impl Strategy<Value = SolverChoice> {
     prop_oneof![
-        3 => (log_uniform(1e-9, 1e-2), 1usize..60)
-            .prop_map(|(tolerance, max_iterations)| SolverChoice::Newton { tolerance, max_iterations }),
+        3 => (log_uniform(1e-9, 1e-2), 1usize..60, linear_solver(), hessian_policy()).prop_map(
+            |(tolerance, max_iterations, linear, hessian)| SolverChoice::Newton {
+                tolerance, max_iterations, linear, hessian
+            }
+        ),
         1 => (1usize..4, 1usize..50).prop_map(|(nonlinear, linear)| SolverChoice::Budget { nonlinear, linear }),
         1 => (1usize..20).prop_map(|iterations| SolverChoice::LocalGlobal { iterations }),
         1 => (1usize..30).prop_map(|max_iterations| SolverChoice::MixedFem { max_iterations }),
     ]
+}
+
+fn linear_solver() -> impl Strategy<Value = LinearSolver> {
+    prop::sample::select(vec![LinearSolver::Pcg, LinearSolver::PcgProjective, LinearSolver::Cholesky])
+}
+
+fn hessian_policy() -> impl Strategy<Value = HessianPolicy> {
+    prop::sample::select(vec![HessianPolicy::ProjectOnNegativeCurvature, HessianPolicy::AlwaysProject])
 }
 
 fn damping() -> impl Strategy<Value = Option<Damping>> {
@@ -225,9 +237,11 @@ fn builder(case: &Case) -> SimulationBuilder {
     }
     builder = builder.dt(case.dt).gravity([0.0, -9.81, 0.0]).integrator(case.integrator.clone());
     builder = builder.solver(match case.solver {
-        SolverChoice::Newton { tolerance, max_iterations } => {
-            Solver::newton().tolerance(tolerance).max_iterations(max_iterations)
-        }
+        SolverChoice::Newton { tolerance, max_iterations, linear, hessian } => Solver::newton()
+            .tolerance(tolerance)
+            .max_iterations(max_iterations)
+            .linear_solver(linear)
+            .hessian(hessian),
         SolverChoice::Budget { nonlinear, linear } => Solver::newton().budget(nonlinear, linear),
         SolverChoice::LocalGlobal { iterations } => Solver::local_global(iterations),
         SolverChoice::MixedFem { max_iterations } => Solver::mixed_fem().max_iterations(max_iterations),

@@ -3,6 +3,10 @@
 //! integer's range). Whatever the value, reading the scene never panics; a scene that reads
 //! builds or refuses; and its first steps either leave a finite state or fail leaving the state
 //! as it was. A value that would make a mesh too large for memory must be refused, not tried.
+//! 200 cases, the same on every run; `PROPTEST_CASES` and `PROPTEST_RNG_SEED` draw more or
+//! others.
+
+mod common;
 
 use std::path::Path;
 
@@ -92,11 +96,7 @@ fn finite(vectors: &[[f64; 3]]) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(200),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(common::property_config(200))]
     #[test]
     fn a_preset_with_a_hostile_number_reads_builds_and_steps_or_refuses(
         (path, token, begin, end) in prop::sample::select(every_number()),

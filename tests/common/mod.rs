@@ -74,3 +74,17 @@ pub fn stabilized_blend_readbacks(alpha: f64) -> usize {
     let levels = (0..=50).find(|&l| (alpha * 2f64.powi(l)).fract() == 0.0).unwrap_or(50);
     usize::from(alpha <= 0.0) + (levels as usize).div_ceil(3) + usize::from(alpha != 0.0 && alpha != 1.0)
 }
+
+/// A property test's settings: `default_cases` cases (`PROPTEST_CASES` sets others) from a
+/// fixed seed, so that CI runs the same cases every time (`PROPTEST_RNG_SEED` draws others),
+/// and no failure files written into the tree.
+pub fn property_config(default_cases: u32) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, RngSeed};
+    let base = Config::default();
+    Config {
+        cases: if std::env::var_os("PROPTEST_CASES").is_some() { base.cases } else { default_cases },
+        rng_seed: if base.rng_seed == RngSeed::Random { RngSeed::Fixed(20_261_128) } else { base.rng_seed },
+        failure_persistence: None,
+        ..base
+    }
+}

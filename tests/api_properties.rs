@@ -87,14 +87,7 @@ fn point(extent: f64) -> impl Strategy<Value = [f64; 3]> {
 }
 
 fn body() -> impl Strategy<Value = Body> {
-    let models = prop::sample::select(vec![
-        MaterialModel::StVK,
-        MaterialModel::Corotated,
-        MaterialModel::FixedCorotated,
-        MaterialModel::NeoHookean,
-        MaterialModel::StableNeoHookean,
-        MaterialModel::Arap,
-    ]);
+    let models = prop::sample::select(MaterialModel::ALL.to_vec());
     let kinds = prop::sample::select(vec![SpringKind::Hooke, SpringKind::StVK]);
     let inclusion = prop::option::of((models.clone(), log_uniform(1e2, 1e14)));
     prop_oneof![

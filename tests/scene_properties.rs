@@ -8,20 +8,12 @@
 
 mod common;
 
-use std::path::Path;
-
 use lively::scene::Scene;
 use proptest::prelude::*;
 
-/// Every preset's text, in file-name order.
+/// Every preset's file and text.
 fn presets() -> Vec<(String, String)> {
-    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes");
-    let mut files: Vec<_> = std::fs::read_dir(&folder)
-        .expect("scenes/ exists")
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
+    let files = common::preset_scenes();
     files.iter().map(|path| (path.display().to_string(), std::fs::read_to_string(path).unwrap())).collect()
 }
 

@@ -1,24 +1,15 @@
 //! The preset scenes and `lively run`: every file in `scenes/` loads, builds and steps, and the
 //! command writes the energy table it promises.
 
+mod common;
+
 use std::path::Path;
 
 use lively::scene::Scene;
 
-fn presets() -> Vec<std::path::PathBuf> {
-    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes");
-    let mut files: Vec<_> = std::fs::read_dir(&folder)
-        .expect("scenes/ exists")
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
-    files
-}
-
 #[test]
 fn every_preset_names_its_source_and_runs() {
-    let files = presets();
+    let files = common::preset_scenes();
     assert!(files.len() >= 6, "only {} presets", files.len());
     for path in files {
         let scene = Scene::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -39,6 +39,18 @@ pub enum MaterialModel {
     Arap,
 }
 
+impl MaterialModel {
+    /// Every model.
+    pub const ALL: [MaterialModel; 6] = [
+        MaterialModel::StVK,
+        MaterialModel::Corotated,
+        MaterialModel::FixedCorotated,
+        MaterialModel::NeoHookean,
+        MaterialModel::StableNeoHookean,
+        MaterialModel::Arap,
+    ];
+}
+
 /// How the material's parameters were given.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Parameters {

@@ -8,15 +8,6 @@ use super::*;
 use crate::math::{Mat9, flat, smallest_eigenvalue, unvec9, vec9};
 use crate::mesh::SpringKind;
 
-const MODELS: [MaterialModel; 6] = [
-    MaterialModel::StVK,
-    MaterialModel::Corotated,
-    MaterialModel::FixedCorotated,
-    MaterialModel::NeoHookean,
-    MaterialModel::StableNeoHookean,
-    MaterialModel::Arap,
-];
-
 /// O(1) Lame parameters keep the finite-difference error budget easy to reason about.
 fn evaluator(model: MaterialModel) -> Elastic {
     Material::lame(model, 1.3, 2.1).elastic().unwrap()
@@ -66,7 +57,7 @@ const FD_TOLERANCE: f64 = 1e-6;
 
 #[test]
 fn stress_is_the_energy_gradient() {
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         for (n, f) in random_deformations(model, 60, 1).iter().enumerate() {
             let p = vec9(&m.stress(f));
@@ -102,7 +93,7 @@ fn assert_tangent_matches_fd(m: &Elastic, f: &DMat3, k: &Mat9, label: &str) {
 
 #[test]
 fn stress_derivative_is_the_stress_jacobian() {
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         for (n, f) in random_deformations(model, 60, 2).iter().enumerate() {
             let k = m.stress_derivative(f, Projection::None);
@@ -183,7 +174,7 @@ fn corotated_closed_form_agrees_with_the_eigensystem() {
 
 #[test]
 fn projected_derivative_is_psd_and_exact_when_already_psd() {
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         for f in random_deformations(model, 60, 4) {
             let exact = m.stress_derivative(&f, Projection::None);
@@ -203,7 +194,7 @@ fn projected_derivative_is_psd_and_exact_when_already_psd() {
 
 #[test]
 fn rest_shape_has_zero_energy_and_stress() {
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         assert!(m.energy(&DMat3::IDENTITY).abs() < 1e-14, "{model:?} rest energy");
         let p = vec9(&m.stress(&DMat3::IDENTITY));
@@ -214,7 +205,7 @@ fn rest_shape_has_zero_energy_and_stress() {
 #[test]
 fn rotations_cost_nothing() {
     let r = DMat3::from_axis_angle(DVec3::new(1.0, 2.0, 3.0).normalize(), 1.1);
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         assert!(m.energy(&r).abs() < 1e-12, "{model:?} energy of a rotation");
     }
@@ -226,7 +217,7 @@ fn small_strain_matches_linear_elasticity() {
     let strain = 1e-5;
     let f = DMat3::from_diagonal(DVec3::new(1.0 + strain, 1.0, 1.0));
     let (youngs, poisson) = (1e5, 0.3);
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let material = match model {
             MaterialModel::Arap => continue,
             _ => Material { model, parameters: Parameters::Engineering { youngs, poisson } },
@@ -323,7 +314,7 @@ fn bad_parameters_are_rejected_with_their_name() {
 #[test]
 fn negative_lambda_is_refused_exactly_where_the_energy_has_no_minimum() {
     let (mu, lambda) = (1.0, -0.6);
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let elastic = Elastic::new(model, mu, lambda);
         let lowest = (-3000..=300)
             .map(|k| 10f64.powf(k as f64 / 100.0))
@@ -386,7 +377,7 @@ fn energy_is_accurate_at_tiny_strain() {
     // Near rest psi(I + d) = 1/2 d:K:d. With strains of 1e-7 the energy is ~1e-14 of the
     // moduli; a form that cancels O(1) terms would leave only rounding (~1e-16) behind.
     let mut rng = ChaCha8Rng::seed_from_u64(8);
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         let k = m.stress_derivative(&DMat3::IDENTITY, Projection::None);
         for _ in 0..20 {
@@ -416,7 +407,7 @@ mod symmetric_stretch {
 
     #[test]
     fn energy_in_the_stretch_is_the_energy_in_f() {
-        for model in MODELS {
+        for model in MaterialModel::ALL {
             let m = evaluator(model);
             for (n, f) in random_deformations(model, 60, 11).iter().enumerate() {
                 let (s, _) = polar_stretch(f, &mut { glam::DQuat::IDENTITY });
@@ -433,7 +424,7 @@ mod symmetric_stretch {
 
     #[test]
     fn gradient_and_hessian_match_finite_differences() {
-        for model in MODELS {
+        for model in MaterialModel::ALL {
             let m = evaluator(model);
             for (n, s) in stretches(model, 12).iter().enumerate() {
                 let d = m.symmetric_derivatives(s, Some(Projection::None));
@@ -469,7 +460,7 @@ mod symmetric_stretch {
 
     #[test]
     fn polar_stretch_derivative_matches_finite_differences_and_the_stress() {
-        for model in MODELS {
+        for model in MaterialModel::ALL {
             let m = evaluator(model);
             for (n, f) in random_deformations(model, 40, 13).iter().enumerate() {
                 let mut warm = glam::DQuat::IDENTITY;
@@ -502,7 +493,7 @@ mod symmetric_stretch {
     fn stretch_curvature_is_the_stress_works_second_derivative() {
         use crate::material::stretch::{signed_polar, stretch_curvature, stretch_derivative, sym_matrix};
         use crate::math::{symmetric_eigen3, symmetric_eigen3_from};
-        for model in MODELS {
+        for model in MaterialModel::ALL {
             let m = evaluator(model);
             for (n, f) in random_deformations(model, 40, 15).iter().enumerate() {
                 let (s, r) = signed_polar(f, &mut { glam::DQuat::IDENTITY });
@@ -583,7 +574,7 @@ mod symmetric_stretch {
 
     #[test]
     fn projected_hessian_is_psd_and_exact_when_already_psd() {
-        for model in MODELS {
+        for model in MaterialModel::ALL {
             let m = evaluator(model);
             let mut projected_any = false;
             for s in stretches(model, 14) {
@@ -624,7 +615,7 @@ mod symmetric_stretch {
 #[test]
 fn tet_hessian_is_the_contracted_tangent() {
     let mut rng = ChaCha8Rng::seed_from_u64(77);
-    for model in MODELS {
+    for model in MaterialModel::ALL {
         let m = evaluator(model);
         for f in random_deformations(model, 30, 78) {
             let mut beta: [DVec3; 4] = std::array::from_fn(|_| {

@@ -88,3 +88,15 @@ pub fn property_config(default_cases: u32) -> proptest::test_runner::Config {
         ..base
     }
 }
+
+/// The preset scene files in `scenes/`, in name order.
+pub fn preset_scenes() -> Vec<std::path::PathBuf> {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes");
+    let mut files: Vec<_> = std::fs::read_dir(&folder)
+        .expect("scenes/ exists")
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}

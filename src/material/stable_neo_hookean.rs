@@ -23,9 +23,10 @@ fn cofactor<const N: usize>(f: &Mat3s<N>) -> Mat3s<N> {
 }
 
 /// `J - 1` from the displacement gradient `H = F - I`: `tr H + (tr^2 H - tr H^2)/2 + det H`,
-/// so that nothing cancels near rest. Every model and path that needs `J` takes it from here,
-/// so that where an energy is finite its derivatives are too (a determinant taken apart can
-/// round to the other side of zero on a nearly flat element).
+/// so that nothing cancels near rest. The models' energies and derivatives in `F` and in the
+/// symmetric stretch take `J` from here, so that where an energy is finite its derivatives are
+/// too (a determinant taken apart can round to the other side of zero on a nearly flat
+/// element). The eigensystem forms take it as the product of the singular values.
 #[inline(always)]
 pub(crate) fn j_minus_one<const N: usize>(h: &Mat3s<N>) -> Lanes<N> {
     let trace = h[0][0] + h[1][1] + h[2][2];

@@ -273,9 +273,12 @@ pub struct SymmetricDerivatives {
 
 impl Elastic {
     /// Whether the energy is defined at the stretch `s`: everywhere but where neo-Hookean's
-    /// `ln J` is not (`J <= 0`).
+    /// `ln J` is not (`J <= 0`, with `J - 1` as the energy takes it; the GPU twin's test in
+    /// `shaders/mixed.wgsl` is the same). Per tet and line-search candidate, so the
+    /// determinant alone, not the energy.
+    #[inline(always)]
     pub(crate) fn defined_at(&self, s: &Sym6) -> bool {
-        self.model() != MaterialModel::NeoHookean || self.symmetric_energy(s) < f64::INFINITY
+        self.model() != MaterialModel::NeoHookean || j_minus_one(&(sym_matrix(s) - DMat3::IDENTITY)) > -1.0
     }
 
     /// The energy density at the symmetric stretch `s`: the same value as

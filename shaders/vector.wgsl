@@ -79,13 +79,16 @@ fn retreat(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
     }
 }
 
-// x = x_saved + alpha direction (a line-search candidate).
+// x = x_saved + alpha direction (a line-search candidate). alpha = 0 is how the host puts the
+// iterate back after candidates evaluated in place: a copy, since 0 times a non-finite entry
+// of a failed solve's direction is NaN (the CPU twin evaluates candidates apart from x).
 @compute @workgroup_size(WORKGROUP)
 fn offset(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let index = slot * WORKGROUP + lid;
     if (index < 3u * params.vertex_count) {
-        x[index] = x_saved[index] + params.alpha * direction[index];
+        let saved = x_saved[index];
+        x[index] = select(saved + params.alpha * direction[index], saved, params.alpha == 0.0);
     }
 }
 

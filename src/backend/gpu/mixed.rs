@@ -266,6 +266,47 @@ mod tests {
         }
     }
 
+    /// An iteration from a state with inverted neo-Hookean tets, whose stretches are outside
+    /// the model's domain: no finite direction comes of it, and on both twins the iterate
+    /// stays where it was (the GPU evaluates the line search's first candidates in place and
+    /// goes back; going back by adding 0 times a NaN direction left NaN positions, and the
+    /// retry with the projected curvature then linearized there).
+    #[test]
+    fn an_iteration_without_a_finite_direction_leaves_the_iterate() {
+        use rand::SeedableRng;
+        let Some(context) = context() else { return };
+        let model = pinned_bar(Material::neo_hookean(2e4, 0.3));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(95);
+        let mut x = moved(&model, &mut rng, 1.0, 0.005);
+        // A free vertex pushed 1.5 cells down, through the tets below it.
+        let v = (0..x.len()).find(|&v| !model.pinned[v] && model.rest[v][1] > 0.15).unwrap();
+        x[v][1] -= 0.15;
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        let problem = StepProblem::undamped(&x, &x, &nodes, 1.0 / 30.0, 1.0);
+        let mut cpu = CpuBackend::new(model.clone());
+        let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+        for (name, backend) in [("CPU", &mut cpu as &mut dyn Stages), ("GPU", &mut gpu)] {
+            backend.begin_step(problem);
+            backend.set_iterate(&x);
+            backend.mixed_begin();
+            let done = backend.mixed_direction(&request(Projection::None));
+            let finite = done.direction.is_some_and(|d| d.slope.is_finite());
+            assert!(!finite, "{name}: a finite direction from inverted tets: {:?}", done.direction);
+            let merits = backend.mixed_merits(&[0.5, 1.0]);
+            let mut after = vec![[0.0; 3]; x.len()];
+            backend.read_iterate(&mut after);
+            assert!(
+                after.iter().flatten().all(|c| c.is_finite()),
+                "{name}: non-finite positions (merits {merits:?})"
+            );
+            let gap = (x.iter().zip(&after))
+                .flat_map(|(a, b)| (0..3).map(move |i| (a[i] - b[i]).abs()))
+                .fold(0.0, f64::max);
+            // The GPU keeps positions in f32.
+            assert!(gap <= 1e-7, "{name}: the iterate moved by {gap:e} m");
+        }
+    }
+
     /// Along a long enough step a neo-Hookean body's positions or stretches invert an element,
     /// where its energy is infinite: both twins' merits turn `+inf` at the same step lengths
     /// (the line search stops short of them), and agree where finite. The iterate is squeezed

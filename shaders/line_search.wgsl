@@ -137,14 +137,17 @@ fn lowest(first: u32, end: u32) -> u32 {
 }
 
 // The initial guess: the lowest finite objective of the `count` guesses in the candidate
-// slots; with `fallback`, the last only when no other is finite.
+// slots; with `fallback`, the last competes only when some other is not finite.
 @compute @workgroup_size(1)
 fn pick() {
     let primary = params.count - select(0u, 1u, params.fallback != 0u && params.count > 0u);
-    var best = lowest(0u, primary);
-    if (best == NONE) {
-        best = lowest(primary, params.count);
+    var competing = primary;
+    for (var k = 0u; k < primary; k++) {
+        if (!is_finite(search.candidates[k])) {
+            competing = params.count;
+        }
     }
+    let best = lowest(0u, competing);
     search.picked = best;
     search.scale = 1.0;
     if (best == NONE) {

@@ -265,8 +265,8 @@ pub struct LocalGlobalReport {
 /// solve, and the state it ends in, with one readback.
 #[derive(Clone, Copy, Debug)]
 pub struct BudgetRequest<'a> {
-    /// Initial guesses; the last is a fallback, taken only when every other puts an element
-    /// outside its model's domain (an infinite objective).
+    /// Initial guesses; the last is a fallback, which competes only when some other puts an
+    /// element outside its model's domain (an infinite objective; `cpu::line_search::pick`).
     pub guesses: &'a [&'a [[f64; 3]]],
     /// Newton iterations (fewer only where the gradient is within the tolerance).
     pub iterations: usize,
@@ -340,7 +340,8 @@ pub trait Stages: Send {
             .collect()
     }
     /// Makes the iterate the guess of lowest finite objective; the last guess, the step's
-    /// start, only when no other has one, unless [`start_competes`](Self::start_competes). A
+    /// start, competes only when some other has none (`cpu::line_search::pick`), or always
+    /// where [`start_competes`](Self::start_competes). A
     /// GPU decides on the device and reports the objective with the next
     /// [`newton_direction`](Self::newton_direction) or
     /// [`mixed_direction`](Self::mixed_direction) ([`Start::Pending`]).
@@ -579,11 +580,11 @@ pub(crate) fn start_from_best_by_stages<S: Stages + ?Sized>(
     stages: &mut S,
     guesses: &[&[[f64; 3]]],
 ) -> Start {
-    // A fallback is evaluated only when it is needed (the rule of `pick` with a fallback).
+    // A fallback is evaluated only when it competes (the rule of `pick` with a fallback).
     let fallback = !stages.start_competes();
     let primary = guesses.len().saturating_sub(usize::from(fallback));
     let mut values = stages.objectives_at(&guesses[..primary]);
-    if cpu::line_search::pick(&values, false).is_none() {
+    if values.iter().any(|v| !v.is_finite()) {
         values.extend(stages.objectives_at(&guesses[primary..]));
     }
     match cpu::line_search::pick(&values, fallback && values.len() == guesses.len()) {

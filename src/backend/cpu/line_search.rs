@@ -46,17 +46,22 @@ pub(crate) fn step_lengths(count: usize, extrapolate: bool) -> Vec<f64> {
 }
 
 /// The initial guess to start from: the lowest finite objective among `values`, the first of
-/// equals; with `fallback`, the last value counts only when no other is finite. `None` when
-/// none qualifies.
+/// equals; with `fallback`, the last value competes only when some other is not finite. `None`
+/// when none qualifies.
+///
+/// The fallback is the step's start, the predictions come first (see
+/// [`Stages::start_competes`](crate::backend::Stages::start_competes)). But a prediction
+/// outside its model's domain marks a step violent enough that the other, an explicit step
+/// at high stress, can be absurd too: a kicked, squashed stiff bar whose inertial guess
+/// inverted a neo-Hookean element had an explicit guess of 7e34 J against the start's 3e10 J,
+/// and a budgeted backward-Euler step ended there.
 pub(crate) fn pick(values: &[f64], fallback: bool) -> Option<usize> {
     let primary = values.len() - usize::from(fallback && !values.is_empty());
-    let lowest = |range: std::ops::Range<usize>| {
-        range.filter(|&k| values[k].is_finite()).fold(None, |best: Option<usize>, k| match best {
-            Some(b) if values[b] <= values[k] => Some(b),
-            _ => Some(k),
-        })
-    };
-    lowest(0..primary).or_else(|| lowest(primary..values.len()))
+    let competing = if values[..primary].iter().all(|v| v.is_finite()) { primary } else { values.len() };
+    (0..competing).filter(|&k| values[k].is_finite()).fold(None, |best: Option<usize>, k| match best {
+        Some(b) if values[b] <= values[k] => Some(b),
+        _ => Some(k),
+    })
 }
 
 /// The step to take along a direction of slope `slope` from an iterate of objective `value`,
@@ -110,9 +115,11 @@ mod tests {
     use super::{choose, pick, step_lengths};
 
     #[test]
-    fn picks_the_lowest_finite_guess_and_the_fallback_only_when_none_is() {
+    fn picks_the_lowest_finite_guess_and_the_fallback_only_when_some_is_not() {
         assert_eq!(pick(&[3.0, 1.0, 1.0, 0.5], true), Some(1));
-        assert_eq!(pick(&[f64::INFINITY, 2.0, 0.5], true), Some(1));
+        assert_eq!(pick(&[3.0, 1.0, 1.0, 0.5], false), Some(3));
+        assert_eq!(pick(&[f64::INFINITY, 2.0, 0.5], true), Some(2));
+        assert_eq!(pick(&[f64::INFINITY, 0.2, 0.5], true), Some(1));
         assert_eq!(pick(&[f64::INFINITY, f64::NAN, 0.5], true), Some(2));
         assert_eq!(pick(&[f64::INFINITY, f64::NAN, 0.5], false), Some(2));
         assert_eq!(pick(&[f64::INFINITY, f64::INFINITY], true), None);

@@ -808,7 +808,8 @@ fn merit(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
         }
         value = cw.x * t.volume * (stretch_energy_density(sym_matrix(s), m) - dot6(multiplier, gap));
         // As the CPU twin: +inf where the positions' stretch leaves neo-Hookean's domain.
-        if (m.model == NEO_HOOKEAN && j_minus_one(sym_matrix(d_x)) <= -1.0) {
+        let dm_x = sym_matrix(d_x);
+        if (m.model == NEO_HOOKEAN && outside_neo_hookean(dm_x, j_minus_one(dm_x))) {
             value = bitcast<f32>(0x7f800000u);
         }
     }

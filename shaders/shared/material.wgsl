@@ -49,8 +49,19 @@ fn identity3() -> mat3x3<f32> {
     return mat3x3<f32>(vec3<f32>(1.0, 0.0, 0.0), vec3<f32>(0.0, 1.0, 0.0), vec3<f32>(0.0, 0.0, 1.0));
 }
 
+// Where neo-Hookean's energy is +inf in f32: J at or below f32's resolution of it, not only
+// J <= 0. J - 1 sums terms of the size of |F|^3 (mean column norms), each rounded to ~1e-7 of
+// that, so J below 1e-5 |F|^3 is noise: with J <= 0 alone, stabilized steps of a kicked soft
+// bar were accepted at J ~ 3e-8 where the CPU's f64 found the tet inverted, and the next
+// step failed (its potential infinite). The margin keeps every state the GPU accepts inside
+// the domain in f64 too; the CPU twin, in f64, keeps J > 0.
+fn outside_neo_hookean(h: mat3x3<f32>, jm1: f32) -> bool {
+    let scale = max(squared_norm(identity3() + h) / 3.0, 1.0);
+    return 1.0 + jm1 <= 1e-5 * scale * sqrt(scale);
+}
+
 // Energy density of the displacement gradient h = F - I; +inf where neo-Hookean is
-// undefined (J <= 0).
+// undefined (`outside_neo_hookean`).
 fn energy_density(h: mat3x3<f32>, m: Lame) -> f32 {
     if (m.model == STVK) {
         let e = (h + transpose(h) + transpose(h) * h) * 0.5;
@@ -59,7 +70,7 @@ fn energy_density(h: mat3x3<f32>, m: Lame) -> f32 {
     }
     let jm1 = j_minus_one(h);
     if (m.model == NEO_HOOKEAN) {
-        if (jm1 <= -1.0) {
+        if (outside_neo_hookean(h, jm1)) {
             return bitcast<f32>(0x7f800000u);
         }
         let lnj = ln_1p(jm1);

@@ -432,6 +432,53 @@ mod tests {
         }
     }
 
+    /// Neo-Hookean's domain in f32 ends where f32 still resolves `J` (`outside_neo_hookean` in
+    /// `shaders/shared/material.wgsl`): a cube squashed to height `J` is finite on both twins
+    /// at 0.5 and 1e-2 (and agrees) and at 1e-4, but only the CPU's f64 finds it finite at 1e-6
+    /// and 1e-8, where `J - 1` in f32 is within a few roundings of -1. So every state the GPU
+    /// accepts is one the CPU accepts too.
+    #[test]
+    fn neo_hookeans_domain_on_the_gpu_ends_where_f32_resolves_j() {
+        use crate::mesh::TetMesh;
+        use crate::model::Model;
+        let Some(context) = context() else { return };
+        let mut model = Model::empty([0.0; 3]);
+        model
+            .add_tet_body(&TetMesh::bar([1, 1, 1], [1.0, 1.0, 1.0]), &[Material::neo_hookean(2e4, 0.3)], 1.0)
+            .unwrap();
+        let model = Arc::new(model);
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        for height in [0.5, 1e-2, 1e-4, 1e-6, 1e-8] {
+            let x: Vec<[f64; 3]> = model.rest.iter().map(|p| [p[0], height * p[1], p[2]]).collect();
+            let mut gradients = vec![[0.0; 3]; 4 * model.tets.len()];
+            let mut blocks = vec![[0.0; 9]; 10 * model.tets.len()];
+            let (no_projection, search) = (None, RotationSearch::Converged);
+            let cpu = element::derivatives(
+                &model,
+                &x,
+                &x,
+                &nodes,
+                no_projection,
+                None,
+                search,
+                &mut gradients,
+                &mut blocks,
+            );
+            let mut rig = Rig::new(&context, &model);
+            rig.write_positions(&x, &x, &x);
+            let gpu = evaluate(&mut rig, &nodes, Outputs::Energy);
+            println!("neo-Hookean cube at height {height:e}: CPU {cpu:e} J, GPU {gpu:e} J");
+            assert!(cpu.is_finite(), "height {height}: the CPU's energy {cpu}");
+            match height {
+                h if h >= 1e-2 => {
+                    assert!((gpu - cpu).abs() <= 1e-5 * cpu.abs(), "height {h}: GPU {gpu}, CPU {cpu}")
+                }
+                h if h >= 1e-4 => assert!(gpu.is_finite(), "height {h}: GPU {gpu}"),
+                h => assert_eq!(gpu, f64::INFINITY, "height {h}: below f32's resolution of J"),
+            }
+        }
+    }
+
     #[test]
     fn element_stage_gives_the_same_bits_every_run() {
         let Some(context) = context() else { return };

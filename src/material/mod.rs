@@ -30,7 +30,7 @@ pub enum MaterialModel {
     FixedCorotated,
     /// Compressible neo-Hookean: `mu/2 (I_C - 3) - mu ln J + lambda/2 (ln J)^2`. Infinite for
     /// `J <= 0`, so the line search never steps into an inverted element. The GPU, in f32,
-    /// takes it infinite from `J <= 1e-5 |F|^3` (`|F|^2` over 3, at least 1), below which f32
+    /// takes it infinite from `J <= 1e-5 s^(3/2)`, `s = max(1, |F|^2 / 3)`, below which f32
     /// does not resolve `J`: a state it accepts is inside the domain in f64 as well.
     NeoHookean,
     /// Stable neo-Hookean (Smith et al. 2018): `mu/2 (I_C - 3) - mu (J - 1) + l/2 (J - 1)^2`

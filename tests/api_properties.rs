@@ -431,3 +431,54 @@ fn a_budgeted_step_does_not_start_from_an_absurd_explicit_guess() {
         assert!(after < before, "{backend:?}: {before:e} J -> {after:e} J");
     }
 }
+
+/// Found by the CPU property above (seed 84): a stiff neo-Hookean bar (8.3e9 Pa, 5.4e7 Pa
+/// inclusions) against a projection-model plane, at dt 1.4e-4 s, whose Newton solve met
+/// forces near 1e22 N. It halved a flat step, whose `G` it does not evaluate, onto the
+/// midpoint of two valid iterates, which inverted a tet; the stabilized step ended there with
+/// an infinite potential and was refused. Now the solve goes back to where the flat step
+/// started.
+#[test]
+fn a_halved_flat_step_that_inverts_a_tet_is_taken_back() {
+    let case = Case {
+        body: Body::Bar {
+            cells: [4, 2, 2],
+            model: MaterialModel::NeoHookean,
+            youngs: 8280467143.872206,
+            poisson: 0.4438865009306224,
+            density: 26.633766708396305,
+            inclusion: Some((MaterialModel::NeoHookean, 53883184.53417419)),
+        },
+        cloth_beside: false,
+        integrator: Integrator::Stabilized { epsilon: 0.5 },
+        dt: 0.00014459622684977186,
+        solver: SolverChoice::Newton {
+            tolerance: 3.3543667346863604e-6,
+            max_iterations: 17,
+            linear: LinearSolver::Pcg,
+            hessian: HessianPolicy::AlwaysProject,
+        },
+        damping: Some(Damping::MomentumPreserving { coefficient: 0.38147016314544757 }),
+        pin_below: None,
+        contact: Some((
+            Collider::plane([0.0, 0.0, 0.20743280538533965], -0.18491811288654939),
+            ContactModel::Projection,
+        )),
+        collider_motion: [0.0; 3],
+        self_collision: None,
+        squash: [0.3271192170991349, 0.4715569928183574, 0.7110608766914802],
+        kick: (17739023377625545262, 0.45176791295002244),
+        handle: None,
+        release_at: 0,
+        target: None,
+        steps: 4,
+    };
+    for backend in [Backend::Cpu, Backend::Gpu] {
+        if backend == Backend::Gpu && common::gpu().is_none() {
+            continue;
+        }
+        if let Err(e) = check(&case, backend) {
+            panic!("{backend:?}: {e}");
+        }
+    }
+}

@@ -144,7 +144,16 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             break;
         }
         if !gradient_norm.is_finite() {
-            report.stalled = true;
+            if flat_step.is_some() {
+                // A halved flat step, whose `G` is not evaluated, left the material's domain
+                // (the midpoint of two valid iterates can invert a tet): back to where the flat
+                // step started, whose `G` was, and stop at round-off there.
+                stages.retreat(0.0);
+                report.gradient_norm = previous_gradient;
+                report.round_off = true;
+            } else {
+                report.stalled = true;
+            }
             break;
         }
         if report.iterations >= settings.max_iterations {

@@ -416,10 +416,7 @@ fn a_budgeted_step_does_not_start_from_an_absurd_explicit_guess() {
         target: None,
         steps: 1,
     };
-    for backend in [Backend::Cpu, Backend::Gpu] {
-        if backend == Backend::Gpu && common::gpu().is_none() {
-            continue;
-        }
+    for backend in common::backends() {
         let mut sim = common::on_backend(builder(&case), backend).build().unwrap();
         let start: Vec<[f64; 3]> =
             sim.positions().iter().map(|p| [0, 1, 2].map(|c| p[c] * case.squash[c])).collect();
@@ -473,10 +470,7 @@ fn a_halved_flat_step_that_inverts_a_tet_is_taken_back() {
         target: None,
         steps: 4,
     };
-    for backend in [Backend::Cpu, Backend::Gpu] {
-        if backend == Backend::Gpu && common::gpu().is_none() {
-            continue;
-        }
+    for backend in common::backends() {
         if let Err(e) = check(&case, backend) {
             panic!("{backend:?}: {e}");
         }

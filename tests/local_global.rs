@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gpu, on_backend, worst_difference};
+use common::{backends, gpu, on_backend, worst_difference};
 use lively::{
     Backend, Collider, ContactModel, Damping, Error, Integrator, Material, Simulation, Solver, SpringMesh,
     TetMesh,
@@ -75,10 +75,6 @@ fn hanging_cloth(solver: Solver, backend: Backend) -> Simulation {
         .gravity([0.0, 0.0, -9.81])
         .pin(|p| p[1] > 0.999);
     on_backend(builder, backend).build().expect("valid scene")
-}
-
-fn backends() -> Vec<Backend> {
-    if gpu().is_some() { vec![Backend::Cpu, Backend::Gpu] } else { vec![Backend::Cpu] }
 }
 
 /// Every iteration of every solve lowers `G` (CPU: to f64 round-off; GPU: to the f32

@@ -56,6 +56,16 @@ pub fn gpu() -> Option<std::sync::Arc<lively::backend::gpu::GpuContext>> {
         .clone()
 }
 
+/// The CPU, and the GPU where [`gpu`] has one.
+#[allow(dead_code)]
+pub fn backends() -> Vec<lively::Backend> {
+    if gpu().is_some() {
+        vec![lively::Backend::Cpu, lively::Backend::Gpu]
+    } else {
+        vec![lively::Backend::Cpu]
+    }
+}
+
 /// `builder` on `backend`, on the shared GPU context when that is the GPU.
 pub fn on_backend(builder: lively::SimulationBuilder, backend: lively::Backend) -> lively::SimulationBuilder {
     match (backend, gpu()) {

@@ -23,9 +23,9 @@
 // neighbours until then).
 // Coarse correction (`coarse_clusters` > 0, with FSAI; src/backend/coarse.rs): z also takes
 // C r = Z K^-1 Z^T r, Z the clusters' affine modes, K^-1 dense (`coarse_inverse`, the f64
-// inverse of Z^T S Z rounded to f32). `setup` and `update` run a workgroup more per cluster,
-// which sums its members' w r into `coarse_restricted` (forming r as the rows do: no
-// workgroup waits on another); K^-1 needs all of Z^T r, so one dispatch follows:
+// inverse of Z^T S Z rounded to f32, split along the translations: see `coarse_prolong`).
+// `setup` and `update` run a workgroup more per cluster, which sums its members' w r into
+// `coarse_restricted` (forming r as the rows do: no workgroup waits on another); K^-1 needs all of Z^T r, so one dispatch follows:
 // `coarse_prolong` forms each cluster's c = (K^-1 Z^T r) rows, adds Z c to z at its members
 // and writes its share of r.C r to `coarse_partials`, which `product` adds to r.z. Three
 // dispatches an iteration. Solves with a penalty contact set take none: K is made without the
@@ -35,7 +35,11 @@
 // Dense (`preconditioner` 2): for bodies small enough, the loop multiplies by S^-1 itself, row
 // by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
-// has moved from the one inverted (damping, a few handles, contacts).
+// has moved from the one inverted (damping, a few handles, contacts). S^-1 comes as
+// D + 1 1^T / e, D's row v then 1 / e (src/backend/projective.rs, `dense_inverse`): a free
+// stiff body's S^-1 in f32 keeps only its translations, D the elastic part, and the product
+// adds the translation from the sum of the vector it multiplies, formed by every row as it
+// reads the tiles.
 // G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the
 // rest of a diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are
 // preconditioned by Jacobi and the rest by E G^T G E (E S^-1 E), E dropping the contact set:
@@ -102,6 +106,9 @@ struct Params {
     // `coarse_inverse` (in vec4s).
     coarse_clusters: u32,
     coarse_offset: u32,
+    // 1: a free body's local/global solve split along its translations (see `deflate`): the
+    // explicit inverses leave their translation out, and `finish` adds it to the step.
+    translation: u32,
 }
 
 const FSAI: u32 = 1u;
@@ -156,7 +163,7 @@ const LIMIT: u32 = 4u;
 
 @group(3) @binding(0) var<storage, read> blocks: array<f32>;
 // The right-hand side, and the solution (the Newton direction).
-@group(3) @binding(1) var<storage, read> rhs: array<f32>;
+@group(3) @binding(1) var<storage, read_write> rhs: array<f32>;
 @group(3) @binding(2) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(3) var<storage, read_write> r: array<f32>;
 @group(3) @binding(4) var<storage, read_write> z: array<f32>;
@@ -204,6 +211,11 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(26) var<storage, read> coarse_inverse: array<vec4<f32>>;
 @group(3) @binding(27) var<storage, read_write> coarse_restricted: array<vec4<f32>>;
 @group(3) @binding(28) var<storage, read_write> coarse_partials: array<f32>;
+// The split along the translations (`deflate`): the local/global matrix's vertex diagonal,
+// per workgroup (sum of b, sum of the diagonal), and the translation taken out of b.
+@group(3) @binding(29) var<storage, read> projective_diagonal: array<f32>;
+@group(3) @binding(30) var<storage, read_write> translation_partials: array<vec4<f32>>;
+@group(3) @binding(31) var<storage, read_write> translation: array<vec4<f32>>;
 
 // Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
 // the buffers it reads (`shaders::entry_bindings`), and a switch over them would bind all.
@@ -451,6 +463,12 @@ fn dense_column(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return residual_at(c, alpha, from_rhs);
 }
 
+// The sum of the tile's quad `k`.
+fn tile_sum(k: u32) -> vec3<f32> {
+    let one = vec4<f32>(1.0);
+    return vec3<f32>(dot(one, dense_x[k]), dot(one, dense_y[k]), dot(one, dense_z[k]));
+}
+
 // Quad `quad` of S^-1's row of the workgroup's dense row `row` times the tile's quad `k`.
 fn dense_quad(row: u32, quad: u32, k: u32) -> vec3<f32> {
     let m = fsai_inverse[row + quad];
@@ -472,6 +490,8 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
     let quads = dense_stride() / 4u;
     let row = (params.fsai_inverse_offset + dense_stride() * v) / 4u;
     var acc = vec3<f32>(0.0);
+    // The sum of E's columns, for S^-1's part along the translations.
+    var columns = vec3<f32>(0.0);
     for (var first = 0u; first < quads; first += DENSE_TILE_QUADS) {
         let count = min(DENSE_TILE_QUADS, quads - first);
         workgroupBarrier();
@@ -495,11 +515,18 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
                 let c = dense_quad(row, first + k + 2u * lanes, k + 2u * lanes);
                 let d = dense_quad(row, first + k + 3u * lanes, k + 3u * lanes);
                 acc += (a + b) + (c + d);
+                columns += (tile_sum(k) + tile_sum(k + lanes)) + (tile_sum(k + 2u * lanes) + tile_sum(k + 3u * lanes));
             }
             for (; k < count; k += lanes) {
                 acc += dense_quad(row, first + k, k);
+                columns += tile_sum(k);
             }
         }
+    }
+    // D's product and the translation, u u^T / e times E (`u_v / e` ends D's row).
+    if (multiplies && params.translation == 0u) {
+        let at_e = params.fsai_inverse_offset + dense_stride() * v + n;
+        acc += columns * fsai_inverse[at_e / 4u][at_e % 4u];
     }
     // Each row's lanes summed in lane order, to the invocation `row_of` gives lane 0 of it.
     if (lanes == 1u) {
@@ -517,9 +544,10 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
     return total;
 }
 
-// The floats between S^-1's rows: n rounded up to a multiple of four.
+// The floats between S^-1's rows: n + 1 (D's row, then 1 / e) rounded up to a multiple of
+// four.
 fn dense_stride() -> u32 {
-    return (params.vertex_count + 3u) / 4u * 4u;
+    return (params.vertex_count + 4u) / 4u * 4u;
 }
 
 fn store_y(v: u32, y: vec3<f32>) {
@@ -625,6 +653,8 @@ fn restrict_cluster(lid: u32, k: u32, descending: bool, alpha: f32, from_rhs: bo
     }
 }
 
+// K^-1 = D + c c^T / e, c the clusters' constant modes (src/backend/coarse.rs: f32 entries
+// of K^-1 of a stiff free body keep only its translation).
 // Cluster k's c = rows 4k..4k+3 of K^-1 times Z^T r (a workgroup per cluster, an invocation
 // per cluster of K^-1's columns), then z += Z c at its members and its share of r.C r,
 // (Z^T r)_k . c.
@@ -637,8 +667,11 @@ fn coarse_prolong(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgrou
         return;
     }
     var sums = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    // c^T Z^T r per coordinate: the sum of r over the clusters' members.
+    var constant = vec4<f32>(0.0);
     for (var l = lid; l < clusters; l += INVOCATIONS) {
-        // The 4x4 block (k, l) of K^-1, by rows.
+        constant += vec4<f32>(coarse_restricted[3u * l].x, coarse_restricted[3u * l + 1u].x, coarse_restricted[3u * l + 2u].x, 0.0);
+        // The 4x4 block (k, l) of D, by rows.
         let row = params.coarse_offset + 4u * k * clusters + l;
         let block = mat4x4<f32>(
             coarse_inverse[row],
@@ -654,6 +687,11 @@ fn coarse_prolong(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgrou
     var coefficients = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var c = 0u; c < 3u; c++) {
         coefficients[c] = workgroup_sum(lid, sums[c]);
+    }
+    // The translation, c (c^T q) / e, on the constant mode (`1 / e` follows D).
+    let moved = workgroup_sum(lid, constant) * coarse_inverse[params.coarse_offset + 4u * clusters * clusters].x;
+    for (var c = 0u; c < 3u; c++) {
+        coefficients[c].x += select(moved[c], 0.0, params.translation != 0u);
     }
     let members = cluster_members(k);
     for (var m = members.x + lid; m < members.y; m += INVOCATIONS) {
@@ -1128,19 +1166,72 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let v = row.v;
     let s = settle(scalars_in, rr);
     if (v < params.vertex_count && row.lane == 0u) {
+        // The translation `deflate` took out of b (none unless split).
+        let moved = select(vec3<f32>(0.0), translation[0].xyz, params.translation != 0u);
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
             if (s.state == NEGATIVE_FIRST) {
                 direction[i] = rhs[i];
             }
+            // The step, direction and translation; a split solve that takes no step keeps
+            // the translation in its direction, a step's warm start only the rest.
             if (params.advance != 0u) {
-                x[i] += direction[i];
+                x[i] += direction[i] + moved[c];
+            } else {
+                direction[i] += moved[c];
             }
         }
     }
     if (lid == 0u && slot == 0u) {
         scalars_out = s;
     }
+}
+
+// The split along the translations (`params.translation`), for the local/global matrix
+// S = a L + diagonal of a free body: L u = 0 for u = 1, so S u = c is the diagonal and
+// e = u.S u its sum, and S d = b splits exactly into d = w + u t, t = u.b / e, S w = b - c t,
+// whose right-hand side sums to zero. The loop then solves for w alone, with explicit
+// inverses that leave their translation out: for a body stiff at its step, S's translation
+// is so much softer than the rest that f32 products S p of a p holding it are round-off
+// (steel-stiff cubes' global steps left them metres off), and w holds none of it.
+// `translation_partials` sums b and the diagonal per workgroup; `deflate` forms t in every
+// workgroup, takes c t out of b, and leaves t for `finish`.
+@compute @workgroup_size(WORKGROUP)
+fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    let v = slot * WORKGROUP + lid;
+    var sums = vec4<f32>(0.0);
+    if (v < params.vertex_count) {
+        sums = vec4<f32>(rhs3(v), projective_diagonal[v]);
+    }
+    let total = workgroup_sum(lid, sums);
+    if (lid == 0u && slot < translation_partial_count()) {
+        translation_partials[slot] = total;
+    }
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn deflate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = workgroup_slot(group, groups);
+    var sums = vec4<f32>(0.0);
+    for (var i = lid; i < translation_partial_count(); i += INVOCATIONS) {
+        sums += translation_partials[i];
+    }
+    let total = workgroup_sum(lid, sums);
+    let t = total.xyz / total.w;
+    let v = slot * WORKGROUP + lid;
+    if (v < params.vertex_count) {
+        for (var c = 0u; c < 3u; c++) {
+            rhs[3u * v + c] -= projective_diagonal[v] * t[c];
+        }
+    }
+    if (lid == 0u && slot == 0u) {
+        translation[0] = vec4<f32>(t, 0.0);
+    }
+}
+
+fn translation_partial_count() -> u32 {
+    return (params.vertex_count + WORKGROUP - 1u) / WORKGROUP;
 }
 
 @compute @workgroup_size(WORKGROUP)

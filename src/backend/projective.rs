@@ -246,31 +246,57 @@ pub(crate) fn matrix(
     }
 }
 
-/// `S^-1` for a GPU's global steps on a body small enough to hold it: dense, row-major with
-/// rows `stride` (at least n) floats apart, the rest of each zero, in f32 (`S` is symmetric,
-/// so row `i` is column `i`). Each column is solved with `S`'s sparse Cholesky factor in f64,
-/// a block of columns per task.
-pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], stride: usize) -> Vec<f32> {
-    use faer::linalg::solvers::Solve;
-    use rayon::prelude::*;
+/// The sparse Cholesky factor of `S` (its entries on `topology`'s pattern), in f64; `None`
+/// where `S` is not positive definite.
+fn cholesky(topology: &Topology, s: &[f64]) -> Option<faer::sparse::linalg::solvers::Llt<usize, f64>> {
     let n = topology.row_offsets.len() - 1;
     let lower: Vec<faer::sparse::Triplet<usize, usize, f64>> = (0..n)
-        .flat_map(|row| {
-            (topology.row_offsets[row] as usize..topology.row_offsets[row + 1] as usize)
-                .filter(move |&e| topology.columns[e] as usize >= row)
-                .map(move |e| faer::sparse::Triplet::new(topology.columns[e] as usize, row, s[e]))
+        .flat_map(|i| {
+            (topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize)
+                .filter(move |&e| topology.columns[e] as usize >= i)
+                .map(move |e| faer::sparse::Triplet::new(topology.columns[e] as usize, i, s[e]))
         })
         .collect();
     let matrix = faer::sparse::SparseColMat::<usize, f64>::try_new_from_triplets(n, n, &lower)
         .expect("the pattern's entries are distinct");
-    debug_assert!(stride >= n);
+    matrix.sp_cholesky(faer::Side::Lower).ok()
+}
+
+/// `S^-1` for a GPU's global steps on a body small enough to hold it, in f32, as
+/// `S^-1 = D + u u^T / e` with `u` 1 at the free vertices and 0 at the pinned ones, and
+/// `e = u^T S u`: row-major rows `stride` (more than n) floats apart, row `i` holding row `i`
+/// of `D` (`S` is symmetric, so it is also column `i`), then `u_i / e` at column n, the rest
+/// zero.
+///
+/// Why the split: a free body's `S = M / h^2 + a L` has its translations as its softest mode,
+/// and `S^-1`'s part along them, `h^2 / M_total`, exceeds its elastic part by about
+/// `h^2 a / (m dx^2)`, the ratio of the stiffness to the mass that makes a body stiff at a
+/// step. From about 1e7 on, f32 entries of `S^-1` keep only the translation, and the global
+/// steps of steel-stiff cubes raised the objective 60-fold each. `D = Q^T S^-1 Q`,
+/// `Q = I - c u^T / e` with `c = S u`, holds the elastic part alone (`D c = 0`), so it rounds
+/// well, and the device adds the translation from the sum of the vector it multiplies
+/// (`shaders/pcg.wgsl`). Where pins hold the body, `e` is large and the split changes little.
+///
+/// Each column is solved with `S`'s sparse Cholesky factor in f64, a block of columns per
+/// task, as `D e_j = Q^T S^-1 (e_j - c u_j / e)`: `Q^T` takes out what round-off leaves along
+/// `u`, where in f64 too the solve's error lies.
+pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], pinned: &[bool], stride: usize) -> Vec<f32> {
+    use faer::linalg::solvers::Solve;
+    use rayon::prelude::*;
+    let n = topology.row_offsets.len() - 1;
+    let row = |i: usize| topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize;
+    assert!(stride > n, "a row holds u_i / e after D's n values");
     let mut inverse = vec![0.0f32; n * stride];
-    let Ok(factor) = matrix.sp_cholesky(faer::Side::Lower) else {
+    let u: Vec<f64> = pinned.iter().map(|&p| f64::from(u8::from(!p))).collect();
+    let c: Vec<f64> =
+        (0..n).map(|i| row(i).map(|e| s[e] * u[topology.columns[e] as usize]).sum::<f64>() * u[i]).collect();
+    let e: f64 = c.iter().sum();
+    let (Some(factor), true) = (cholesky(topology, s), e > 0.0) else {
         // Valid models always give a positive definite `S`; otherwise Jacobi's inverse, as a
         // dense matrix, still preconditions CG.
-        for (row, &at) in topology.diagonal.iter().enumerate() {
+        for (i, &at) in topology.diagonal.iter().enumerate() {
             let d = s[at as usize].abs();
-            inverse[row * stride + row] = if d > 0.0 { (1.0 / d) as f32 } else { 1.0 };
+            inverse[i * stride + i] = if d > 0.0 { (1.0 / d) as f32 } else { 1.0 };
         }
         return inverse;
     };
@@ -278,12 +304,16 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], stride: usize) -> Ve
     inverse.par_chunks_mut(COLUMNS * stride).enumerate().for_each(|(block, rows)| {
         let first = block * COLUMNS;
         let width = rows.len() / stride;
-        let mut x = faer::Mat::<f64>::from_fn(n, width, |i, k| if i == first + k { 1.0 } else { 0.0 });
+        let mut x = faer::Mat::<f64>::from_fn(n, width, |i, k| {
+            f64::from(u8::from(i == first + k)) - c[i] * u[first + k] / e
+        });
         factor.solve_in_place(x.as_mut());
-        for (k, row) in rows.chunks_mut(stride).enumerate() {
-            for (i, value) in row[..n].iter_mut().enumerate() {
-                *value = x[(i, k)] as f32;
+        for (k, out) in rows.chunks_mut(stride).enumerate() {
+            let along: f64 = (0..n).map(|i| c[i] * x[(i, k)]).sum::<f64>() / e;
+            for (i, value) in out[..n].iter_mut().enumerate() {
+                *value = (x[(i, k)] - u[i] * along) as f32;
             }
+            out[n] = (u[first + k] / e) as f32;
         }
     });
     inverse
@@ -291,29 +321,113 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], stride: usize) -> Ve
 
 #[cfg(test)]
 mod tests {
+    /// `X = D + u u^T / e` as the device applies a dense inverse's rows (`padded`, `stride`
+    /// apart; `r` is zero at pinned vertices): `x_i = D_i . r + (u_i / e) sum(r)`, in f64.
+    fn apply(padded: &[f32], stride: usize, r: &[f64]) -> Vec<f64> {
+        let n = r.len();
+        let sum: f64 = r.iter().sum();
+        padded
+            .chunks(stride)
+            .map(|row| row[..n].iter().zip(r).map(|(d, r)| *d as f64 * r).sum::<f64>() + row[n] as f64 * sum)
+            .collect()
+    }
+
     /// `S X = I` to f32's resolution for a pinned bar's matrix, and `X` symmetric: each row
-    /// is the column the device reads it as. The rows' padding is zero.
+    /// is the column the device reads it as. A pinned vertex's row and column are the
+    /// identity's, and the rows' padding is zero.
     #[test]
     fn the_dense_inverse_inverts_the_matrix() {
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 0.25);
         let n = model.vertex_count();
         let stride = n + 5;
-        let padded = super::dense_inverse(&topology, &s, stride);
+        let padded = super::dense_inverse(&topology, &s, &model.pinned, stride);
         assert_eq!(padded.len(), n * stride);
-        assert!(padded.chunks(stride).all(|row| row[n..].iter().all(|&v| v == 0.0)));
-        let x: Vec<f32> = padded.chunks(stride).flat_map(|row| row[..n].to_vec()).collect();
-        let largest = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(padded.chunks(stride).all(|row| row[n + 1..].iter().all(|&v| v == 0.0)));
+        let x: Vec<f64> = (0..n)
+            .flat_map(|j| {
+                let unit: Vec<f64> =
+                    (0..n).map(|i| if i == j && !model.pinned[j] { 1.0 } else { 0.0 }).collect();
+                let mut column = apply(&padded, stride, &unit);
+                if model.pinned[j] {
+                    column[j] = padded[j * stride + j] as f64;
+                }
+                column
+            })
+            .collect();
+        let largest = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         let mut worst: f64 = 0.0;
         for j in 0..n {
             for i in 0..n {
                 let sx: f64 = (topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize)
-                    .map(|e| s[e] * x[topology.columns[e] as usize * n + j] as f64)
+                    .map(|e| s[e] * x[j * n + topology.columns[e] as usize])
                     .sum();
                 worst = worst.max((sx - if i == j { 1.0 } else { 0.0 }).abs());
                 assert!((x[i * n + j] - x[j * n + i]).abs() <= 1e-6 * largest, "({i}, {j})");
             }
         }
         assert!(worst < 1e-5, "S X - I reaches {worst:e}");
+        for (v, row) in padded.chunks(stride).enumerate().filter(|(v, _)| model.pinned[*v]) {
+            assert_eq!(row[n], 0.0, "pinned vertex {v} takes no translation");
+        }
+    }
+
+    /// A free body stiff at its step (`h^2 a L` 1e9 times its masses' `M`): `S^-1 b` from the
+    /// split f32 inverse has both its translation and its elastic part (what the translation
+    /// leaves, `x - u (c . x) / e`) to f32's resolution. `S^-1` rounded to f32 whole gets the
+    /// elastic part a thousand times worse.
+    #[test]
+    fn the_dense_inverse_of_a_stiff_free_body_keeps_its_elastic_part() {
+        use faer::linalg::solvers::Solve;
+        use rand::{RngExt, SeedableRng};
+        let (mut model, topology, _) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 1.0);
+        model.pinned.iter_mut().for_each(|p| *p = false);
+        let n = model.vertex_count();
+        let laplacian = super::laplacian(&model, &topology);
+        let inertia: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
+        let stiffest = topology.diagonal.iter().map(|&at| laplacian[at as usize]).fold(0.0, f64::max);
+        let lightest = inertia.iter().copied().fold(f64::INFINITY, f64::min);
+        let a = 1e9 * lightest / stiffest;
+        let mut s = Vec::new();
+        super::matrix(&model, &topology, &laplacian, a, &inertia, &mut s);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let b: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut exact = faer::Mat::<f64>::from_fn(n, 1, |i, _| b[i]);
+        super::cholesky(&topology, &s).expect("S is positive definite").solve_in_place(exact.as_mut());
+        let exact: Vec<f64> = (0..n).map(|i| exact[(i, 0)]).collect();
+        let e: f64 = inertia.iter().sum();
+        let elastic = |x: &[f64]| -> Vec<f64> {
+            let along = x.iter().zip(&inertia).map(|(x, c)| x * c).sum::<f64>() / e;
+            x.iter().map(|x| x - along).collect()
+        };
+        let distance = |p: &[f64], q: &[f64]| p.iter().zip(q).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+        let size = |p: &[f64]| p.iter().fold(0.0f64, |m, p| m.max(p.abs()));
+        let stride = super::super::gpu::pcg::dense_stride(n);
+        let padded = super::dense_inverse(&topology, &s, &model.pinned, stride);
+        let solved = apply(&padded, stride, &b);
+        let exact_elastic = elastic(&exact);
+        let (off, elastic_off) = (distance(&solved, &exact), distance(&elastic(&solved), &exact_elastic));
+        println!(
+            "split: {:.1e} of the solution, {:.1e} of its elastic part ({:.1e} of the whole)",
+            off / size(&exact),
+            elastic_off / size(&exact_elastic),
+            size(&exact_elastic) / size(&exact)
+        );
+        assert!(off <= 1e-6 * size(&exact), "{off:e} off {:e}", size(&exact));
+        assert!(
+            elastic_off <= 1e-4 * size(&exact_elastic),
+            "elastic part {elastic_off:e} off {:e}",
+            size(&exact_elastic)
+        );
+        // The whole inverse rounded to f32.
+        let whole: Vec<f32> = padded
+            .chunks(stride)
+            .flat_map(|row| row[..n].iter().map(|d| (*d as f64 + row[n] as f64) as f32).collect::<Vec<_>>())
+            .collect();
+        let rounded: Vec<f64> =
+            whole.chunks(n).map(|row| row.iter().zip(&b).map(|(d, b)| *d as f64 * b).sum()).collect();
+        let rounded_off = distance(&elastic(&rounded), &exact_elastic);
+        println!("rounded whole: {:.1e} of the elastic part", rounded_off / size(&exact_elastic));
+        assert!(rounded_off >= 1e3 * elastic_off, "rounded whole: {rounded_off:e}, split {elastic_off:e}");
     }
 
     /// A matrix that is not positive definite (which valid models never give) is not a
@@ -325,7 +439,7 @@ mod tests {
         let free = (0..n).find(|&v| !model.pinned[v]).unwrap();
         s[topology.diagonal[free] as usize] *= -1.0;
         let stride = n + 3;
-        let x = super::dense_inverse(&topology, &s, stride);
+        let x = super::dense_inverse(&topology, &s, &model.pinned, stride);
         for i in 0..n {
             for j in 0..stride {
                 let expected = if i == j { 1.0 / s[topology.diagonal[i] as usize].abs() } else { 0.0 };

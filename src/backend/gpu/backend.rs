@@ -561,6 +561,7 @@ impl GpuBackend {
             recorded_to: 0,
             coarse_clusters: 0,
             coarse_offset: 0,
+            translation: 0,
         }
     }
 
@@ -1423,9 +1424,15 @@ impl GpuBackend {
         tally.expected =
             (0..request.iterations).map(|k| self.global_lengths.get(k).copied().unwrap_or(longest)).collect();
         let max = request.max_linear_iterations as u32;
+        // A free body stiff at its step splits its solves along its translations (`deflate`
+        // in shaders/pcg.wgsl), which f32 products by `S` do not resolve.
+        let split = !direct
+            && !self.model.pinned.iter().any(|&p| p)
+            && self.inverse.as_ref().is_some_and(|inverse| inverse.splits(a, &self.projective_diagonal));
         let params = self.with_inverse(
             PcgParams {
                 gradient_tolerance: request.gradient_tolerance as f32,
+                translation: u32::from(split),
                 ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
             },
             contact,
@@ -1460,7 +1467,13 @@ impl GpuBackend {
             // (A solve with the dense inverse needs no start where it takes one CG iteration,
             // without contacts; with them the start saved a third of the iterations of the
             // 15K-tet bar's landing, 52-65 a step to 37-40.)
-            let warm = if params.preconditioner == DENSE && !contact { 0 } else { k.min(2) as u32 };
+            // (A split solve with contacts leaves its translation in the direction, which a
+            // warm start's products by `S` would not resolve.)
+            let warm = if params.preconditioner == DENSE && !contact || split && contact {
+                0
+            } else {
+                k.min(2) as u32
+            };
             // Without colliders the solve's `finish` takes the step `x += d`.
             let params = PcgParams { warm, advance: u32::from(!contact), ..params };
             if direct {

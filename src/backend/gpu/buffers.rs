@@ -224,6 +224,9 @@ impl GpuBuffers {
         // PCG's loop has a partial per workgroup, and as many workgroups as lanes per row.
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
+        // A free body's split along its translations: sums per workgroup, the translation.
+        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", partials));
+        w.set("translation", c.scratch::<[f32; 4]>("translation", 1));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
         // w.u, 0), which also ping-pong; and that loop's p, w = A u and A q, one after another.
@@ -365,7 +368,7 @@ impl GpuBuffers {
         let clusters = space.clusters();
         self.model.set("coarse_members", context.storage("coarse_members", &members));
         self.model.set("coarse_weights", context.storage("coarse_weights", &weights));
-        let inverse = INVERSE_FACTORS * space.size() * clusters;
+        let inverse = INVERSE_FACTORS * space.inverse_length() / 4;
         self.scratch.set("coarse_inverse", context.scratch::<[f32; 4]>("coarse_inverse", inverse));
         self.scratch.set("coarse_restricted", context.scratch::<[f32; 4]>("coarse_restricted", 3 * clusters));
         self.scratch.set("coarse_partials", context.scratch::<f32>("coarse_partials", clusters));

@@ -56,6 +56,11 @@ pub struct PcgParams {
     /// `K^-1` starts in `coarse_inverse` (in vec4s): see [`ProjectiveInverse`].
     pub coarse_clusters: u32,
     pub coarse_offset: u32,
+    /// 1: a free body's local/global solve, split along its translations (`deflate` in
+    /// `shaders/pcg.wgsl`): `b` loses its translation before the loop, the explicit inverses
+    /// leave theirs out, and `finish` adds it to the step (to `x` with `advance`, else to the
+    /// direction). Like `advance`, for solves not read on.
+    pub translation: u32,
 }
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
@@ -208,10 +213,11 @@ pub fn dense_fits(limits: &wgpu::Limits, vertex_count: usize) -> bool {
         && bytes <= limits.max_buffer_size
 }
 
-/// The floats between the rows of a dense inverse on the device: the vertex count rounded up
-/// to a multiple of four, so that the loop reads the rows a vec4 at a time.
+/// The floats between the rows of a dense inverse on the device: the vertex count and one
+/// (the row's `1 / e`, see [`dense_inverse`](crate::backend::projective::dense_inverse))
+/// rounded up to a multiple of four, so that the loop reads the rows a vec4 at a time.
 pub fn dense_stride(vertex_count: usize) -> usize {
-    vertex_count.next_multiple_of(4)
+    (vertex_count + 1).next_multiple_of(4)
 }
 
 /// The local/global matrix `S = a L + diagonal` inverted for the GPU's solves, on the host in
@@ -241,7 +247,18 @@ pub struct ProjectiveInverse {
     coarse: Option<std::sync::Arc<CoarseSpace>>,
     /// The latest first.
     factors: Vec<InverseFactor>,
+    /// The largest diagonal entry of the Laplacian `L`.
+    stiffest: f64,
 }
+
+/// How much stiffer than its lightest vertex's inertia a free body's stiffest vertex may be
+/// (`a L_vv / diagonal_v`) before its local/global solves split along its translations
+/// (`PcgParams::translation`). The steel-stiff cubes the split is for are at 8e9, where f32
+/// products by `S` lost the translation entirely; the floor benchmark's soft bar (E 1e5 Pa,
+/// 5 cm cells) is at 1.6e4 (backward Euler) and 4e3 (midpoint), where split solves came out
+/// worse on lavapipe: with contacts they start cold, and its landing took 77-122 CG
+/// iterations a step against 37-40 and ended 1e-4 m from the CPU against 1e-6.
+pub const SPLIT_STIFFNESS: f64 = 1e6;
 
 /// A factor on the device: the step weight and the vertex diagonal it was built for, and
 /// its part of the buffers.
@@ -262,7 +279,8 @@ impl ProjectiveInverse {
             (inverse, slots)
         });
         let coarse = if dense { None } else { CoarseSpace::new(model).map(std::sync::Arc::new) };
-        ProjectiveInverse { topology, laplacian, fsai, coarse, factors: Vec::new() }
+        let stiffest = topology.diagonal.iter().map(|&at| laplacian[at as usize]).fold(0.0, f64::max);
+        ProjectiveInverse { topology, laplacian, fsai, coarse, factors: Vec::new(), stiffest }
     }
 
     /// [`DENSE`] or [`FSAI`].
@@ -288,8 +306,8 @@ impl ProjectiveInverse {
 
     /// Where the latest factor's `K^-1` starts in `coarse_inverse`, in vec4s.
     pub fn coarse_offset(&self) -> usize {
-        let size = self.coarse.as_ref().map_or(0, |space| space.size());
-        self.factors.first().map_or(0, |f| f.part) * size * size / 4
+        let length = self.coarse.as_ref().map_or(0, |space| space.inverse_length());
+        self.factors.first().map_or(0, |f| f.part) * length / 4
     }
 
     /// Values per factor in `fsai_inverse`.
@@ -301,6 +319,13 @@ impl ProjectiveInverse {
     /// Where the latest factor (the one the next solve uses) starts in `fsai_inverse`.
     pub fn offset(&self) -> usize {
         self.factors.first().map_or(0, |f| f.part) * self.part_length()
+    }
+
+    /// Whether `S = a L + diagonal` of a body without pins is stiff enough at its step to
+    /// split along its translations ([`SPLIT_STIFFNESS`]).
+    pub fn splits(&self, a: f64, diagonal: &[f64]) -> bool {
+        let lightest = diagonal.iter().copied().fold(f64::INFINITY, f64::min);
+        a * self.stiffest > SPLIT_STIFFNESS * lightest
     }
 
     /// Whether the latest factor is dense and made for `S = a L + diagonal` itself: then it
@@ -338,7 +363,7 @@ impl ProjectiveInverse {
             }
             None => {
                 let n = model.vertex_count();
-                crate::backend::projective::dense_inverse(topology, &matrix, dense_stride(n))
+                crate::backend::projective::dense_inverse(topology, &matrix, &model.pinned, dense_stride(n))
             }
         };
         let coarse = self
@@ -560,6 +585,12 @@ impl WgPcg {
         let params = PcgParams { lanes: groups.lanes, tolerance, ..params };
         let offset = recording.params(context, &params)?;
         let bound = &groups.parity[0];
+        if params.translation != 0 {
+            let grid = params.vertex_count.div_ceil(super::stage::WORKGROUP);
+            for entry in ["translation_sums", "deflate"] {
+                recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, grid);
+            }
+        }
         if params.warm != 0 {
             let kernel = self.0.kernel("warm_product");
             recording.dispatch(context, kernel, &groups.param, offset, bound, groups.workgroups);
@@ -960,7 +991,8 @@ mod tests {
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([12, 4, 2], 1.0);
         let model = std::sync::Arc::new(model);
         let n = model.vertex_count();
-        let dense = crate::backend::projective::dense_inverse(&topology, &s, super::dense_stride(n));
+        let dense =
+            crate::backend::projective::dense_inverse(&topology, &s, &model.pinned, super::dense_stride(n));
         let fsai = Fsai::new(&topology, &s);
         let mut inverse = crate::backend::fsai::Inverse::new(&topology);
         inverse.fill(&topology, &fsai);
@@ -1363,7 +1395,7 @@ mod tests {
         let entries = inverse_slots.slot_count();
         let second_part = |first: usize, values: Vec<f32>| [vec![0.0f32; first], values].concat();
         rig.upload(3, "fsai_inverse", &second_part(entries, inverse_slots.values(&inverse.values)));
-        let coarse_values = space.size() * space.size();
+        let coarse_values = space.inverse_length();
         rig.upload(3, "coarse_inverse", &second_part(coarse_values, correction.inverse()));
         let block_slots = rig.buffers.blocks_to_slots(&to_f32(blocks.as_flattened()));
         rig.upload(3, "blocks", &block_slots);

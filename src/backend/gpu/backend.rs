@@ -1348,8 +1348,9 @@ impl GpuBackend {
         if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
             return Ok(PcgParams { preconditioner: JACOBI, ..params });
         }
+        let a = projective::stiffness_weight(&self.nodes);
         if !self.newton_inverse_ready {
-            self.upload_inverse(projective::stiffness_weight(&self.nodes))?;
+            self.upload_inverse(a)?;
             let n = self.buffers.vertex_count;
             let none;
             let flags = if self.newton_contact.is_empty() {
@@ -1362,7 +1363,21 @@ impl GpuBackend {
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
             self.newton_inverse_ready = true;
         }
+        // A body that loses its translations there keeps Jacobi's, which holds none of them:
+        // with the inverse's, whose translations CG's f32 products then garbled, a squashed
+        // steel cube's mixed-FEM step ended at 2e23 J (docs/perf/local-global.md). (Newton and
+        // mixed FEM do not split along the translations as local/global does: left.)
+        if self.loses_translations(a) {
+            return Ok(PcgParams { preconditioner: JACOBI, ..params });
+        }
         Ok(self.with_inverse(params, self.newton_contact.iter().any(|&flag| flag != 0)))
+    }
+
+    /// Whether the body is free and so stiff at its step (`ProjectiveInverse::splits`) that
+    /// f32 products by its matrices lose its translations.
+    fn loses_translations(&self, a: f64) -> bool {
+        !self.model.pinned.iter().any(|&p| p)
+            && self.inverse.as_ref().is_some_and(|inverse| inverse.splits(a, &self.projective_diagonal))
     }
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
@@ -1426,9 +1441,7 @@ impl GpuBackend {
         let max = request.max_linear_iterations as u32;
         // A free body stiff at its step splits its solves along its translations (`deflate`
         // in shaders/pcg.wgsl), which f32 products by `S` do not resolve.
-        let split = !direct
-            && !self.model.pinned.iter().any(|&p| p)
-            && self.inverse.as_ref().is_some_and(|inverse| inverse.splits(a, &self.projective_diagonal));
+        let split = !direct && self.loses_translations(a);
         let params = self.with_inverse(
             PcgParams {
                 gradient_tolerance: request.gradient_tolerance as f32,

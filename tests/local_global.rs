@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{backends, gpu, on_backend, worst_difference};
+use common::{backends, gpu, on_backend, squashed_steel_cube, worst_difference};
 use lively::{
     Backend, Collider, ContactModel, Damping, Error, Integrator, Material, Simulation, Solver, SpringMesh,
     TetMesh,
@@ -127,15 +127,7 @@ fn no_local_global_iteration_increases_the_objective() {
 fn a_backward_euler_step_of_a_steel_stiff_cube_converges() {
     let mut ends = Vec::new();
     for backend in backends() {
-        let builder = Simulation::builder()
-            .tet_body(TetMesh::bar([8, 4, 4], [0.1; 3]), Material::corotated(1e11, 0.44), 1000.0)
-            .gravity([0.0, -9.81, 0.0])
-            .dt(1.0 / 30.0)
-            .integrator(Integrator::BackwardEuler)
-            .solver(Solver::local_global(15));
-        let mut sim = on_backend(builder, backend).build().expect("valid scene");
-        let squashed: Vec<[f64; 3]> = sim.positions().iter().map(|p| p.map(|c| 0.3 * c)).collect();
-        sim.set_state(&squashed, &vec![[0.0; 3]; squashed.len()]).unwrap();
+        let mut sim = squashed_steel_cube([8, 4, 4], Solver::local_global(15), backend);
         let before = sim.energy().total;
         let stats = sim.step().unwrap();
         let after = sim.energy().total;

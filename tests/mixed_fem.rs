@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{backends, on_backend, worst_difference};
+use common::{backends, squashed_steel_cube, worst_difference};
 use lively::{Backend, Error, Integrator, Material, Simulation, Solver, TetMesh};
 
 /// A bar of 8x2x2 cells, 0.8 m long, pinned at x = 0 and falling under gravity from rest.
@@ -384,15 +384,7 @@ fn a_squashed_free_steel_cube_steps_without_exploding() {
     for (name, solver) in [("mixed FEM", Solver::mixed_fem()), ("Newton", Solver::newton())] {
         let mut ends = Vec::new();
         for backend in backends() {
-            let builder = Simulation::builder()
-                .tet_body(TetMesh::bar([24, 12, 12], [0.1; 3]), Material::corotated(1e11, 0.44), 1000.0)
-                .gravity([0.0, -9.81, 0.0])
-                .dt(1.0 / 30.0)
-                .integrator(Integrator::BackwardEuler)
-                .solver(solver.clone());
-            let mut sim = on_backend(builder, backend).build().expect("valid scene");
-            let squashed: Vec<[f64; 3]> = sim.positions().iter().map(|p| p.map(|c| 0.3 * c)).collect();
-            sim.set_state(&squashed, &vec![[0.0; 3]; squashed.len()]).unwrap();
+            let mut sim = squashed_steel_cube([24, 12, 12], solver.clone(), backend);
             let before = sim.energy().total;
             let stats = sim.step().unwrap();
             let after = sim.energy().total;

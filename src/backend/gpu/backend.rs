@@ -114,8 +114,9 @@ pub struct GpuBackend {
     /// matrix (the device has them packed).
     colliders: Vec<crate::contact::Collider>,
     /// The local/global matrix's vertex diagonal for the current step (empty until a solve
-    /// asks for it), and the step's damping matrix it is made from.
+    /// asks for it), its least entry, and the step's damping matrix it is made from.
     projective_diagonal: Vec<f64>,
+    lightest_diagonal: f64,
     step_damping: Option<crate::objective::DampingMatrix>,
     /// The local/global matrices' inverses, dense or FSAI's (made at the first solve they
     /// precondition), and whether a test asked for FSAI's at every size.
@@ -228,6 +229,7 @@ impl GpuBackend {
             anchors: Anchors::default(),
             colliders,
             projective_diagonal: Vec::new(),
+            lightest_diagonal: 0.0,
             step_damping: None,
             inverse: None,
             fsai_only: false,
@@ -1260,17 +1262,14 @@ impl GpuBackend {
         Ok(Some((elements, vertices)))
     }
 
-    /// Puts on the device the inverse of the local/global matrix `a L + diagonal` (the step's
-    /// diagonal made here if no solve has made it yet), unless it is there. A dense inverse is
-    /// made for the matrix without damping unless the damped diagonal is the one the last
-    /// solve of this weight had: lagged damping moves it every step, and would have the host
-    /// invert `S` every step, while constant drag keeps it, and the inverse then solves the
-    /// damped matrix directly.
-    fn upload_inverse(&mut self, a: f64) -> Result<()> {
+    /// Makes the step's local/global diagonal unless a solve has, and the inverses' form and
+    /// buffers unless they exist.
+    fn prepare_inverse(&mut self) -> Result<()> {
         if self.projective_diagonal.is_empty() {
             let damping = self.step_damping.as_ref();
             self.projective_diagonal =
                 projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, damping);
+            self.lightest_diagonal = self.projective_diagonal.iter().copied().fold(f64::INFINITY, f64::min);
         }
         let n = self.buffers.vertex_count;
         let dense = super::pcg::dense_fits(&self.context.device.limits(), n) && !self.fsai_only;
@@ -1278,7 +1277,18 @@ impl GpuBackend {
         if inverse.reserve(&self.context, &mut self.buffers) {
             self.rebind()?;
         }
-        let inverse = self.inverse.as_mut().expect("made above");
+        Ok(())
+    }
+
+    /// Puts on the device the inverse of the local/global matrix `a L + diagonal` (the step's
+    /// diagonal made here if no solve has made it yet), unless it is there. A dense inverse is
+    /// made for the matrix without damping unless the damped diagonal is the one the last
+    /// solve of this weight had: lagged damping moves it every step, and would have the host
+    /// invert `S` every step, while constant drag keeps it, and the inverse then solves the
+    /// damped matrix directly.
+    fn upload_inverse(&mut self, a: f64) -> Result<()> {
+        self.prepare_inverse()?;
+        let inverse = self.inverse.as_mut().expect("made by prepare_inverse");
         let undamped;
         let diagonal = if inverse.preconditioner() == DENSE && self.step_damping.is_some() {
             let damped = &self.projective_diagonal;
@@ -1350,6 +1360,15 @@ impl GpuBackend {
         }
         let a = projective::stiffness_weight(&self.nodes);
         if !self.newton_inverse_ready {
+            self.prepare_inverse()?;
+            // A body that loses its translations there keeps Jacobi's, which holds none of
+            // them: with the inverse's, whose translations CG's f32 products then garbled, a
+            // squashed steel cube's mixed-FEM step ended at 2e23 J (docs/perf/local-global.md).
+            // (Newton and mixed FEM do not split along the translations as local/global does:
+            // left.)
+            if self.loses_translations(a) {
+                return Ok(PcgParams { preconditioner: JACOBI, ..params });
+            }
             self.upload_inverse(a)?;
             let n = self.buffers.vertex_count;
             let none;
@@ -1363,21 +1382,13 @@ impl GpuBackend {
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
             self.newton_inverse_ready = true;
         }
-        // A body that loses its translations there keeps Jacobi's, which holds none of them:
-        // with the inverse's, whose translations CG's f32 products then garbled, a squashed
-        // steel cube's mixed-FEM step ended at 2e23 J (docs/perf/local-global.md). (Newton and
-        // mixed FEM do not split along the translations as local/global does: left.)
-        if self.loses_translations(a) {
-            return Ok(PcgParams { preconditioner: JACOBI, ..params });
-        }
         Ok(self.with_inverse(params, self.newton_contact.iter().any(|&flag| flag != 0)))
     }
 
     /// Whether the body is free and so stiff at its step (`ProjectiveInverse::splits`) that
     /// f32 products by its matrices lose its translations.
     fn loses_translations(&self, a: f64) -> bool {
-        !self.model.pinned.iter().any(|&p| p)
-            && self.inverse.as_ref().is_some_and(|inverse| inverse.splits(a, &self.projective_diagonal))
+        self.inverse.as_ref().is_some_and(|inverse| inverse.splits(a, self.lightest_diagonal))
     }
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
@@ -1397,7 +1408,8 @@ impl GpuBackend {
     /// penalty colliders, the contact set and the matrix it gives before the solve, and the
     /// step cut short where a vertex outside the set would enter a collider; the last local
     /// step gives `G` and `|grad G|` at the result. Long solves, and recorded objectives, are
-    /// read in batches as the staging buffer fills.
+    /// read in batches as the staging buffer fills. A free body stiff at its step takes its
+    /// PCG solves split along its translations (`PcgParams::translation`).
     fn local_global_on_device(&mut self, request: &LocalGlobalRequest) -> Result<LocalGlobalReport> {
         let started = std::time::Instant::now();
         // A start picked on the device needs no check: projective energies and the penalty are

@@ -247,8 +247,9 @@ pub struct ProjectiveInverse {
     coarse: Option<std::sync::Arc<CoarseSpace>>,
     /// The latest first.
     factors: Vec<InverseFactor>,
-    /// The largest diagonal entry of the Laplacian `L`.
+    /// The largest diagonal entry of the Laplacian `L`, and whether the body has no pins.
     stiffest: f64,
+    free: bool,
 }
 
 /// How much stiffer than its lightest vertex's inertia a free body's stiffest vertex may be
@@ -280,7 +281,8 @@ impl ProjectiveInverse {
         });
         let coarse = if dense { None } else { CoarseSpace::new(model).map(std::sync::Arc::new) };
         let stiffest = topology.diagonal.iter().map(|&at| laplacian[at as usize]).fold(0.0, f64::max);
-        ProjectiveInverse { topology, laplacian, fsai, coarse, factors: Vec::new(), stiffest }
+        let free = !model.pinned.iter().any(|&p| p);
+        ProjectiveInverse { topology, laplacian, fsai, coarse, factors: Vec::new(), stiffest, free }
     }
 
     /// [`DENSE`] or [`FSAI`].
@@ -321,11 +323,10 @@ impl ProjectiveInverse {
         self.factors.first().map_or(0, |f| f.part) * self.part_length()
     }
 
-    /// Whether `S = a L + diagonal` of a body without pins is stiff enough at its step to
-    /// split along its translations ([`SPLIT_STIFFNESS`]).
-    pub fn splits(&self, a: f64, diagonal: &[f64]) -> bool {
-        let lightest = diagonal.iter().copied().fold(f64::INFINITY, f64::min);
-        a * self.stiffest > SPLIT_STIFFNESS * lightest
+    /// Whether `S = a L + diagonal`, `lightest` the diagonal's least entry, is a free body's
+    /// stiff enough at its step to split along its translations ([`SPLIT_STIFFNESS`]).
+    pub fn splits(&self, a: f64, lightest: f64) -> bool {
+        self.free && a * self.stiffest > SPLIT_STIFFNESS * lightest
     }
 
     /// Whether the latest factor is dense and made for `S = a L + diagonal` itself: then it

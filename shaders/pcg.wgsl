@@ -25,7 +25,8 @@
 // C r = Z K^-1 Z^T r, Z the clusters' affine modes, K^-1 dense (`coarse_inverse`, the f64
 // inverse of Z^T S Z rounded to f32, split along the translations: see `coarse_prolong`).
 // `setup` and `update` run a workgroup more per cluster, which sums its members' w r into
-// `coarse_restricted` (forming r as the rows do: no workgroup waits on another); K^-1 needs all of Z^T r, so one dispatch follows:
+// `coarse_restricted` (forming r as the rows do: no workgroup waits on another); K^-1 needs
+// all of Z^T r, so one dispatch follows:
 // `coarse_prolong` forms each cluster's c = (K^-1 Z^T r) rows, adds Z c to z at its members
 // and writes its share of r.C r to `coarse_partials`, which `product` adds to r.z. Three
 // dispatches an iteration. Solves with a penalty contact set take none: K is made without the
@@ -36,10 +37,10 @@
 // by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
 // has moved from the one inverted (damping, a few handles, contacts). S^-1 comes as
-// D + 1 1^T / e, D's row v then 1 / e (src/backend/projective.rs, `dense_inverse`): a free
-// stiff body's S^-1 in f32 keeps only its translations, D the elastic part, and the product
-// adds the translation from the sum of the vector it multiplies, formed by every row as it
-// reads the tiles.
+// D + u u^T / e (u 1 at the free vertices), D's row v then u_v / e
+// (src/backend/projective.rs, `dense_inverse`): a free stiff body's S^-1 in f32 keeps only
+// its translations, D the elastic part, and the product adds the translation from the sum of
+// the vector it multiplies, formed by every row as it reads the tiles.
 // G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the
 // rest of a diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are
 // preconditioned by Jacobi and the rest by E G^T G E (E S^-1 E), E dropping the contact set:
@@ -544,8 +545,8 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
     return total;
 }
 
-// The floats between S^-1's rows: n + 1 (D's row, then 1 / e) rounded up to a multiple of
-// four.
+// The floats between S^-1's rows: n + 1 (D's row, then u_v / e) rounded up to a multiple
+// of four.
 fn dense_stride() -> u32 {
     return (params.vertex_count + 4u) / 4u * 4u;
 }

@@ -657,9 +657,10 @@ impl Scene {
             .gravity(self.gravity)
             .integrator(integrator(integrator_name.unwrap_or(&self.integrator))?)
             .solver(solver);
-        if let Some(name) = backend_name.or(self.backend.as_deref()) {
-            builder = builder.backend(backend(name)?);
-        }
+        // A scene runs on the CPU unless it or the command line names another backend, even
+        // where a device is given (the viewer's).
+        let name = backend_name.or(self.backend.as_deref());
+        builder = builder.backend(name.map(backend).transpose()?.unwrap_or(Backend::Cpu));
         for pin in &self.pin {
             builder = match (&pin.axis, pin.near) {
                 (Some(name), _) => {

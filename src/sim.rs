@@ -256,7 +256,8 @@ pub struct SimulationBuilder {
     gravity: [f64; 3],
     integrator: Integrator,
     solver: Solver,
-    backend: Backend,
+    /// `None` until chosen: then the GPU where a device was given, the CPU otherwise.
+    backend: Option<Backend>,
     pins: Vec<PinPredicate>,
     colliders: Vec<Collider>,
     contact_model: Option<ContactModel>,
@@ -329,9 +330,10 @@ impl SimulationBuilder {
         self
     }
 
-    /// Where the stages run; default `Backend::Cpu`.
+    /// Where the stages run; default `Backend::Cpu`, or `Backend::Gpu` where a device was
+    /// given ([`SimulationBuilder::gpu_context`], [`SimulationBuilder::wgpu_device`]).
     pub fn backend(mut self, backend: Backend) -> Self {
-        self.backend = backend;
+        self.backend = Some(backend);
         self
     }
 
@@ -371,6 +373,8 @@ impl SimulationBuilder {
     /// Runs the GPU backend on the application's own device and queue (e.g. its renderer's),
     /// so that positions can be drawn from the device without a readback. Open the device
     /// with [`GpuContext::wanted_features`] so that the stages can use what the adapter has.
+    /// (An explicit [`SimulationBuilder::backend`] still decides: `Backend::Cpu` leaves the
+    /// device unused.)
     pub fn wgpu_device(mut self, device: wgpu::Device, queue: wgpu::Queue) -> Self {
         self.gpu = Some(Arc::new(GpuContext::from_device(device, queue)));
         self
@@ -378,7 +382,8 @@ impl SimulationBuilder {
 
     /// Runs the GPU backend on a context shared with other simulations: one device per
     /// process (opening a device costs milliseconds, and some drivers misbehave when several
-    /// are opened at once). Create it once with [`GpuContext::new`] and clone the `Arc`.
+    /// are opened at once). Create it once with [`GpuContext::new`] and clone the `Arc`. (An
+    /// explicit [`SimulationBuilder::backend`] still decides, as for `wgpu_device`.)
     pub fn gpu_context(mut self, context: Arc<GpuContext>) -> Self {
         self.gpu = Some(context);
         self
@@ -581,7 +586,8 @@ impl SimulationBuilder {
             Ok(Box::new(GpuBackend::new(context, Arc::new(model.clone()))?))
         };
         let cpu = |model: &Model| -> Box<dyn Stages> { Box::new(CpuBackend::new(Arc::new(model.clone()))) };
-        let (stages, backend): (Box<dyn Stages>, Backend) = match self.backend {
+        let chosen = self.backend.unwrap_or(if self.gpu.is_some() { Backend::Gpu } else { Backend::Cpu });
+        let (stages, backend): (Box<dyn Stages>, Backend) = match chosen {
             Backend::Cpu => (cpu(&model), Backend::Cpu),
             Backend::Gpu => {
                 let context = match self.gpu {
@@ -663,7 +669,7 @@ impl Simulation {
             gravity: [0.0; 3],
             integrator: Integrator::BackwardEuler,
             solver: Solver::newton(),
-            backend: Backend::Cpu,
+            backend: None,
             pins: Vec::new(),
             colliders: Vec::new(),
             contact_model: None,

@@ -363,3 +363,25 @@ fn the_drawable_positions_show_the_state_and_survive_a_failed_step() {
     }
     assert!(failed, "forward Euler at dt = 1 s should blow up");
 }
+
+/// A builder given a device runs on it without also being told `Backend::Gpu` (as the docs of
+/// `gpu_context` say); an explicit `Backend::Cpu` still decides. A context given alone used to
+/// leave the simulation on the CPU.
+#[test]
+fn a_shared_context_alone_puts_the_simulation_on_the_gpu() {
+    let Some(context) = common::gpu() else { return };
+    let builder = || {
+        Simulation::builder().tet_body(
+            TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]),
+            Material::stvk(5e4, 0.3),
+            1000.0,
+        )
+    };
+    let sim = builder().gpu_context(context.clone()).build().unwrap();
+    assert_eq!(sim.backend(), Backend::Gpu);
+    assert!(sim.gpu_context().is_some());
+    let sim = builder().gpu_context(context).backend(Backend::Cpu).build().unwrap();
+    assert_eq!(sim.backend(), Backend::Cpu);
+    assert!(sim.gpu_context().is_none());
+    assert_eq!(builder().build().unwrap().backend(), Backend::Cpu);
+}

@@ -107,10 +107,16 @@ struct Params {
     // `coarse_inverse` (in vec4s).
     coarse_clusters: u32,
     coarse_offset: u32,
-    // 1: a free body's local/global solve split along its translations (see `deflate`): the
-    // explicit inverses leave their translation out, and `finish` adds it to the step.
+    // A free body's solve split along its translations (see `deflate`), `finish` adding the
+    // translation to the step: 1 (SPLIT_PROJECTIVE) local/global's, whose explicit inverses
+    // leave their translation out; 2 (SPLIT_BLOCKS) Newton's and mixed FEM's Jacobi solves,
+    // 3 (SPLIT_DAMPED) those with the step's lagged damping, whose `finish` puts b back.
     translation: u32,
 }
+
+const SPLIT_PROJECTIVE: u32 = 1u;
+const SPLIT_BLOCKS: u32 = 2u;
+const SPLIT_DAMPED: u32 = 3u;
 
 const FSAI: u32 = 1u;
 const DENSE: u32 = 2u;
@@ -213,10 +219,16 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(27) var<storage, read_write> coarse_restricted: array<vec4<f32>>;
 @group(3) @binding(28) var<storage, read_write> coarse_partials: array<f32>;
 // The split along the translations (`deflate`): the local/global matrix's vertex diagonal,
-// per workgroup (sum of b, sum of the diagonal), and the translation taken out of b.
+// per workgroup the sums of b and of the vertex blocks (three vec4s), and the translation
+// taken out of b.
 @group(3) @binding(29) var<storage, read> projective_diagonal: array<f32>;
 @group(3) @binding(30) var<storage, read_write> translation_partials: array<vec4<f32>>;
 @group(3) @binding(31) var<storage, read_write> translation: array<vec4<f32>>;
+// Newton's split: the gather's vertex blocks, the lagged damping matrix's (row-major 3x3 per
+// vertex), and b before it was deflated.
+@group(3) @binding(32) var<storage, read> vertex_blocks: array<f32>;
+@group(3) @binding(33) var<storage, read> damping_vertex_blocks: array<f32>;
+@group(3) @binding(34) var<storage, read_write> rhs_saved: array<f32>;
 
 // Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
 // the buffers it reads (`shaders::entry_bindings`), and a switch over them would bind all.
@@ -1166,9 +1178,13 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let row = row_of(slot, lid);
     let v = row.v;
     let s = settle(scalars_in, rr);
+    // Newton's split solves, which the host reads on while they run, settle their
+    // translation (and b) at the `finish` that finds them stopped; local/global's are not
+    // read on.
+    let settles = params.translation == SPLIT_PROJECTIVE || params.translation >= SPLIT_BLOCKS && s.state != RUNNING;
     if (v < params.vertex_count && row.lane == 0u) {
         // The translation `deflate` took out of b (none unless split).
-        let moved = select(vec3<f32>(0.0), translation[0].xyz, params.translation != 0u);
+        let moved = select(vec3<f32>(0.0), translation[0].xyz, settles);
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
             if (s.state == NEGATIVE_FIRST) {
@@ -1181,6 +1197,9 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
             } else {
                 direction[i] += moved[c];
             }
+            if (settles && params.translation >= SPLIT_BLOCKS) {
+                rhs[i] = rhs_saved[i];
+            }
         }
     }
     if (lid == 0u && slot == 0u) {
@@ -1188,43 +1207,113 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     }
 }
 
-// The split along the translations (`params.translation`), for the local/global matrix
-// S = a L + diagonal of a free body: L u = 0 for u = 1, so S u = c is the diagonal and
-// e = u.S u its sum, and S d = b splits exactly into d = w + u t, t = u.b / e, S w = b - c t,
-// whose right-hand side sums to zero. The loop then solves for w alone, with explicit
-// inverses that leave their translation out: for a body stiff at its step, S's translation
-// is so much softer than the rest that f32 products S p of a p holding it are round-off
-// (steel-stiff cubes' global steps left them metres off), and w holds none of it.
-// `translation_partials` sums b and the diagonal per workgroup; `deflate` forms t in every
-// workgroup, takes c t out of b, and leaves t for `finish`.
+// The split along the translations (`params.translation`) of a free body's matrix A: the
+// elasticity's part of A takes a translation to zero (L u = 0 for the constant u, as K u = 0
+// for a Hessian of energies unchanged by translations), so A U = C, U the three translations
+// and C_v at vertex v the vertex terms' block (local/global: its vertex diagonal times I;
+// Newton and mixed FEM: the gather's vertex block, inertia, handles and penalty contacts,
+// plus the lagged damping matrix's), and E = U^T A U the sum of those blocks. A d = b then
+// splits exactly into d = w + U t, t = E^-1 U^T b, A w = b - C t, whose right-hand side sums
+// to zero: the loop solves for w alone. For a body stiff at its step A's translations are so
+// much softer than the rest that f32 products A p of a p holding them are round-off:
+// steel-stiff cubes' local/global steps left them metres off, and their Newton steps lost
+// gravity's pull (a free cube of E 1e9 Pa fell 2 m where it should fall 5). Local/global's
+// explicit inverses leave their translation out; Jacobi's holds too little of it to matter.
+// `translation_sums` sums b and C per workgroup; `deflate` forms t in every workgroup, takes
+// C t out of b (saved first where b must be put back) and leaves t for `finish`; the
+// one-workgroup solve does both itself.
+
+// Row v of C (the block of A U at v), row-major.
+fn translation_block(v: u32) -> array<f32, 9> {
+    if (params.translation == SPLIT_PROJECTIVE) {
+        let d = projective_diagonal[v];
+        return array<f32, 9>(d, 0.0, 0.0, 0.0, d, 0.0, 0.0, 0.0, d);
+    }
+    var block: array<f32, 9>;
+    for (var k = 0u; k < 9u; k++) {
+        block[k] = vertex_blocks[9u * v + k];
+        if (params.translation == SPLIT_DAMPED) {
+            block[k] += damping_vertex_blocks[9u * v + k];
+        }
+    }
+    return block;
+}
+
+// b_v and C_v as the three vec4s the sums take.
+fn translation_terms(v: u32) -> array<vec4<f32>, 3> {
+    let b = translation_block(v);
+    return array<vec4<f32>, 3>(
+        vec4<f32>(rhs3(v), b[0]),
+        vec4<f32>(b[1], b[2], b[3], b[4]),
+        vec4<f32>(b[5], b[6], b[7], b[8]),
+    );
+}
+
+// t = E^-1 f from the summed terms (f = U^T b, E row-major after it), by cofactors: E is the
+// sum of the vertex terms' positive definite blocks.
+fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
+    let f = sums[0].xyz;
+    // Columns of E (symmetric, so its rows too).
+    let e = mat3x3<f32>(
+        vec3<f32>(sums[0].w, sums[1].z, sums[2].y),
+        vec3<f32>(sums[1].x, sums[1].w, sums[2].z),
+        vec3<f32>(sums[1].y, sums[2].x, sums[2].w),
+    );
+    let c0 = cross(e[1], e[2]);
+    let c1 = cross(e[2], e[0]);
+    let c2 = cross(e[0], e[1]);
+    // The rows of E^-1 are the cofactors over the determinant.
+    return vec3<f32>(dot(c0, f), dot(c1, f), dot(c2, f)) / dot(e[0], c0);
+}
+
+// b_v -= C_v t, b_v saved first where `finish` puts it back.
+fn deflate_row(v: u32, t: vec3<f32>) {
+    let b = translation_block(v);
+    let moved = vec3<f32>(
+        b[0] * t.x + b[1] * t.y + b[2] * t.z,
+        b[3] * t.x + b[4] * t.y + b[5] * t.z,
+        b[6] * t.x + b[7] * t.y + b[8] * t.z,
+    );
+    for (var c = 0u; c < 3u; c++) {
+        let i = 3u * v + c;
+        if (params.translation >= SPLIT_BLOCKS) {
+            rhs_saved[i] = rhs[i];
+        }
+        rhs[i] -= moved[c];
+    }
+}
+
 @compute @workgroup_size(WORKGROUP)
 fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     let v = slot * WORKGROUP + lid;
-    var sums = vec4<f32>(0.0);
+    var terms = array<vec4<f32>, 3>();
     if (v < params.vertex_count) {
-        sums = vec4<f32>(rhs3(v), projective_diagonal[v]);
+        terms = translation_terms(v);
     }
-    let total = workgroup_sum(lid, sums);
-    if (lid == 0u && slot < translation_partial_count()) {
-        translation_partials[slot] = total;
+    for (var k = 0u; k < 3u; k++) {
+        let total = workgroup_sum(lid, terms[k]);
+        if (lid == 0u && slot < translation_partial_count()) {
+            translation_partials[3u * slot + k] = total;
+        }
     }
 }
 
 @compute @workgroup_size(WORKGROUP)
 fn deflate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    var sums = vec4<f32>(0.0);
-    for (var i = lid; i < translation_partial_count(); i += INVOCATIONS) {
-        sums += translation_partials[i];
+    var sums = array<vec4<f32>, 3>();
+    for (var k = 0u; k < 3u; k++) {
+        var own = vec4<f32>(0.0);
+        for (var i = lid; i < translation_partial_count(); i += INVOCATIONS) {
+            own += translation_partials[3u * i + k];
+        }
+        sums[k] = workgroup_sum(lid, own);
     }
-    let total = workgroup_sum(lid, sums);
-    let t = total.xyz / total.w;
+    let t = translation_from(sums);
     let v = slot * WORKGROUP + lid;
     if (v < params.vertex_count) {
-        for (var c = 0u; c < 3u; c++) {
-            rhs[3u * v + c] -= projective_diagonal[v] * t[c];
-        }
+        deflate_row(v, t);
     }
     if (lid == 0u && slot == 0u) {
         translation[0] = vec4<f32>(t, 0.0);
@@ -1374,6 +1463,26 @@ var<workgroup> carry_on: u32;
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
     let n = params.vertex_count;
     multiplied = P_ITSELF;
+    // The split along the translations (`deflate`), all in this workgroup.
+    var moved = vec3<f32>(0.0);
+    if (params.translation != 0u) {
+        var own = array<vec4<f32>, 3>();
+        for (var v = lid; v < n; v += INVOCATIONS) {
+            let terms = translation_terms(v);
+            for (var k = 0u; k < 3u; k++) {
+                own[k] += terms[k];
+            }
+        }
+        var sums = array<vec4<f32>, 3>();
+        for (var k = 0u; k < 3u; k++) {
+            sums[k] = workgroup_sum(lid, own[k]);
+        }
+        moved = translation_from(sums);
+        for (var v = lid; v < n; v += INVOCATIONS) {
+            deflate_row(v, moved);
+        }
+        storageBarrier();
+    }
     var partial = vec2<f32>(0.0);
     for (var v = lid; v < n; v += INVOCATIONS) {
         partial += setup_row(v, vec3<f32>(0.0));
@@ -1444,10 +1553,17 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             carry_on = u32(state == RUNNING);
         }
     }
-    if (state == NEGATIVE_FIRST) {
+    if (state == NEGATIVE_FIRST || params.translation != 0u) {
         for (var v = lid; v < n; v += INVOCATIONS) {
             for (var c = 0u; c < 3u; c++) {
-                direction[3u * v + c] = rhs[3u * v + c];
+                let i = 3u * v + c;
+                if (state == NEGATIVE_FIRST) {
+                    direction[i] = rhs[i];
+                }
+                direction[i] += moved[c];
+                if (params.translation >= SPLIT_BLOCKS) {
+                    rhs[i] = rhs_saved[i];
+                }
             }
         }
     }

@@ -62,6 +62,7 @@ impl WgAssemble {
         buffers: &GpuBuffers,
     ) -> Result<AssembleGroups> {
         let damping = |group: u32, name: &str| match (group, name) {
+            (3, "vertex_blocks") => buffers.scratch.get("damping_vertex_blocks"),
             (3, "damping_blocks") => buffers.scratch.get("placeholder"),
             (3, "blocks") => buffers.scratch.get("damping_blocks"),
             _ => buffers.resolve(group, name),

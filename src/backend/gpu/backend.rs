@@ -16,7 +16,10 @@ use super::context::GpuContext;
 use super::element::{ElementGroups, Outputs, WgElement};
 use super::gather::{GatherGroups, GatherParams};
 use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
-use super::pcg::{DENSE, JACOBI, JacobiLoop, PcgGroups, PcgParams, PcgStatus, ProjectiveInverse, Solve};
+use super::pcg::{
+    DENSE, JACOBI, JacobiLoop, PcgGroups, PcgParams, PcgStatus, ProjectiveInverse, SPLIT_BLOCKS,
+    SPLIT_DAMPED, SPLIT_PROJECTIVE, Solve,
+};
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
@@ -101,6 +104,9 @@ pub struct GpuBackend {
     damping_weight: f64,
     /// This step's damping has self-contact friction (coupling record set 2).
     friction: bool,
+    /// No vertex is pinned: Newton's and mixed FEM's Jacobi solves split along the
+    /// translations (`split_translations`).
+    free: bool,
     error: Option<Error>,
     /// CG iterations of the last solve, and of each solve since the step began and in the
     /// step before: how many to record before reading the status. Newton's solves lengthen
@@ -210,6 +216,7 @@ impl GpuBackend {
             Ok((stages, buffers, recording, groups))
         })?;
         let colliders = model.colliders.clone();
+        let free = !model.pinned.iter().any(|&pinned| pinned);
         Ok(GpuBackend {
             context,
             stages,
@@ -222,6 +229,7 @@ impl GpuBackend {
             damped: false,
             damping_weight: 1.0,
             friction: false,
+            free,
             error: None,
             last_cg: FIRST_CHUNK,
             solve_lengths: Vec::new(),
@@ -1099,11 +1107,11 @@ impl GpuBackend {
         use crate::backend::cpu::line_search::step_lengths;
         let picked = self.record_start(request.guesses)?;
         let alphas = step_lengths(request.steps, request.extrapolate);
-        let pcg = self.pcg_params(
+        let pcg = self.split_translations(self.pcg_params(
             Some(request.relative_tolerance),
             request.gradient_tolerance,
             request.max_linear_iterations,
-        );
+        ));
         let mut iterations = Vec::with_capacity(request.iterations);
         for _ in 0..request.iterations {
             // What is recorded so far goes to the device while the host records the next
@@ -1356,18 +1364,16 @@ impl GpuBackend {
     fn preconditioned(&mut self, solver: LinearSolver, params: PcgParams) -> Result<PcgParams> {
         let one_workgroup = self.solved_in_one_workgroup();
         if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
-            return Ok(PcgParams { preconditioner: JACOBI, ..params });
+            return Ok(self.split_translations(PcgParams { preconditioner: JACOBI, ..params }));
         }
         let a = projective::stiffness_weight(&self.nodes);
         if !self.newton_inverse_ready {
             self.prepare_inverse()?;
-            // A body that loses its translations there keeps Jacobi's, which holds none of
-            // them: with the inverse's, whose translations CG's f32 products then garbled, a
-            // squashed steel cube's mixed-FEM step ended at 2e23 J (docs/perf/local-global.md).
-            // (Newton and mixed FEM do not split along the translations as local/global does:
-            // left.)
+            // A body that loses its translations there keeps Jacobi's, split along them: with
+            // the inverse's, whose translations CG's f32 products then garbled, a squashed
+            // steel cube's mixed-FEM step ended at 2e23 J (docs/perf/local-global.md).
             if self.loses_translations(a) {
-                return Ok(PcgParams { preconditioner: JACOBI, ..params });
+                return Ok(self.split_translations(PcgParams { preconditioner: JACOBI, ..params }));
             }
             self.upload_inverse(a)?;
             let n = self.buffers.vertex_count;
@@ -1383,6 +1389,27 @@ impl GpuBackend {
             self.newton_inverse_ready = true;
         }
         Ok(self.with_inverse(params, self.newton_contact.iter().any(|&flag| flag != 0)))
+    }
+
+    /// `params` of a Newton or mixed-FEM solve, split along the translations
+    /// (`PcgParams::translation`) where it preconditions a free body by Jacobi: its matrix's
+    /// translations are then its vertex blocks (and the damping matrix's), which the split
+    /// solves exactly, where f32 products by the matrix lose them once the body is stiff at
+    /// its step (a free cube of E 1e8 Pa, 1.25-2.5 cm cells, fell 10 % slower than on the
+    /// CPU, one of E 1e10 Pa a tenth as fast). Left out: the projection contact model, whose
+    /// matrix holds its pressed vertices still along their normals, and self-contact, whose
+    /// couplings the vertex blocks leave out.
+    fn split_translations(&self, params: PcgParams) -> PcgParams {
+        let splits = params.preconditioner == JACOBI
+            && self.free
+            && !self.model.contact.is_projection()
+            && self.groups.self_contact.is_none();
+        let translation = match (splits, self.damped) {
+            (false, _) => 0,
+            (true, false) => SPLIT_BLOCKS,
+            (true, true) => SPLIT_DAMPED,
+        };
+        PcgParams { translation, ..params }
     }
 
     /// Whether the body is free and so stiff at its step (`ProjectiveInverse::splits`) that
@@ -1457,7 +1484,7 @@ impl GpuBackend {
         let params = self.with_inverse(
             PcgParams {
                 gradient_tolerance: request.gradient_tolerance as f32,
-                translation: u32::from(split),
+                translation: if split { SPLIT_PROJECTIVE } else { 0 },
                 ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
             },
             contact,
@@ -1676,7 +1703,7 @@ impl Stages for GpuBackend {
                 self.rebind()?;
             }
             let per_vertex: Vec<f32> = matrix.vertex_blocks.iter().flatten().map(|&c| c as f32).collect();
-            let vertex_blocks = self.buffers.scratch.named("vertex_blocks");
+            let vertex_blocks = self.buffers.scratch.named("damping_vertex_blocks");
             self.recording.upload(&self.context, vertex_blocks, bytemuck::cast_slice(&per_vertex));
             let mut linear: Vec<f32> = matrix.vertex_linear.iter().flatten().map(|&c| c as f32).collect();
             linear.resize(4 * self.buffers.vertex_count, 0.0);

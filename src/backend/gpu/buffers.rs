@@ -224,9 +224,11 @@ impl GpuBuffers {
         // PCG's loop has a partial per workgroup, and as many workgroups as lanes per row.
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
-        // A free body's split along its translations: sums per workgroup, the translation.
-        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", partials));
+        // A free body's split along its translations: sums per workgroup (three vec4s), the
+        // translation, and b before the split.
+        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", 3 * partials));
         w.set("translation", c.scratch::<[f32; 4]>("translation", 1));
+        w.set("rhs_saved", c.scratch::<f32>("rhs_saved", 3 * n));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
         // w.u, 0), which also ping-pong; and that loop's p, w = A u and A q, one after another.
@@ -255,6 +257,7 @@ impl GpuBuffers {
         w.set("placeholder", c.scratch::<f32>("placeholder", 1));
         w.set("damping_blocks", c.scratch::<f32>("damping_blocks", 1));
         w.set("damping_linear", c.scratch::<[f32; 4]>("damping_linear", 1));
+        w.set("damping_vertex_blocks", c.scratch::<f32>("damping_vertex_blocks", 1));
         // The mixed solver's buffers, allocated when it first runs (`reserve_mixed`).
         w.set("displacement_corners", c.scratch::<[f32; 4]>("displacement_corners", 1));
         w.set("mixed_linearization", c.scratch::<f32>("mixed_linearization", 1));
@@ -320,6 +323,11 @@ impl GpuBuffers {
         }
         self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.slot_count));
         self.scratch.set("damping_linear", context.scratch::<[f32; 4]>("damping_linear", self.vertex_count));
+        // Its vertex blocks, kept for the PCG's split along the translations.
+        self.scratch.set(
+            "damping_vertex_blocks",
+            context.scratch::<f32>("damping_vertex_blocks", 9 * self.vertex_count),
+        );
         true
     }
 

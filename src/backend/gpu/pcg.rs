@@ -56,12 +56,22 @@ pub struct PcgParams {
     /// `K^-1` starts in `coarse_inverse` (in vec4s): see [`ProjectiveInverse`].
     pub coarse_clusters: u32,
     pub coarse_offset: u32,
-    /// 1: a free body's local/global solve, split along its translations (`deflate` in
-    /// `shaders/pcg.wgsl`): `b` loses its translation before the loop, the explicit inverses
-    /// leave theirs out, and `finish` adds it to the step (to `x` with `advance`, else to the
-    /// direction). Like `advance`, for solves not read on.
+    /// A free body's solve split along its translations (`deflate` in `shaders/pcg.wgsl`):
+    /// `b` loses its translation before the loop and `finish` adds it to the step (to `x`
+    /// with `advance`, else to the direction). 0: none; [`SPLIT_PROJECTIVE`],
+    /// [`SPLIT_BLOCKS`] or [`SPLIT_DAMPED`].
     pub translation: u32,
 }
+
+/// `PcgParams::translation` of a local/global solve, whose matrix's vertex terms are its
+/// diagonal: the explicit inverses leave their translation out. Like `advance`, for solves
+/// not read on.
+pub const SPLIT_PROJECTIVE: u32 = 1;
+/// `PcgParams::translation` of a Newton or mixed-FEM Jacobi solve, whose vertex terms are the
+/// gather's vertex blocks; `finish` puts `b` back once the solve has stopped.
+pub const SPLIT_BLOCKS: u32 = 2;
+/// [`SPLIT_BLOCKS`] with the step's lagged damping matrix, whose vertex blocks add to them.
+pub const SPLIT_DAMPED: u32 = 3;
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
 pub const JACOBI: u32 = 0;

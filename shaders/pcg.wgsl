@@ -112,11 +112,17 @@ struct Params {
     // leave their translation out; 2 (SPLIT_BLOCKS) Newton's and mixed FEM's Jacobi solves,
     // 3 (SPLIT_DAMPED) those with the step's lagged damping, whose `finish` puts b back.
     translation: u32,
+    // The translation groups split off: local/global's one (every vertex), Newton's the
+    // model's free parts (`translation_groups`, at most TRANSLATION_GROUPS).
+    translation_groups: u32,
 }
 
 const SPLIT_PROJECTIVE: u32 = 1u;
 const SPLIT_BLOCKS: u32 = 2u;
 const SPLIT_DAMPED: u32 = 3u;
+// Twins of src/backend/topology.rs's.
+const TRANSLATION_GROUPS: u32 = 8u;
+const NO_GROUP: u32 = 0xffffffffu;
 
 const FSAI: u32 = 1u;
 const DENSE: u32 = 2u;
@@ -219,8 +225,8 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(27) var<storage, read_write> coarse_restricted: array<vec4<f32>>;
 @group(3) @binding(28) var<storage, read_write> coarse_partials: array<f32>;
 // The split along the translations (`deflate`): the local/global matrix's vertex diagonal,
-// per workgroup the sums of b and of the vertex blocks (three vec4s), and the translation
-// taken out of b.
+// per workgroup and translation group the sums of b and of the vertex blocks (three vec4s),
+// and each group's translation taken out of b.
 @group(3) @binding(29) var<storage, read> projective_diagonal: array<f32>;
 @group(3) @binding(30) var<storage, read_write> translation_partials: array<vec4<f32>>;
 @group(3) @binding(31) var<storage, read_write> translation: array<vec4<f32>>;
@@ -229,6 +235,8 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(32) var<storage, read> vertex_blocks: array<f32>;
 @group(3) @binding(33) var<storage, read> damping_vertex_blocks: array<f32>;
 @group(3) @binding(34) var<storage, read_write> rhs_saved: array<f32>;
+// Newton's translation group of every vertex (`NO_GROUP` where a pin holds its part).
+@group(1) @binding(7) var<storage, read> translation_groups: array<u32>;
 
 // Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
 // the buffers it reads (`shaders::entry_bindings`), and a switch over them would bind all.
@@ -1184,7 +1192,8 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let settles = params.translation == SPLIT_PROJECTIVE || params.translation >= SPLIT_BLOCKS && s.state != RUNNING;
     if (v < params.vertex_count && row.lane == 0u) {
         // The translation `deflate` took out of b (none unless split).
-        let moved = select(vec3<f32>(0.0), translation[0].xyz, settles);
+        let g = translation_group(v);
+        let moved = select(vec3<f32>(0.0), translation[min(g, TRANSLATION_GROUPS - 1u)].xyz, settles && g != NO_GROUP);
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
             if (s.state == NEGATIVE_FIRST) {
@@ -1207,7 +1216,8 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     }
 }
 
-// The split along the translations (`params.translation`) of a free body's matrix A: the
+// The split along the translations (`params.translation`) of a free body's matrix A (of
+// each free part's, Newton's `translation_groups`, where the same holds part by part): the
 // elasticity's part of A takes a translation to zero (L u = 0 for the constant u, as K u = 0
 // for a Hessian of energies unchanged by translations), so A U = C, U the three translations
 // and C_v at vertex v the vertex terms' block (local/global: its vertex diagonal times I;
@@ -1224,6 +1234,15 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // one-workgroup solve does both itself. The tolerance is relative to b - C t, the part CG
 // solves: relative to b, the elastic part of a falling free cube's Newton solves was left
 // loose, and 30 steps took 103 Newton iterations (801 CG) where they take 83 (623).
+
+// Vertex v's translation group: local/global's one, or Newton's free part (see
+// `translation_groups`).
+fn translation_group(v: u32) -> u32 {
+    if (params.translation == SPLIT_PROJECTIVE) {
+        return 0u;
+    }
+    return translation_groups[v];
+}
 
 // Row v of C (the block of A U at v), row-major.
 fn translation_block(v: u32) -> array<f32, 9> {
@@ -1268,7 +1287,7 @@ fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
     return vec3<f32>(dot(c0, f), dot(c1, f), dot(c2, f)) / dot(e[0], c0);
 }
 
-// b_v -= C_v t, b_v saved first where `finish` puts it back.
+// b_v -= C_v t, b_v saved first where `finish` puts it back (t zero outside the groups).
 fn deflate_row(v: u32, t: vec3<f32>) {
     let b = translation_block(v);
     let moved = vec3<f32>(
@@ -1290,35 +1309,54 @@ fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgr
     let slot = workgroup_slot(group, groups);
     let v = slot * WORKGROUP + lid;
     var terms = array<vec4<f32>, 3>();
+    var g = NO_GROUP;
     if (v < params.vertex_count) {
         terms = translation_terms(v);
+        g = translation_group(v);
     }
-    for (var k = 0u; k < 3u; k++) {
-        let total = workgroup_sum(lid, terms[k]);
-        if (lid == 0u && slot < translation_partial_count()) {
-            translation_partials[3u * slot + k] = total;
+    for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
+        for (var k = 0u; k < 3u; k++) {
+            let total = workgroup_sum(lid, select(vec4<f32>(0.0), terms[k], g == group_index));
+            if (lid == 0u && slot < translation_partial_count()) {
+                translation_partials[translation_partial(slot, group_index, k)] = total;
+            }
         }
     }
+}
+
+// Where workgroup `slot`'s sum `k` of group `g` is.
+fn translation_partial(slot: u32, g: u32, k: u32) -> u32 {
+    return 3u * (TRANSLATION_GROUPS * slot + g) + k;
 }
 
 @compute @workgroup_size(WORKGROUP)
 fn deflate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
-    var sums = array<vec4<f32>, 3>();
-    for (var k = 0u; k < 3u; k++) {
-        var own = vec4<f32>(0.0);
-        for (var i = lid; i < translation_partial_count(); i += INVOCATIONS) {
-            own += translation_partials[3u * i + k];
-        }
-        sums[k] = workgroup_sum(lid, own);
-    }
-    let t = translation_from(sums);
     let v = slot * WORKGROUP + lid;
+    var g = NO_GROUP;
+    if (v < params.vertex_count) {
+        g = translation_group(v);
+    }
+    var t = vec3<f32>(0.0);
+    for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
+        var sums = array<vec4<f32>, 3>();
+        for (var k = 0u; k < 3u; k++) {
+            var own = vec4<f32>(0.0);
+            for (var i = lid; i < translation_partial_count(); i += INVOCATIONS) {
+                own += translation_partials[translation_partial(i, group_index, k)];
+            }
+            sums[k] = workgroup_sum(lid, own);
+        }
+        let group_t = translation_from(sums);
+        if (g == group_index) {
+            t = group_t;
+        }
+        if (lid == 0u && slot == 0u) {
+            translation[group_index] = vec4<f32>(group_t, 0.0);
+        }
+    }
     if (v < params.vertex_count) {
         deflate_row(v, t);
-    }
-    if (lid == 0u && slot == 0u) {
-        translation[0] = vec4<f32>(t, 0.0);
     }
 }
 
@@ -1465,23 +1503,28 @@ var<workgroup> carry_on: u32;
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
     let n = params.vertex_count;
     multiplied = P_ITSELF;
-    // The split along the translations (`deflate`), all in this workgroup.
-    var moved = vec3<f32>(0.0);
+    // The split along the translations (`deflate`), all in this workgroup: every group's t.
+    var moved = array<vec3<f32>, TRANSLATION_GROUPS>();
     if (params.translation != 0u) {
-        var own = array<vec4<f32>, 3>();
-        for (var v = lid; v < n; v += INVOCATIONS) {
-            let terms = translation_terms(v);
-            for (var k = 0u; k < 3u; k++) {
-                own[k] += terms[k];
+        for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
+            var own = array<vec4<f32>, 3>();
+            for (var v = lid; v < n; v += INVOCATIONS) {
+                if (translation_group(v) == group_index) {
+                    let terms = translation_terms(v);
+                    for (var k = 0u; k < 3u; k++) {
+                        own[k] += terms[k];
+                    }
+                }
             }
+            var sums = array<vec4<f32>, 3>();
+            for (var k = 0u; k < 3u; k++) {
+                sums[k] = workgroup_sum(lid, own[k]);
+            }
+            moved[group_index] = translation_from(sums);
         }
-        var sums = array<vec4<f32>, 3>();
-        for (var k = 0u; k < 3u; k++) {
-            sums[k] = workgroup_sum(lid, own[k]);
-        }
-        moved = translation_from(sums);
         for (var v = lid; v < n; v += INVOCATIONS) {
-            deflate_row(v, moved);
+            let g = translation_group(v);
+            deflate_row(v, select(vec3<f32>(0.0), moved[min(g, TRANSLATION_GROUPS - 1u)], g != NO_GROUP));
         }
         storageBarrier();
     }
@@ -1562,7 +1605,10 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 if (state == NEGATIVE_FIRST) {
                     direction[i] = rhs[i];
                 }
-                direction[i] += moved[c];
+                let g = translation_group(v);
+                if (params.translation != 0u && g != NO_GROUP) {
+                    direction[i] += moved[min(g, TRANSLATION_GROUPS - 1u)][c];
+                }
                 if (params.translation >= SPLIT_BLOCKS) {
                     rhs[i] = rhs_saved[i];
                 }

@@ -115,7 +115,53 @@ impl Topology {
     pub fn block_count(&self) -> usize {
         self.columns.len()
     }
+
+    /// The translation group of every vertex (`NO_GROUP` for none) and the number of groups:
+    /// each part the elements connect and no pin holds moves freely as a whole, its
+    /// translations a null mode of the elasticity's Hessian, and is a group, up to
+    /// [`TRANSLATION_GROUPS`], past which part `k` joins group `k % TRANSLATION_GROUPS` (a union
+    /// of free parts still translates freely).
+    pub fn translation_groups(&self, pinned: &[bool]) -> (Vec<u32>, u32) {
+        let n = pinned.len();
+        let mut group = vec![NO_GROUP; n];
+        let mut free_parts = 0;
+        let mut part = Vec::new();
+        let mut seen = vec![false; n];
+        for first in 0..n {
+            if seen[first] {
+                continue;
+            }
+            // The part of `first`, breadth first along the Hessian's pattern.
+            part.clear();
+            part.push(first);
+            seen[first] = true;
+            let mut k = 0;
+            while k < part.len() {
+                let v = part[k];
+                k += 1;
+                for &c in &self.columns[self.row_offsets[v] as usize..self.row_offsets[v + 1] as usize] {
+                    if !seen[c as usize] {
+                        seen[c as usize] = true;
+                        part.push(c as usize);
+                    }
+                }
+            }
+            if part.iter().any(|&v| pinned[v]) {
+                continue;
+            }
+            for &v in &part {
+                group[v] = free_parts % TRANSLATION_GROUPS;
+            }
+            free_parts += 1;
+        }
+        (group, free_parts.min(TRANSLATION_GROUPS))
+    }
 }
+
+/// The most translation groups a GPU solve splits off ([`Topology::translation_groups`]).
+pub(crate) const TRANSLATION_GROUPS: u32 = 8;
+/// A vertex of a part some pin holds: it has no translation of its own.
+pub(crate) const NO_GROUP: u32 = u32::MAX;
 
 /// Handle springs grouped by vertex (CSR), so each vertex finds its own.
 #[derive(Clone, Debug, Default)]
@@ -275,6 +321,35 @@ mod tests {
             }
         }
         println!("{} blocks in {} slots", topology.block_count(), slots.slot_columns.len());
+    }
+
+    /// The mixed model's bar (pinned at one end) and its springs (free) are two parts: the
+    /// springs get group 0, the bar none; unpinned, the bar group 0 and the springs 1; and
+    /// ten free bars share the eight groups, part k in group k % 8.
+    #[test]
+    fn free_parts_are_translation_groups() {
+        use super::{NO_GROUP, TRANSLATION_GROUPS};
+        let mut model = mixed_model(Material::stvk(1e4, 0.3));
+        let bar = model.tets.iter().flatten().map(|&v| v as usize + 1).max().unwrap();
+        let (groups, count) = Topology::new(&model).translation_groups(&model.pinned);
+        assert_eq!(count, 1);
+        assert!(groups[..bar].iter().all(|&g| g == NO_GROUP));
+        assert!(groups[bar..].iter().all(|&g| g == 0));
+        model.pinned.iter_mut().for_each(|p| *p = false);
+        let (groups, count) = Topology::new(&model).translation_groups(&model.pinned);
+        assert_eq!(count, 2);
+        assert!(groups[..bar].iter().all(|&g| g == 0) && groups[bar..].iter().all(|&g| g == 1));
+        let mut bars = crate::model::Model::empty([0.0; 3]);
+        let mesh = crate::mesh::TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]);
+        for _ in 0..10 {
+            bars.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
+        }
+        let (groups, count) = Topology::new(&bars).translation_groups(&bars.pinned);
+        assert_eq!(count, TRANSLATION_GROUPS);
+        let each = mesh.vertex_count();
+        for (v, &g) in groups.iter().enumerate() {
+            assert_eq!(g, (v / each) as u32 % TRANSLATION_GROUPS, "vertex {v}");
+        }
     }
 
     #[test]

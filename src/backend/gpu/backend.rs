@@ -104,9 +104,6 @@ pub struct GpuBackend {
     damping_weight: f64,
     /// This step's damping has self-contact friction (coupling record set 2).
     friction: bool,
-    /// No vertex is pinned: Newton's and mixed FEM's Jacobi solves split along the
-    /// translations (`split_translations`).
-    free: bool,
     error: Option<Error>,
     /// CG iterations of the last solve, and of each solve since the step began and in the
     /// step before: how many to record before reading the status. Newton's solves lengthen
@@ -216,7 +213,6 @@ impl GpuBackend {
             Ok((stages, buffers, recording, groups))
         })?;
         let colliders = model.colliders.clone();
-        let free = !model.pinned.iter().any(|&pinned| pinned);
         Ok(GpuBackend {
             context,
             stages,
@@ -229,7 +225,6 @@ impl GpuBackend {
             damped: false,
             damping_weight: 1.0,
             friction: false,
-            free,
             error: None,
             last_cg: FIRST_CHUNK,
             solve_lengths: Vec::new(),
@@ -572,6 +567,7 @@ impl GpuBackend {
             coarse_clusters: 0,
             coarse_offset: 0,
             translation: 0,
+            translation_groups: 0,
         }
     }
 
@@ -1391,17 +1387,18 @@ impl GpuBackend {
         Ok(self.with_inverse(params, self.newton_contact.iter().any(|&flag| flag != 0)))
     }
 
-    /// `params` of a Newton or mixed-FEM solve, split along the translations
-    /// (`PcgParams::translation`) where it preconditions a free body by Jacobi: its matrix's
-    /// translations are then its vertex blocks (and the damping matrix's), which the split
-    /// solves exactly, where f32 products by the matrix lose them once the body is stiff at
-    /// its step (a free cube of E 1e8 Pa, 1.25-2.5 cm cells, fell 10 % slower than on the
-    /// CPU, one of E 1e10 Pa a tenth as fast). Left out: the projection contact model, whose
-    /// matrix holds its pressed vertices still along their normals, and self-contact, whose
-    /// couplings the vertex blocks leave out.
+    /// `params` of a Newton or mixed-FEM solve, split along the translations of the model's
+    /// free parts (`PcgParams::translation`, `Topology::translation_groups`) where it
+    /// preconditions by Jacobi: their matrix's translations are then their vertex blocks
+    /// (and the damping matrix's), which the split solves exactly, where f32 products by the
+    /// matrix lose them once a part is stiff at its step (a free cube of E 1e8 Pa, 1.25-2.5
+    /// cm cells, fell 10 % slower than on the CPU, one of E 1e10 Pa a tenth as fast). Left
+    /// out: the projection contact model, whose matrix holds its pressed vertices still
+    /// along their normals, and self-contact, whose couplings the vertex blocks leave out.
     fn split_translations(&self, params: PcgParams) -> PcgParams {
+        let groups = self.buffers.translation_groups;
         let splits = params.preconditioner == JACOBI
-            && self.free
+            && groups > 0
             && !self.model.contact.is_projection()
             && self.groups.self_contact.is_none();
         let translation = match (splits, self.damped) {
@@ -1409,7 +1406,7 @@ impl GpuBackend {
             (true, false) => SPLIT_BLOCKS,
             (true, true) => SPLIT_DAMPED,
         };
-        PcgParams { translation, ..params }
+        PcgParams { translation, translation_groups: groups, ..params }
     }
 
     /// Whether the body is free and so stiff at its step (`ProjectiveInverse::splits`) that
@@ -1485,6 +1482,7 @@ impl GpuBackend {
             PcgParams {
                 gradient_tolerance: request.gradient_tolerance as f32,
                 translation: if split { SPLIT_PROJECTIVE } else { 0 },
+                translation_groups: 1,
                 ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
             },
             contact,

@@ -92,6 +92,8 @@ pub struct GpuBuffers {
     pub energy_partial_count: usize,
     /// The model's self-contact, where it has it (its buffers exist as placeholders without).
     pub self_contact: Option<super::self_contact::SelfContactLayout>,
+    /// The free parts' translation groups (`Topology::translation_groups`; 0: none free).
+    pub translation_groups: u32,
     /// The rest positions in f64, for converting positions to displacements and back.
     rest: Vec<[f64; 3]>,
     anchor_capacity: usize,
@@ -113,6 +115,9 @@ impl GpuBuffers {
         m.set("masses", c.storage("masses", &to_f32(&model.masses)));
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         m.set("pinned", c.storage("pinned", &pinned));
+        // The free parts, each split off along its translations in Newton's solves.
+        let (groups, translation_groups) = topology.translation_groups(&model.pinned);
+        m.set("translation_groups", c.storage("translation_groups", &groups));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
         let (colliders, sdf_values) = GpuCollider::pack(&model.colliders);
         m.set("colliders", c.storage("colliders", &colliders));
@@ -224,10 +229,11 @@ impl GpuBuffers {
         // PCG's loop has a partial per workgroup, and as many workgroups as lanes per row.
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
-        // A free body's split along its translations: sums per workgroup (three vec4s), the
-        // translation, and b before the split.
-        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", 3 * partials));
-        w.set("translation", c.scratch::<[f32; 4]>("translation", 1));
+        // A free body's split along its translations: sums per workgroup and group (three
+        // vec4s), the groups' translations, and b before the split.
+        let groups = crate::backend::topology::TRANSLATION_GROUPS as usize;
+        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", 3 * groups * partials));
+        w.set("translation", c.scratch::<[f32; 4]>("translation", groups));
         w.set("rhs_saved", c.scratch::<f32>("rhs_saved", 3 * n));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
@@ -273,6 +279,7 @@ impl GpuBuffers {
             slot_of: slots.slot_of,
             energy_partial_count: energy_partials,
             self_contact,
+            translation_groups,
             rest: model.rest.clone(),
             anchor_capacity: 1,
         }

@@ -61,6 +61,9 @@ pub struct PcgParams {
     /// with `advance`, else to the direction). 0: none; [`SPLIT_PROJECTIVE`],
     /// [`SPLIT_BLOCKS`] or [`SPLIT_DAMPED`].
     pub translation: u32,
+    /// The translation groups split off: 1 for local/global (every vertex), the free parts'
+    /// count for Newton (`translation_groups` per vertex).
+    pub translation_groups: u32,
 }
 
 /// `PcgParams::translation` of a local/global solve, whose matrix's vertex terms are its

@@ -386,6 +386,17 @@ fn a_shared_context_alone_puts_the_simulation_on_the_gpu() {
     assert_eq!(builder().build().unwrap().backend(), Backend::Cpu);
 }
 
+/// The largest distance between the CPU's and the GPU's vertices over `steps` steps of both.
+fn stepped_apart(cpu: &mut Simulation, gpu: &mut Simulation, steps: usize) -> f64 {
+    let mut worst: f64 = 0.0;
+    for _ in 0..steps {
+        cpu.step().unwrap();
+        gpu.step().unwrap();
+        worst = worst.max(common::worst_difference(cpu.positions(), gpu.positions()).0);
+    }
+    worst
+}
+
 /// A free cube stiff at its step (E 1e9 Pa, 1.25-2.5 cm cells) falls on the GPU as on the
 /// CPU, by Newton and by mixed FEM. Their GPU solves lost gravity's pull in f32 (the
 /// translations are 1e6 times softer than the elasticity there): after 20 steps the cube
@@ -405,12 +416,7 @@ fn a_stiff_free_cube_falls_on_the_gpu_as_on_the_cpu() {
     };
     for solver in [Solver::newton().tolerance(1e-4), Solver::mixed_fem()] {
         let (mut cpu, mut gpu) = (cube(solver.clone(), Backend::Cpu), cube(solver.clone(), Backend::Gpu));
-        let mut worst: f64 = 0.0;
-        for _ in 0..20 {
-            cpu.step().unwrap();
-            gpu.step().unwrap();
-            worst = worst.max(common::worst_difference(cpu.positions(), gpu.positions()).0);
-        }
+        let worst = stepped_apart(&mut cpu, &mut gpu, 20);
         let fallen = -cpu.positions().iter().map(|p| p[1]).sum::<f64>() / cpu.positions().len() as f64;
         println!("{:?}: fell {fallen:.3} m, the GPU at most {worst:.2e} m from the CPU", solver.kind());
         assert!(fallen > 2.0, "{fallen}");
@@ -444,12 +450,7 @@ fn a_stiff_free_cube_beside_a_pinned_one_falls_as_on_the_cpu() {
     };
     for solver in [Solver::newton().tolerance(1e-4), Solver::mixed_fem()] {
         let (mut cpu, mut gpu) = (scene(solver.clone(), Backend::Cpu), scene(solver.clone(), Backend::Gpu));
-        let mut worst: f64 = 0.0;
-        for _ in 0..30 {
-            cpu.step().unwrap();
-            gpu.step().unwrap();
-            worst = worst.max(common::worst_difference(cpu.positions(), gpu.positions()).0);
-        }
+        let worst = stepped_apart(&mut cpu, &mut gpu, 30);
         let n = cpu.positions().len();
         let landed = cpu.positions()[n / 2..].iter().map(|p| p[1]).sum::<f64>() / (n - n / 2) as f64;
         println!(

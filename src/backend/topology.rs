@@ -350,6 +350,10 @@ mod tests {
         for (v, &g) in groups.iter().enumerate() {
             assert_eq!(g, (v / each) as u32 % TRANSLATION_GROUPS, "vertex {v}");
         }
+        // The PCG shader's twins of both constants.
+        let (_, pcg) = crate::backend::gpu::shaders::SOURCES.iter().find(|(name, _)| *name == "pcg").unwrap();
+        assert!(pcg.contains(&format!("const TRANSLATION_GROUPS: u32 = {TRANSLATION_GROUPS}u;")));
+        assert!(pcg.contains(&format!("const NO_GROUP: u32 = {NO_GROUP:#x}u;")));
     }
 
     #[test]

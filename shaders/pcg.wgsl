@@ -112,8 +112,8 @@ struct Params {
     // leave their translation out; 2 (SPLIT_BLOCKS) Newton's and mixed FEM's Jacobi solves,
     // 3 (SPLIT_DAMPED) those with the step's lagged damping, whose `finish` puts b back.
     translation: u32,
-    // The translation groups split off: local/global's one (every vertex), Newton's the
-    // model's free parts (`translation_groups`, at most TRANSLATION_GROUPS).
+    // The translation groups split off: the model's free parts (`translation_groups`, at
+    // most TRANSLATION_GROUPS).
     translation_groups: u32,
 }
 
@@ -235,7 +235,8 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(32) var<storage, read> vertex_blocks: array<f32>;
 @group(3) @binding(33) var<storage, read> damping_vertex_blocks: array<f32>;
 @group(3) @binding(34) var<storage, read_write> rhs_saved: array<f32>;
-// Newton's translation group of every vertex (`NO_GROUP` where a pin holds its part).
+// The translation group of every vertex: its free part's (`NO_GROUP` where a pin holds its
+// part).
 @group(1) @binding(7) var<storage, read> translation_groups: array<u32>;
 
 // Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
@@ -472,6 +473,8 @@ const DENSE_TILE_QUADS: u32 = 256u;
 var<workgroup> dense_x: array<vec4<f32>, DENSE_TILE_QUADS>;
 var<workgroup> dense_y: array<vec4<f32>, DENSE_TILE_QUADS>;
 var<workgroup> dense_z: array<vec4<f32>, DENSE_TILE_QUADS>;
+// The quads' columns' translation groups, a byte each (`dense_group_byte`).
+var<workgroup> dense_groups: array<u32, DENSE_TILE_QUADS>;
 // Whether a dense kernel multiplies at all (the same in every invocation, as the workgroup
 // must know).
 var<workgroup> dense_wanted: u32;
@@ -484,10 +487,21 @@ fn dense_column(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return residual_at(c, alpha, from_rhs);
 }
 
-// The sum of the tile's quad `k`.
-fn tile_sum(k: u32) -> vec3<f32> {
-    let one = vec4<f32>(1.0);
-    return vec3<f32>(dot(one, dense_x[k]), dot(one, dense_y[k]), dot(one, dense_z[k]));
+// Column c's translation group as a byte (0xff for none and past the last vertex; groups
+// are fewer than TRANSLATION_GROUPS).
+fn dense_group_byte(c: u32) -> u32 {
+    if (c >= params.vertex_count) {
+        return 0xffu;
+    }
+    return min(translation_groups[c], 0xffu);
+}
+
+// The sum of the tile's quad `k` over the columns of translation group `g` (as a byte).
+fn tile_sum(k: u32, g: u32) -> vec3<f32> {
+    let packed = dense_groups[k];
+    let bytes = vec4<u32>(packed, packed >> 8u, packed >> 16u, packed >> 24u) & vec4<u32>(0xffu);
+    let mask = select(vec4<f32>(0.0), vec4<f32>(1.0), bytes == vec4<u32>(g));
+    return vec3<f32>(dot(mask, dense_x[k]), dot(mask, dense_y[k]), dot(mask, dense_z[k]));
 }
 
 // Quad `quad` of S^-1's row of the workgroup's dense row `row` times the tile's quad `k`.
@@ -511,8 +525,11 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
     let quads = dense_stride() / 4u;
     let row = (params.fsai_inverse_offset + dense_stride() * v) / 4u;
     var acc = vec3<f32>(0.0);
-    // The sum of E's columns, for S^-1's part along the translations.
+    // The sum of E's columns in the row's translation group, for S^-1's part along it (none
+    // split off, the model has free parts).
     var columns = vec3<f32>(0.0);
+    let g = select(0xffu, dense_group_byte(v), v < n);
+    let translating = params.translation == 0u && params.translation_groups > 0u;
     for (var first = 0u; first < quads; first += DENSE_TILE_QUADS) {
         let count = min(DENSE_TILE_QUADS, quads - first);
         workgroupBarrier();
@@ -525,6 +542,8 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
             dense_x[k] = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
             dense_y[k] = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
             dense_z[k] = vec4<f32>(e0.z, e1.z, e2.z, e3.z);
+            dense_groups[k] = dense_group_byte(c) | dense_group_byte(c + 1u) << 8u
+                | dense_group_byte(c + 2u) << 16u | dense_group_byte(c + 3u) << 24u;
         }
         workgroupBarrier();
         if (multiplies) {
@@ -536,16 +555,21 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
                 let c = dense_quad(row, first + k + 2u * lanes, k + 2u * lanes);
                 let d = dense_quad(row, first + k + 3u * lanes, k + 3u * lanes);
                 acc += (a + b) + (c + d);
-                columns += (tile_sum(k) + tile_sum(k + lanes)) + (tile_sum(k + 2u * lanes) + tile_sum(k + 3u * lanes));
+                if (translating) {
+                    columns += (tile_sum(k, g) + tile_sum(k + lanes, g)) + (tile_sum(k + 2u * lanes, g) + tile_sum(k + 3u * lanes, g));
+                }
             }
             for (; k < count; k += lanes) {
                 acc += dense_quad(row, first + k, k);
-                columns += tile_sum(k);
+                if (translating) {
+                    columns += tile_sum(k, g);
+                }
             }
         }
     }
-    // D's product and the translation, u u^T / e times E (`u_v / e` ends D's row).
-    if (multiplies && params.translation == 0u) {
+    // D's product and the translation, u_g u_g^T / e_g times E (`1 / e_g` ends D's row, 0 for
+    // a vertex of no group).
+    if (multiplies && translating) {
         let at_e = params.fsai_inverse_offset + dense_stride() * v + n;
         acc += columns * fsai_inverse[at_e / 4u][at_e % 4u];
     }
@@ -674,8 +698,9 @@ fn restrict_cluster(lid: u32, k: u32, descending: bool, alpha: f32, from_rhs: bo
     }
 }
 
-// K^-1 = D + c c^T / e, c the clusters' constant modes (src/backend/coarse.rs: f32 entries
-// of K^-1 of a stiff free body keep only its translation).
+// K^-1 = D + sum_g c_g c_g^T / e_g, c_g the constant modes of translation group g's clusters
+// (src/backend/coarse.rs: f32 entries of K^-1 of a stiff free body keep only its
+// translation). After D, a vec4 per cluster: 1 / e_g of its group g (0 for none), g (-1).
 // Cluster k's c = rows 4k..4k+3 of K^-1 times Z^T r (a workgroup per cluster, an invocation
 // per cluster of K^-1's columns), then z += Z c at its members and its share of r.C r,
 // (Z^T r)_k . c.
@@ -688,10 +713,14 @@ fn coarse_prolong(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgrou
         return;
     }
     var sums = array<vec4<f32>, 3>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    // c^T Z^T r per coordinate: the sum of r over the clusters' members.
+    // c_g^T Z^T r per coordinate, g cluster k's group: the sum of r over its clusters' members.
+    let translations = params.coarse_offset + 4u * clusters * clusters;
+    let own = coarse_inverse[translations + k];
     var constant = vec4<f32>(0.0);
     for (var l = lid; l < clusters; l += INVOCATIONS) {
-        constant += vec4<f32>(coarse_restricted[3u * l].x, coarse_restricted[3u * l + 1u].x, coarse_restricted[3u * l + 2u].x, 0.0);
+        if (coarse_inverse[translations + l].y == own.y) {
+            constant += vec4<f32>(coarse_restricted[3u * l].x, coarse_restricted[3u * l + 1u].x, coarse_restricted[3u * l + 2u].x, 0.0);
+        }
         // The 4x4 block (k, l) of D, by rows.
         let row = params.coarse_offset + 4u * k * clusters + l;
         let block = mat4x4<f32>(
@@ -709,8 +738,8 @@ fn coarse_prolong(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgrou
     for (var c = 0u; c < 3u; c++) {
         coefficients[c] = workgroup_sum(lid, sums[c]);
     }
-    // The translation, c (c^T q) / e, on the constant mode (`1 / e` follows D).
-    let moved = workgroup_sum(lid, constant) * coarse_inverse[params.coarse_offset + 4u * clusters * clusters].x;
+    // The translation, c_g (c_g^T q) / e_g, on the constant mode.
+    let moved = workgroup_sum(lid, constant) * own.x;
     for (var c = 0u; c < 3u; c++) {
         coefficients[c].x += select(moved[c], 0.0, params.translation != 0u);
     }
@@ -1192,7 +1221,7 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let settles = params.translation == SPLIT_PROJECTIVE || params.translation >= SPLIT_BLOCKS && s.state != RUNNING;
     if (v < params.vertex_count && row.lane == 0u) {
         // The translation `deflate` took out of b (none unless split).
-        let g = translation_group(v);
+        let g = translation_groups[v];
         let moved = select(vec3<f32>(0.0), translation[min(g, TRANSLATION_GROUPS - 1u)].xyz, settles && g != NO_GROUP);
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
@@ -1217,7 +1246,7 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 }
 
 // The split along the translations (`params.translation`) of a free body's matrix A (of
-// each free part's, Newton's `translation_groups`, where the same holds part by part): the
+// each free part's, `translation_groups`, where the same holds part by part): the
 // elasticity's part of A takes a translation to zero (L u = 0 for the constant u, as K u = 0
 // for a Hessian of energies unchanged by translations), so A U = C, U the three translations
 // and C_v at vertex v the vertex terms' block (local/global: its vertex diagonal times I;
@@ -1234,15 +1263,6 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // one-workgroup solve does both itself. The tolerance is relative to b - C t, the part CG
 // solves: relative to b, the elastic part of a falling free cube's Newton solves was left
 // loose, and 30 steps took 103 Newton iterations (801 CG) where they take 83 (623).
-
-// Vertex v's translation group: local/global's one, or Newton's free part (see
-// `translation_groups`).
-fn translation_group(v: u32) -> u32 {
-    if (params.translation == SPLIT_PROJECTIVE) {
-        return 0u;
-    }
-    return translation_groups[v];
-}
 
 // Row v of C (the block of A U at v), row-major.
 fn translation_block(v: u32) -> array<f32, 9> {
@@ -1312,7 +1332,7 @@ fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgr
     var g = NO_GROUP;
     if (v < params.vertex_count) {
         terms = translation_terms(v);
-        g = translation_group(v);
+        g = translation_groups[v];
     }
     for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
         for (var k = 0u; k < 3u; k++) {
@@ -1335,7 +1355,7 @@ fn deflate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) gro
     let v = slot * WORKGROUP + lid;
     var g = NO_GROUP;
     if (v < params.vertex_count) {
-        g = translation_group(v);
+        g = translation_groups[v];
     }
     var t = vec3<f32>(0.0);
     for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
@@ -1509,7 +1529,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
             var own = array<vec4<f32>, 3>();
             for (var v = lid; v < n; v += INVOCATIONS) {
-                if (translation_group(v) == group_index) {
+                if (translation_groups[v] == group_index) {
                     let terms = translation_terms(v);
                     for (var k = 0u; k < 3u; k++) {
                         own[k] += terms[k];
@@ -1523,7 +1543,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             moved[group_index] = translation_from(sums);
         }
         for (var v = lid; v < n; v += INVOCATIONS) {
-            let g = translation_group(v);
+            let g = translation_groups[v];
             deflate_row(v, select(vec3<f32>(0.0), moved[min(g, TRANSLATION_GROUPS - 1u)], g != NO_GROUP));
         }
         storageBarrier();
@@ -1605,7 +1625,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 if (state == NEGATIVE_FIRST) {
                     direction[i] = rhs[i];
                 }
-                let g = translation_group(v);
+                let g = translation_groups[v];
                 if (params.translation != 0u && g != NO_GROUP) {
                     direction[i] += moved[min(g, TRANSLATION_GROUPS - 1u)][c];
                 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::topology::Topology;
+use super::topology::{NO_GROUP, TRANSLATION_GROUPS, Topology};
 use crate::model::Model;
 
 /// Vertices per cluster, about: at 22K vertices (the 100K-tet bar) 86 clusters, whose `K`
@@ -50,13 +50,17 @@ pub(crate) struct CoarseSpace {
     cluster: Vec<Option<u32>>,
     weights: Vec<[f64; MODES]>,
     clusters: usize,
+    /// Per cluster: the translation group of its vertices (`Topology::translation_groups`;
+    /// a cluster holds one group's), `NO_GROUP` for a part some pin holds.
+    group: Vec<u32>,
 }
 
 impl CoarseSpace {
     /// Clusters of about [`VERTICES_PER_CLUSTER`] free vertices each, at most
-    /// [`MAX_CLUSTERS`], from a grid of cells over the free vertices' rest positions;
+    /// [`MAX_CLUSTERS`], from a grid of cells over the free vertices' rest positions, a cell's
+    /// vertices of each translation group (`groups`, per vertex) a cluster of their own;
     /// `None` where fewer than two clusters would result (nothing to carry across).
-    pub(crate) fn new(model: &Model) -> Option<CoarseSpace> {
+    pub(crate) fn new(model: &Model, groups: &[u32]) -> Option<CoarseSpace> {
         let free: Vec<usize> = (0..model.vertex_count()).filter(|&v| !model.pinned[v]).collect();
         let target = (free.len() / VERTICES_PER_CLUSTER).min(MAX_CLUSTERS);
         if target < 2 {
@@ -77,29 +81,38 @@ impl CoarseSpace {
         let extent: [f64; 3] = std::array::from_fn(|c| (high[c] - low[c]).max(1e-3 * longest));
         let mut width = (extent.iter().product::<f64>() / target as f64).cbrt();
         let cells_for = |width: f64| extent.map(|e| ((e / width).ceil() as usize).max(1));
+        // The cells of `width` split each extent evenly: no sliver of a cell (a single layer
+        // of vertices, which spans no affine mode across it) at the far side. A vertex's
+        // cluster is keyed by its cell and its group.
+        let layout = |width: f64| {
+            let cells = cells_for(width);
+            let widths: [f64; 3] = std::array::from_fn(|c| extent[c] / cells[c] as f64);
+            let slots = cells.iter().product::<usize>();
+            let key = move |v: usize| -> usize {
+                let p = &model.rest[v];
+                let index = |c: usize| (((p[c] - low[c]) / widths[c]) as usize).min(cells[c] - 1);
+                let cell = index(0) + cells[0] * (index(1) + cells[1] * index(2));
+                cell + slots * groups[v].min(TRANSLATION_GROUPS) as usize
+            };
+            let mut keys: Vec<usize> = free.iter().map(|&v| key(v)).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            (widths, key, keys)
+        };
         // Rounding up overshoots the target severalfold on thin bodies (a bar's cross-section
         // two cells wide instead of one): widen until within twice the target and the cap.
-        while cells_for(width).iter().product::<usize>() > (2 * target).min(MAX_CLUSTERS) {
+        while layout(width).2.len() > (2 * target).min(MAX_CLUSTERS) {
             width *= 1.1;
         }
-        // The cells then split each extent evenly: no sliver of a cell (a single layer of
-        // vertices, which spans no affine mode across it) at the far side.
-        let cells = cells_for(width);
-        let widths: [f64; 3] = std::array::from_fn(|c| extent[c] / cells[c] as f64);
-        let cell_of = |p: &[f64; 3]| -> usize {
-            let index = |c: usize| (((p[c] - low[c]) / widths[c]) as usize).min(cells[c] - 1);
-            index(0) + cells[0] * (index(1) + cells[1] * index(2))
-        };
-        // Occupied cells, numbered in cell order, and their centres.
-        let mut number = vec![u32::MAX; cells.iter().product()];
-        let mut sums: Vec<[f64; 4]> = Vec::new();
+        // The occupied keys, numbered in order, and their centres.
+        let (widths, key, keys) = layout(width);
+        let number = |v: usize| keys.binary_search(&key(v)).expect("every free vertex's key is kept") as u32;
+        let mut sums: Vec<[f64; 4]> = vec![[0.0; 4]; keys.len()];
+        let mut group = vec![NO_GROUP; keys.len()];
         for &v in &free {
-            let cell = cell_of(&model.rest[v]);
-            if number[cell] == u32::MAX {
-                number[cell] = sums.len() as u32;
-                sums.push([0.0; 4]);
-            }
-            let sum = &mut sums[number[cell] as usize];
+            let k = number(v) as usize;
+            group[k] = groups[v];
+            let sum = &mut sums[k];
             for (total, p) in sum.iter_mut().zip(model.rest[v]) {
                 *total += p;
             }
@@ -111,7 +124,7 @@ impl CoarseSpace {
         let mut cluster = vec![None; model.vertex_count()];
         let mut weights = vec![[0.0; MODES]; model.vertex_count()];
         for &v in &free {
-            let k = number[cell_of(&model.rest[v])];
+            let k = number(v);
             let sum = sums[k as usize];
             let p = model.rest[v];
             cluster[v] = Some(k);
@@ -120,7 +133,7 @@ impl CoarseSpace {
                 weights[v][1 + c] = (p[c] - sum[c] / sum[3]) / widths[c];
             }
         }
-        Some(CoarseSpace { cluster, weights, clusters: sums.len() })
+        Some(CoarseSpace { cluster, weights, clusters: sums.len(), group })
     }
 
     /// Unknowns of `K`: four per cluster.
@@ -132,10 +145,9 @@ impl CoarseSpace {
         self.clusters
     }
 
-    /// Floats of a GPU's `K^+` ([`CoarseCorrection::inverse`]): `D`, then `1 / e` and three
-    /// zeros.
+    /// Floats of a GPU's `K^+` ([`CoarseCorrection::inverse`]): `D`, then four per cluster.
     pub(crate) fn inverse_length(&self) -> usize {
-        self.size() * self.size() + MODES
+        self.size() * self.size() + MODES * self.clusters
     }
 
     /// The clusters as a GPU walks them: the members' offsets (`clusters + 1`) then the
@@ -188,18 +200,21 @@ impl CoarseSpace {
     }
 }
 
-/// `C = Z K^+ Z^T` for one `S`: the space and `K`'s factor, split along the body's
-/// translations.
+/// `C = Z K^+ Z^T` for one `S`: the space and `K`'s factor, split along the translations of
+/// the model's free parts.
 ///
-/// A free body's translations are `S`'s softest mode, `Z c` with `c` the clusters' constant
-/// modes, and for a body stiff at its step (`h^2 a / (m dx^2)` from about 1e7) `K^-1` along
-/// them exceeds its elastic part so far that f32 entries keep only the translation, and a
-/// factor of `K` may drop the translation's pivot as round-off. So `K^-1` is taken as
-/// `D + c c^T / e`, `e = c^T K c`: `D = Q^T K^-1 Q` with `Q = I - K c c^T / e` holds the elastic
-/// part alone (`D K c = 0`), and `D = Q^T K~^+ Q` as well for `K~ = K + g (K c)(K c)^T`, whose
-/// factor is made instead: `g` lifts the translation to the size of `K`'s diagonal. (`Q^T`
-/// takes out whatever a solve leaves along `c`; and for any generalized inverse `K~^+`,
-/// `K (D + c c^T / e) q = q` on `K`'s range.) Where pins hold the body, `e` is large, `g` 0.
+/// A free part's translations are `S`'s softest modes, `Z c_g` with `c_g` the constant modes
+/// of the clusters of its translation group `g`, and for a body stiff at its step
+/// (`h^2 a / (m dx^2)` from about 1e7) `K^-1` along them exceeds its elastic part so far that
+/// f32 entries keep only the translations, and a factor of `K` may drop their pivots as
+/// round-off. So `K^-1` is taken as `D + sum_g c_g c_g^T / e_g`, `e_g = c_g^T K c_g`:
+/// `D = Q^T K^-1 Q` with `Q = I - sum_g K c_g c_g^T / e_g` holds the elastic part alone
+/// (`D K c_g = 0`), and `D = Q^T K~^+ Q` as well for `K~ = K + sum_g l_g (K c_g)(K c_g)^T`,
+/// whose factor is made instead: `l_g` lifts each translation to the size of `K`'s diagonal.
+/// (`Q^T` takes out whatever a solve leaves along the `c_g`; and for any generalized inverse
+/// `K~^+`, `K (D + sum_g c_g c_g^T / e_g) q = q` on `K`'s range. `K` couples no two groups,
+/// whose clusters are apart, so the `K c_g` are apart too.) Clusters of parts that pins hold
+/// are of no group.
 #[derive(Clone, Debug)]
 pub(crate) struct CoarseCorrection {
     /// Shared by the corrections of every `S` of the model.
@@ -208,9 +223,29 @@ pub(crate) struct CoarseCorrection {
     /// column are zero.
     factor: Vec<f64>,
     kept: Vec<bool>,
-    /// `K c`, and `e = c^T K c` (`c` the constant modes' indicator).
+    /// Per translation group (its index): its clusters' constant modes (the unknowns of
+    /// `c_g`'s ones), `K c_g`, and `e_g = c_g^T K c_g` (0 for a group without clusters).
+    translations: Vec<Translation>,
+}
+
+/// A translation group's part of [`CoarseCorrection`].
+#[derive(Clone, Debug)]
+struct Translation {
+    modes: Vec<usize>,
     kc: Vec<f64>,
     e: f64,
+}
+
+impl Translation {
+    /// `c_g^T q`.
+    fn along(&self, q: &[f64]) -> f64 {
+        self.modes.iter().map(|&i| q[i]).sum()
+    }
+
+    /// Whether the group splits off (it has clusters, and `K` is positive along it).
+    fn splits(&self) -> bool {
+        self.e > 0.0
+    }
 }
 
 impl CoarseCorrection {
@@ -238,22 +273,33 @@ impl CoarseCorrection {
     /// The correction of the coarse matrix `k` (`size x size`, row-major).
     fn from_k(space: Arc<CoarseSpace>, mut k: Vec<f64>) -> CoarseCorrection {
         let size = space.size();
-        let kc: Vec<f64> =
-            (0..size).map(|i| (0..size).step_by(MODES).map(|j| k[i * size + j]).sum()).collect();
-        let e: f64 = kc.iter().step_by(MODES).sum();
+        let count =
+            space.group.iter().filter(|&&g| g != NO_GROUP).map(|&g| g as usize + 1).max().unwrap_or(0);
+        let translations: Vec<Translation> = (0..count as u32)
+            .map(|g| {
+                let modes: Vec<usize> =
+                    (0..space.clusters).filter(|&c| space.group[c] == g).map(|c| MODES * c).collect();
+                let kc: Vec<f64> = (0..size).map(|i| modes.iter().map(|&j| k[i * size + j]).sum()).collect();
+                let e = modes.iter().map(|&i| kc[i]).sum();
+                Translation { modes, kc, e }
+            })
+            .collect();
         let diagonal = (0..size).map(|i| k[i * size + i]).sum::<f64>() / size as f64;
-        // The translation's Rayleigh quotient is e / |c|^2; lift it to the mean diagonal.
-        let lift = diagonal * (size / MODES) as f64 / e;
-        if e > 0.0 && lift > 1.0 {
-            let g = (lift - 1.0) / e;
-            for i in 0..size {
-                for j in 0..size {
-                    k[i * size + j] += g * kc[i] * kc[j];
+        for translation in translations.iter().filter(|t| t.splits()) {
+            // The translation's Rayleigh quotient is e_g / |c_g|^2; lift it to the mean diagonal.
+            let Translation { modes, kc, e } = translation;
+            let lift = diagonal * modes.len() as f64 / e;
+            if lift > 1.0 {
+                let g = (lift - 1.0) / e;
+                for i in 0..size {
+                    for j in 0..size {
+                        k[i * size + j] += g * kc[i] * kc[j];
+                    }
                 }
             }
         }
         let (factor, kept) = factor_dropping(k, size);
-        CoarseCorrection { space, factor, kept, kc, e }
+        CoarseCorrection { space, factor, kept, translations }
     }
 
     /// `z += C r`; returns `r . C r` (`(Z^T r) . K^+ (Z^T r)`), the correction's share of
@@ -279,8 +325,9 @@ impl CoarseCorrection {
         rz
     }
 
-    /// `K^+` for a GPU, in f32: `D` row-major (symmetric, as `D` is), then `1 / e` and three
-    /// zeros; the GPU adds `c (c^T q) / e` to `D q` (`shaders/pcg.wgsl`, `coarse_prolong`).
+    /// `K^+` for a GPU, in f32: `D` row-major (symmetric, as `D` is), then per cluster
+    /// `1 / e_g` of its group `g` (0 for none) and `g` (-1 for none), and two zeros; the GPU
+    /// adds `c_g (c_g^T q) / e_g` to `D q` (`shaders/pcg.wgsl`, `coarse_prolong`).
     pub(crate) fn inverse(&self) -> Vec<f32> {
         let size = self.space.size();
         let mut columns = vec![0.0f64; size * size];
@@ -288,39 +335,51 @@ impl CoarseCorrection {
             let unit: Vec<f64> = (0..size).map(|i| f64::from(u8::from(i == j))).collect();
             columns[j * size..][..size].copy_from_slice(&self.elastic(&unit));
         }
-        let inverse_e = if self.e > 0.0 { 1.0 / self.e } else { 0.0 };
+        let cluster = |c: usize| -> [f32; MODES] {
+            let g = self.space.group[c];
+            match self.translations.get(g as usize).filter(|t| t.splits()) {
+                Some(t) => [(1.0 / t.e) as f32, g as f32, 0.0, 0.0],
+                None => [0.0, -1.0, 0.0, 0.0],
+            }
+        };
         (0..size * size)
             .map(|e| {
                 let (i, j) = (e / size, e % size);
                 (0.5 * (columns[i * size + j] + columns[j * size + i])) as f32
             })
-            .chain([inverse_e as f32, 0.0, 0.0, 0.0])
+            .chain((0..self.space.clusters).flat_map(cluster))
             .collect()
     }
 
-    /// `K^+ q = D q + c (c^T q) / e`.
+    /// `K^+ q = D q + sum_g c_g (c_g^T q) / e_g`.
     fn solve(&self, q: &[f64]) -> Vec<f64> {
         let mut y = self.elastic(q);
-        if self.e > 0.0 {
-            let along = q.iter().step_by(MODES).sum::<f64>() / self.e;
-            for slot in y.iter_mut().step_by(MODES) {
-                *slot += along;
+        for t in self.translations.iter().filter(|t| t.splits()) {
+            let along = t.along(q) / t.e;
+            for &i in &t.modes {
+                y[i] += along;
             }
         }
         y
     }
 
-    /// `D q = Q^T K~^+ Q q`, or `K^+ q` without a translation to split.
+    /// `D q = Q^T K~^+ Q q` (`K^+ q` where no translation splits).
     fn elastic(&self, q: &[f64]) -> Vec<f64> {
-        if !(self.e > 0.0) {
-            return self.solve_lifted(q);
+        let splitting: Vec<&Translation> = self.translations.iter().filter(|t| t.splits()).collect();
+        let mut projected = q.to_vec();
+        for t in &splitting {
+            let along = t.along(q) / t.e;
+            for (p, kc) in projected.iter_mut().zip(&t.kc) {
+                *p -= kc * along;
+            }
         }
-        let cq: f64 = q.iter().step_by(MODES).sum();
-        let projected: Vec<f64> = q.iter().zip(&self.kc).map(|(q, kc)| q - kc * cq / self.e).collect();
         let mut y = self.solve_lifted(&projected);
-        let along = y.iter().zip(&self.kc).map(|(y, kc)| y * kc).sum::<f64>() / self.e;
-        for slot in y.iter_mut().step_by(MODES) {
-            *slot -= along;
+        let alongs: Vec<f64> =
+            splitting.iter().map(|t| y.iter().zip(&t.kc).map(|(y, kc)| y * kc).sum::<f64>() / t.e).collect();
+        for (t, along) in splitting.iter().zip(alongs) {
+            for &i in &t.modes {
+                y[i] -= along;
+            }
         }
         y
     }
@@ -400,7 +459,12 @@ impl Coarse {
         a: f64,
         diagonal: &[f64],
     ) -> Option<&CoarseCorrection> {
-        let space = self.space.get_or_insert_with(|| CoarseSpace::new(model).map(Arc::new)).as_ref()?;
+        let space = self
+            .space
+            .get_or_insert_with(|| {
+                CoarseSpace::new(model, &topology.translation_groups(&model.pinned).0).map(Arc::new)
+            })
+            .as_ref()?;
         match self.corrections.iter().position(|(weight, d, _)| *weight == a && d.as_slice() == diagonal) {
             Some(k) => {
                 let found = self.corrections.remove(k);
@@ -472,7 +536,8 @@ mod tests {
     #[test]
     fn the_correction_inverts_s_on_its_space() {
         let (model, topology, s) = bar();
-        let space = Arc::new(CoarseSpace::new(&model).expect("a bar of 2K vertices has clusters"));
+        let groups = topology.translation_groups(&model.pinned).0;
+        let space = Arc::new(CoarseSpace::new(&model, &groups).expect("a bar of 2K vertices has clusters"));
         let free = model.pinned.iter().filter(|p| !**p).count();
         assert!((4..=16).contains(&space.clusters), "{} clusters for {free} free vertices", space.clusters);
         for v in 0..model.vertex_count() {
@@ -504,6 +569,129 @@ mod tests {
         assert!((rz - energy).abs() <= 1e-9 * energy, "r . C r = {rz}, u . S u = {energy}");
     }
 
+    /// A cell over two free bars that overlap (separate meshes) gives a cluster per bar, each
+    /// of the bar's translation group (one cluster over both would move them as one).
+    #[test]
+    fn clusters_keep_to_one_translation_group() {
+        let mut model = Model::empty([0.0; 3]);
+        let bar = TetMesh::bar([20, 4, 4], [2.0, 0.4, 0.4]);
+        for k in 0..2 {
+            let raised: Vec<[f64; 3]> =
+                bar.positions().iter().map(|p| [p[0], p[1] + 0.2 * k as f64, p[2]]).collect();
+            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
+            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
+        }
+        let (groups, _) = Topology::new(&model).translation_groups(&model.pinned);
+        let space = CoarseSpace::new(&model, &groups).unwrap();
+        let common = CoarseSpace::new(&model, &vec![0; groups.len()]).unwrap();
+        let straddling = |space: &CoarseSpace| {
+            (0..space.clusters)
+                .filter(|&k| {
+                    let of = |g: u32| {
+                        (0..groups.len()).any(|v| space.cluster[v] == Some(k as u32) && groups[v] == g)
+                    };
+                    of(0) && of(1)
+                })
+                .count()
+        };
+        println!("{} clusters by cell and group, {} by cell alone", space.clusters, common.clusters);
+        assert!(straddling(&common) > 0, "the test wants cells over both bars");
+        assert_eq!(straddling(&space), 0);
+        for v in 0..groups.len() {
+            assert_eq!(space.group[space.cluster[v].unwrap() as usize], groups[v], "vertex {v}");
+        }
+    }
+
+    /// `K^+ q` as the GPU applies [`CoarseCorrection::inverse`]'s f32 values: `D q`, then each
+    /// cluster's constant mode takes its group's `c_g^T q / e_g` (in f64).
+    fn apply_inverse(inverse: &[f32], clusters: usize, q: &[f64]) -> Vec<f64> {
+        let size = MODES * clusters;
+        let (d, translations) = inverse.split_at(size * size);
+        let mut y: Vec<f64> =
+            d.chunks(size).map(|row| row.iter().zip(q).map(|(d, q)| *d as f64 * q).sum()).collect();
+        let group = |c: usize| translations[MODES * c + 1];
+        for c in (0..clusters).filter(|&c| group(c) >= 0.0) {
+            let sum: f64 = (0..clusters).filter(|&l| group(l) == group(c)).map(|l| q[MODES * l]).sum();
+            y[MODES * c] += translations[MODES * c] as f64 * sum;
+        }
+        y
+    }
+
+    /// Two free bars stiff at their step (`a L` 1e9 times their inertia): the GPU's f32 `K^+`
+    /// keeps each bar's translation and the elastic part (what each bar's translation
+    /// leaves) to f32's resolution where it splits each bar along its own translation; split
+    /// along their common one alone, the elastic part comes out a thousand times worse.
+    #[test]
+    fn the_gpus_coarse_inverse_of_stiff_free_parts_keeps_their_elastic_parts() {
+        let mut model = Model::empty([0.0; 3]);
+        let bar = TetMesh::bar([20, 4, 4], [2.0, 0.4, 0.4]);
+        for k in 0..2 {
+            let raised: Vec<[f64; 3]> =
+                bar.positions().iter().map(|p| [p[0], p[1] + k as f64, p[2]]).collect();
+            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
+            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
+        }
+        let topology = Topology::new(&model);
+        let laplacian = crate::backend::projective::laplacian(&model, &topology);
+        let inertia: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
+        let stiffest = topology.diagonal.iter().map(|&at| laplacian[at as usize]).fold(0.0, f64::max);
+        let lightest = inertia.iter().copied().fold(f64::INFINITY, f64::min);
+        let mut s = Vec::new();
+        crate::backend::projective::matrix(
+            &model,
+            &topology,
+            &laplacian,
+            1e9 * lightest / stiffest,
+            &inertia,
+            &mut s,
+        );
+        let (groups, count) = topology.translation_groups(&model.pinned);
+        assert_eq!(count, 2);
+        let split =
+            CoarseCorrection::new(Arc::new(CoarseSpace::new(&model, &groups).unwrap()), &topology, &s);
+        let clusters = split.space.clusters;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let q: Vec<f64> = (0..MODES * clusters).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let exact = split.solve(&q);
+        // What each bar's translation leaves of `y`.
+        let elastic = |y: &[f64]| -> Vec<f64> {
+            let mut y = y.to_vec();
+            for t in &split.translations {
+                let along = y.iter().zip(&t.kc).map(|(y, kc)| y * kc).sum::<f64>() / t.e;
+                t.modes.iter().for_each(|&i| y[i] -= along);
+            }
+            y
+        };
+        let size = |p: &[f64]| p.iter().fold(0.0f64, |m, p| m.max(p.abs()));
+        let distance = |p: &[f64], q: &[f64]| p.iter().zip(q).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+        let exact_elastic = elastic(&exact);
+        let scale = size(&exact_elastic);
+        let off = |correction: &CoarseCorrection| {
+            let y = apply_inverse(&correction.inverse(), correction.space.clusters, &q);
+            // The same clusters (each keeps to one bar either way), so the same unknowns.
+            assert_eq!(correction.space.cluster, split.space.cluster);
+            assert!(
+                distance(&y, &exact) <= 1e-5 * size(&exact),
+                "{:e} of {:e}",
+                distance(&y, &exact),
+                size(&exact)
+            );
+            distance(&elastic(&y), &exact_elastic) / scale
+        };
+        let common = CoarseCorrection::new(
+            Arc::new(CoarseSpace::new(&model, &vec![0; groups.len()]).unwrap()),
+            &topology,
+            &s,
+        );
+        let (split_off, common_off) = (off(&split), off(&common));
+        println!(
+            "{clusters} clusters; the elastic part ({:.1e} of the whole) off by {split_off:.1e} split per bar, {common_off:.1e} by the common translation",
+            scale / size(&exact)
+        );
+        assert!(split_off <= 1e-4, "{split_off:e}");
+        assert!(common_off >= 1e3 * split_off, "common {common_off:e}, split {split_off:e}");
+    }
+
     /// A rank-deficient `K` (a cluster that does not span its modes) drops the dependent
     /// modes and still solves `K y = q` for `q` in its range, split along the translations
     /// or not (a constant mode among the dependent ones).
@@ -523,7 +711,12 @@ mod tests {
         ];
         let k: Vec<f64> =
             (0..size * size).map(|e| (0..5).map(|j| b[e / size][j] * b[e % size][j]).sum()).collect();
-        let space = Arc::new(CoarseSpace { cluster: Vec::new(), weights: Vec::new(), clusters: 2 });
+        let space = Arc::new(CoarseSpace {
+            cluster: Vec::new(),
+            weights: Vec::new(),
+            clusters: 2,
+            group: vec![0; 2],
+        });
         let correction = CoarseCorrection::from_k(space, k.clone());
         assert_eq!(correction.kept.iter().filter(|kept| !**kept).count(), 3);
         let x = [0.3, -1.0, 0.7, 0.2, 0.5, -0.4, 0.9, 0.1];

@@ -247,12 +247,26 @@ pub(crate) mod tests {
 
     /// A local/global matrix of a bar with its first end pinned.
     pub(crate) fn projective_matrix(cells: [usize; 3], a: f64) -> (Model, Topology, Vec<f64>) {
+        projective_matrix_of_bars(cells, 0, a)
+    }
+
+    /// A local/global matrix of a bar with its first end pinned and `free` bars above it
+    /// that no pin holds (translation groups of their own).
+    pub(crate) fn projective_matrix_of_bars(
+        cells: [usize; 3],
+        free: usize,
+        a: f64,
+    ) -> (Model, Topology, Vec<f64>) {
         let mut model = Model::empty([0.0, -9.81, 0.0]);
-        model
-            .add_tet_body(&TetMesh::bar(cells, [1.0, 0.4, 0.3]), &[Material::corotated(1e6, 0.3)], 1000.0)
-            .unwrap();
+        let bar = TetMesh::bar(cells, [1.0, 0.4, 0.3]);
+        for k in 0..=free {
+            let raised: Vec<[f64; 3]> =
+                bar.positions().iter().map(|p| [p[0], p[1] + k as f64, p[2]]).collect();
+            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
+            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
+        }
         for v in 0..model.vertex_count() {
-            model.pinned[v] = model.rest[v][0] < 1e-9;
+            model.pinned[v] = model.rest[v][0] < 1e-9 && model.rest[v][1] < 0.5;
         }
         let topology = Topology::new(&model);
         let laplacian = projective::laplacian(&model, &topology);

@@ -18,7 +18,7 @@
 
 use glam::DVec3;
 
-use crate::backend::topology::{Anchors, Topology};
+use crate::backend::topology::{Anchors, NO_GROUP, Topology};
 use crate::error::{Error, Result};
 use crate::mesh::SpringKind;
 use crate::model::Model;
@@ -263,35 +263,52 @@ fn cholesky(topology: &Topology, s: &[f64]) -> Option<faer::sparse::linalg::solv
 }
 
 /// `S^-1` for a GPU's global steps on a body small enough to hold it, in f32, as
-/// `S^-1 = D + u u^T / e` with `u` 1 at the free vertices and 0 at the pinned ones, and
-/// `e = u^T S u`: row-major rows `stride` (more than n) floats apart, row `i` holding row `i`
-/// of `D` (`S` is symmetric, so it is also column `i`), then `u_i / e` at column n, the rest
-/// zero.
+/// `S^-1 = D + sum_g u_g u_g^T / e_g` over the translation groups `g` of `groups`
+/// (`Topology::translation_groups`: the free parts), `u_g` 1 at the group's vertices and 0
+/// elsewhere, `e_g = u_g^T S u_g`: row-major rows `stride` (more than n) floats apart, row `i`
+/// holding row `i` of `D` (`S` is symmetric, so it is also column `i`), then `1 / e_g` of its
+/// group at column n (0 for a vertex of none), the rest zero.
 ///
-/// Why the split: a free body's `S = M / h^2 + a L` has its translations as its softest mode,
-/// and `S^-1`'s part along them, `h^2 / M_total`, exceeds its elastic part by about
-/// `h^2 a / (m dx^2)`, the ratio of the stiffness to the mass that makes a body stiff at a
-/// step. From about 1e7 on, f32 entries of `S^-1` keep only the translation, and the global
-/// steps of steel-stiff cubes raised the objective 60-fold each. `D = Q^T S^-1 Q`,
-/// `Q = I - c u^T / e` with `c = S u`, holds the elastic part alone (`D c = 0`), so it rounds
-/// well, and the device adds the translation from the sum of the vector it multiplies
-/// (`shaders/pcg.wgsl`). Where pins hold the body, `e` is large and the split changes little.
+/// Why the split: a free part's block of `S = M / h^2 + a L` has its translations as its
+/// softest modes, and `S^-1`'s part along them, `h^2 / M_part`, exceeds its elastic part by
+/// about `h^2 a / (m dx^2)`, the ratio of the stiffness to the mass that makes a body stiff at
+/// a step. From about 1e7 on, f32 entries of `S^-1` keep only the translations, and the
+/// global steps of steel-stiff cubes raised the objective 60-fold each. `D = Q^T S^-1 Q`,
+/// `Q = I - sum_g c_g u_g^T / e_g` with `c_g = S u_g`, holds the elastic part alone
+/// (`D c_g = 0`), so it rounds well, and the device adds each row's translation from its
+/// group's sum of the vector it multiplies (`shaders/pcg.wgsl`). Each part is split by its
+/// own translation: split by their sum alone, two free stiff cubes kept their relative
+/// translation in `D`, and their global steps needed thousands of CG iterations.
 ///
 /// Each column is solved with `S`'s sparse Cholesky factor in f64, a block of columns per
-/// task, as `D e_j = Q^T S^-1 (e_j - c u_j / e)`: `Q^T` takes out what round-off leaves along
-/// `u`, where in f64 too the solve's error lies.
-pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], pinned: &[bool], stride: usize) -> Vec<f32> {
+/// task, as `D e_j = Q^T S^-1 Q e_j`: `Q^T` takes out what round-off leaves along the
+/// `u_g`, where in f64 too the solve's error lies. (The decomposition is exact for any
+/// indicators; the groups only decide what rounds well.)
+pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], groups: &[u32], stride: usize) -> Vec<f32> {
     use faer::linalg::solvers::Solve;
     use rayon::prelude::*;
     let n = topology.row_offsets.len() - 1;
     let row = |i: usize| topology.row_offsets[i] as usize..topology.row_offsets[i + 1] as usize;
-    assert!(stride > n, "a row holds u_i / e after D's n values");
+    assert!(stride > n, "a row holds 1 / e_g after D's n values");
     let mut inverse = vec![0.0f32; n * stride];
-    let u: Vec<f64> = pinned.iter().map(|&p| f64::from(u8::from(!p))).collect();
-    let c: Vec<f64> =
-        (0..n).map(|i| row(i).map(|e| s[e] * u[topology.columns[e] as usize]).sum::<f64>() * u[i]).collect();
-    let e: f64 = c.iter().sum();
-    let (Some(factor), true) = (cholesky(topology, s), e > 0.0) else {
+    let group = |i: usize| (groups[i] != NO_GROUP).then_some(groups[i] as usize);
+    let count = (0..n).filter_map(group).map(|g| g + 1).max().unwrap_or(0);
+    // c = sum_g c_g, each c_g nonzero in its group's part only (S has no entries between
+    // parts), and every e_g.
+    let c: Vec<f64> = (0..n)
+        .map(|i| {
+            group(i).map_or(0.0, |g| {
+                row(i).filter(|&e| group(topology.columns[e] as usize) == Some(g)).map(|e| s[e]).sum()
+            })
+        })
+        .collect();
+    let mut e = vec![0.0; count];
+    for i in 0..n {
+        if let Some(g) = group(i) {
+            e[g] += c[i];
+        }
+    }
+    let (Some(factor), true) = (cholesky(topology, s), e.iter().all(|&e| e > 0.0)) else {
         // Valid models always give a positive definite `S`; otherwise Jacobi's inverse, as a
         // dense matrix, still preconditions CG.
         for (i, &at) in topology.diagonal.iter().enumerate() {
@@ -304,16 +321,29 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], pinned: &[bool], str
     inverse.par_chunks_mut(COLUMNS * stride).enumerate().for_each(|(block, rows)| {
         let first = block * COLUMNS;
         let width = rows.len() / stride;
+        // Q e_j: e_j less c_g / e_g on the part of j's group g.
         let mut x = faer::Mat::<f64>::from_fn(n, width, |i, k| {
-            f64::from(u8::from(i == first + k)) - c[i] * u[first + k] / e
+            let j = first + k;
+            let along = match (group(j), group(i)) {
+                (Some(g), Some(h)) if g == h => c[i] / e[g],
+                _ => 0.0,
+            };
+            f64::from(u8::from(i == j)) - along
         });
         factor.solve_in_place(x.as_mut());
         for (k, out) in rows.chunks_mut(stride).enumerate() {
-            let along: f64 = (0..n).map(|i| c[i] * x[(i, k)]).sum::<f64>() / e;
-            for (i, value) in out[..n].iter_mut().enumerate() {
-                *value = (x[(i, k)] - u[i] * along) as f32;
+            // Q^T x: each group's (c_g . x) / e_g taken out of its vertices.
+            let mut along = vec![0.0; count];
+            for i in 0..n {
+                if let Some(g) = group(i) {
+                    along[g] += c[i] * x[(i, k)];
+                }
             }
-            out[n] = (u[first + k] / e) as f32;
+            for (i, value) in out[..n].iter_mut().enumerate() {
+                let moved = group(i).map_or(0.0, |g| along[g] / e[g]);
+                *value = (x[(i, k)] - moved) as f32;
+            }
+            out[n] = group(first + k).map_or(0.0, |g| 1.0 / e[g]) as f32;
         }
     });
     inverse
@@ -321,14 +351,21 @@ pub(crate) fn dense_inverse(topology: &Topology, s: &[f64], pinned: &[bool], str
 
 #[cfg(test)]
 mod tests {
-    /// `X = D + u u^T / e` as the device applies a dense inverse's rows (`padded`, `stride`
-    /// apart; `r` is zero at pinned vertices): `x_i = D_i . r + (u_i / e) sum(r)`, in f64.
-    fn apply(padded: &[f32], stride: usize, r: &[f64]) -> Vec<f64> {
+    use crate::backend::topology::NO_GROUP;
+
+    /// `X = D + sum_g u_g u_g^T / e_g` as the device applies a dense inverse's rows (`padded`,
+    /// `stride` apart; `r` is zero at pinned vertices): `x_i = D_i . r + (1 / e_g) sum_g(r)`,
+    /// `g` the group of `i`, in f64.
+    fn apply(padded: &[f32], stride: usize, groups: &[u32], r: &[f64]) -> Vec<f64> {
         let n = r.len();
-        let sum: f64 = r.iter().sum();
+        let sum = |g: u32| -> f64 { r.iter().zip(groups).filter(|(_, h)| **h == g).map(|(r, _)| r).sum() };
         padded
             .chunks(stride)
-            .map(|row| row[..n].iter().zip(r).map(|(d, r)| *d as f64 * r).sum::<f64>() + row[n] as f64 * sum)
+            .zip(groups)
+            .map(|(row, &g)| {
+                let along = if g == NO_GROUP { 0.0 } else { row[n] as f64 * sum(g) };
+                row[..n].iter().zip(r).map(|(d, r)| *d as f64 * r).sum::<f64>() + along
+            })
             .collect()
     }
 
@@ -340,14 +377,15 @@ mod tests {
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 0.25);
         let n = model.vertex_count();
         let stride = n + 5;
-        let padded = super::dense_inverse(&topology, &s, &model.pinned, stride);
+        let (groups, _) = topology.translation_groups(&model.pinned);
+        let padded = super::dense_inverse(&topology, &s, &groups, stride);
         assert_eq!(padded.len(), n * stride);
         assert!(padded.chunks(stride).all(|row| row[n + 1..].iter().all(|&v| v == 0.0)));
         let x: Vec<f64> = (0..n)
             .flat_map(|j| {
                 let unit: Vec<f64> =
                     (0..n).map(|i| if i == j && !model.pinned[j] { 1.0 } else { 0.0 }).collect();
-                let mut column = apply(&padded, stride, &unit);
+                let mut column = apply(&padded, stride, &groups, &unit);
                 if model.pinned[j] {
                     column[j] = padded[j * stride + j] as f64;
                 }
@@ -366,22 +404,31 @@ mod tests {
             }
         }
         assert!(worst < 1e-5, "S X - I reaches {worst:e}");
-        for (v, row) in padded.chunks(stride).enumerate().filter(|(v, _)| model.pinned[*v]) {
-            assert_eq!(row[n], 0.0, "pinned vertex {v} takes no translation");
+        for (v, row) in padded.chunks(stride).enumerate() {
+            assert_eq!(row[n], 0.0, "vertex {v} of the pinned bar takes no translation");
         }
     }
 
-    /// A free body stiff at its step (`h^2 a L` 1e9 times its masses' `M`): `S^-1 b` from the
-    /// split f32 inverse has both its translation and its elastic part (what the translation
-    /// leaves, `x - u (c . x) / e`) to f32's resolution. `S^-1` rounded to f32 whole gets the
-    /// elastic part a thousand times worse.
+    /// Two free bars stiff at their step (`h^2 a L` 1e9 times their masses' `M`): `S^-1 b`
+    /// from the split f32 inverse has both bars' translations and their elastic parts (what
+    /// each bar's translation leaves, `x - u_g (c_g . x) / e_g`) to f32's resolution. Split by
+    /// the two bars' common translation alone, the elastic parts come out a thousand times
+    /// worse, as does `S^-1` rounded to f32 whole.
     #[test]
-    fn the_dense_inverse_of_a_stiff_free_body_keeps_its_elastic_part() {
+    fn the_dense_inverse_of_stiff_free_parts_keeps_their_elastic_parts() {
+        use crate::{Material, TetMesh};
         use faer::linalg::solvers::Solve;
         use rand::{RngExt, SeedableRng};
-        let (mut model, topology, _) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 1.0);
-        model.pinned.iter_mut().for_each(|p| *p = false);
+        let mut model = crate::model::Model::empty([0.0, -9.81, 0.0]);
+        let bar = TetMesh::bar([6, 3, 2], [1.0, 0.4, 0.3]);
+        let raised: Vec<[f64; 3]> = bar.positions().iter().map(|p| [p[0], p[1] + 1.0, p[2]]).collect();
+        for mesh in [bar.clone(), TetMesh::new(raised, bar.tets().to_vec()).unwrap()] {
+            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
+        }
+        let topology = super::Topology::new(&model);
         let n = model.vertex_count();
+        let (groups, count) = topology.translation_groups(&model.pinned);
+        assert_eq!(count, 2);
         let laplacian = super::laplacian(&model, &topology);
         let inertia: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
         let stiffest = topology.diagonal.iter().map(|&at| laplacian[at as usize]).fold(0.0, f64::max);
@@ -394,40 +441,53 @@ mod tests {
         let mut exact = faer::Mat::<f64>::from_fn(n, 1, |i, _| b[i]);
         super::cholesky(&topology, &s).expect("S is positive definite").solve_in_place(exact.as_mut());
         let exact: Vec<f64> = (0..n).map(|i| exact[(i, 0)]).collect();
-        let e: f64 = inertia.iter().sum();
+        // Each bar's elastic part: `c_g` is its inertia (`L u_g = 0`).
         let elastic = |x: &[f64]| -> Vec<f64> {
-            let along = x.iter().zip(&inertia).map(|(x, c)| x * c).sum::<f64>() / e;
-            x.iter().map(|x| x - along).collect()
+            let along: Vec<f64> = (0..2u32)
+                .map(|g| {
+                    let of = |v: &usize| groups[*v] == g;
+                    let moved: f64 = (0..n).filter(of).map(|v| x[v] * inertia[v]).sum();
+                    moved / (0..n).filter(of).map(|v| inertia[v]).sum::<f64>()
+                })
+                .collect();
+            x.iter().zip(&groups).map(|(x, &g)| x - along[g as usize]).collect()
         };
         let distance = |p: &[f64], q: &[f64]| p.iter().zip(q).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
         let size = |p: &[f64]| p.iter().fold(0.0f64, |m, p| m.max(p.abs()));
-        let stride = super::super::gpu::pcg::dense_stride(n);
-        let padded = super::dense_inverse(&topology, &s, &model.pinned, stride);
-        let solved = apply(&padded, stride, &b);
         let exact_elastic = elastic(&exact);
-        let (off, elastic_off) = (distance(&solved, &exact), distance(&elastic(&solved), &exact_elastic));
+        let stride = super::super::gpu::pcg::dense_stride(n);
+        let elastic_off = |groups: &[u32]| {
+            let padded = super::dense_inverse(&topology, &s, groups, stride);
+            let solved = apply(&padded, stride, groups, &b);
+            let off = distance(&solved, &exact);
+            assert!(off <= 1e-6 * size(&exact), "{off:e} off {:e}", size(&exact));
+            (padded, distance(&elastic(&solved), &exact_elastic))
+        };
+        let (padded, split_off) = elastic_off(&groups);
+        let (_, common_off) = elastic_off(&vec![0; n]);
+        let scale = size(&exact_elastic);
         println!(
-            "split: {:.1e} of the solution, {:.1e} of its elastic part ({:.1e} of the whole)",
-            off / size(&exact),
-            elastic_off / size(&exact_elastic),
-            size(&exact_elastic) / size(&exact)
+            "split per bar: {:.1e} of the elastic part ({:.1e} of the whole); by the common translation: {:.1e}",
+            split_off / scale,
+            scale / size(&exact),
+            common_off / scale
         );
-        assert!(off <= 1e-6 * size(&exact), "{off:e} off {:e}", size(&exact));
-        assert!(
-            elastic_off <= 1e-4 * size(&exact_elastic),
-            "elastic part {elastic_off:e} off {:e}",
-            size(&exact_elastic)
-        );
+        assert!(split_off <= 1e-4 * scale, "elastic part {split_off:e} off {scale:e}");
+        assert!(common_off >= 1e3 * split_off, "common: {common_off:e}, split {split_off:e}");
         // The whole inverse rounded to f32.
         let whole: Vec<f32> = padded
             .chunks(stride)
-            .flat_map(|row| row[..n].iter().map(|d| (*d as f64 + row[n] as f64) as f32).collect::<Vec<_>>())
+            .enumerate()
+            .flat_map(|(i, row)| {
+                let along = |j: usize| if groups[j] == groups[i] { row[n] as f64 } else { 0.0 };
+                (0..n).map(|j| (row[j] as f64 + along(j)) as f32).collect::<Vec<_>>()
+            })
             .collect();
         let rounded: Vec<f64> =
             whole.chunks(n).map(|row| row.iter().zip(&b).map(|(d, b)| *d as f64 * b).sum()).collect();
         let rounded_off = distance(&elastic(&rounded), &exact_elastic);
-        println!("rounded whole: {:.1e} of the elastic part", rounded_off / size(&exact_elastic));
-        assert!(rounded_off >= 1e3 * elastic_off, "rounded whole: {rounded_off:e}, split {elastic_off:e}");
+        println!("rounded whole: {:.1e} of the elastic part", rounded_off / scale);
+        assert!(rounded_off >= 1e3 * split_off, "rounded whole: {rounded_off:e}, split {split_off:e}");
     }
 
     /// A matrix that is not positive definite (which valid models never give) is not a
@@ -439,7 +499,8 @@ mod tests {
         let free = (0..n).find(|&v| !model.pinned[v]).unwrap();
         s[topology.diagonal[free] as usize] *= -1.0;
         let stride = n + 3;
-        let x = super::dense_inverse(&topology, &s, &model.pinned, stride);
+        let (groups, _) = topology.translation_groups(&model.pinned);
+        let x = super::dense_inverse(&topology, &s, &groups, stride);
         for i in 0..n {
             for j in 0..stride {
                 let expected = if i == j { 1.0 / s[topology.diagonal[i] as usize].abs() } else { 0.0 };

@@ -117,7 +117,8 @@ pub struct GpuBackend {
     /// matrix (the device has them packed).
     colliders: Vec<crate::contact::Collider>,
     /// The local/global matrix's vertex diagonal for the current step (empty until a solve
-    /// asks for it), its least entry, and the step's damping matrix it is made from.
+    /// asks for it), its least entry at a free vertex, and the step's damping matrix it is
+    /// made from.
     projective_diagonal: Vec<f64>,
     lightest_diagonal: f64,
     step_damping: Option<crate::objective::DampingMatrix>,
@@ -567,7 +568,7 @@ impl GpuBackend {
             coarse_clusters: 0,
             coarse_offset: 0,
             translation: 0,
-            translation_groups: 0,
+            translation_groups: self.buffers.translation_groups,
         }
     }
 
@@ -1273,7 +1274,9 @@ impl GpuBackend {
             let damping = self.step_damping.as_ref();
             self.projective_diagonal =
                 projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, damping);
-            self.lightest_diagonal = self.projective_diagonal.iter().copied().fold(f64::INFINITY, f64::min);
+            let free =
+                self.projective_diagonal.iter().zip(&self.model.pinned).filter(|(_, pinned)| !**pinned);
+            self.lightest_diagonal = free.map(|(&d, _)| d).fold(f64::INFINITY, f64::min);
         }
         let n = self.buffers.vertex_count;
         let dense = super::pcg::dense_fits(&self.context.device.limits(), n) && !self.fsai_only;
@@ -1396,9 +1399,8 @@ impl GpuBackend {
     /// out: the projection contact model, whose matrix holds its pressed vertices still
     /// along their normals, and self-contact, whose couplings the vertex blocks leave out.
     fn split_translations(&self, params: PcgParams) -> PcgParams {
-        let groups = self.buffers.translation_groups;
         let splits = params.preconditioner == JACOBI
-            && groups > 0
+            && params.translation_groups > 0
             && !self.model.contact.is_projection()
             && self.groups.self_contact.is_none();
         let translation = match (splits, self.damped) {
@@ -1406,7 +1408,7 @@ impl GpuBackend {
             (true, false) => SPLIT_BLOCKS,
             (true, true) => SPLIT_DAMPED,
         };
-        PcgParams { translation, translation_groups: groups, ..params }
+        PcgParams { translation, ..params }
     }
 
     /// Whether the body is free and so stiff at its step (`ProjectiveInverse::splits`) that
@@ -1482,7 +1484,6 @@ impl GpuBackend {
             PcgParams {
                 gradient_tolerance: request.gradient_tolerance as f32,
                 translation: if split { SPLIT_PROJECTIVE } else { 0 },
-                translation_groups: 1,
                 ..self.pcg_params(Some(request.linear_tolerance), 0.0, request.max_linear_iterations)
             },
             contact,

@@ -452,21 +452,35 @@ fn local_global_dense_and_fsai_solves_agree() {
 /// The same for a free body stiff at its step (a 1e12 Pa bar of 0.1 m cells: `h^2 E /
 /// (rho dx^2)` about 1e8), whose global steps the GPU splits along its translations: before,
 /// the dense inverse in f32 kept only the translation and the objective rose 60-fold a global
-/// step, and FSAI's CG left the body metres from the CPU's.
+/// step, and FSAI's CG left the body metres from the CPU's. Then for two such bars above each
+/// other and a pinned one above them, each free bar split along its own translations.
 #[test]
 fn a_stiff_free_bodys_local_global_solves_agree() {
     use crate::contact::{Collider, ContactModel};
     use crate::material::Material;
     use crate::mesh::TetMesh;
     let Some(context) = context() else { return };
-    let mut free = Model::empty([0.0, -9.81, 0.0]);
-    free.add_tet_body(&TetMesh::bar([10, 3, 3], [1.0, 0.4, 0.3]), &[Material::corotated(1e12, 0.3)], 1000.0)
-        .unwrap();
-    let mut floored = free.clone();
-    floored.colliders = vec![Collider::plane([0.0, 1.0, 0.0], -0.1)];
-    floored.contact = ContactModel::Penalty { stiffness: 1e6 };
-    for model in [free, floored] {
-        one_local_global_solve_both_ways(&context, &Arc::new(model));
+    let bar = TetMesh::bar([10, 3, 3], [1.0, 0.4, 0.3]);
+    for bars in [1, 3] {
+        let mut free = Model::empty([0.0, -9.81, 0.0]);
+        for k in 0..bars {
+            let raised: Vec<[f64; 3]> =
+                bar.positions().iter().map(|p| [p[0], p[1] + k as f64, p[2]]).collect();
+            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
+            free.add_tet_body(&mesh, &[Material::corotated(1e12, 0.3)], 1000.0).unwrap();
+        }
+        if bars > 1 {
+            // The last bar's end, held.
+            for v in 0..free.vertex_count() {
+                free.pinned[v] = free.rest[v][0] < 1e-9 && free.rest[v][1] > bars as f64 - 1.5;
+            }
+        }
+        let mut floored = free.clone();
+        floored.colliders = vec![Collider::plane([0.0, 1.0, 0.0], -0.1)];
+        floored.contact = ContactModel::Penalty { stiffness: 1e6 };
+        for model in [free, floored] {
+            one_local_global_solve_both_ways(&context, &Arc::new(model));
+        }
     }
 }
 

@@ -1264,6 +1264,21 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // solves: relative to b, the elastic part of a falling free cube's Newton solves was left
 // loose, and 30 steps took 103 Newton iterations (801 CG) where they take 83 (623).
 
+// A split solve's translation taken back out of its direction, once the step along the whole
+// is taken (local/global's with contacts, whose `finish` leaves it there): the next solve's
+// warm start, whose products by the matrix would not resolve it, starts from the rest.
+@compute @workgroup_size(WORKGROUP)
+fn untranslate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let v = workgroup_slot(group, groups) * WORKGROUP + lid;
+    if (v >= params.vertex_count || translation_groups[v] == NO_GROUP) {
+        return;
+    }
+    let t = translation[min(translation_groups[v], TRANSLATION_GROUPS - 1u)].xyz;
+    for (var c = 0u; c < 3u; c++) {
+        direction[3u * v + c] -= t[c];
+    }
+}
+
 // Row v of C (the block of A U at v), row-major.
 fn translation_block(v: u32) -> array<f32, 9> {
     if (params.translation == SPLIT_PROJECTIVE) {

@@ -1518,13 +1518,10 @@ impl GpuBackend {
             // (A solve with the dense inverse needs no start where it takes one CG iteration,
             // without contacts; with them the start saved a third of the iterations of the
             // 15K-tet bar's landing, 52-65 a step to 37-40.)
-            // (A split solve with contacts leaves its translation in the direction, which a
-            // warm start's products by `S` would not resolve.)
-            let warm = if params.preconditioner == DENSE && !contact || split && contact {
-                0
-            } else {
-                k.min(2) as u32
-            };
+            // (A split solve with contacts takes its translation back out of its direction
+            // once the step is taken, `untranslate`: a warm start's products by `S` would not
+            // resolve it.)
+            let warm = if params.preconditioner == DENSE && !contact { 0 } else { k.min(2) as u32 };
             // Without colliders the solve's `finish` takes the step `x += d`.
             let params = PcgParams { warm, advance: u32::from(!contact), ..params };
             if direct {
@@ -1548,6 +1545,10 @@ impl GpuBackend {
                 self.record_contact_set("bound_outside", &nodes, stiffness)?;
                 self.decide(Decision::Bound)?;
                 self.decide(Decision::Advance)?;
+                if split {
+                    let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups.pcg);
+                    self.stages.pcg.untranslate(c, rec, groups, params)?;
+                }
             }
         }
         // The state the solve ends in comes with its last status.

@@ -666,6 +666,29 @@ impl WgPcg {
         Self::solve_in_a_dispatch(context, recording, groups, buffers, params, kernel, groups.workgroups)
     }
 
+    /// Records `untranslate`: the translation the split solve of `params` added to its
+    /// direction taken back out (see the shader).
+    pub fn untranslate(
+        &self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        groups: &PcgGroups,
+        params: PcgParams,
+    ) -> Result<()> {
+        debug_assert_ne!(params.translation, 0, "only a split solve has a translation");
+        let offset = recording.params(context, &params)?;
+        let grid = params.vertex_count.div_ceil(super::stage::WORKGROUP);
+        recording.dispatch(
+            context,
+            self.0.kernel("untranslate"),
+            &groups.param,
+            offset,
+            &groups.parity[0],
+            grid,
+        );
+        Ok(())
+    }
+
     /// Records a whole solve in one dispatch of one workgroup (`solve_small`), for bodies of
     /// at most [`PcgGroups::small_vertex_limit`]; returns where its status will be.
     pub fn solve_small(

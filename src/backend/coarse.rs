@@ -486,7 +486,7 @@ impl Coarse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::{CoarseCorrection, CoarseSpace, MODES};
@@ -569,18 +569,25 @@ mod tests {
         assert!((rz - energy).abs() <= 1e-9 * energy, "r . C r = {rz}, u . S u = {energy}");
     }
 
+    /// Two free bars of `cells` and `size`, the second `apart` higher (they may overlap:
+    /// separate meshes).
+    pub(crate) fn free_bars(cells: [usize; 3], size: [f64; 3], apart: f64) -> Model {
+        let mut model = Model::empty([0.0; 3]);
+        let bar = TetMesh::bar(cells, size);
+        for k in 0..2 {
+            let raised: Vec<[f64; 3]> =
+                bar.positions().iter().map(|p| [p[0], p[1] + apart * k as f64, p[2]]).collect();
+            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
+            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
+        }
+        model
+    }
+
     /// A cell over two free bars that overlap (separate meshes) gives a cluster per bar, each
     /// of the bar's translation group (one cluster over both would move them as one).
     #[test]
     fn clusters_keep_to_one_translation_group() {
-        let mut model = Model::empty([0.0; 3]);
-        let bar = TetMesh::bar([20, 4, 4], [2.0, 0.4, 0.4]);
-        for k in 0..2 {
-            let raised: Vec<[f64; 3]> =
-                bar.positions().iter().map(|p| [p[0], p[1] + 0.2 * k as f64, p[2]]).collect();
-            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
-            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
-        }
+        let model = free_bars([20, 4, 4], [2.0, 0.4, 0.4], 0.2);
         let (groups, _) = Topology::new(&model).translation_groups(&model.pinned);
         let space = CoarseSpace::new(&model, &groups).unwrap();
         let common = CoarseSpace::new(&model, &vec![0; groups.len()]).unwrap();
@@ -623,14 +630,7 @@ mod tests {
     /// along their common one alone, the elastic part comes out a thousand times worse.
     #[test]
     fn the_gpus_coarse_inverse_of_stiff_free_parts_keeps_their_elastic_parts() {
-        let mut model = Model::empty([0.0; 3]);
-        let bar = TetMesh::bar([20, 4, 4], [2.0, 0.4, 0.4]);
-        for k in 0..2 {
-            let raised: Vec<[f64; 3]> =
-                bar.positions().iter().map(|p| [p[0], p[1] + k as f64, p[2]]).collect();
-            let mesh = TetMesh::new(raised, bar.tets().to_vec()).unwrap();
-            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
-        }
+        let model = free_bars([20, 4, 4], [2.0, 0.4, 0.4], 1.0);
         let topology = Topology::new(&model);
         let laplacian = crate::backend::projective::laplacian(&model, &topology);
         let inertia: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();

@@ -416,15 +416,9 @@ mod tests {
     /// worse, as does `S^-1` rounded to f32 whole.
     #[test]
     fn the_dense_inverse_of_stiff_free_parts_keeps_their_elastic_parts() {
-        use crate::{Material, TetMesh};
         use faer::linalg::solvers::Solve;
         use rand::{RngExt, SeedableRng};
-        let mut model = crate::model::Model::empty([0.0, -9.81, 0.0]);
-        let bar = TetMesh::bar([6, 3, 2], [1.0, 0.4, 0.3]);
-        let raised: Vec<[f64; 3]> = bar.positions().iter().map(|p| [p[0], p[1] + 1.0, p[2]]).collect();
-        for mesh in [bar.clone(), TetMesh::new(raised, bar.tets().to_vec()).unwrap()] {
-            model.add_tet_body(&mesh, &[Material::corotated(1e6, 0.3)], 1000.0).unwrap();
-        }
+        let model = crate::backend::coarse::tests::free_bars([6, 3, 2], [1.0, 0.4, 0.3], 1.0);
         let topology = super::Topology::new(&model);
         let n = model.vertex_count();
         let (groups, count) = topology.translation_groups(&model.pinned);

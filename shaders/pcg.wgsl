@@ -37,10 +37,11 @@
 // by row (row v at `fsai_inverse_offset + dense_stride() v` in floats), in place of
 // G^T G: a solve from zero then stops after one iteration, or a few where the step's matrix
 // has moved from the one inverted (damping, a few handles, contacts). S^-1 comes as
-// D + u u^T / e (u 1 at the free vertices), D's row v then u_v / e
-// (src/backend/projective.rs, `dense_inverse`): a free stiff body's S^-1 in f32 keeps only
-// its translations, D the elastic part, and the product adds the translation from the sum of
-// the vector it multiplies, formed by every row as it reads the tiles.
+// D + sum_g u_g u_g^T / e_g (u_g 1 at the vertices of free part g), D's row v then 1 / e_g
+// of v's group (src/backend/projective.rs, `dense_inverse`): a free stiff part's S^-1 in f32
+// keeps only its translations, D the elastic part, and the product adds each row's
+// translation from its group's sum of the vector it multiplies, formed by every row as it
+// reads the tiles.
 // G (and S^-1) is made for the matrix without penalty contacts, whose stiffness can exceed the
 // rest of a diagonal 10^4-fold, so the vertices in the contact set (`contact_flags`) are
 // preconditioned by Jacobi and the rest by E G^T G E (E S^-1 E), E dropping the contact set:
@@ -589,7 +590,7 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
     return total;
 }
 
-// The floats between S^-1's rows: n + 1 (D's row, then u_v / e) rounded up to a multiple
+// The floats between S^-1's rows: n + 1 (D's row, then 1 / e_g) rounded up to a multiple
 // of four.
 fn dense_stride() -> u32 {
     return (params.vertex_count + 4u) / 4u * 4u;

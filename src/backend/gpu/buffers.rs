@@ -115,7 +115,7 @@ impl GpuBuffers {
         m.set("masses", c.storage("masses", &to_f32(&model.masses)));
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         m.set("pinned", c.storage("pinned", &pinned));
-        // The free parts, each split off along its translations in Newton's solves.
+        // The free parts, each split off along its translations in the GPU solves.
         let (groups, translation_groups) = topology.translation_groups(&model.pinned);
         m.set("translation_groups", c.storage("translation_groups", &groups));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));

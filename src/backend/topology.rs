@@ -116,44 +116,70 @@ impl Topology {
         self.columns.len()
     }
 
-    /// The translation group of every vertex (`NO_GROUP` for none) and the number of groups:
-    /// each part the elements connect and no pin holds moves freely as a whole, its
-    /// translations a null mode of the elasticity's Hessian, and is a group, up to
-    /// [`TRANSLATION_GROUPS`], past which part `k` joins group `k % TRANSLATION_GROUPS` (a union
-    /// of free parts still translates freely).
-    pub fn translation_groups(&self, pinned: &[bool]) -> (Vec<u32>, u32) {
-        let n = pinned.len();
-        let mut group = vec![NO_GROUP; n];
-        let mut free_parts = 0;
-        let mut part = Vec::new();
-        let mut seen = vec![false; n];
+    /// The part of every vertex, numbered in the order of each part's first vertex, and the
+    /// number of parts: the vertices the elements connect (the Hessian's pattern), each part
+    /// one body or a body's detached piece.
+    pub fn parts(&self) -> (Vec<u32>, u32) {
+        let n = self.diagonal.len();
+        let mut part_of = vec![u32::MAX; n];
+        let mut count = 0;
+        let mut queue = Vec::new();
         for first in 0..n {
-            if seen[first] {
+            if part_of[first] != u32::MAX {
                 continue;
             }
             // The part of `first`, breadth first along the Hessian's pattern.
-            part.clear();
-            part.push(first);
-            seen[first] = true;
+            queue.clear();
+            queue.push(first);
+            part_of[first] = count;
             let mut k = 0;
-            while k < part.len() {
-                let v = part[k];
+            while k < queue.len() {
+                let v = queue[k];
                 k += 1;
                 for &c in &self.columns[self.row_offsets[v] as usize..self.row_offsets[v + 1] as usize] {
-                    if !seen[c as usize] {
-                        seen[c as usize] = true;
-                        part.push(c as usize);
+                    if part_of[c as usize] == u32::MAX {
+                        part_of[c as usize] = count;
+                        queue.push(c as usize);
                     }
                 }
             }
-            if part.iter().any(|&v| pinned[v]) {
-                continue;
-            }
-            for &v in &part {
-                group[v] = free_parts % TRANSLATION_GROUPS;
-            }
-            free_parts += 1;
+            count += 1;
         }
+        (part_of, count)
+    }
+
+    /// The translation group of every vertex (`NO_GROUP` for none) and the number of groups:
+    /// each part ([`parts`](Self::parts)) no pin holds moves freely as a whole, its
+    /// translations a null mode of the elasticity's Hessian, and is a group, up to
+    /// [`TRANSLATION_GROUPS`], past which free part `k` joins group `k % TRANSLATION_GROUPS`
+    /// (a union of free parts still translates freely).
+    pub fn translation_groups(&self, pinned: &[bool]) -> (Vec<u32>, u32) {
+        let (part_of, parts) = self.parts();
+        let mut held = vec![false; parts as usize];
+        for (v, &p) in part_of.iter().enumerate() {
+            held[p as usize] |= pinned[v];
+        }
+        // The free parts' ranks among the free parts, in part order.
+        let mut free_parts = 0;
+        let rank: Vec<u32> = held
+            .iter()
+            .map(|&held| {
+                let rank = if held { NO_GROUP } else { free_parts };
+                free_parts += u32::from(!held);
+                rank
+            })
+            .collect();
+        let group =
+            part_of
+                .iter()
+                .map(|&p| {
+                    if rank[p as usize] == NO_GROUP {
+                        NO_GROUP
+                    } else {
+                        rank[p as usize] % TRANSLATION_GROUPS
+                    }
+                })
+                .collect();
         (group, free_parts.min(TRANSLATION_GROUPS))
     }
 }
@@ -325,12 +351,15 @@ mod tests {
 
     /// The mixed model's bar (pinned at one end) and its springs (free) are two parts: the
     /// springs get group 0, the bar none; unpinned, the bar group 0 and the springs 1; and
-    /// ten free bars share the eight groups, part k in group k % 8.
+    /// ten free bars are ten parts, which share the eight groups, part k in group k % 8.
     #[test]
     fn free_parts_are_translation_groups() {
         use super::{NO_GROUP, TRANSLATION_GROUPS};
         let mut model = mixed_model(Material::stvk(1e4, 0.3));
         let bar = model.tets.iter().flatten().map(|&v| v as usize + 1).max().unwrap();
+        let (parts, count) = Topology::new(&model).parts();
+        assert_eq!(count, 2);
+        assert!(parts[..bar].iter().all(|&p| p == 0) && parts[bar..].iter().all(|&p| p == 1));
         let (groups, count) = Topology::new(&model).translation_groups(&model.pinned);
         assert_eq!(count, 1);
         assert!(groups[..bar].iter().all(|&g| g == NO_GROUP));
@@ -347,6 +376,9 @@ mod tests {
         let (groups, count) = Topology::new(&bars).translation_groups(&bars.pinned);
         assert_eq!(count, TRANSLATION_GROUPS);
         let each = mesh.vertex_count();
+        let (parts, count) = Topology::new(&bars).parts();
+        assert_eq!(count, 10);
+        assert!(parts.iter().enumerate().all(|(v, &p)| p == (v / each) as u32));
         for (v, &g) in groups.iter().enumerate() {
             assert_eq!(g, (v / each) as u32 % TRANSLATION_GROUPS, "vertex {v}");
         }

@@ -28,12 +28,15 @@ struct Params {
 
 @group(1) @binding(0) var<storage, read> pinned: array<u32>;
 @group(1) @binding(1) var<storage, read> colliders: array<Collider>;
-// Rest positions: x and the direction are displacements from them.
+// Rest positions: x is a displacement from them, each moved by its part's offset
+// (`frame_offsets`; gpu/buffers.rs, `Frame`).
 @group(1) @binding(2) var<storage, read> rest: array<f32>;
 @group(1) @binding(3) var<storage, read> sdf_values: array<f32>;
+@group(1) @binding(4) var<storage, read> frame_parts: array<u32>;
 
 @group(2) @binding(0) var<storage, read_write> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
+@group(2) @binding(2) var<storage, read> frame_offsets: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read_write> direction: array<f32>;
 @group(3) @binding(1) var<storage, read_write> bound_partials: array<f32>;
@@ -64,7 +67,7 @@ fn vector3(buffer_index: u32, v: u32) -> vec3<f32> {
         return vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
     }
     if (buffer_index == 2u) {
-        return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
+        return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]) + frame_offsets[frame_parts[v]].xyz;
     }
     return vec3<f32>(x_saved[3u * v], x_saved[3u * v + 1u], x_saved[3u * v + 2u]);
 }

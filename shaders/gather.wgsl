@@ -70,7 +70,8 @@ struct Params {
 @group(1) @binding(3) var<storage, read> corners: array<u32>;
 @group(1) @binding(4) var<storage, read> colliders: array<Collider>;
 @group(1) @binding(5) var<storage, read> row_offsets: array<u32>;
-// Rest positions: x, x_start and the target are displacements from them.
+// Rest positions: x, x_start and the target are displacements from them, each moved by its
+// part's offset (`frame_offsets`; gpu/buffers.rs, `Frame`).
 @group(1) @binding(6) var<storage, read> rest: array<f32>;
 @group(1) @binding(7) var<storage, read> row_slices: array<u32>;
 @group(1) @binding(8) var<storage, read> slot_columns: array<u32>;
@@ -78,6 +79,8 @@ struct Params {
 @group(1) @binding(9) var<storage, read> sdf_values: array<f32>;
 // Per vertex, its index among self-contact's boundary vertices (NO_VERTEX for none).
 @group(1) @binding(10) var<storage, read> surface_index: array<u32>;
+// Per vertex, the part whose offset moves its reference.
+@group(1) @binding(11) var<storage, read> frame_parts: array<u32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
 @group(2) @binding(1) var<storage, read> x_start: array<f32>;
@@ -85,6 +88,8 @@ struct Params {
 // Handle springs grouped by vertex: (position, stiffness).
 @group(2) @binding(3) var<storage, read> anchor_offsets: array<u32>;
 @group(2) @binding(4) var<storage, read> anchors: array<vec4<f32>>;
+// Per part, the offset of its reference from the rest shape.
+@group(2) @binding(5) var<storage, read> frame_offsets: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read> corner_gradients: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read_write> gradient: array<f32>;
@@ -118,8 +123,9 @@ fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     return vec3<f32>(target_positions[3u * v], target_positions[3u * v + 1u], target_positions[3u * v + 2u]);
 }
 
+// Where vertex v's displacements are measured from.
 fn rest_position(v: u32) -> vec3<f32> {
-    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
+    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]) + frame_offsets[frame_parts[v]].xyz;
 }
 
 fn node(q: u32) -> vec2<f32> {

@@ -424,6 +424,34 @@ fn a_stiff_free_cube_falls_on_the_gpu_as_on_the_cpu() {
     }
 }
 
+/// A steel cube (E 1e11 Pa, 1.25 cm cells) falls 8.9 m in 40 steps on the GPU as on the CPU,
+/// by Newton and by mixed FEM. The device held its positions as displacements from the rest
+/// shape: past 3 m of fall their f32 rounding strained its cells a thousand times more than
+/// its weight does, Newton's steps stalled at that noise and the cube ended 0.21 m above the
+/// CPU's. Each part's displacements are now measured from an offset that follows it
+/// (`gpu/buffers.rs`, `Frame`): 8e-7 m (Newton) and 7e-7 m (mixed FEM) apart after 40 steps.
+#[test]
+fn a_steel_cube_falls_far_on_the_gpu_as_on_the_cpu() {
+    if !gpu_available() {
+        return;
+    }
+    let cube = |solver: Solver, backend: Backend| {
+        let builder = Simulation::builder()
+            .tet_body(TetMesh::bar([8, 4, 4], [0.1; 3]), Material::corotated(1e11, 0.44), 1000.0)
+            .gravity([0.0, -9.81, 0.0])
+            .solver(solver);
+        common::on_backend(builder, backend).build().unwrap()
+    };
+    for solver in [Solver::newton().tolerance(1e-4), Solver::mixed_fem()] {
+        let (mut cpu, mut gpu) = (cube(solver.clone(), Backend::Cpu), cube(solver.clone(), Backend::Gpu));
+        let worst = stepped_apart(&mut cpu, &mut gpu, 40);
+        let fallen = -cpu.positions().iter().map(|p| p[1]).sum::<f64>() / cpu.positions().len() as f64;
+        println!("{:?}: fell {fallen:.3} m, the GPU at most {worst:.2e} m from the CPU", solver.kind());
+        assert!(fallen > 8.0, "{fallen}");
+        assert!(worst <= 1e-5, "{:?}: {worst:e} m", solver.kind());
+    }
+}
+
 /// Two stiff cubes in one simulation (E 1e9 Pa), the lower pinned at an edge or free, the
 /// other free, dropped onto a floor: each free cube's GPU solves split along its own
 /// translations (each free part of the model is a translation group), by Newton, mixed FEM
@@ -468,11 +496,15 @@ fn stiff_free_cubes_beside_others_fall_as_on_the_cpu() {
         assert!((landed + 0.05).abs() < 1e-3, "the upper cube rests on the floor: {landed}");
         assert!(worst <= 1e-4, "{:?}, held {held}: {worst:e} m", solver.kind());
         if matches!(solver.kind(), lively::solver::SolverKind::LocalGlobal { .. }) {
-            // At rest its split solves start warm (`untranslate`): 15-16 CG iterations a
-            // step, where cold starts took 60.
+            // At rest its split solves take 54 CG iterations a step (measured), as these cubes
+            // resting where they were made do. They took 16 while the device measured the
+            // fallen cubes from their rest shape: |grad G| was then 1.4 N of f32 noise, the
+            // same at every global step, which the warm start (`untranslate`) solved again in
+            // one iteration; measured from frames that follow the cubes it is 0.05 N, and the
+            // GPU rests 3e-8 m from the CPU where it rested 1e-7 m away.
             let resting: usize = (0..5).map(|_| gpu.step().unwrap().linear_iterations).sum();
             println!("  at rest: {resting} CG iterations in 5 steps");
-            assert!(resting <= 5 * 30, "{resting} CG iterations in 5 steps at rest");
+            assert!(resting <= 5 * 60, "{resting} CG iterations in 5 steps at rest");
         }
     }
 }

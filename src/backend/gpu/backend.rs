@@ -1656,6 +1656,8 @@ impl Stages for GpuBackend {
         if !self.solve_lengths.is_empty() {
             self.previous_solve_lengths = std::mem::take(&mut self.solve_lengths);
         }
+        // A part that has travelled is measured from an offset that moved with it.
+        self.buffers.rebase(&self.context, &mut self.recording, &problem);
         let displacements =
             [self.buffers.displacements(problem.start), self.buffers.displacements(problem.target)];
         for (name, values) in ["x_start", "target_positions"].iter().zip(&displacements) {

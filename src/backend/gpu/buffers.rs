@@ -4,20 +4,25 @@
 //! the shaders give it; stages bind them by that name.
 //!
 //! Positions on the device (the iterate `x`, the step's start `x_start` and inertial target
-//! `target_positions`, `aux` and `x_saved`) are displacements from the rest shape. f32
-//! quantizes absolute positions of ~1 m to ~6e-8 m, which shape gradients of ~20/m turn into
-//! strain noise of ~1e-6 and a gradient noise floor far above Newton's tolerances;
-//! displacements of centimetres are stored ~20x finer. The host converts in f64 on the way in
-//! and out; `positions` holds the published state's absolute positions, for drawing.
+//! `target_positions`, `aux` and `x_saved`) are displacements from a reference: the rest shape,
+//! each part moved by an offset that follows it ([`Frame`]). f32 quantizes absolute positions
+//! of ~1 m to ~6e-8 m, which shape gradients of ~20/m turn into strain noise of ~1e-6 and a
+//! gradient noise floor far above Newton's tolerances; displacements of centimetres are stored
+//! ~20x finer. The host converts in f64 on the way in and out; the shaders that need absolute
+//! positions (gravity, colliders, self-contact) add `rest` and the part's `frame_offsets`;
+//! `positions` holds the published state's absolute positions, for drawing.
 
 use super::context::GpuContext;
 use super::gather::GpuCollider;
 use super::pcg::{INVERSE_FACTORS, InverseSlots, PcgStatus};
+use super::recording::Recording;
 use super::stage::WORKGROUP;
 use crate::backend::topology::Topology;
 use crate::material::MaterialModel;
 use crate::mesh::SpringKind;
 use crate::model::Model;
+use crate::objective::StepProblem;
+use glam::DVec3;
 
 /// Initial guesses a budgeted solve holds on the device: the explicit and inertial guesses,
 /// a warm start, and the step's start as the fallback.
@@ -94,9 +99,85 @@ pub struct GpuBuffers {
     pub self_contact: Option<super::self_contact::SelfContactLayout>,
     /// The free parts' translation groups (`Topology::translation_groups`; 0: none free).
     pub translation_groups: u32,
-    /// The rest positions in f64, for converting positions to displacements and back.
-    rest: Vec<[f64; 3]>,
+    /// What the displacements are measured from.
+    frame: Frame,
     anchor_capacity: usize,
+}
+
+/// Where the device's displacements are measured from: the rest shape, each part (the vertices
+/// the elements connect, `Topology::parts`) moved by an offset of its own (`frame_offsets`,
+/// which the shaders add where they need absolute positions).
+///
+/// A part's offset follows it: at a step's start ([`GpuBuffers::rebase`]) it moves to where
+/// the step will evaluate the part (its probe vertex at the nodes' mean `theta` between start
+/// and inertial target) once that lies further than the part's reach from it, so that a
+/// travelling body's displacements stay within about twice its size, wherever it goes. Left
+/// at rest, a steel cube that had fallen 3 m held displacements whose f32 rounding (2.4e-7 m)
+/// strained its 1.25 cm cells by 2e-5, a thousand times what its weight does: its Newton
+/// steps stalled at that noise and it fell 21 cm behind the CPU in 40 steps. Strains, and
+/// every solve, see displacement differences within a part, which no offset changes; moving
+/// an offset rounds the state's displacements anew (more finely than before), which is why
+/// it waits for a move of the part's size: an element that a stiff solve left at the edge of
+/// its material's domain (J at f32's noise) can fall either side of it.
+struct Frame {
+    rest: Vec<[f64; 3]>,
+    part_of: Vec<u32>,
+    offsets: Vec<DVec3>,
+    /// Per part, the vertex nearest its rest centroid and the part's reach around it; `None`
+    /// for a lone vertex, whose displacement strains nothing.
+    probes: Vec<Option<(usize, f64)>>,
+}
+
+impl Frame {
+    fn new(model: &Model, topology: &Topology) -> Frame {
+        let (part_of, parts) = topology.parts();
+        let parts = parts as usize;
+        let point = |v: usize| DVec3::from(model.rest[v]);
+        let mut sums = vec![(DVec3::ZERO, 0usize); parts];
+        for (v, &p) in part_of.iter().enumerate() {
+            sums[p as usize].0 += point(v);
+            sums[p as usize].1 += 1;
+        }
+        let mut nearest = vec![(usize::MAX, f64::INFINITY); parts];
+        for (v, &p) in part_of.iter().enumerate() {
+            let (sum, count) = sums[p as usize];
+            let distance = point(v).distance(sum / count as f64);
+            if distance < nearest[p as usize].1 {
+                nearest[p as usize] = (v, distance);
+            }
+        }
+        let mut reach = vec![0.0f64; parts];
+        for (v, &p) in part_of.iter().enumerate() {
+            reach[p as usize] = reach[p as usize].max(point(v).distance(point(nearest[p as usize].0)));
+        }
+        let probes = (0..parts).map(|p| (reach[p] > 0.0).then_some((nearest[p].0, reach[p]))).collect();
+        Frame { rest: model.rest.clone(), part_of, offsets: vec![DVec3::ZERO; parts], probes }
+    }
+
+    /// Vertex `v`'s reference position.
+    fn reference(&self, v: usize) -> DVec3 {
+        DVec3::from(self.rest[v]) + self.offsets[self.part_of[v] as usize]
+    }
+
+    /// Moves the offset of each part that `at(v)` (where the step evaluates vertex `v`)
+    /// holds far from it; true when some offset moved.
+    fn rebase(&mut self, at: impl Fn(usize) -> DVec3) -> bool {
+        let mut moved = false;
+        for (p, probe) in self.probes.iter().enumerate() {
+            let Some((v, reach)) = *probe else { continue };
+            let offset = at(v) - DVec3::from(self.rest[v]);
+            if offset.is_finite() && offset.distance(self.offsets[p]) > reach {
+                self.offsets[p] = offset;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// The offsets as the shaders read them.
+    fn device_offsets(&self) -> Vec<[f32; 4]> {
+        self.offsets.iter().map(|o| [o.x as f32, o.y as f32, o.z as f32, 0.0]).collect()
+    }
 }
 
 impl GpuBuffers {
@@ -119,6 +200,8 @@ impl GpuBuffers {
         let (groups, translation_groups) = topology.translation_groups(&model.pinned);
         m.set("translation_groups", c.storage("translation_groups", &groups));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
+        let frame = Frame::new(model, &topology);
+        m.set("frame_parts", c.storage("frame_parts", &frame.part_of));
         let (colliders, sdf_values) = GpuCollider::pack(&model.colliders);
         m.set("colliders", c.storage("colliders", &colliders));
         m.set("sdf_values", c.storage("sdf_values", &sdf_values));
@@ -186,6 +269,7 @@ impl GpuBuffers {
             s.set(name, vector(name));
         }
         s.set("positions", c.storage("positions", &to_f32(model.rest.as_flattened())));
+        s.set("frame_offsets", c.storage("frame_offsets", &frame.device_offsets()));
         s.set("anchor_offsets", c.scratch::<u32>("anchor_offsets", n + 1));
         s.set("anchors", c.scratch::<[f32; 4]>("anchors", 1));
         // The local/global solver's rotations, per node and tet (identity to start), for
@@ -280,7 +364,7 @@ impl GpuBuffers {
             energy_partial_count: energy_partials,
             self_contact,
             translation_groups,
-            rest: model.rest.clone(),
+            frame,
             anchor_capacity: 1,
         }
     }
@@ -295,20 +379,55 @@ impl GpuBuffers {
         }
     }
 
-    /// `positions - rest` in f32.
+    /// `positions - reference` in f32 ([`Frame`]).
     pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<[f32; 3]> {
-        crate::math::per_vertex(self.rest.len(), |v| {
-            let (p, r) = (positions[v], self.rest[v]);
-            [(p[0] - r[0]) as f32, (p[1] - r[1]) as f32, (p[2] - r[2]) as f32]
+        crate::math::per_vertex(positions.len(), |v| {
+            (DVec3::from(positions[v]) - self.frame.reference(v)).as_vec3().to_array()
         })
     }
 
-    /// `rest + displacements` in f64.
+    /// `reference + displacements` in f64.
     pub fn positions(&self, displacements: &[f32], out: &mut [[f64; 3]]) {
         crate::math::fill_per_vertex(out, |v| {
-            let (u, r) = (&displacements[3 * v..3 * v + 3], self.rest[v]);
-            [r[0] + u[0] as f64, r[1] + u[1] as f64, r[2] + u[2] as f64]
+            let u = &displacements[3 * v..3 * v + 3];
+            (self.frame.reference(v) + DVec3::new(u[0] as f64, u[1] as f64, u[2] as f64)).to_array()
         });
+    }
+
+    /// Moves the offsets of the parts that `problem` evaluates far from them ([`Frame`]) and
+    /// records their upload. Displacements already on the device are then stale: a step
+    /// uploads its start and target after this.
+    pub fn rebase(&mut self, context: &GpuContext, recording: &mut Recording, problem: &StepProblem<'_>) {
+        let weight: f64 = problem.nodes.iter().map(|q| q.weight).sum();
+        let theta = match weight > 0.0 {
+            true => problem.nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() / weight,
+            false => 1.0,
+        };
+        let (start, target) = (problem.start, problem.target);
+        let at = |v: usize| DVec3::from(start[v]).lerp(DVec3::from(target[v]), theta);
+        if self.frame.rebase(at) {
+            self.upload_offsets(context, recording);
+        }
+    }
+
+    /// Sets part `p`'s offset to `offset(p)`: the stages' tests measure their displacements
+    /// from a moved frame so, where the shaders must add the offsets back.
+    #[cfg(test)]
+    pub fn move_frame(
+        &mut self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        offset: impl Fn(usize) -> DVec3,
+    ) {
+        for (p, moved) in self.frame.offsets.iter_mut().enumerate() {
+            *moved = offset(p);
+        }
+        self.upload_offsets(context, recording);
+    }
+
+    fn upload_offsets(&self, context: &GpuContext, recording: &mut Recording) {
+        let offsets = self.frame.device_offsets();
+        recording.upload(context, self.state.named("frame_offsets"), bytemuck::cast_slice(&offsets));
     }
 
     /// Grows the handle buffer to hold `count` springs; true when it was replaced (bind groups
@@ -429,5 +548,55 @@ impl GpuBuffers {
     /// Workgroups of a pass over the vertices (and their partial sums).
     pub fn vertex_workgroups(&self) -> u32 {
         (self.vertex_count as u32).div_ceil(WORKGROUP)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use glam::DVec3;
+
+    use super::Frame;
+    use crate::backend::topology::Topology;
+    use crate::material::Material;
+    use crate::mesh::TetMesh;
+    use crate::model::Model;
+
+    /// Two bars, each a part with an offset of its own: the one moved further than its reach
+    /// gets the move as its offset, so that its displacements are what it deformed
+    /// since (none, for a translation); the other keeps its offset, and so do both when nothing
+    /// moves again or a bar only turns about its probe.
+    #[test]
+    fn a_parts_offset_follows_it_once_it_has_moved_further_than_its_reach() {
+        let mut model = Model::empty([0.0; 3]);
+        let mesh = TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]);
+        for _ in 0..2 {
+            model.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
+        }
+        let mut frame = Frame::new(&model, &Topology::new(&model));
+        assert_eq!(frame.offsets, vec![DVec3::ZERO; 2]);
+        let each = mesh.vertex_count();
+        // The bar's centre is a vertex; its corners lie sqrt(0.06) m from it.
+        let (probe, reach) = frame.probes[1].unwrap();
+        assert_eq!(model.rest[probe], [0.2, 0.1, 0.1]);
+        assert!(probe >= each && (reach - 0.06f64.sqrt()).abs() < 1e-12, "{probe} {reach}");
+        let rest: Vec<DVec3> = model.rest.iter().map(|&p| DVec3::from(p)).collect();
+        let (small, far) = (DVec3::new(0.0, -0.9 * reach, 0.0), DVec3::new(3.0, -7.0, 2.0));
+        let mut x: Vec<DVec3> =
+            (0..rest.len()).map(|v| rest[v] + if v < each { small } else { far }).collect();
+        assert!(frame.rebase(|v| x[v]));
+        assert_eq!(frame.offsets[0], DVec3::ZERO);
+        assert!((frame.offsets[1] - far).length() < 1e-12, "{}", frame.offsets[1]);
+        for v in each..rest.len() {
+            assert!((x[v] - frame.reference(v)).length() < 1e-12, "vertex {v}");
+        }
+        assert!(!frame.rebase(|v| x[v]));
+        // A quarter turn about the probe (the bar's centre) moves the probe nowhere.
+        let centre = x[probe];
+        for p in &mut x[each..] {
+            let d = *p - centre;
+            *p = centre + DVec3::new(-d.y, d.x, d.z);
+        }
+        assert!(!frame.rebase(|v| x[v]));
+        assert!((frame.offsets[1] - far).length() < 1e-12);
     }
 }

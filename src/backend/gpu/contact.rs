@@ -174,13 +174,15 @@ mod tests {
     }
 
     /// Per vertex (the direction zero elsewhere) and for all at once, the bound on random
-    /// steps aimed at the colliders of every shape agrees with its CPU twin.
+    /// steps aimed at the colliders of every shape agrees with its CPU twin (displacements
+    /// measured from a moved frame, as in the next test).
     #[test]
     fn the_step_bound_matches_its_cpu_twin() {
         let Some(context) = context() else { return };
         let (model, x, _) = barrier_model(5);
         let steps = random_steps(&model, &x, 9);
         let mut rig = Rig::new(&context, &model);
+        rig.move_frame();
         rig.write_positions(&x, &x, &x);
         let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
         let gpu_bound = |rig: &mut Rig, direction: &[[f64; 3]]| {
@@ -218,7 +220,8 @@ mod tests {
     }
 
     /// The projection model's trial positions: random moves from a state with every third
-    /// free vertex resting on a collider, against `contact::stop_at_contact`.
+    /// free vertex resting on a collider, against `contact::stop_at_contact`. The parts'
+    /// frames are moved, so that the shader must add their offsets back.
     #[test]
     fn trial_positions_stop_at_contact_as_on_the_cpu() {
         let Some(context) = context() else { return };
@@ -230,6 +233,7 @@ mod tests {
         let mut cpu = target.clone();
         stop_at_contact(&model.colliders, &model.pinned, &x, &mut cpu);
         let mut rig = Rig::new(&context, &model);
+        rig.move_frame();
         let (from, to) = (rig.buffers.displacements(&x), rig.buffers.displacements(&target));
         rig.upload(3, "x_saved", &from);
         rig.upload(2, "x", &to);

@@ -273,7 +273,18 @@ mod tests {
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
         let (x, start) = random_state(&model, 12);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
+    }
+
+    /// The same with every part's displacements measured from a moved frame: gravity and
+    /// the colliders see the positions the offsets give back.
+    #[test]
+    fn gather_matches_its_cpu_twin_in_a_moved_frame() {
+        let Some(context) = context() else { return };
+        let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
+        let (x, start) = random_state(&model, 15);
+        let cpu = reference(&model, &x, &start, Projection::None);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, true);
     }
 
     /// The same with the cubic level-set penalty.
@@ -285,7 +296,7 @@ mod tests {
         let model = Arc::new(model);
         let (x, start) = random_state(&model, 12);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
     }
 
     /// The same under the IPC barrier, every free vertex outside the colliders and many
@@ -295,7 +306,7 @@ mod tests {
         let Some(context) = context() else { return };
         let (model, x, start) = barrier_model(12);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
     }
 
     /// Under the projection model, with every third free vertex resting on a collider: the
@@ -324,7 +335,7 @@ mod tests {
         crate::backend::cpu::assemble::constrain_pressed(&topology, &pressed, &mut cpu.blocks);
         let count = pressed.iter().filter(|p| p.is_some()).count();
         assert!(count >= 4, "only {count} vertices pressed");
-        let mut rig = check_gather_and_assemble(&context, &model, &x, &start, &cpu);
+        let mut rig = check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
         let gpu: Vec<f32> = rig.read(3, "pressed", 4 * x.len());
         for (v, (p, n)) in gpu.chunks_exact(4).zip(&pressed).enumerate() {
             assert_eq!(p[3] > 0.0, n.is_some(), "vertex {v}: pressed on one backend only");
@@ -361,8 +372,12 @@ mod tests {
         x: &[[f64; 3]],
         start: &[[f64; 3]],
         cpu: &Reference,
+        moved_frame: bool,
     ) -> Rig {
         let mut rig = Rig::new(context, model);
+        if moved_frame {
+            rig.move_frame();
+        }
         rig.write_positions(x, start, &cpu.target);
         rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
         rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));

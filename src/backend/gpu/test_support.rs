@@ -240,6 +240,13 @@ impl Rig {
         self.rec.read_buffer(&self.context, buffer, len).unwrap()
     }
 
+    /// Moves every part's frame by a few centimetres, each its own way: positions written
+    /// after are displacements from there, which the shaders must add back (`Frame`).
+    pub fn move_frame(&mut self) {
+        let offset = |p: usize| glam::DVec3::new(0.03, -0.05, 0.02 + 0.01 * p as f64);
+        self.buffers.move_frame(&self.context, &mut self.rec, offset);
+    }
+
     /// Uploads the iterate, the step's start and its target (as displacements).
     pub fn write_positions(&mut self, x: &[[f64; 3]], start: &[[f64; 3]], target: &[[f64; 3]]) {
         for (name, values) in [("x", x), ("x_start", start), ("target_positions", target)] {

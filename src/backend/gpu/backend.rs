@@ -1656,8 +1656,24 @@ impl Stages for GpuBackend {
         if !self.solve_lengths.is_empty() {
             self.previous_solve_lengths = std::mem::take(&mut self.solve_lengths);
         }
-        // A part that has travelled is measured from an offset that moved with it.
-        self.buffers.rebase(&self.context, &mut self.recording, &problem);
+        // A part that has travelled is measured from an offset that moved with it. Unless the
+        // start's potential is infinite there: the new rounding of its displacements can put
+        // an element that a stiff solve left at the edge of its material's domain outside it
+        // (every guess of a stabilized step was then refused), and the step keeps the frame.
+        if let Some(before) = self.buffers.rebase(&self.context, &mut self.recording, &problem) {
+            self.potential_at.forget();
+            let finite = match self.potential_and_gradient(problem.start) {
+                Ok(at) => at.potential.is_finite(),
+                Err(e) => {
+                    self.error.get_or_insert(e);
+                    true
+                }
+            };
+            if !finite {
+                self.buffers.set_offsets(&self.context, &mut self.recording, before);
+                self.potential_at.forget();
+            }
+        }
         let displacements =
             [self.buffers.displacements(problem.start), self.buffers.displacements(problem.target)];
         for (name, values) in ["x_start", "target_positions"].iter().zip(&displacements) {

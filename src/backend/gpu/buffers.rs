@@ -115,10 +115,12 @@ pub struct GpuBuffers {
 /// at rest, a steel cube that had fallen 3 m held displacements whose f32 rounding (2.4e-7 m)
 /// strained its 1.25 cm cells by 2e-5, a thousand times what its weight does: its Newton
 /// steps stalled at that noise and it fell 21 cm behind the CPU in 40 steps. Strains, and
-/// every solve, see displacement differences within a part, which no offset changes; moving
-/// an offset rounds the state's displacements anew (more finely than before), which is why
-/// it waits for a move of the part's size: an element that a stiff solve left at the edge of
-/// its material's domain (J at f32's noise) can fall either side of it.
+/// every solve, see displacement differences within a part, which no offset changes. Moving
+/// an offset rounds the state's displacements anew (more finely than before): an element that
+/// a stiff solve left at the edge of its material's domain (J at f32's noise) can fall either
+/// side of it, so the backend checks the start's potential after a move and takes the move
+/// back where it is infinite. That check is a pass and a readback, one reason the offset
+/// waits for a move of the part's size.
 struct Frame {
     rest: Vec<[f64; 3]>,
     part_of: Vec<u32>,
@@ -396,9 +398,14 @@ impl GpuBuffers {
     }
 
     /// Moves the offsets of the parts that `problem` evaluates far from them ([`Frame`]) and
-    /// records their upload. Displacements already on the device are then stale: a step
-    /// uploads its start and target after this.
-    pub fn rebase(&mut self, context: &GpuContext, recording: &mut Recording, problem: &StepProblem<'_>) {
+    /// records their upload; returns the offsets before, when some moved. Displacements
+    /// already on the device are then stale: a step uploads its start and target after this.
+    pub fn rebase(
+        &mut self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        problem: &StepProblem<'_>,
+    ) -> Option<Vec<DVec3>> {
         let weight: f64 = problem.nodes.iter().map(|q| q.weight).sum();
         let theta = match weight > 0.0 {
             true => problem.nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() / weight,
@@ -406,23 +413,19 @@ impl GpuBuffers {
         };
         let (start, target) = (problem.start, problem.target);
         let at = |v: usize| DVec3::from(start[v]).lerp(DVec3::from(target[v]), theta);
-        if self.frame.rebase(at) {
-            self.upload_offsets(context, recording);
+        let before = self.frame.offsets.clone();
+        if !self.frame.rebase(at) {
+            return None;
         }
+        self.upload_offsets(context, recording);
+        Some(before)
     }
 
-    /// Sets part `p`'s offset to `offset(p)` and records its upload: the stage tests move the
-    /// frame so, to check that the shaders add the offsets back.
-    #[cfg(test)]
-    pub fn move_frame(
-        &mut self,
-        context: &GpuContext,
-        recording: &mut Recording,
-        offset: impl Fn(usize) -> DVec3,
-    ) {
-        for (p, moved) in self.frame.offsets.iter_mut().enumerate() {
-            *moved = offset(p);
-        }
+    /// Sets the parts' offsets and records their upload (a rebase taken back; the stage tests'
+    /// moved frames).
+    pub fn set_offsets(&mut self, context: &GpuContext, recording: &mut Recording, offsets: Vec<DVec3>) {
+        assert_eq!(offsets.len(), self.frame.offsets.len(), "one offset per part");
+        self.frame.offsets = offsets;
         self.upload_offsets(context, recording);
     }
 

@@ -96,6 +96,9 @@ pub struct GpuBackend {
     groups: Groups,
     recording: Recording,
     model: Arc<Model>,
+    /// Whether the potential is infinite somewhere: neo-Hookean tets outside their domain,
+    /// vertices inside a collider under the barrier.
+    potential_has_an_edge: bool,
     nodes: Vec<Node>,
     inv_h2: f64,
     /// This step has lagged damping (its matrix is built at the step's start), with this
@@ -214,6 +217,9 @@ impl GpuBackend {
             Ok((stages, buffers, recording, groups))
         })?;
         let colliders = model.colliders.clone();
+        let neo_hookean =
+            |m: &crate::material::Elastic| m.model() == crate::material::MaterialModel::NeoHookean;
+        let potential_has_an_edge = model.contact.is_barrier() || model.tet_material.iter().any(neo_hookean);
         Ok(GpuBackend {
             context,
             stages,
@@ -221,6 +227,7 @@ impl GpuBackend {
             groups,
             recording,
             model,
+            potential_has_an_edge,
             nodes: Node::POTENTIAL.to_vec(),
             inv_h2: 0.0,
             damped: false,
@@ -1660,7 +1667,9 @@ impl Stages for GpuBackend {
         // start's potential is infinite there: the new rounding of its displacements can put
         // an element that a stiff solve left at the edge of its material's domain outside it
         // (every guess of a stabilized step was then refused), and the step keeps the frame.
-        if let Some(before) = self.buffers.rebase(&self.context, &mut self.recording, &problem) {
+        // Only neo-Hookean tets and the barrier have such an edge; other models need no check.
+        let moved = self.buffers.rebase(&self.context, &mut self.recording, &problem);
+        if let Some(before) = moved.filter(|_| self.potential_has_an_edge) {
             self.potential_at.forget();
             let finite = match self.potential_and_gradient(problem.start) {
                 Ok(at) => at.potential.is_finite(),

@@ -162,19 +162,19 @@ impl Frame {
     }
 
     /// Moves the offset of each part that `at(v)` (where the step evaluates vertex `v`)
-    /// holds far from it; true when some offset moved.
-    fn rebase(&mut self, at: impl Fn(usize) -> DVec3) -> bool {
-        let mut moved = false;
+    /// holds far from it; returns the offsets before, when some moved.
+    fn rebase(&mut self, at: impl Fn(usize) -> DVec3) -> Option<Vec<DVec3>> {
+        let mut before = None;
         for (p, probe) in self.probes.iter().enumerate() {
             let Some((v, reach)) = *probe else { continue };
             let offset = at(v) - DVec3::from(self.rest[v]);
             if offset.is_finite() && offset.distance(self.offsets[p]) > reach {
+                before.get_or_insert_with(|| self.offsets.clone());
                 // In f32, as the shaders add it: the host's absolute positions are theirs.
                 self.offsets[p] = offset.as_vec3().as_dvec3();
-                moved = true;
             }
         }
-        moved
+        before
     }
 
     /// The offsets as the shaders read them.
@@ -413,12 +413,14 @@ impl GpuBuffers {
         };
         let (start, target) = (problem.start, problem.target);
         let at = |v: usize| DVec3::from(start[v]).lerp(DVec3::from(target[v]), theta);
-        let before = self.frame.offsets.clone();
-        if !self.frame.rebase(at) {
-            return None;
-        }
+        let before = self.frame.rebase(at)?;
         self.upload_offsets(context, recording);
         Some(before)
+    }
+
+    /// The number of parts, each with an offset.
+    pub fn part_count(&self) -> usize {
+        self.frame.offsets.len()
     }
 
     /// Sets the parts' offsets and records their upload (a rebase taken back; the stage tests'
@@ -587,21 +589,21 @@ mod tests {
         let (small, far) = (DVec3::new(0.0, -0.9 * reach, 0.0), DVec3::new(3.0, -7.0, 2.0));
         let mut x: Vec<DVec3> =
             (0..rest.len()).map(|v| rest[v] + if v < each { small } else { far }).collect();
-        assert!(frame.rebase(|v| x[v]));
+        assert!(frame.rebase(|v| x[v]).is_some());
         assert_eq!(frame.offsets[0], DVec3::ZERO);
         // The move, rounded to f32 as the shaders add it (this one is exact in f32).
         assert_eq!(frame.offsets[1], far.as_vec3().as_dvec3());
         for v in each..rest.len() {
             assert!((x[v] - frame.reference(v)).length() < 1e-12, "vertex {v}");
         }
-        assert!(!frame.rebase(|v| x[v]));
+        assert!(frame.rebase(|v| x[v]).is_none());
         // A quarter turn about the probe (the bar's centre) moves the probe nowhere.
         let centre = x[probe];
         for p in &mut x[each..] {
             let d = *p - centre;
             *p = centre + DVec3::new(-d.y, d.x, d.z);
         }
-        assert!(!frame.rebase(|v| x[v]));
+        assert!(frame.rebase(|v| x[v]).is_none());
         assert_eq!(frame.offsets[1], far.as_vec3().as_dvec3());
     }
 }

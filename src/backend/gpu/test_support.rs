@@ -243,8 +243,9 @@ impl Rig {
     /// Moves every part's frame by a few centimetres, each its own way: positions written
     /// after are displacements from there, which the shaders must add back (`Frame`).
     pub fn move_frame(&mut self) {
-        let parts = crate::backend::topology::Topology::new(&self.model).parts().1 as usize;
-        let offsets = (0..parts).map(|p| glam::DVec3::new(0.03, -0.05, 0.02 + 0.01 * p as f64)).collect();
+        let offsets = (0..self.buffers.part_count())
+            .map(|p| glam::DVec3::new(0.03, -0.05, 0.02 + 0.01 * p as f64))
+            .collect();
         self.buffers.set_offsets(&self.context, &mut self.rec, offsets);
     }
 

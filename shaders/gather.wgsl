@@ -88,7 +88,7 @@ struct Params {
 // Handle springs grouped by vertex: (position, stiffness).
 @group(2) @binding(3) var<storage, read> anchor_offsets: array<u32>;
 @group(2) @binding(4) var<storage, read> anchors: array<vec4<f32>>;
-// Per part, the offset of its reference from the rest shape.
+// Per part, the offset of its reference from the rest shape, and in `w` the part's reach.
 @group(2) @binding(5) var<storage, read> frame_offsets: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read> corner_gradients: array<vec4<f32>>;
@@ -135,18 +135,25 @@ fn node(q: u32) -> vec2<f32> {
     return vec2<f32>(params.weight_1, params.theta_1);
 }
 
-// The conservative potential of vertex v at z (gravity, penalties, handles): its value,
-// gradient, Hessian and force magnitude.
+// The conservative potential of vertex v at z = at + d, `at` its reference position and `d`
+// its displacement from it (gravity, penalties, handles): its value, gradient, Hessian and
+// force magnitude, and the part of it from terms of the absolute position (colliders,
+// handles). Gravity's value is weighed against `d` alone; the host adds its value at the
+// reference positions in f64 (`GpuBuffers::reference_gravity_energy`): summed from absolute
+// positions in f32, a body 1 km up carried 0.1 J of noise per 200 kg in every energy, which
+// the energy-controlled integrators then chased.
 struct Potential {
     value: f32,
     gradient: vec3<f32>,
     hessian: mat3x3<f32>,
     forces: f32,
+    absolute: f32,
 }
 
-fn potential(v: u32, z: vec3<f32>) -> Potential {
+fn potential(v: u32, at: vec3<f32>, d: vec3<f32>) -> Potential {
+    let z = at + d;
     let weight = masses[v] * vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z);
-    var out = Potential(-dot(weight, z), -weight, mat3x3<f32>(), length(weight));
+    var out = Potential(-dot(weight, d), -weight, mat3x3<f32>(), length(weight), 0.0);
     let k = params.contact_stiffness;
     for (var c = 0u; c < params.collider_count && k > 0.0; c++) {
         let d = collider_distance(colliders[c], z);
@@ -165,6 +172,7 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
             out.value += value;
             out.gradient += d.normal * first;
             out.forces += abs(first);
+            out.absolute += abs(first);
             // Along the normal the penalty's own curvature; across it the surface's curvature
             // times the slope (<= 0 on convex shapes), which the projection drops.
             out.hessian += outer3(d.normal, d.normal) * second;
@@ -179,6 +187,7 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
         out.value += 0.5 * spring.w * dot(stretch, stretch);
         out.gradient += stretch * spring.w;
         out.forces += spring.w * length(stretch);
+        out.absolute += spring.w * length(stretch);
         out.hessian += IDENTITY3 * spring.w;
     }
     return out;
@@ -188,7 +197,7 @@ fn potential(v: u32, z: vec3<f32>) -> Potential {
 // (the twin of `ContactModel::energy` and `derivatives`): infinite energy inside a collider,
 // where its derivatives are left out (no iterate is ever there).
 fn barrier(z: vec3<f32>) -> Potential {
-    var out = Potential(0.0, vec3<f32>(0.0), mat3x3<f32>(), 0.0);
+    var out = Potential(0.0, vec3<f32>(0.0), mat3x3<f32>(), 0.0, 0.0);
     let reach = params.barrier_distance;
     let k = params.barrier_stiffness;
     for (var c = 0u; c < params.collider_count; c++) {
@@ -305,7 +314,7 @@ fn vertex(v: u32) -> vec4<f32> {
         var energy = 0.0;
         for (var q = 0u; q < params.node_count; q++) {
             let cw = node(q);
-            energy += cw.x * potential(v, at + xv * cw.y + start * (1.0 - cw.y)).value;
+            energy += cw.x * potential(v, at, xv * cw.y + start * (1.0 - cw.y)).value;
         }
         energy += self_contact_energy(v);
         if (params.derivatives != 0u) {
@@ -327,13 +336,16 @@ fn vertex(v: u32) -> vec4<f32> {
     var acc = inertia;
     var block = IDENTITY3 * mass;
     var forces = length(inertia);
+    // The forces of terms of the absolute position (their noise grows with it).
+    var absolute = 0.0;
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
-        let u = potential(v, at + xv * cw.y + start * (1.0 - cw.y));
+        let u = potential(v, at, xv * cw.y + start * (1.0 - cw.y));
         energy += cw.x * u.value;
         acc += u.gradient * (cw.x * cw.y);
         block += u.hessian * (cw.x * cw.y * cw.y);
         forces += u.forces * cw.x * cw.y;
+        absolute += u.absolute * cw.x * cw.y;
     }
     if (params.barrier_stiffness > 0.0) {
         let w = params.end_weight;
@@ -342,6 +354,7 @@ fn vertex(v: u32) -> vec4<f32> {
         acc += b.gradient * w;
         block += b.hessian * w;
         forces += b.forces * w;
+        absolute += b.forces * w;
     }
     if (params.damped != 0u) {
         // Row v of D dx.
@@ -374,6 +387,7 @@ fn vertex(v: u32) -> vec4<f32> {
     acc += contact.gradient;
     block += contact.block;
     forces += contact.forces;
+    absolute += contact.forces;
     // Four corners' loads are issued before their sums (in the same order as one at a time):
     // one by one, each corner's two dependent loads made the pass a chain of latencies, about
     // 15 us on an H200 whatever the body's size.
@@ -415,11 +429,17 @@ fn vertex(v: u32) -> vec4<f32> {
     }
     store_gradient(v, acc);
     store_block(v, block);
-    // G's noise floor counts the rounding of absolute positions: conservative, since the
-    // displacements are stored finer than that.
+    // G's noise floor: forces times the size of what rounds under them. The terms of absolute
+    // positions round with the position; the others (inertia, gravity, elasticity, damping)
+    // with the displacement from the reference, or with the part's reach (its size, a
+    // conservative bound for its elements' own rounding; `frame_offsets[p].w`). Counted from
+    // absolute positions everywhere, a body 1 km from the origin took any step that raised G
+    // by less than about 5 J per 200 kg as flat.
     let position = at + xv;
-    let extent = max(abs(position.x), max(abs(position.y), abs(position.z)));
-    return vec4<f32>(energy, dot(acc, acc), forces, forces * extent);
+    let reach = frame_offsets[frame_parts[v]].w;
+    let local = reach + max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
+    let far = max(abs(position.x), max(abs(position.y), abs(position.z)));
+    return vec4<f32>(energy, dot(acc, acc), forces, (forces - absolute) * local + absolute * far);
 }
 
 @compute @workgroup_size(WORKGROUP)

@@ -251,6 +251,8 @@ pub struct LocalGlobalReport {
     pub start_objective: f64,
     /// `G` at the returned iterate.
     pub objective: f64,
+    /// How far rounding the returned iterate moves `G` (`Linearization::noise_floor`).
+    pub noise_floor: f64,
     /// `G` at the first iterate and after each iteration, when asked.
     pub objectives: Vec<f64>,
     /// Time in the local steps and gradients.

@@ -2,7 +2,7 @@
 //! candidates in batches the backend chooses.
 
 /// Armijo's sufficient-decrease constant.
-const ARMIJO: f64 = 1e-4;
+pub(crate) const ARMIJO: f64 = 1e-4;
 /// Doublings tried past the full step when extrapolating.
 const MAX_DOUBLINGS: usize = 10;
 /// Halvings before giving up: 2^-40 of a step is below any meaningful change.
@@ -10,7 +10,7 @@ const MAX_HALVINGS: usize = 40;
 /// Multiple of the noise floor of `G` below which a predicted decrease is not resolvable,
 /// and up to which a rise of `G` counts as flat. The floor is a first-order estimate, so an
 /// order of magnitude of margin.
-const NOISE_MARGIN: f64 = 10.0;
+pub(crate) const NOISE_MARGIN: f64 = 10.0;
 
 /// Outcome of a line search along the backend's current direction.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -3,7 +3,7 @@
 //!
 //! [`Stages`]: crate::backend::Stages
 
-mod line_search;
+pub(crate) mod line_search;
 mod local_global;
 mod mixed_fem;
 pub(crate) mod newton;

@@ -11,11 +11,8 @@
 //! exactly on another: its first step falls a whole step's gravity into it); without them
 //! no length decreased `G`, no iteration moved, and the body hung there for good.
 
-/// Armijo's sufficient-decrease constant (the host search's).
-pub(crate) const ARMIJO: f64 = 1e-4;
-/// Multiple of the noise floor below which a predicted decrease is not resolvable (the host
-/// search's margin).
-pub(crate) const NOISE_MARGIN: f64 = 10.0;
+// Armijo's constant and the noise margin are the host search's.
+use crate::solver::line_search::{ARMIJO, NOISE_MARGIN};
 
 /// After a batch that found no decrease, the next starts at half its shortest step.
 const NEXT_BATCH: f64 = 1.0 / 128.0;

@@ -624,8 +624,8 @@ impl Stages for CpuBackend {
                 search,
                 &mut self.corner_gradients,
             );
-            report.gradient_norm =
-                self.gather_what(Projection::None, gather::Gathered::GradientOnly).gradient_norm;
+            let end = self.gather_what(Projection::None, gather::Gathered::GradientOnly);
+            (report.gradient_norm, report.noise_floor) = (end.gradient_norm, end.noise_floor);
             report.converged = report.gradient_norm <= request.gradient_tolerance;
             let last = report.converged || report.iterations == request.iterations;
             // The vertices' part of G is a pass of its own, made where G is reported.

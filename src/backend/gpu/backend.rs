@@ -504,7 +504,7 @@ impl GpuBackend {
             staged.push(self.record_dissipation(at)?);
         }
         let results = self.recording.read(&self.context, &staged)?;
-        let potentials = Self::member_values(&results[0], &results[1], members);
+        let potentials = self.member_values(&results[0], &results[1], members, &Node::POTENTIAL);
         let dissipations: Vec<f64> = match results.get(2) {
             Some(bytes) => bytes.chunks(bytes.len() / members).map(|b| self.dissipation_from(b)).collect(),
             None => vec![0.0; members],
@@ -530,7 +530,7 @@ impl GpuBackend {
         Ok(results
             .chunks(per_point)
             .map(|r| {
-                let potential = Self::candidate_values(&r[..2])[0];
+                let potential = self.candidate_values(&r[..2], &Node::POTENTIAL)[0];
                 (potential, if self.dissipates() { self.dissipation_from(&r[2]) } else { 0.0 })
             })
             .collect())
@@ -666,17 +666,27 @@ impl GpuBackend {
         }
     }
 
-    fn candidate_values(results: &[Vec<u8>]) -> Vec<f64> {
-        results.chunks(2).flat_map(|pair| Self::member_values(&pair[0], &pair[1], 1)).collect()
+    /// What the host adds to a vertex energy gathered at `nodes`: gravity's potential at the
+    /// reference positions, weighed by the nodes (`GpuBuffers::reference_gravity_energy`).
+    fn reference_energy(&self, nodes: &[Node]) -> f64 {
+        let weight: f64 = nodes.iter().map(|q| q.weight).sum();
+        weight * self.buffers.reference_gravity_energy(self.model.gravity)
     }
 
-    /// The objectives of a pass over `members` positions from its staged element and gather
-    /// partials, one member's after another.
-    fn member_values(elements: &[u8], vertices: &[u8], members: usize) -> Vec<f64> {
+    /// The objectives at `nodes` from pairs of staged element and gather partials.
+    fn candidate_values(&self, results: &[Vec<u8>], nodes: &[Node]) -> Vec<f64> {
+        results.chunks(2).flat_map(|pair| self.member_values(&pair[0], &pair[1], 1, nodes)).collect()
+    }
+
+    /// The objectives at `nodes` of a pass over `members` positions from its staged element
+    /// and gather partials, one member's after another.
+    fn member_values(&self, elements: &[u8], vertices: &[u8], members: usize, nodes: &[Node]) -> Vec<f64> {
         let (e, v) = (elements.len() / members, vertices.len() / members);
+        let reference = self.reference_energy(nodes);
         (0..members)
             .map(|j| {
-                WgElement::energy(&elements[j * e..(j + 1) * e]) + sums::<1>(&vertices[j * v..(j + 1) * v])[0]
+                let gathered = sums::<1>(&vertices[j * v..(j + 1) * v])[0];
+                WgElement::energy(&elements[j * e..(j + 1) * e]) + gathered + reference
             })
             .collect()
     }
@@ -693,7 +703,7 @@ impl GpuBackend {
             .0
             .iter()
             .zip(results[staged.len()..].chunks(2))
-            .flat_map(|(&(_, _, members), pair)| Self::member_values(&pair[0], &pair[1], members))
+            .flat_map(|(&(_, _, members), pair)| self.member_values(&pair[0], &pair[1], members, &self.nodes))
             .collect();
         Ok((results[..staged.len()].to_vec(), values))
     }
@@ -783,7 +793,7 @@ impl GpuBackend {
             let results = self.recording.read(&self.context, &staged)?;
             return Ok(crate::backend::MixedDirection {
                 linearization: Self::linearization(&results[0]),
-                objective: start.map(|_| Self::start_objective(&results[1])),
+                objective: start.map(|_| self.start_objective(&results[1])),
                 ..Default::default()
             });
         }
@@ -803,7 +813,7 @@ impl GpuBackend {
         staged.extend(self.record_after_mixed_solve(&nodes)?);
         staged.extend(start);
         let mut results = self.recording.read(&self.context, &staged)?;
-        let objective = start.map(|_| Self::start_objective(&results[8]));
+        let objective = start.map(|_| self.start_objective(&results[8]));
         let first: PcgStatus = bytemuck::pod_read_unaligned(&results[0]);
         let status = match solve {
             Some(mut solve) => self.run_on(&mut solve, first)?,
@@ -820,7 +830,7 @@ impl GpuBackend {
         let mut direction =
             Self::report(&results[2], status.iterations.max(1) as usize, status.negative_curvature());
         direction.slope += WgElement::energy(&results[3]);
-        let merits = Self::candidate_values(&results[4..8]);
+        let merits = self.candidate_values(&results[4..8], &nodes);
         self.solved(&status);
         Ok(crate::backend::MixedDirection {
             linearization,
@@ -850,7 +860,7 @@ impl GpuBackend {
             staged.extend(start);
             staged.extend(end);
             let results = self.recording.read(&self.context, &staged)?;
-            let objective = start.map(|_| Self::start_objective(&results[1]));
+            let objective = start.map(|_| self.start_objective(&results[1]));
             self.remember_end_state(&results[1 + usize::from(start.is_some())..]);
             return Ok(NewtonDirection {
                 linearization: Self::linearization(&results[0]),
@@ -883,7 +893,7 @@ impl GpuBackend {
         if bound.is_some() {
             self.step_bound = Some(WgContact::bound(&results[bound_at]));
         }
-        let objective = start.map(|_| Self::start_objective(&results[3]));
+        let objective = start.map(|_| self.start_objective(&results[3]));
         if ends {
             self.remember_end_state(&results[3 + usize::from(start.is_some())..]);
         }
@@ -984,7 +994,7 @@ impl GpuBackend {
 
     /// Remembers the potential and gradient at `x` from the results of `record_potential`.
     fn remember_potential(&mut self, x: &[[f64; 3]], results: &[Vec<u8>]) -> &PotentialAt {
-        let potential = WgElement::energy(&results[0]) + sums::<1>(&results[1])[0];
+        let potential = self.candidate_values(&results[..2], &Node::POTENTIAL)[0];
         let values = floats(&results[2]);
         let remembered = &mut self.potential_at;
         remembered.x.resize(x.len(), [0.0; 3]);
@@ -1089,9 +1099,12 @@ impl GpuBackend {
     }
 
     /// `G` at the start a staged search record holds (infinite when no guess was valid).
-    fn start_objective(bytes: &[u8]) -> f64 {
+    fn start_objective(&self, bytes: &[u8]) -> f64 {
         let record: SearchRecord = bytemuck::pod_read_unaligned(bytes);
-        if record.picked == super::line_search::NONE { f64::INFINITY } else { record.value as f64 }
+        match record.picked == super::line_search::NONE {
+            true => f64::INFINITY,
+            false => record.value as f64 + self.reference_energy(&self.nodes),
+        }
     }
 
     /// How a budgeted Jacobi solve of this body iterates: see [`PIPELINED_VERTICES`].
@@ -1164,10 +1177,12 @@ impl GpuBackend {
         if start.picked == super::line_search::NONE {
             return Ok(BudgetSolve::default());
         }
+        // The device's objectives leave out gravity at the reference positions.
+        let reference = self.reference_energy(&nodes);
         let mut solve = BudgetSolve {
             guess: Some(start.picked as usize),
-            start_objective: start.value as f64,
-            objective: start.value as f64,
+            start_objective: start.value as f64 + reference,
+            objective: start.value as f64 + reference,
             gradient_norm: Self::linearization(&results[1]).gradient_norm,
             ..BudgetSolve::default()
         };
@@ -1180,7 +1195,7 @@ impl GpuBackend {
                 solve.linear_iterations += status.iterations.max(1) as usize;
                 solve.stalled = after.alpha == 0.0 && after.slope < 0.0;
             }
-            solve.objective = after.value as f64;
+            solve.objective = after.value as f64 + reference;
         }
         solve.x = self.remember_end_state(&results[2..rest]);
         solve.dissipation = self.iterate_read.as_ref().and_then(|read| read.dissipation).unwrap_or(0.0);
@@ -1243,7 +1258,7 @@ impl GpuBackend {
                 tally.report.linear_iterations += status.iterations as usize;
             }
         }
-        tally.values.extend(Self::candidate_values(&results[statuses..]));
+        tally.values.extend(self.candidate_values(&results[statuses..], &self.nodes));
         Ok(results[..extra.len()].to_vec())
     }
 
@@ -1568,8 +1583,9 @@ impl GpuBackend {
         let lengths = &mut self.global_lengths;
         lengths.resize(lengths.len().max(tally.lengths.len()), FIRST_CHUNK);
         lengths[..tally.lengths.len()].copy_from_slice(&tally.lengths);
-        report.gradient_norm =
-            results.first().map_or(f64::NAN, |bytes| Self::linearization(bytes).gradient_norm);
+        let end = results.first().map(|bytes| Self::linearization(bytes));
+        report.gradient_norm = end.map_or(f64::NAN, |l| l.gradient_norm);
+        report.noise_floor = end.map_or(0.0, |l| l.noise_floor);
         report.converged = report.gradient_norm <= request.gradient_tolerance;
         report.start_objective = tally.values[0];
         report.objective = *tally.values.last().unwrap_or(&f64::NAN);
@@ -1867,7 +1883,8 @@ impl Stages for GpuBackend {
                 staged.push(self.record_mixed_merit(&nodes, alpha)?);
             }
             self.vector("offset", 0.0)?;
-            Ok(Self::candidate_values(&self.recording.read(&self.context, &staged.concat())?))
+            let results = self.recording.read(&self.context, &staged.concat())?;
+            Ok(self.candidate_values(&results, &nodes))
         })();
         self.settle(result, vec![f64::NAN; alphas.len()])
     }
@@ -1895,7 +1912,7 @@ impl Stages for GpuBackend {
             if !end.is_empty() {
                 self.remember_end_state(&results[2..]);
             }
-            Ok(Self::candidate_values(&results[..2])[0])
+            Ok(self.candidate_values(&results[..2], &nodes)[0])
         })();
         self.settle(result, f64::NAN)
     }
@@ -1913,7 +1930,8 @@ impl Stages for GpuBackend {
                 let (e, g) = self.record_energy(Positions::Iterate, &nodes, self.inv_h2, true)?;
                 staged.extend([e, g]);
             }
-            let values = Self::candidate_values(&self.recording.read(&self.context, &staged)?);
+            let results = self.recording.read(&self.context, &staged)?;
+            let values = self.candidate_values(&results, &nodes);
             Ok(values.into_iter().zip(&blocked).map(|(v, &b)| if b { f64::INFINITY } else { v }).collect())
         })();
         self.settle(result, vec![f64::NAN; points.len()])

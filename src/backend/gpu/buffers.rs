@@ -128,6 +128,10 @@ struct Frame {
     /// Per part, the vertex nearest its rest centroid and the part's reach around it; `None`
     /// for a lone vertex, whose displacement strains nothing.
     probes: Vec<Option<(usize, f64)>>,
+    /// `sum_v m_v rest_v`, and each part's mass: with the offsets, the reference positions'
+    /// first moment of mass, which gravity's potential there is.
+    rest_moment: DVec3,
+    part_masses: Vec<f64>,
 }
 
 impl Frame {
@@ -153,7 +157,18 @@ impl Frame {
             reach[p as usize] = reach[p as usize].max(point(v).distance(point(nearest[p as usize].0)));
         }
         let probes = (0..parts).map(|p| (reach[p] > 0.0).then_some((nearest[p].0, reach[p]))).collect();
-        Frame { rest: model.rest.clone(), part_of, offsets: vec![DVec3::ZERO; parts], probes }
+        let rest_moment = (0..model.vertex_count()).map(|v| point(v) * model.masses[v]).sum();
+        let mut part_masses = vec![0.0; parts];
+        for (&p, &m) in part_of.iter().zip(&model.masses) {
+            part_masses[p as usize] += m;
+        }
+        let offsets = vec![DVec3::ZERO; parts];
+        Frame { rest: model.rest.clone(), part_of, offsets, probes, rest_moment, part_masses }
+    }
+
+    /// `sum_v m_v reference_v`.
+    fn first_moment(&self) -> DVec3 {
+        self.offsets.iter().zip(&self.part_masses).fold(self.rest_moment, |sum, (o, &m)| sum + *o * m)
     }
 
     /// Vertex `v`'s reference position.
@@ -177,9 +192,11 @@ impl Frame {
         before
     }
 
-    /// The offsets as the shaders read them.
+    /// The offsets as the shaders read them, each with its part's reach (the gather's noise
+    /// floor).
     fn device_offsets(&self) -> Vec<[f32; 4]> {
-        self.offsets.iter().map(|o| [o.x as f32, o.y as f32, o.z as f32, 0.0]).collect()
+        let reach = |p: usize| self.probes[p].map_or(0.0, |(_, reach)| reach as f32);
+        self.offsets.iter().enumerate().map(|(p, o)| [o.x as f32, o.y as f32, o.z as f32, reach(p)]).collect()
     }
 }
 
@@ -416,6 +433,14 @@ impl GpuBuffers {
         let before = self.frame.rebase(at)?;
         self.upload_offsets(context, recording);
         Some(before)
+    }
+
+    /// Gravity's potential at the reference positions, `-g . sum_v m_v reference_v`: the
+    /// host's share of the vertex terms' energy, once per unit of node weight. The gather
+    /// weighs gravity against the displacements only (`shaders/gather.wgsl`, `potential`),
+    /// which f32 holds finely wherever the body is; this is the rest, in f64.
+    pub fn reference_gravity_energy(&self, gravity: [f64; 3]) -> f64 {
+        -DVec3::from(gravity).dot(self.frame.first_moment())
     }
 
     /// The number of parts, each with an offset.

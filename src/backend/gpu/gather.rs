@@ -259,7 +259,7 @@ mod tests {
 
     use crate::backend::gpu::GpuContext;
     use crate::backend::gpu::test_support::{
-        Reference, Rig, barrier_model, context, gather_params, linear_model, random_state, reference,
+        NODES, Reference, Rig, barrier_model, context, gather_params, linear_model, random_state, reference,
         rest_on_colliders, to_f32, worst,
     };
     use crate::material::{Material, Projection};
@@ -366,6 +366,52 @@ mod tests {
         );
     }
 
+    /// A body 1 km from the origin gathers the energy, and the noise floor of `G`, that it
+    /// gathers there: gravity at the reference positions is the host's (in f64), and only the
+    /// terms of absolute positions (none here) count their noise from them. Summed from
+    /// absolute positions, the energy carried 1.4e-2 J of f32 rounding (8e-8 J at the origin)
+    /// and the floor was 4 700 times larger.
+    #[test]
+    fn a_far_body_gathers_as_at_the_origin() {
+        let Some(context) = context() else { return };
+        let mut near = (*linear_model(Material::stable_neo_hookean(2e4, 0.4))).clone();
+        near.colliders.clear();
+        let far_away = |p: &[f64; 3]| [p[0] + 700.0, p[1] + 1000.0, p[2] - 300.0];
+        let mut far = near.clone();
+        far.rest = near.rest.iter().map(far_away).collect();
+        let (x, start) = random_state(&near, 16);
+        let sums = |model: Model, moved: fn(&[f64; 3]) -> [f64; 3]| {
+            let model = Arc::new(model);
+            let (x, start): (Vec<_>, Vec<_>) =
+                (x.iter().map(moved).collect(), start.iter().map(moved).collect());
+            let cpu = reference(&model, &x, &start, Projection::None);
+            let mut rig = Rig::new(&context, &model);
+            rig.write_positions(&x, &start, &cpu.target);
+            rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
+            rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
+            let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+            let params = gather_params(&model, Projection::None);
+            rig.stages
+                .gather
+                .queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate)
+                .unwrap();
+            let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
+            let partials: Vec<[f32; 4]> =
+                bytemuck::pod_collect_to_vec(&rig.rec.read(&context, &[staged]).unwrap()[0]);
+            let weight: f64 = NODES.iter().map(|q| q.weight).sum();
+            let reference = weight * rig.buffers.reference_gravity_energy(model.gravity);
+            let energy = partials.iter().map(|p| p[0] as f64).sum::<f64>() + reference;
+            (energy - cpu.vertex_energy, partials.iter().map(|p| p[3] as f64).sum::<f64>())
+        };
+        let (near_error, near_floor) = sums(near, |p| *p);
+        let (far_error, far_floor) = sums(far, far_away);
+        println!(
+            "energy off by {near_error:.1e} / {far_error:.1e} J, noise floors {near_floor:.2e} / {far_floor:.2e}"
+        );
+        assert!(far_error.abs() <= 1e-6, "{far_error:e} J");
+        assert!((far_floor - near_floor).abs() <= 1e-3 * near_floor, "{far_floor:e} vs {near_floor:e}");
+    }
+
     fn check_gather_and_assemble(
         context: &Arc<GpuContext>,
         model: &Arc<Model>,
@@ -407,11 +453,13 @@ mod tests {
         let (b_error, b_at) = worst(&assembled, cpu.blocks.as_flattened());
         assert!(b_error < 1e-5, "assembled block entry {b_at} off by {b_error:e}");
         let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
-        // The energy and |g|^2 are sums over every vertex in f32: 1e-4 relative.
+        // The energy and |g|^2 are sums over every vertex in f32: 1e-4 relative. The host
+        // adds gravity at the reference positions to the vertex energy.
+        let weight: f64 = NODES.iter().map(|q| q.weight).sum();
+        let energy = sums[0] + weight * rig.buffers.reference_gravity_energy(model.gravity);
         assert!(
-            relative(sums[0], cpu.vertex_energy) < 1e-4,
-            "vertex energy {} vs {}",
-            sums[0],
+            relative(energy, cpu.vertex_energy) < 1e-4,
+            "vertex energy {energy} vs {}",
             cpu.vertex_energy
         );
         assert!(relative(sums[1], cpu.sums.0) < 1e-4, "|grad|^2 {} vs {}", sums[1], cpu.sums.0);

@@ -385,23 +385,8 @@ mod tests {
             let (x, start): (Vec<_>, Vec<_>) =
                 (x.iter().map(moved).collect(), start.iter().map(moved).collect());
             let cpu = reference(&model, &x, &start, Projection::None);
-            let mut rig = Rig::new(&context, &model);
-            rig.write_positions(&x, &start, &cpu.target);
-            rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
-            rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
-            let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-            let params = gather_params(&model, Projection::None);
-            rig.stages
-                .gather
-                .queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate)
-                .unwrap();
-            let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
-            let partials: Vec<[f32; 4]> =
-                bytemuck::pod_collect_to_vec(&rig.rec.read(&context, &[staged]).unwrap()[0]);
-            let weight: f64 = NODES.iter().map(|q| q.weight).sum();
-            let reference = weight * rig.buffers.reference_gravity_energy(model.gravity);
-            let energy = partials.iter().map(|p| p[0] as f64).sum::<f64>() + reference;
-            (energy - cpu.vertex_energy, partials.iter().map(|p| p[3] as f64).sum::<f64>())
+            let sums = gather_sums(&mut Rig::new(&context, &model), &model, &x, &start, &cpu, false);
+            (sums[0] - cpu.vertex_energy, sums[3])
         };
         let (near_error, near_floor) = sums(near, |p| *p);
         let (far_error, far_floor) = sums(far, far_away);
@@ -410,6 +395,39 @@ mod tests {
         );
         assert!(far_error.abs() <= 1e-6, "{far_error:e} J");
         assert!((far_floor - near_floor).abs() <= 1e-3 * near_floor, "{far_floor:e} vs {near_floor:e}");
+    }
+
+    /// Gathers at `x` (from `start`, towards `cpu.target`) from the CPU twin's element
+    /// outputs on `rig`, and assembles after when asked; the sums of the gather's partials,
+    /// with the host's share of the vertex energy (gravity at the reference positions) added
+    /// to the first.
+    fn gather_sums(
+        rig: &mut Rig,
+        model: &Model,
+        x: &[[f64; 3]],
+        start: &[[f64; 3]],
+        cpu: &Reference,
+        assemble: bool,
+    ) -> [f64; 4] {
+        rig.write_positions(x, start, &cpu.target);
+        rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
+        rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
+        let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        let params = gather_params(model, Projection::None);
+        rig.stages.gather.queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate).unwrap();
+        let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
+        if assemble {
+            let groups = rig.stages.assemble.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+            let target = Target::Newton { damped: false, constrained: model.contact.is_projection() };
+            rig.stages.assemble.queue(&rig.context, &mut rig.rec, &groups, &rig.buffers, target).unwrap();
+        }
+        let partials: Vec<[f32; 4]> =
+            bytemuck::pod_collect_to_vec(&rig.rec.read(&rig.context, &[staged]).unwrap()[0]);
+        let mut sums: [f64; 4] =
+            partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64));
+        let weight: f64 = NODES.iter().map(|q| q.weight).sum();
+        sums[0] += weight * rig.buffers.reference_gravity_energy(model.gravity);
+        sums
     }
 
     fn check_gather_and_assemble(
@@ -424,20 +442,7 @@ mod tests {
         if moved_frame {
             rig.move_frame();
         }
-        rig.write_positions(x, start, &cpu.target);
-        rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
-        rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
-        let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-        let assemble = rig.stages.assemble.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-        let params = gather_params(model, Projection::None);
-        rig.stages.gather.queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate).unwrap();
-        let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
-        let target = Target::Newton { damped: false, constrained: model.contact.is_projection() };
-        rig.stages.assemble.queue(&rig.context, &mut rig.rec, &assemble, &rig.buffers, target).unwrap();
-        let partials: Vec<[f32; 4]> =
-            bytemuck::pod_collect_to_vec(&rig.rec.read(context, &[staged]).unwrap()[0]);
-        let sums: [f64; 4] =
-            partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64));
+        let sums = gather_sums(&mut rig, model, x, start, cpu, true);
         let (n, slots) = (model.vertex_count(), rig.buffers.slot_count);
         // Inputs rounded to f32 (1e-7) and short f32 sums: measured 1.4e-6 of the largest
         // entry on lavapipe; 1e-5 leaves a margin, and a wrong term or slot is off by O(1).
@@ -453,13 +458,11 @@ mod tests {
         let (b_error, b_at) = worst(&assembled, cpu.blocks.as_flattened());
         assert!(b_error < 1e-5, "assembled block entry {b_at} off by {b_error:e}");
         let relative = |a: f64, b: f64| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
-        // The energy and |g|^2 are sums over every vertex in f32: 1e-4 relative. The host
-        // adds gravity at the reference positions to the vertex energy.
-        let weight: f64 = NODES.iter().map(|q| q.weight).sum();
-        let energy = sums[0] + weight * rig.buffers.reference_gravity_energy(model.gravity);
+        // The energy and |g|^2 are sums over every vertex in f32: 1e-4 relative.
         assert!(
-            relative(energy, cpu.vertex_energy) < 1e-4,
-            "vertex energy {energy} vs {}",
+            relative(sums[0], cpu.vertex_energy) < 1e-4,
+            "vertex energy {} vs {}",
+            sums[0],
             cpu.vertex_energy
         );
         assert!(relative(sums[1], cpu.sums.0) < 1e-4, "|grad|^2 {} vs {}", sums[1], cpu.sums.0);

@@ -113,16 +113,14 @@ struct Params {
     // leave their translation out; 2 (SPLIT_BLOCKS) Newton's and mixed FEM's Jacobi solves,
     // 3 (SPLIT_DAMPED) those with the step's lagged damping, whose `finish` puts b back.
     translation: u32,
-    // The translation groups split off: the model's free parts (`translation_groups`, at
-    // most TRANSLATION_GROUPS).
+    // The translation groups split off: the model's free parts (`translation_groups`).
     translation_groups: u32,
 }
 
 const SPLIT_PROJECTIVE: u32 = 1u;
 const SPLIT_BLOCKS: u32 = 2u;
 const SPLIT_DAMPED: u32 = 3u;
-// Twins of src/backend/topology.rs's.
-const TRANSLATION_GROUPS: u32 = 8u;
+// Twin of src/backend/topology.rs's.
 const NO_GROUP: u32 = 0xffffffffu;
 
 const FSAI: u32 = 1u;
@@ -226,8 +224,8 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(27) var<storage, read_write> coarse_restricted: array<vec4<f32>>;
 @group(3) @binding(28) var<storage, read_write> coarse_partials: array<f32>;
 // The split along the translations (`deflate`): the local/global matrix's vertex diagonal,
-// per workgroup and translation group the sums of b and of the vertex blocks (three vec4s),
-// and each group's translation taken out of b.
+// per chunk of a group's vertices the sums of b and of the vertex blocks (three vec4s), and
+// each group's translation taken out of b.
 @group(3) @binding(29) var<storage, read> projective_diagonal: array<f32>;
 @group(3) @binding(30) var<storage, read_write> translation_partials: array<vec4<f32>>;
 @group(3) @binding(31) var<storage, read_write> translation: array<vec4<f32>>;
@@ -237,8 +235,12 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(33) var<storage, read> damping_vertex_blocks: array<f32>;
 @group(3) @binding(34) var<storage, read_write> rhs_saved: array<f32>;
 // The translation group of every vertex: its free part's (`NO_GROUP` where a pin holds its
-// part).
+// part). The groups' vertices in chunks of at most WORKGROUP, a chunk in one group
+// (`translation_chunks` in src/backend/gpu/buffers.rs): per group the range of its chunks
+// (translation_groups + 1 offsets), per chunk the range of its members (two u32), then the
+// members, by group.
 @group(1) @binding(7) var<storage, read> translation_groups: array<u32>;
+@group(1) @binding(8) var<storage, read> translation_chunks: array<u32>;
 
 // Each vector's three coordinates at vertex v, one function per buffer: a kernel binds only
 // the buffers it reads (`shaders::entry_bindings`), and a switch over them would bind all.
@@ -488,8 +490,8 @@ fn dense_column(c: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
     return residual_at(c, alpha, from_rhs);
 }
 
-// Column c's translation group as a byte (0xff for none and past the last vertex; groups
-// are fewer than TRANSLATION_GROUPS).
+// Column c's translation group as a byte (0xff for none and past the last vertex; a model
+// of more free parts takes no dense inverse, `DENSE_GROUPS` in src/backend/gpu/pcg.rs).
 fn dense_group_byte(c: u32) -> u32 {
     if (c >= params.vertex_count) {
         return 0xffu;
@@ -1222,8 +1224,7 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     let settles = params.translation == SPLIT_PROJECTIVE || params.translation >= SPLIT_BLOCKS && s.state != RUNNING;
     if (v < params.vertex_count && row.lane == 0u) {
         // The translation `deflate` took out of b (none unless split).
-        let g = translation_groups[v];
-        let moved = select(vec3<f32>(0.0), translation[min(g, TRANSLATION_GROUPS - 1u)].xyz, settles && g != NO_GROUP);
+        let moved = select(vec3<f32>(0.0), translation_at(v), settles);
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
             if (s.state == NEGATIVE_FIRST) {
@@ -1259,9 +1260,10 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // steel-stiff cubes' local/global steps left them metres off, and their Newton steps lost
 // gravity's pull (a free cube of E 1e9 Pa fell 2 m where it should fall 5). Local/global's
 // explicit inverses leave their translation out; Jacobi's holds too little of it to matter.
-// `translation_sums` sums b and C per workgroup; `deflate` forms t in every workgroup, takes
-// C t out of b (saved first where b must be put back) and leaves t for `finish`; the
-// one-workgroup solve does both itself. The tolerance is relative to b - C t, the part CG
+// Each free part is a group with a t of its own, however many: `translation_sums` sums b and
+// C per chunk of a group's vertices (a workgroup each), `translation_solve` a group's chunks
+// and forms its t (a workgroup each), and `deflate` takes C t out of b (saved first where b
+// must be put back), leaving t for `finish`; the one-workgroup solve does all three itself. The tolerance is relative to b - C t, the part CG
 // solves: relative to b, the elastic part of a falling free cube's Newton solves was left
 // loose, and 30 steps took 103 Newton iterations (801 CG) where they take 83 (623).
 
@@ -1271,10 +1273,10 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 @compute @workgroup_size(WORKGROUP)
 fn untranslate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v = workgroup_slot(group, groups) * WORKGROUP + lid;
-    if (v >= params.vertex_count || translation_groups[v] == NO_GROUP) {
+    if (v >= params.vertex_count) {
         return;
     }
-    let t = translation[min(translation_groups[v], TRANSLATION_GROUPS - 1u)].xyz;
+    let t = translation_at(v);
     for (var c = 0u; c < 3u; c++) {
         direction[3u * v + c] -= t[c];
     }
@@ -1340,64 +1342,86 @@ fn deflate_row(v: u32, t: vec3<f32>) {
     }
 }
 
+// The translation `deflate` took out of b at vertex v (zero outside the groups).
+fn translation_at(v: u32) -> vec3<f32> {
+    let g = translation_groups[v];
+    if (g == NO_GROUP) {
+        return vec3<f32>(0.0);
+    }
+    return translation[g].xyz;
+}
+
+fn translation_chunk_count() -> u32 {
+    return translation_chunks[params.translation_groups];
+}
+
+// The members of chunk `chunk`: a range of the member list.
+fn translation_chunk(chunk: u32) -> vec2<u32> {
+    let at = params.translation_groups + 1u + 2u * chunk;
+    return vec2<u32>(translation_chunks[at], translation_chunks[at + 1u]);
+}
+
+fn translation_member(i: u32) -> u32 {
+    return translation_chunks[params.translation_groups + 1u + 2u * translation_chunk_count() + i];
+}
+
+// Chunk `chunk`'s sums of b and C, over the invocations (each must call it, the chunk the
+// same in all).
+fn chunk_sums(lid: u32, chunk: u32) -> array<vec4<f32>, 3> {
+    var own = array<vec4<f32>, 3>();
+    if (chunk < translation_chunk_count()) {
+        let members = translation_chunk(chunk);
+        for (var i = members.x + lid; i < members.y; i += INVOCATIONS) {
+            let terms = translation_terms(translation_member(i));
+            for (var k = 0u; k < 3u; k++) {
+                own[k] += terms[k];
+            }
+        }
+    }
+    var sums = array<vec4<f32>, 3>();
+    for (var k = 0u; k < 3u; k++) {
+        sums[k] = workgroup_sum(lid, own[k]);
+    }
+    return sums;
+}
+
 @compute @workgroup_size(WORKGROUP)
 fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
-    let v = slot * WORKGROUP + lid;
-    var terms = array<vec4<f32>, 3>();
-    var g = NO_GROUP;
-    if (v < params.vertex_count) {
-        terms = translation_terms(v);
-        g = translation_groups[v];
-    }
-    for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
+    let chunk = workgroup_slot(group, groups);
+    let sums = chunk_sums(lid, chunk);
+    if (lid == 0u && chunk < translation_chunk_count()) {
         for (var k = 0u; k < 3u; k++) {
-            let total = workgroup_sum(lid, select(vec4<f32>(0.0), terms[k], g == group_index));
-            if (lid == 0u && slot < translation_partial_count()) {
-                translation_partials[translation_partial(slot, group_index, k)] = total;
-            }
+            translation_partials[3u * chunk + k] = sums[k];
         }
     }
 }
 
-// Where workgroup `slot`'s sum `k` of group `g` is.
-fn translation_partial(slot: u32, g: u32, k: u32) -> u32 {
-    return 3u * (TRANSLATION_GROUPS * slot + g) + k;
+@compute @workgroup_size(WORKGROUP)
+fn translation_solve(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = workgroup_slot(group, groups);
+    var own = array<vec4<f32>, 3>();
+    if (g < params.translation_groups) {
+        for (var chunk = translation_chunks[g] + lid; chunk < translation_chunks[g + 1u]; chunk += INVOCATIONS) {
+            for (var k = 0u; k < 3u; k++) {
+                own[k] += translation_partials[3u * chunk + k];
+            }
+        }
+    }
+    var sums = array<vec4<f32>, 3>();
+    for (var k = 0u; k < 3u; k++) {
+        sums[k] = workgroup_sum(lid, own[k]);
+    }
+    if (lid == 0u && g < params.translation_groups) {
+        translation[g] = vec4<f32>(translation_from(sums), 0.0);
+    }
 }
 
 @compute @workgroup_size(WORKGROUP)
 fn deflate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let slot = workgroup_slot(group, groups);
-    let v = slot * WORKGROUP + lid;
-    var g = NO_GROUP;
+    let v = workgroup_slot(group, groups) * WORKGROUP + lid;
     if (v < params.vertex_count) {
-        g = translation_groups[v];
+        deflate_row(v, translation_at(v));
     }
-    var t = vec3<f32>(0.0);
-    for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
-        var sums = array<vec4<f32>, 3>();
-        for (var k = 0u; k < 3u; k++) {
-            var own = vec4<f32>(0.0);
-            for (var i = lid; i < translation_partial_count(); i += INVOCATIONS) {
-                own += translation_partials[translation_partial(i, group_index, k)];
-            }
-            sums[k] = workgroup_sum(lid, own);
-        }
-        let group_t = translation_from(sums);
-        if (g == group_index) {
-            t = group_t;
-        }
-        if (lid == 0u && slot == 0u) {
-            translation[group_index] = vec4<f32>(group_t, 0.0);
-        }
-    }
-    if (v < params.vertex_count) {
-        deflate_row(v, t);
-    }
-}
-
-fn translation_partial_count() -> u32 {
-    return (params.vertex_count + WORKGROUP - 1u) / WORKGROUP;
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -1539,28 +1563,30 @@ var<workgroup> carry_on: u32;
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
     let n = params.vertex_count;
     multiplied = P_ITSELF;
-    // The split along the translations (`deflate`), all in this workgroup: every group's t.
-    var moved = array<vec3<f32>, TRANSLATION_GROUPS>();
+    // The split along the translations (`deflate`), all in this workgroup: every chunk's
+    // sums, every group's t, then b deflated.
     if (params.translation != 0u) {
-        for (var group_index = 0u; group_index < params.translation_groups; group_index++) {
-            var own = array<vec4<f32>, 3>();
-            for (var v = lid; v < n; v += INVOCATIONS) {
-                if (translation_groups[v] == group_index) {
-                    let terms = translation_terms(v);
-                    for (var k = 0u; k < 3u; k++) {
-                        own[k] += terms[k];
-                    }
+        for (var chunk = 0u; chunk < translation_chunk_count(); chunk++) {
+            let sums = chunk_sums(lid, chunk);
+            if (lid == 0u) {
+                for (var k = 0u; k < 3u; k++) {
+                    translation_partials[3u * chunk + k] = sums[k];
                 }
             }
-            var sums = array<vec4<f32>, 3>();
-            for (var k = 0u; k < 3u; k++) {
-                sums[k] = workgroup_sum(lid, own[k]);
-            }
-            moved[group_index] = translation_from(sums);
         }
+        storageBarrier();
+        for (var g = lid; g < params.translation_groups; g += INVOCATIONS) {
+            var sums = array<vec4<f32>, 3>();
+            for (var chunk = translation_chunks[g]; chunk < translation_chunks[g + 1u]; chunk++) {
+                for (var k = 0u; k < 3u; k++) {
+                    sums[k] += translation_partials[3u * chunk + k];
+                }
+            }
+            translation[g] = vec4<f32>(translation_from(sums), 0.0);
+        }
+        storageBarrier();
         for (var v = lid; v < n; v += INVOCATIONS) {
-            let g = translation_groups[v];
-            deflate_row(v, select(vec3<f32>(0.0), moved[min(g, TRANSLATION_GROUPS - 1u)], g != NO_GROUP));
+            deflate_row(v, translation_at(v));
         }
         storageBarrier();
     }
@@ -1641,9 +1667,8 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 if (state == NEGATIVE_FIRST) {
                     direction[i] = rhs[i];
                 }
-                let g = translation_groups[v];
-                if (params.translation != 0u && g != NO_GROUP) {
-                    direction[i] += moved[min(g, TRANSLATION_GROUPS - 1u)][c];
+                if (params.translation != 0u) {
+                    direction[i] += translation_at(v)[c];
                 }
                 if (params.translation >= SPLIT_BLOCKS) {
                     rhs[i] = rhs_saved[i];

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::topology::{NO_GROUP, TRANSLATION_GROUPS, Topology};
+use super::topology::{NO_GROUP, Topology};
 use crate::model::Model;
 
 /// Vertices per cluster, about: at 22K vertices (the 100K-tet bar) 86 clusters, whose `K`
@@ -59,11 +59,15 @@ impl CoarseSpace {
     /// Clusters of about [`VERTICES_PER_CLUSTER`] free vertices each, at most
     /// [`MAX_CLUSTERS`], from a grid of cells over the free vertices' rest positions, a cell's
     /// vertices of each translation group (`groups`, per vertex) a cluster of their own;
-    /// `None` where fewer than two clusters would result (nothing to carry across).
+    /// `None` where fewer than two clusters would result (nothing to carry across), or where
+    /// the groups alone make more than [`MAX_CLUSTERS`] (a pile of many free parts).
     pub(crate) fn new(model: &Model, groups: &[u32]) -> Option<CoarseSpace> {
         let free: Vec<usize> = (0..model.vertex_count()).filter(|&v| !model.pinned[v]).collect();
         let target = (free.len() / VERTICES_PER_CLUSTER).min(MAX_CLUSTERS);
-        if target < 2 {
+        let mut present: Vec<u32> = free.iter().map(|&v| groups[v]).collect();
+        present.sort_unstable();
+        present.dedup();
+        if target < 2 || present.len() > MAX_CLUSTERS {
             return None;
         }
         let (mut low, mut high) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
@@ -83,25 +87,25 @@ impl CoarseSpace {
         let cells_for = |width: f64| extent.map(|e| ((e / width).ceil() as usize).max(1));
         // The cells of `width` split each extent evenly: no sliver of a cell (a single layer
         // of vertices, which spans no affine mode across it) at the far side. A vertex's
-        // cluster is keyed by its cell and its group.
+        // cluster is keyed by its group and its cell.
         let layout = |width: f64| {
             let cells = cells_for(width);
             let widths: [f64; 3] = std::array::from_fn(|c| extent[c] / cells[c] as f64);
-            let slots = cells.iter().product::<usize>();
-            let key = move |v: usize| -> usize {
+            let key = move |v: usize| -> (u32, usize) {
                 let p = &model.rest[v];
                 let index = |c: usize| (((p[c] - low[c]) / widths[c]) as usize).min(cells[c] - 1);
-                let cell = index(0) + cells[0] * (index(1) + cells[1] * index(2));
-                cell + slots * groups[v].min(TRANSLATION_GROUPS) as usize
+                (groups[v], index(0) + cells[0] * (index(1) + cells[1] * index(2)))
             };
-            let mut keys: Vec<usize> = free.iter().map(|&v| key(v)).collect();
+            let mut keys: Vec<(u32, usize)> = free.iter().map(|&v| key(v)).collect();
             keys.sort_unstable();
             keys.dedup();
             (widths, key, keys)
         };
         // Rounding up overshoots the target severalfold on thin bodies (a bar's cross-section
-        // two cells wide instead of one): widen until within twice the target and the cap.
-        while layout(width).2.len() > (2 * target).min(MAX_CLUSTERS) {
+        // two cells wide instead of one): widen until within twice the target and the cap,
+        // or down to a cluster per group.
+        let most = (2 * target).min(MAX_CLUSTERS).max(present.len());
+        while layout(width).2.len() > most {
             width *= 1.1;
         }
         // The occupied keys, numbered in order, and their centres.
@@ -607,6 +611,33 @@ pub(crate) mod tests {
         for v in 0..groups.len() {
             assert_eq!(space.group[space.cluster[v].unwrap() as usize], groups[v], "vertex {v}");
         }
+    }
+
+    /// A pile of free parts: the clusters come down to one per part where the parts outnumber
+    /// twice the target (the cells widen no further than that), and a pile of more parts than [`MAX_CLUSTERS`](super::MAX_CLUSTERS) takes no coarse space.
+    #[test]
+    fn piles_of_free_parts_get_a_cluster_each_or_none() {
+        let pile = |parts: usize| {
+            let mut model = Model::empty([0.0; 3]);
+            let cube = TetMesh::bar([3, 3, 3], [0.1; 3]);
+            for k in 0..parts {
+                let placed: Vec<[f64; 3]> =
+                    cube.positions().iter().map(|p| [p[0] + 0.2 * k as f64, p[1], p[2]]).collect();
+                model
+                    .add_tet_body(
+                        &TetMesh::new(placed, cube.tets().to_vec()).unwrap(),
+                        &[Material::corotated(1e6, 0.3)],
+                        1000.0,
+                    )
+                    .unwrap();
+            }
+            let (groups, _) = Topology::new(&model).translation_groups(&model.pinned);
+            CoarseSpace::new(&model, &groups)
+        };
+        // 64 vertices a part: 40 parts make a target of 10 clusters.
+        let space = pile(40).expect("a coarse space");
+        assert_eq!(space.clusters, 40);
+        assert!(pile(super::MAX_CLUSTERS + 1).is_none());
     }
 
     /// `K^+ q` as the GPU applies [`CoarseCorrection::inverse`]'s f32 values: `D q`, then each

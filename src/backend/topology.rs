@@ -150,9 +150,8 @@ impl Topology {
 
     /// The translation group of every vertex (`NO_GROUP` for none) and the number of groups:
     /// each part ([`parts`](Self::parts)) no pin holds moves freely as a whole, its
-    /// translations a null mode of the elasticity's Hessian, and is a group, up to
-    /// [`TRANSLATION_GROUPS`], past which free part `k` joins group `k % TRANSLATION_GROUPS`
-    /// (a union of free parts still translates freely).
+    /// translations a null mode of the elasticity's Hessian, and is a group of its own, the
+    /// groups numbered in part order.
     pub fn translation_groups(&self, pinned: &[bool]) -> (Vec<u32>, u32) {
         let (part_of, parts) = self.parts();
         let mut held = vec![false; parts as usize];
@@ -169,23 +168,10 @@ impl Topology {
                 rank
             })
             .collect();
-        let group =
-            part_of
-                .iter()
-                .map(|&p| {
-                    if rank[p as usize] == NO_GROUP {
-                        NO_GROUP
-                    } else {
-                        rank[p as usize] % TRANSLATION_GROUPS
-                    }
-                })
-                .collect();
-        (group, free_parts.min(TRANSLATION_GROUPS))
+        (part_of.iter().map(|&p| rank[p as usize]).collect(), free_parts)
     }
 }
 
-/// The most translation groups a GPU solve splits off ([`Topology::translation_groups`]).
-pub(crate) const TRANSLATION_GROUPS: u32 = 8;
 /// A vertex of a part some pin holds: it has no translation of its own.
 pub(crate) const NO_GROUP: u32 = u32::MAX;
 
@@ -351,10 +337,11 @@ mod tests {
 
     /// The mixed model's bar (pinned at one end) and its springs (free) are two parts: the
     /// springs get group 0, the bar none; unpinned, the bar group 0 and the springs 1; and
-    /// ten free bars are ten parts, which share the eight groups, part k in group k % 8.
+    /// twelve free bars are twelve parts and twelve groups (eight groups were once the most,
+    /// shared past that: a pile of twelve stiff cubes then fell centimetres off the CPU).
     #[test]
     fn free_parts_are_translation_groups() {
-        use super::{NO_GROUP, TRANSLATION_GROUPS};
+        use super::NO_GROUP;
         let mut model = mixed_model(Material::stvk(1e4, 0.3));
         let bar = model.tets.iter().flatten().map(|&v| v as usize + 1).max().unwrap();
         let (parts, count) = Topology::new(&model).parts();
@@ -370,21 +357,18 @@ mod tests {
         assert!(groups[..bar].iter().all(|&g| g == 0) && groups[bar..].iter().all(|&g| g == 1));
         let mut bars = crate::model::Model::empty([0.0; 3]);
         let mesh = crate::mesh::TetMesh::bar([2, 1, 1], [0.2, 0.1, 0.1]);
-        for _ in 0..10 {
+        for _ in 0..12 {
             bars.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
         }
         let (groups, count) = Topology::new(&bars).translation_groups(&bars.pinned);
-        assert_eq!(count, TRANSLATION_GROUPS);
+        assert_eq!(count, 12);
         let each = mesh.vertex_count();
         let (parts, count) = Topology::new(&bars).parts();
-        assert_eq!(count, 10);
+        assert_eq!(count, 12);
         assert!(parts.iter().enumerate().all(|(v, &p)| p == (v / each) as u32));
-        for (v, &g) in groups.iter().enumerate() {
-            assert_eq!(g, (v / each) as u32 % TRANSLATION_GROUPS, "vertex {v}");
-        }
-        // The PCG shader's twins of both constants.
+        assert_eq!(groups, parts);
+        // The PCG shader's twin.
         let (_, pcg) = crate::backend::gpu::shaders::SOURCES.iter().find(|(name, _)| *name == "pcg").unwrap();
-        assert!(pcg.contains(&format!("const TRANSLATION_GROUPS: u32 = {TRANSLATION_GROUPS}u;")));
         assert!(pcg.contains(&format!("const NO_GROUP: u32 = {NO_GROUP:#x}u;")));
     }
 

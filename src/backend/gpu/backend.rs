@@ -1301,7 +1301,8 @@ impl GpuBackend {
             self.lightest_diagonal = free.map(|(&d, _)| d).fold(f64::INFINITY, f64::min);
         }
         let n = self.buffers.vertex_count;
-        let dense = super::pcg::dense_fits(&self.context.device.limits(), n) && !self.fsai_only;
+        let groups = self.buffers.translation_groups;
+        let dense = super::pcg::dense_fits(&self.context.device.limits(), n, groups) && !self.fsai_only;
         let inverse = self.inverse.get_or_insert_with(|| ProjectiveInverse::new(&self.model, dense));
         if inverse.reserve(&self.context, &mut self.buffers) {
             self.rebind()?;

@@ -97,8 +97,10 @@ pub struct GpuBuffers {
     pub energy_partial_count: usize,
     /// The model's self-contact, where it has it (its buffers exist as placeholders without).
     pub self_contact: Option<super::self_contact::SelfContactLayout>,
-    /// The free parts' translation groups (`Topology::translation_groups`; 0: none free).
+    /// The free parts' translation groups (`Topology::translation_groups`; 0: none free), and
+    /// the chunks their vertices are summed in ([`translation_chunks`]).
     pub translation_groups: u32,
+    pub translation_chunks: u32,
     /// What the displacements are measured from.
     frame: Frame,
     anchor_capacity: usize,
@@ -219,6 +221,8 @@ impl GpuBuffers {
         // The free parts, each split off along its translations in the GPU solves.
         let (groups, translation_groups) = topology.translation_groups(&model.pinned);
         m.set("translation_groups", c.storage("translation_groups", &groups));
+        let (chunks, translation_chunks) = self::translation_chunks(&groups, translation_groups);
+        m.set("translation_chunks", c.storage("translation_chunks", &chunks));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
         let frame = Frame::new(model, &topology);
         m.set("frame_parts", c.storage("frame_parts", &frame.part_of));
@@ -333,11 +337,11 @@ impl GpuBuffers {
         // PCG's loop has a partial per workgroup, and as many workgroups as lanes per row.
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
-        // A free body's split along its translations: sums per workgroup and group (three
-        // vec4s), the groups' translations, and b before the split.
-        let groups = crate::backend::topology::TRANSLATION_GROUPS as usize;
-        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", 3 * groups * partials));
-        w.set("translation", c.scratch::<[f32; 4]>("translation", groups));
+        // A free body's split along its translations: sums per chunk (three vec4s), the
+        // groups' translations, and b before the split.
+        let chunk_sums = 3 * translation_chunks.max(1) as usize;
+        w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", chunk_sums));
+        w.set("translation", c.scratch::<[f32; 4]>("translation", translation_groups.max(1) as usize));
         w.set("rhs_saved", c.scratch::<f32>("rhs_saved", 3 * n));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
@@ -384,6 +388,7 @@ impl GpuBuffers {
             energy_partial_count: energy_partials,
             self_contact,
             translation_groups,
+            translation_chunks,
             frame,
             anchor_capacity: 1,
         }
@@ -582,9 +587,64 @@ impl GpuBuffers {
     }
 }
 
+/// The layout of the translation groups' sums on the device (`translation_chunks` in
+/// shaders/pcg.wgsl), from the group of every vertex (`groups`, `NO_GROUP` for none) and their
+/// `count`: each group's vertices in chunks of at most [`WORKGROUP`], a workgroup's sum each,
+/// so that a group of any size, and any number of groups, sums in two passes. Per group the
+/// range of its chunks (`count + 1` offsets), per chunk the range of its members (two u32),
+/// then the members, by group and in vertex order; returns it and the number of chunks.
+fn translation_chunks(groups: &[u32], count: u32) -> (Vec<u32>, u32) {
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); count as usize];
+    for (v, &g) in groups.iter().enumerate() {
+        if g != crate::backend::topology::NO_GROUP {
+            members[g as usize].push(v as u32);
+        }
+    }
+    let (mut chunk_offsets, mut chunks, mut order) = (vec![0u32], Vec::new(), Vec::new());
+    for group in &members {
+        for chunk in group.chunks(WORKGROUP as usize) {
+            chunks.extend([order.len() as u32, (order.len() + chunk.len()) as u32]);
+            order.extend_from_slice(chunk);
+        }
+        chunk_offsets.push((chunks.len() / 2) as u32);
+    }
+    let chunk_count = (chunks.len() / 2) as u32;
+    ([chunk_offsets, chunks, order].concat(), chunk_count)
+}
+
 #[cfg(test)]
 mod tests {
     use glam::DVec3;
+
+    /// Groups of any size, and any number of them, in chunks of at most a workgroup's
+    /// vertices, each chunk in one group, every free vertex once and pinned parts' none.
+    #[test]
+    fn translation_chunks_cover_every_group() {
+        use crate::backend::topology::NO_GROUP;
+        // Group 0: 600 vertices (three chunks), interleaved with a pinned part; then 300
+        // groups of two vertices, in reverse order.
+        let mut groups: Vec<u32> = (0..800).map(|v| if v % 4 == 3 { NO_GROUP } else { 0 }).collect();
+        groups.extend((1..=300).rev().flat_map(|g| [g, g]));
+        let (layout, chunks) = super::translation_chunks(&groups, 301);
+        let offsets = &layout[..302];
+        assert_eq!(chunks, 3 + 300);
+        assert_eq!(offsets[..3], [0, 3, 4]);
+        assert_eq!(offsets[301], chunks);
+        let spans = &layout[302..302 + 2 * chunks as usize];
+        let members = &layout[302 + 2 * chunks as usize..];
+        assert_eq!(members.len(), groups.iter().filter(|&&g| g != NO_GROUP).count());
+        for g in 0..301 {
+            let mut seen = Vec::new();
+            for chunk in offsets[g] as usize..offsets[g + 1] as usize {
+                let (first, end) = (spans[2 * chunk] as usize, spans[2 * chunk + 1] as usize);
+                assert!(first < end && end - first <= super::WORKGROUP as usize, "chunk {chunk}");
+                seen.extend_from_slice(&members[first..end]);
+            }
+            let expected: Vec<u32> =
+                (0..groups.len() as u32).filter(|&v| groups[v as usize] == g as u32).collect();
+            assert_eq!(seen, expected, "group {g}");
+        }
+    }
 
     use super::Frame;
     use crate::backend::topology::Topology;

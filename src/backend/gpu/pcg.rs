@@ -217,11 +217,17 @@ pub const DENSE_VERTICES: usize = 6144;
 /// grabbed vertex's handle does not stall the host for a new inverse.
 pub const DENSE_MOVED_VERTICES: usize = 4;
 
+/// The most free parts (translation groups) a model whose solves multiply by a dense `S^-1`
+/// may have: its product reads a column's group as a byte, 0xff for none.
+pub const DENSE_GROUPS: u32 = 0xff;
+
 /// Whether a device of `limits` holds [`INVERSE_FACTORS`] dense inverses of a body of
-/// `vertex_count` vertices in one binding, and the body is small enough for them.
-pub fn dense_fits(limits: &wgpu::Limits, vertex_count: usize) -> bool {
+/// `vertex_count` vertices in one binding, and the body is small enough for them, and has
+/// fewer than [`DENSE_GROUPS`] free parts (`translation_groups`).
+pub fn dense_fits(limits: &wgpu::Limits, vertex_count: usize, translation_groups: u32) -> bool {
     let bytes = (4 * INVERSE_FACTORS * dense_stride(vertex_count) * vertex_count) as u64;
     vertex_count <= DENSE_VERTICES
+        && translation_groups < DENSE_GROUPS
         && bytes <= limits.max_storage_buffer_binding_size
         && bytes <= limits.max_buffer_size
 }
@@ -511,6 +517,8 @@ pub struct PcgGroups {
     /// Invocations per row in the loop's kernels, and their workgroups.
     lanes: u32,
     workgroups: u32,
+    /// The chunks the translation groups' sums take a workgroup each (`GpuBuffers`).
+    translation_chunks: u32,
     /// The one-workgroup solve's shape, and its pipeline's override.
     small: SmallSolve,
     small_constants: [(&'static str, f64); 1],
@@ -588,6 +596,7 @@ impl WgPcg {
             indirect: context.indirect_loop,
             lanes,
             workgroups: (buffers.vertex_count as u32 * lanes).div_ceil(super::stage::WORKGROUP),
+            translation_chunks: buffers.translation_chunks,
             small: SmallSolve { invocations: super::stage::WORKGROUP, lanes: 1, software: context.software },
             small_constants: [("INVOCATIONS", 0.0)],
         };
@@ -616,8 +625,13 @@ impl WgPcg {
         let offset = recording.params(context, &params)?;
         let bound = &groups.parity[0];
         if params.translation != 0 {
-            let grid = params.vertex_count.div_ceil(super::stage::WORKGROUP);
-            for entry in ["translation_sums", "deflate"] {
+            let vertices = params.vertex_count.div_ceil(super::stage::WORKGROUP);
+            let split = [
+                ("translation_sums", groups.translation_chunks),
+                ("translation_solve", params.translation_groups),
+                ("deflate", vertices),
+            ];
+            for (entry, grid) in split {
                 recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, grid);
             }
         }

@@ -1263,8 +1263,8 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // Each free part is a group with a t of its own, however many: `translation_sums` sums b and
 // C per chunk of a group's vertices (a workgroup each), `translation_solve` a group's chunks
 // and forms its t (a workgroup each), and `deflate` takes C t out of b (saved first where b
-// must be put back), leaving t for `finish`; the one-workgroup solve does all three itself. The tolerance is relative to b - C t, the part CG
-// solves: relative to b, the elastic part of a falling free cube's Newton solves was left
+// must be put back), leaving t for `finish`; the one-workgroup solve does all three itself.
+// The tolerance is relative to b - C t, the part CG solves: relative to b, the elastic part of a falling free cube's Newton solves was left
 // loose, and 30 steps took 103 Newton iterations (801 CG) where they take 83 (623).
 
 // A split solve's translation taken back out of its direction, once the step along the whole
@@ -1365,9 +1365,9 @@ fn translation_member(i: u32) -> u32 {
     return translation_chunks[params.translation_groups + 1u + 2u * translation_chunk_count() + i];
 }
 
-// Chunk `chunk`'s sums of b and C, over the invocations (each must call it, the chunk the
-// same in all).
-fn chunk_sums(lid: u32, chunk: u32) -> array<vec4<f32>, 3> {
+// Chunk `chunk`'s sums of b and C over the invocations, to `translation_partials` (each
+// invocation must call it, the chunk the same in all).
+fn sum_chunk(lid: u32, chunk: u32) {
     var own = array<vec4<f32>, 3>();
     if (chunk < translation_chunk_count()) {
         let members = translation_chunk(chunk);
@@ -1378,22 +1378,17 @@ fn chunk_sums(lid: u32, chunk: u32) -> array<vec4<f32>, 3> {
             }
         }
     }
-    var sums = array<vec4<f32>, 3>();
     for (var k = 0u; k < 3u; k++) {
-        sums[k] = workgroup_sum(lid, own[k]);
+        let total = workgroup_sum(lid, own[k]);
+        if (lid == 0u && chunk < translation_chunk_count()) {
+            translation_partials[3u * chunk + k] = total;
+        }
     }
-    return sums;
 }
 
 @compute @workgroup_size(WORKGROUP)
 fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let chunk = workgroup_slot(group, groups);
-    let sums = chunk_sums(lid, chunk);
-    if (lid == 0u && chunk < translation_chunk_count()) {
-        for (var k = 0u; k < 3u; k++) {
-            translation_partials[3u * chunk + k] = sums[k];
-        }
-    }
+    sum_chunk(lid, workgroup_slot(group, groups));
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -1567,12 +1562,7 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
     // sums, every group's t, then b deflated.
     if (params.translation != 0u) {
         for (var chunk = 0u; chunk < translation_chunk_count(); chunk++) {
-            let sums = chunk_sums(lid, chunk);
-            if (lid == 0u) {
-                for (var k = 0u; k < 3u; k++) {
-                    translation_partials[3u * chunk + k] = sums[k];
-                }
-            }
+            sum_chunk(lid, chunk);
         }
         storageBarrier();
         for (var g = lid; g < params.translation_groups; g += INVOCATIONS) {

@@ -614,7 +614,8 @@ pub(crate) mod tests {
     }
 
     /// A pile of free parts: the clusters come down to one per part where the parts outnumber
-    /// twice the target (the cells widen no further than that), and a pile of more parts than [`MAX_CLUSTERS`](super::MAX_CLUSTERS) takes no coarse space.
+    /// twice the target (the cells widen no further than that), and a pile of more parts
+    /// than [`MAX_CLUSTERS`](super::MAX_CLUSTERS) takes no coarse space.
     #[test]
     fn piles_of_free_parts_get_a_cluster_each_or_none() {
         let pile = |parts: usize| {

@@ -567,15 +567,15 @@ fn one_local_global_solve_both_ways(context: &Arc<super::GpuContext>, model: &Ar
 /// CPU's direct solve, near rest: falling, and landing (its lowest vertices in a floor, a
 /// corner in a sphere, a handle, drag and Rayleigh damping); then a pile of thirteen such free
 /// parts, one of them a bar of 275 vertices, whose sums take two chunks, each part thrown its
-/// own way; each in one workgroup and in the loop. Without the split f32 products by the matrix hold the
-/// translations only as round-off: the directions were 5.8-9.9e-3 of their length off falling
-/// and 2.1-2.7e-2 landing, in 117-208 CG iterations, and a free cube of E 1e9 Pa fell 2 m in a
-/// second where it falls 5. With it: 6e-5 and 8e-4, in 38 and 130. When the device split at
-/// most eight groups, the pile's parts past the eighth sharing one with an earlier part, its
-/// direction was 3.1e-3 of its length off in 633 CG iterations; now 6.5e-5 in 200. What is left landing is a
-/// rigid motion (in a like scene a least-squares fit of one took all but 2e-8 of it): the
-/// rotations, which the split leaves to CG, as their stiffness, the stresses', is lost in f32
-/// beside the elasticity's.
+/// own way; each in one workgroup and in the loop. Without the split f32 products by the matrix
+/// hold the translations only as round-off: the directions were 5.8-9.9e-3 of their length off
+/// falling and 2.1-2.7e-2 landing, in 117-208 CG iterations, and a free cube of E 1e9 Pa fell 2
+/// m in a second where it falls 5. With it: 6e-5 and 8e-4, in 38 and 130. When the device split
+/// at most eight groups, the pile's parts past the eighth sharing one with an earlier part, its
+/// direction was 3.1e-3 of its length off in 633 CG iterations; now 6.5e-5 in 200. What is left
+/// landing is a rigid motion (in a like scene a least-squares fit of one took all but 2e-8 of
+/// it): the rotations, which the split leaves to CG, as their stiffness, the stresses', is lost
+/// in f32 beside the elasticity's.
 #[test]
 fn a_stiff_free_bodys_newton_directions_agree() {
     use crate::backend::{Anchor, LinearSolver, Stages};

@@ -28,8 +28,8 @@ struct Params {
 
 @group(1) @binding(0) var<storage, read> pinned: array<u32>;
 @group(1) @binding(1) var<storage, read> colliders: array<Collider>;
-// Rest positions: x is a displacement from them, each moved by its part's offset
-// (`frame_offsets`; gpu/buffers.rs, `Frame`).
+// Rest positions: x is a displacement from them, in the axes of the vertex's part
+// (shared/frame), as are the directions and normals here.
 @group(1) @binding(2) var<storage, read> rest: array<f32>;
 @group(1) @binding(3) var<storage, read> sdf_values: array<f32>;
 @group(1) @binding(4) var<storage, read> frame_parts: array<u32>;
@@ -67,16 +67,17 @@ fn vector3(buffer_index: u32, v: u32) -> vec3<f32> {
         return vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]);
     }
     if (buffer_index == 2u) {
-        return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]) + frame_offsets[frame_parts[v]].xyz;
+        return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
     }
     return vec3<f32>(x_saved[3u * v], x_saved[3u * v + 1u], x_saved[3u * v + 2u]);
 }
 
-// The bound for one vertex at `at` moving by `d` and one collider, no further than `limit`:
+// The bound for one vertex at `at` moving by `d` (in the axes of its part's frame `f`) and one
+// collider, no further than `limit`:
 // Newton's method on phi(at + t d) = keep from t = 0 for the convex analytic shapes (it stays
 // short of the first crossing), conservative advancement for grids.
-fn path_bound(c: Collider, at: vec3<f32>, d: vec3<f32>, limit: f32) -> f32 {
-    let phi = collider_distance(c, at).phi;
+fn path_bound(c: Collider, f: PartFrame, at: vec3<f32>, d: vec3<f32>, limit: f32) -> f32 {
+    let phi = distance_in(c, f, at).phi;
     if (phi <= 0.0 && params.closable < 1.0) {
         return 0.0;
     }
@@ -85,7 +86,7 @@ fn path_bound(c: Collider, at: vec3<f32>, d: vec3<f32>, limit: f32) -> f32 {
     let level = -TANGENT_ROUNDOFF * size;
     var t = 0.0;
     for (var round = 0u; round < BOUND_ROUNDS; round++) {
-        let here = collider_distance(c, at + d * t);
+        let here = distance_in(c, f, at + d * t);
         let slope = dot(here.normal, d);
         let gap = here.phi - keep;
         if (gap <= 0.0) {
@@ -112,9 +113,10 @@ fn vertex_bound(v: u32) -> f32 {
         return 1.0;
     }
     let at = vector3(2u, v) + vector3(0u, v);
+    let frame = part_frame(v);
     var bound = 1.0;
     for (var c = 0u; c < params.collider_count && bound > 0.0; c++) {
-        bound = min(bound, path_bound(colliders[c], at, d, bound));
+        bound = min(bound, path_bound(colliders[c], frame, at, d, bound));
     }
     return bound;
 }
@@ -148,17 +150,22 @@ fn stop_at_contact(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgro
     if (all(d == vec3<f32>(0.0))) {
         return;
     }
-    let resting = resting_normal(origin);
+    let frame = part_frame(v);
+    let resting = resting_normal(frame, origin);
     if (resting.w > 0.0) {
+        // Twice: in a turned part's axes the normal has three components, and one removal
+        // leaves f32's rounding of what it removed, which can exceed the path's tangent
+        // round-off (relative to what is left); the second leaves the rounding of that.
+        d -= resting.xyz * min(dot(d, resting.xyz), 0.0);
         d -= resting.xyz * min(dot(d, resting.xyz), 0.0);
     }
     var t = 1.0;
     for (var c = 0u; c < params.collider_count; c++) {
-        t = min(t, path_bound(colliders[c], origin, d, t));
+        t = min(t, path_bound(colliders[c], frame, origin, d, t));
     }
     var stop = origin + d * t;
     for (var c = 0u; c < params.collider_count; c++) {
-        let at = collider_distance(colliders[c], stop);
+        let at = distance_in(colliders[c], frame, stop);
         if (at.phi < 0.0) {
             stop -= at.normal * at.phi;
         }
@@ -206,10 +213,11 @@ fn contact_set(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups)
         return;
     }
     var member = contact_flags[v] != 0u;
+    let frame = part_frame(v);
     for (var q = 0u; q < params.node_count && !member; q++) {
         let at = at_node(v, q);
         for (var c = 0u; c < params.collider_count && !member; c++) {
-            member = collider_distance(colliders[c], at).phi <= 0.0;
+            member = distance_in(colliders[c], frame, at).phi <= 0.0;
         }
     }
     member = member && pinned[v] == 0u;
@@ -228,10 +236,11 @@ fn bound_outside(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroup
     if (v < params.vertex_count && pinned[v] == 0u && contact_flags[v] == 0u) {
         let d = vector3(1u, v);
         if (any(d != vec3<f32>(0.0))) {
+            let frame = part_frame(v);
             for (var q = 0u; q < params.node_count; q++) {
                 let at = at_node(v, q);
                 for (var c = 0u; c < params.collider_count; c++) {
-                    own = min(own, path_bound(colliders[c], at, d * node_theta(q), own));
+                    own = min(own, path_bound(colliders[c], frame, at, d * node_theta(q), own));
                 }
             }
         }

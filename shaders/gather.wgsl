@@ -70,8 +70,8 @@ struct Params {
 @group(1) @binding(3) var<storage, read> corners: array<u32>;
 @group(1) @binding(4) var<storage, read> colliders: array<Collider>;
 @group(1) @binding(5) var<storage, read> row_offsets: array<u32>;
-// Rest positions: x, x_start and the target are displacements from them, each moved by its
-// part's offset (`frame_offsets`; gpu/buffers.rs, `Frame`).
+// Rest positions: x, x_start and the target are displacements from them, in the axes of the
+// vertex's part (shared/frame).
 @group(1) @binding(6) var<storage, read> rest: array<f32>;
 @group(1) @binding(7) var<storage, read> row_slices: array<u32>;
 @group(1) @binding(8) var<storage, read> slot_columns: array<u32>;
@@ -79,7 +79,7 @@ struct Params {
 @group(1) @binding(9) var<storage, read> sdf_values: array<f32>;
 // Per vertex, its index among self-contact's boundary vertices (NO_VERTEX for none).
 @group(1) @binding(10) var<storage, read> surface_index: array<u32>;
-// Per vertex, the part whose offset moves its reference.
+// Per vertex, its part (shared/frame).
 @group(1) @binding(11) var<storage, read> frame_parts: array<u32>;
 
 @group(2) @binding(0) var<storage, read> x: array<f32>;
@@ -88,7 +88,7 @@ struct Params {
 // Handle springs grouped by vertex: (position, stiffness).
 @group(2) @binding(3) var<storage, read> anchor_offsets: array<u32>;
 @group(2) @binding(4) var<storage, read> anchors: array<vec4<f32>>;
-// Per part, the offset of its reference from the rest shape, and in `w` the part's reach.
+// Per part, its frame (shared/frame).
 @group(2) @binding(5) var<storage, read> frame_offsets: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read> corner_gradients: array<vec4<f32>>;
@@ -123,9 +123,9 @@ fn load(buffer_index: u32, v: u32) -> vec3<f32> {
     return vec3<f32>(target_positions[3u * v], target_positions[3u * v + 1u], target_positions[3u * v + 2u]);
 }
 
-// Where vertex v's displacements are measured from.
+// Where vertex v's displacements are measured from, in its part's axes.
 fn rest_position(v: u32) -> vec3<f32> {
-    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]) + frame_offsets[frame_parts[v]].xyz;
+    return vec3<f32>(rest[3u * v], rest[3u * v + 1u], rest[3u * v + 2u]);
 }
 
 fn node(q: u32) -> vec2<f32> {
@@ -135,10 +135,11 @@ fn node(q: u32) -> vec2<f32> {
     return vec2<f32>(params.weight_1, params.theta_1);
 }
 
-// The conservative potential of vertex v at z = at + d, `at` its reference position and `d`
-// its displacement from it (gravity, penalties, handles): its value, gradient, Hessian and
-// force magnitude, and the part of it from terms of the absolute position (colliders,
-// handles). Gravity's value is weighed against `d` alone; the host adds its value at the
+// The conservative potential of vertex v at z = at + d, `at` its rest position and `d` its
+// displacement, both in the axes of its part's frame `f` (gravity, penalties, handles): its
+// value, and in those axes its gradient and Hessian; its force magnitude, and the part of it
+// from terms of the absolute position (colliders, handles). Gravity's value is weighed
+// against `d` alone (turned into the world's axes); the host adds its value at the
 // reference positions in f64 (`GpuBuffers::reference_gravity_energy`): summed from absolute
 // positions in f32, a body 1 km up carried 0.1 J of noise per 200 kg in every energy, which
 // the energy-controlled integrators then chased.
@@ -150,13 +151,13 @@ struct Potential {
     absolute: f32,
 }
 
-fn potential(v: u32, at: vec3<f32>, d: vec3<f32>) -> Potential {
+fn potential(v: u32, f: PartFrame, at: vec3<f32>, d: vec3<f32>) -> Potential {
     let z = at + d;
-    let weight = masses[v] * vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z);
+    let weight = unturned(f.turn, masses[v] * vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z));
     var out = Potential(-dot(weight, d), -weight, mat3x3<f32>(), length(weight), 0.0);
     let k = params.contact_stiffness;
     for (var c = 0u; c < params.collider_count && k > 0.0; c++) {
-        let d = collider_distance(colliders[c], z);
+        let d = distance_in(colliders[c], f, z);
         // The quadratic penalty's curvature counts on the surface too (`ContactModel::active`).
         if (d.phi < 0.0 || (d.phi == 0.0 && params.cubic == 0u)) {
             // k phi^2 / 2, or the cubic k |phi|^3 (the CPU twin's `ContactModel::energy` and
@@ -183,7 +184,8 @@ fn potential(v: u32, at: vec3<f32>, d: vec3<f32>) -> Potential {
     }
     for (var i = anchor_offsets[v]; i < anchor_offsets[v + 1u]; i++) {
         let spring = anchors[i];
-        let stretch = z - spring.xyz;
+        // The handle's position in the part's axes.
+        let stretch = z - unturned(f.turn, spring.xyz - f.offset);
         out.value += 0.5 * spring.w * dot(stretch, stretch);
         out.gradient += stretch * spring.w;
         out.forces += spring.w * length(stretch);
@@ -196,12 +198,12 @@ fn potential(v: u32, at: vec3<f32>, d: vec3<f32>) -> Potential {
 // IPC's log barrier -k (phi - d)^2 ln(phi / d) of every collider within its distance d of z
 // (the twin of `ContactModel::energy` and `derivatives`): infinite energy inside a collider,
 // where its derivatives are left out (no iterate is ever there).
-fn barrier(z: vec3<f32>) -> Potential {
+fn barrier(f: PartFrame, z: vec3<f32>) -> Potential {
     var out = Potential(0.0, vec3<f32>(0.0), mat3x3<f32>(), 0.0, 0.0);
     let reach = params.barrier_distance;
     let k = params.barrier_stiffness;
     for (var c = 0u; c < params.collider_count; c++) {
-        let d = collider_distance(colliders[c], z);
+        let d = distance_in(colliders[c], f, z);
         if (d.phi <= 0.0) {
             out.value = bitcast<f32>(0x7f800000u);
         } else if (d.phi < reach) {
@@ -309,12 +311,13 @@ fn vertex(v: u32) -> vec4<f32> {
     let xv = load(0u, v);
     let start = load(1u, v);
     let at = rest_position(v);
+    let frame = part_frame(v);
     if (pinned[v] != 0u) {
         // A pinned vertex never leaves x_n: only its (constant) potential counts.
         var energy = 0.0;
         for (var q = 0u; q < params.node_count; q++) {
             let cw = node(q);
-            energy += cw.x * potential(v, at, xv * cw.y + start * (1.0 - cw.y)).value;
+            energy += cw.x * potential(v, frame, at, xv * cw.y + start * (1.0 - cw.y)).value;
         }
         energy += self_contact_energy(v);
         if (params.derivatives != 0u) {
@@ -340,7 +343,7 @@ fn vertex(v: u32) -> vec4<f32> {
     var absolute = 0.0;
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
-        let u = potential(v, at, xv * cw.y + start * (1.0 - cw.y));
+        let u = potential(v, frame, at, xv * cw.y + start * (1.0 - cw.y));
         energy += cw.x * u.value;
         acc += u.gradient * (cw.x * cw.y);
         block += u.hessian * (cw.x * cw.y * cw.y);
@@ -349,7 +352,7 @@ fn vertex(v: u32) -> vec4<f32> {
     }
     if (params.barrier_stiffness > 0.0) {
         let w = params.end_weight;
-        let b = barrier(at + xv);
+        let b = barrier(frame, at + xv);
         energy += w * b.value;
         acc += b.gradient * w;
         block += b.hessian * w;
@@ -417,7 +420,7 @@ fn vertex(v: u32) -> vec4<f32> {
         // A vertex resting on a collider that the gradient presses it into loses the
         // gradient's normal part, which the collider balances.
         var press = vec4<f32>(0.0);
-        let n = resting_normal(at + xv);
+        let n = resting_normal(frame, at + xv);
         if (n.w > 0.0) {
             let force = dot(acc, n.xyz);
             if (force > 0.0) {
@@ -432,12 +435,11 @@ fn vertex(v: u32) -> vec4<f32> {
     // G's noise floor: forces times the size of what rounds under them. The terms of absolute
     // positions round with the position; the others (inertia, gravity, elasticity, damping)
     // with the displacement from the reference, or with the part's reach (its size, a
-    // conservative bound for its elements' own rounding; `frame_offsets[p].w`). Counted from
-    // absolute positions everywhere, a body 1 km from the origin took any step that raised G
-    // by less than about 5 J per 200 kg as flat.
-    let position = at + xv;
-    let reach = frame_offsets[frame_parts[v]].w;
-    let local = reach + max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
+    // conservative bound for its elements' own rounding). Counted from absolute positions
+    // everywhere, a body 1 km from the origin took any step that raised G by less than about
+    // 5 J per 200 kg as flat.
+    let position = in_world(frame, at + xv);
+    let local = frame.reach + max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
     let far = max(abs(position.x), max(abs(position.y), abs(position.z)));
     return vec4<f32>(energy, dot(acc, acc), forces, (forces - absolute) * local + absolute * far);
 }

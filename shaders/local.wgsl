@@ -8,12 +8,17 @@
 // the quaternion, D = R^T F - I — so that nothing cancels in f32 near rest.
 
 #import shared/rotation
+#import shared/frame
 #import shared/reduce
 #import shared/slots
 #import shared/tets
 
-// Per node and tet (node q of tet e at q T + e): the last rotation, a unit quaternion (xyz, w).
+// Per node and tet (node q of tet e at q T + e): the last rotation, a unit quaternion (xyz, w),
+// in the world's axes, so that it stays the warm start when the tet's part frame turns.
 @group(2) @binding(2) var<storage, read_write> rotations: array<vec4<f32>>;
+// The parts' frames (shared/frame): the displacements are in their axes.
+@group(1) @binding(3) var<storage, read> frame_parts: array<u32>;
+@group(2) @binding(3) var<storage, read> frame_offsets: array<vec4<f32>>;
 
 @group(3) @binding(0) var<storage, read_write> corner_gradients: array<vec4<f32>>;
 @group(3) @binding(1) var<storage, read_write> energy_partials: array<f32>;
@@ -26,12 +31,14 @@ fn tet(e: u32) -> f32 {
     let lambda = select(material.z, 0.0, u32(material.x) == ARAP);
     var energy = 0.0;
     var p = mat3x3<f32>(vec3<f32>(0.0), vec3<f32>(0.0), vec3<f32>(0.0));
+    let turn = part_frame(t.v.x).turn;
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
         let h = displacement_gradient(t, cw.y);
         let slot = q * params.tet_count + e;
-        let rotation = closest_rotation(h, rotations[slot], params.one_rotation_step == 1u);
-        rotations[slot] = rotation;
+        let warm = quaternion_product(vec4<f32>(-turn.xyz, turn.w), rotations[slot]);
+        let rotation = closest_rotation(h, warm, params.one_rotation_step == 1u);
+        rotations[slot] = quaternion_product(turn, rotation);
         let c = corotated_at(h, rotation_minus_identity(rotation), mu, lambda);
         energy += cw.x * t.volume * c.psi;
         p += c.p * (cw.x * cw.y * t.volume);

@@ -51,8 +51,8 @@ struct Params {
 // `SelfContact::near_offsets` and `near`: each boundary vertex's own neighbourhood.
 @group(1) @binding(9) var<storage, read> neighbourhood_offsets: array<u32>;
 @group(1) @binding(10) var<storage, read> neighbourhood: array<u32>;
-// Per vertex, the part whose offset (`frame_offsets`) moves its rest position (gpu/buffers.rs,
-// `Frame`).
+// Per vertex, its part (shared/frame). A model with self-contact keeps every part's axes the
+// world's (its couplings join parts), so that a part's frame is its offset alone.
 @group(1) @binding(11) var<storage, read> frame_parts: array<u32>;
 
 // Displacements from the rest positions (the auxiliary positions bound as both, for the
@@ -83,7 +83,7 @@ fn node(q: u32) -> vec2<f32> {
 // Vertex u at quadrature position theta: theta x + (1 - theta) x_n.
 fn position(u: u32, theta: f32) -> vec3<f32> {
     let i = 3u * u;
-    let at = vec3<f32>(rest[i], rest[i + 1u], rest[i + 2u]) + frame_offsets[frame_parts[u]].xyz;
+    let at = vec3<f32>(rest[i], rest[i + 1u], rest[i + 2u]) + frame_offsets[2u * frame_parts[u]].xyz;
     let moved = vec3<f32>(x[i], x[i + 1u], x[i + 2u]);
     let start = vec3<f32>(x_start[i], x_start[i + 1u], x_start[i + 2u]);
     return at + moved * theta + start * (1.0 - theta);

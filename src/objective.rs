@@ -35,6 +35,9 @@ pub struct StepProblem<'a> {
     pub start: &'a [[f64; 3]],
     /// The inertial target `y`.
     pub target: &'a [[f64; 3]],
+    /// `M^-1 f(x_n)`, the forces at the start (empty for none): with the target, where the
+    /// step is headed (a GPU measures each body from where it will be).
+    pub acceleration: &'a [[f64; 3]],
     /// Quadrature nodes.
     pub nodes: &'a [Node],
     /// Time step `h` (s).
@@ -70,6 +73,7 @@ impl<'a> StepProblem<'a> {
         StepProblem {
             start,
             target,
+            acceleration: &[],
             nodes,
             dt,
             vertex_damping: &[],

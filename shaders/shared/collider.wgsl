@@ -10,6 +10,8 @@
 //   capsule a = (end a, radius), b = (end b, 0)
 //   grid    a = (origin, spacing), b.xyz = sample counts (u32 bits), offset = first sample
 
+#import shared/frame
+
 const PLANE: u32 = 0u;
 const SPHERE: u32 = 1u;
 const CUBOID: u32 = 2u;
@@ -135,14 +137,23 @@ fn resting_gap(x: vec3<f32>) -> f32 {
     return max(RESTING_GAP, RESTING_ROUNDINGS * 1.1920929e-7 * extent);
 }
 
-// The outward unit normal (w = 1) of the first collider `x` rests on, or w = 0. The
-// importing shader declares `colliders` and `collider_count` in its parameters.
-fn resting_normal(x: vec3<f32>) -> vec4<f32> {
+// The distance to a collider from the point z of a part's axes (shared/frame), its normal and
+// Hessian in those axes.
+fn distance_in(c: Collider, f: PartFrame, z: vec3<f32>) -> Distance {
+    let d = collider_distance(c, in_world(f, z));
+    return Distance(d.phi, unturned(f.turn, d.normal), unturned_matrix(f.turn, d.hessian));
+}
+
+// The outward unit normal (w = 1), in the part's axes, of the first collider that the point z
+// of part frame f rests on, or w = 0. The importing shader declares `colliders` and
+// `collider_count` in its parameters.
+fn resting_normal(f: PartFrame, z: vec3<f32>) -> vec4<f32> {
+    let x = in_world(f, z);
     let gap = resting_gap(x);
     for (var c = 0u; c < params.collider_count; c++) {
         let d = collider_distance(colliders[c], x);
         if (d.phi <= gap) {
-            return vec4<f32>(normalize(d.normal), 1.0);
+            return vec4<f32>(unturned(f.turn, normalize(d.normal)), 1.0);
         }
     }
     return vec4<f32>(0.0);

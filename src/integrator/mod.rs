@@ -291,6 +291,7 @@ impl Stepper<'_> {
         self.stages.begin_step(StepProblem {
             start: input.positions,
             target: &plan.target,
+            acceleration: input.acceleration,
             nodes: &plan.nodes,
             dt: h,
             vertex_damping: &self.damping.vertex,

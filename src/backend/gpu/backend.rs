@@ -1000,8 +1000,12 @@ impl GpuBackend {
         remembered.x.resize(x.len(), [0.0; 3]);
         crate::math::fill_per_vertex(&mut remembered.x, |v| x[v]);
         remembered.gradient.resize(x.len(), [0.0; 3]);
+        // In the world's axes: the device's are its parts' (`Frame`).
+        let buffers = &self.buffers;
         crate::math::fill_per_vertex(&mut remembered.gradient, |v| {
-            [values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64]
+            let local =
+                glam::DVec3::new(values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64);
+            (buffers.turn_of(v) * local).to_array()
         });
         remembered.potential = potential;
         remembered
@@ -1600,18 +1604,40 @@ impl GpuBackend {
 
 #[cfg(test)]
 impl GpuBackend {
-    /// The gradient and the assembled matrix of the last linearization.
+    /// The gradient and the assembled matrix of the last linearization, in the world's axes.
     pub(crate) fn read_linearization(&mut self) -> (Vec<f32>, Vec<f32>) {
         let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
         let gradient = rec.read_buffer(c, b.scratch.named("gradient"), 3 * b.vertex_count).unwrap();
         let slots: Vec<f32> = rec.read_buffer(c, b.scratch.named("blocks"), 9 * b.slot_count).unwrap();
-        (gradient, b.blocks_from_slots(&slots))
+        let blocks = b.blocks_from_slots(&slots);
+        // A row's blocks join vertices of one part: they turn with the row's vertex.
+        let rows = crate::backend::topology::Topology::new(&self.model).row_offsets;
+        let turn = |v: usize| glam::DMat3::from_quat(b.turn_of(v));
+        let mut world = Vec::with_capacity(blocks.len());
+        for v in 0..b.vertex_count {
+            for block in blocks[9 * rows[v] as usize..9 * rows[v + 1] as usize].chunks(9) {
+                let m = glam::DMat3::from_cols_array(&std::array::from_fn(|k| block[k] as f64)).transpose();
+                let m = (turn(v) * m * turn(v).transpose()).transpose();
+                world.extend(m.to_cols_array().map(|e| e as f32));
+            }
+        }
+        (self.world_axes(gradient), world)
     }
 
-    /// The direction of the last solve.
+    /// The direction of the last solve, in the world's axes.
     pub(crate) fn read_direction(&mut self) -> Vec<f32> {
         let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
-        rec.read_buffer(c, b.scratch.named("direction"), 3 * b.vertex_count).unwrap()
+        let direction = rec.read_buffer(c, b.scratch.named("direction"), 3 * b.vertex_count).unwrap();
+        self.world_axes(direction)
+    }
+
+    /// Vectors per vertex in its part's axes, in the world's.
+    fn world_axes(&self, values: Vec<f32>) -> Vec<f32> {
+        let turn = |v: usize| self.buffers.turn_of(v);
+        let vector = |v: usize| {
+            glam::DVec3::new(values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64)
+        };
+        (0..self.buffers.vertex_count).flat_map(|v| (turn(v) * vector(v)).as_vec3().to_array()).collect()
     }
 
     /// Solves PCG in one workgroup only for bodies of at most `vertices` (0: never).
@@ -1696,7 +1722,7 @@ impl Stages for GpuBackend {
                 }
             };
             if !finite {
-                self.buffers.set_offsets(&self.context, &mut self.recording, before);
+                self.buffers.set_poses(&self.context, &mut self.recording, before);
                 self.potential_at.forget();
             }
         }
@@ -1746,10 +1772,23 @@ impl Stages for GpuBackend {
             if self.buffers.reserve_damping(&self.context) {
                 self.rebind()?;
             }
-            let per_vertex: Vec<f32> = matrix.vertex_blocks.iter().flatten().map(|&c| c as f32).collect();
+            // The vertex terms, in the world's axes, in those of each vertex's part (`Frame`).
+            let buffers = &self.buffers;
+            let per_vertex: Vec<f32> = (matrix.vertex_blocks.iter().enumerate())
+                .flat_map(|(v, b)| {
+                    let turn = glam::DMat3::from_quat(buffers.turn_of(v));
+                    let block = turn.transpose() * glam::DMat3::from_cols_array(b).transpose() * turn;
+                    block.transpose().to_cols_array().map(|c| c as f32)
+                })
+                .collect();
             let vertex_blocks = self.buffers.scratch.named("damping_vertex_blocks");
             self.recording.upload(&self.context, vertex_blocks, bytemuck::cast_slice(&per_vertex));
-            let mut linear: Vec<f32> = matrix.vertex_linear.iter().flatten().map(|&c| c as f32).collect();
+            let mut linear: Vec<f32> = (matrix.vertex_linear.iter().enumerate())
+                .flat_map(|(v, l)| {
+                    let b = buffers.turn_of(v).inverse() * glam::DVec3::new(l[0], l[1], l[2]);
+                    [b.x as f32, b.y as f32, b.z as f32, l[3] as f32]
+                })
+                .collect();
             linear.resize(4 * self.buffers.vertex_count, 0.0);
             let damping_linear = self.buffers.scratch.named("damping_linear");
             self.recording.upload(&self.context, damping_linear, bytemuck::cast_slice(&linear));

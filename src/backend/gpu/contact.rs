@@ -175,18 +175,18 @@ mod tests {
 
     /// Per vertex (the direction zero elsewhere) and for all at once, the bound on random
     /// steps aimed at the colliders of every shape agrees with its CPU twin (displacements
-    /// measured from a moved frame, as in the next test).
+    /// and directions in the axes of moved and turned parts, as in the next tests).
     #[test]
     fn the_step_bound_matches_its_cpu_twin() {
         let Some(context) = context() else { return };
         let (model, x, _) = barrier_model(5);
         let steps = random_steps(&model, &x, 9);
         let mut rig = Rig::new(&context, &model);
-        rig.move_frame();
+        rig.turn_frame();
         rig.write_positions(&x, &x, &x);
         let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
         let gpu_bound = |rig: &mut Rig, direction: &[[f64; 3]]| {
-            let values: Vec<f32> = direction.as_flattened().iter().map(|&v| v as f32).collect();
+            let values = rig.in_part_axes(direction);
             rig.upload(3, "direction", &values);
             let count = model.colliders.len();
             let staged = rig.stages.contact.step_bound(
@@ -221,7 +221,7 @@ mod tests {
 
     /// The projection model's trial positions: random moves from a state with every third
     /// free vertex resting on a collider, against `contact::stop_at_contact`. The parts'
-    /// frames are moved, so that the shader must add their offsets back.
+    /// frames are moved and turned, so that the shader must place the moves in the world.
     #[test]
     fn trial_positions_stop_at_contact_as_on_the_cpu() {
         let Some(context) = context() else { return };
@@ -233,7 +233,7 @@ mod tests {
         let mut cpu = target.clone();
         stop_at_contact(&model.colliders, &model.pinned, &x, &mut cpu);
         let mut rig = Rig::new(&context, &model);
-        rig.move_frame();
+        rig.turn_frame();
         let (from, to) = (rig.buffers.displacements(&x), rig.buffers.displacements(&target));
         rig.upload(3, "x_saved", &from);
         rig.upload(2, "x", &to);
@@ -271,7 +271,7 @@ mod tests {
     /// The local/global solver's contact set and step bound, at a midpoint node and at AVF's
     /// two, against their CPU twins: a third of the free vertices pushed 1 cm
     /// into their nearest collider, a few marked stopped by a last step, random steps half aimed
-    /// at the colliders, a random base diagonal.
+    /// at the colliders, a random base diagonal; the parts turned.
     #[test]
     fn the_local_global_contact_set_and_bound_match_their_cpu_twins() {
         let Some(context) = context() else { return };
@@ -290,6 +290,7 @@ mod tests {
         let stopped: Vec<bool> = (0..n).map(|v| v % 7 == 0).collect();
         let stiffness = 1234.5;
         let mut rig = Rig::new(&context, &model);
+        rig.turn_frame();
         rig.write_positions(&x, &start, &x);
         let groups = rig.stages.contact.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
         for nodes in [vec![Node { weight: 1.0, theta: 0.5 }], NODES.to_vec()] {
@@ -305,7 +306,7 @@ mod tests {
             let flags: Vec<u32> = stopped.iter().map(|&s| if s { 2 } else { 0 }).collect();
             rig.upload(3, "contact_flags", &flags);
             rig.upload(3, "projective_base", &base.iter().map(|&d| d as f32).collect::<Vec<_>>());
-            let direction: Vec<f32> = steps.as_flattened().iter().map(|&v| v as f32).collect();
+            let direction = rig.in_part_axes(&steps);
             rig.upload(3, "direction", &direction);
             let params =
                 super::ContactParams::local_global(&rig.buffers, model.colliders.len(), &nodes, stiffness);

@@ -273,7 +273,7 @@ mod tests {
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
         let (x, start) = random_state(&model, 12);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Rest);
     }
 
     /// The same with every part's displacements measured from a moved frame: gravity and
@@ -284,7 +284,18 @@ mod tests {
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
         let (x, start) = random_state(&model, 15);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu, true);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Moved);
+    }
+
+    /// The same with every part turned as well: the displacements are in its axes, and so
+    /// are the gradient and blocks that gravity and the colliders give.
+    #[test]
+    fn gather_matches_its_cpu_twin_in_a_turned_frame() {
+        let Some(context) = context() else { return };
+        let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
+        let (x, start) = random_state(&model, 16);
+        let cpu = reference(&model, &x, &start, Projection::None);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Turned);
     }
 
     /// The same with the cubic level-set penalty.
@@ -296,17 +307,19 @@ mod tests {
         let model = Arc::new(model);
         let (x, start) = random_state(&model, 12);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
+        check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Rest);
     }
 
     /// The same under the IPC barrier, every free vertex outside the colliders and many
-    /// within the barrier's reach.
+    /// within the barrier's reach, in the world's axes and in turned parts'.
     #[test]
     fn the_barrier_gathers_as_its_cpu_twin() {
         let Some(context) = context() else { return };
         let (model, x, start) = barrier_model(12);
         let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
+        for frame in [Frame::Rest, Frame::Turned] {
+            check_gather_and_assemble(&context, &model, &x, &start, &cpu, frame);
+        }
     }
 
     /// Under the projection model, with every third free vertex resting on a collider: the
@@ -335,7 +348,7 @@ mod tests {
         crate::backend::cpu::assemble::constrain_pressed(&topology, &pressed, &mut cpu.blocks);
         let count = pressed.iter().filter(|p| p.is_some()).count();
         assert!(count >= 4, "only {count} vertices pressed");
-        let mut rig = check_gather_and_assemble(&context, &model, &x, &start, &cpu, false);
+        let mut rig = check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Rest);
         let gpu: Vec<f32> = rig.read(3, "pressed", 4 * x.len());
         for (v, (p, n)) in gpu.chunks_exact(4).zip(&pressed).enumerate() {
             assert_eq!(p[3] > 0.0, n.is_some(), "vertex {v}: pressed on one backend only");
@@ -430,18 +443,30 @@ mod tests {
         sums
     }
 
+    /// Where the rig measures the displacements from (`Rig::move_frame`, `Rig::turn_frame`).
+    #[derive(Clone, Copy)]
+    enum Frame {
+        Rest,
+        Moved,
+        Turned,
+    }
+
     fn check_gather_and_assemble(
         context: &Arc<GpuContext>,
         model: &Arc<Model>,
         x: &[[f64; 3]],
         start: &[[f64; 3]],
         cpu: &Reference,
-        moved_frame: bool,
+        frame: Frame,
     ) -> Rig {
         let mut rig = Rig::new(context, model);
-        if moved_frame {
-            rig.move_frame();
+        match frame {
+            Frame::Rest => {}
+            Frame::Moved => rig.move_frame(),
+            Frame::Turned => rig.turn_frame(),
         }
+        let turned = cpu.in_part_axes(model, &rig.buffers);
+        let cpu = &turned;
         let sums = gather_sums(&mut rig, model, x, start, cpu, true);
         let (n, slots) = (model.vertex_count(), rig.buffers.slot_count);
         // Inputs rounded to f32 (1e-7) and short f32 sums: measured 1.4e-6 of the largest

@@ -435,6 +435,7 @@ mod tests {
         let problem = crate::objective::StepProblem {
             start: &start,
             target: &target,
+            acceleration: &[],
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],

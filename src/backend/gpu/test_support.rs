@@ -80,6 +80,40 @@ pub(crate) struct Reference {
     pub target: Vec<[f64; 3]>,
 }
 
+impl Reference {
+    /// The same linearization in the axes of each vertex's part (`Frame`), as the device
+    /// holds it where the parts are turned; the target and the sums stay the world's.
+    pub fn in_part_axes(&self, model: &Model, buffers: &GpuBuffers) -> Reference {
+        use glam::{DMat3, DVec3};
+        let turn = |v: u32| DMat3::from_quat(buffers.turn_of(v as usize));
+        let vector = |v: u32, a: &[f64; 3]| (turn(v).transpose() * DVec3::from(*a)).to_array();
+        let block = |v: u32, b: &[f64; 9]| {
+            let r = turn(v);
+            (r.transpose() * DMat3::from_cols_array(b).transpose() * r).transpose().to_cols_array()
+        };
+        // Each corner's vertex, and a vertex of each element block's element and matrix row:
+        // the vertices of one element or row share a part.
+        let corners = model.tets.iter().flat_map(|t| t.to_vec()).chain(model.springs.iter().flat_map(|s| *s));
+        let elements =
+            (model.tets.iter().flat_map(|t| [t[0]; 10])).chain(model.springs.iter().flat_map(|s| [s[0]; 3]));
+        let row_offsets = crate::backend::topology::Topology::new(model).row_offsets;
+        let rows = (0..model.vertex_count() as u32).flat_map(|v| {
+            std::iter::repeat_n(v, (row_offsets[v as usize + 1] - row_offsets[v as usize]) as usize)
+        });
+        let vertices = 0..model.vertex_count() as u32;
+        Reference {
+            corners: corners.zip(&self.corners).map(|(v, a)| vector(v, a)).collect(),
+            element_blocks: elements.zip(&self.element_blocks).map(|(v, b)| block(v, b)).collect(),
+            gradient: vertices.clone().zip(&self.gradient).map(|(v, a)| vector(v, a)).collect(),
+            vertex_blocks: vertices.zip(&self.vertex_blocks).map(|(v, b)| block(v, b)).collect(),
+            blocks: rows.zip(&self.blocks).map(|(v, b)| block(v, b)).collect(),
+            target: self.target.clone(),
+            sums: self.sums,
+            vertex_energy: self.vertex_energy,
+        }
+    }
+}
+
 pub(crate) const H: f64 = 1.0 / 30.0;
 
 pub(crate) fn reference(
@@ -243,10 +277,32 @@ impl Rig {
     /// Moves every part's frame by a few centimetres, each its own way: positions written
     /// after are displacements from there, which the shaders must add back (`Frame`).
     pub fn move_frame(&mut self) {
-        let offsets = (0..self.buffers.part_count())
-            .map(|p| glam::DVec3::new(0.03, -0.05, 0.02 + 0.01 * p as f64))
+        self.pose_frame(false);
+    }
+
+    /// Moves every part's frame as `move_frame` does and turns it about an axis of its own,
+    /// by 0.5 to 2.5 rad: displacements written after are in the part's axes.
+    pub fn turn_frame(&mut self) {
+        self.pose_frame(true);
+    }
+
+    fn pose_frame(&mut self, turn: bool) {
+        use glam::{DQuat, DVec3};
+        let poses = (0..self.buffers.part_count())
+            .map(|p| {
+                let offset = DVec3::new(0.03, -0.05, 0.02 + 0.01 * p as f64);
+                let axis = DVec3::new(0.3, 1.0, -0.4 + 0.5 * p as f64).normalize();
+                let turn = if turn { DQuat::from_axis_angle(axis, 0.5 + p as f64) } else { DQuat::IDENTITY };
+                super::buffers::PartPose::rounded(offset, turn)
+            })
             .collect();
-        self.buffers.set_offsets(&self.context, &mut self.rec, offsets);
+        self.buffers.set_poses(&self.context, &mut self.rec, poses);
+    }
+
+    /// World vectors (directions) in the axes of each vertex's part, in f32.
+    pub fn in_part_axes(&self, world: &[[f64; 3]]) -> Vec<f32> {
+        let turned = |v: usize| self.buffers.turn_of(v).inverse() * glam::DVec3::from(world[v]);
+        (0..world.len()).flat_map(|v| turned(v).as_vec3().to_array()).collect()
     }
 
     /// Uploads the iterate, the step's start and its target (as displacements).

@@ -276,26 +276,18 @@ mod tests {
         check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Rest);
     }
 
-    /// The same with every part's displacements measured from a moved frame: gravity and
-    /// the colliders see the positions the offsets give back.
+    /// The same with every part's displacements measured from a moved frame, and from a
+    /// moved and turned one: gravity and the colliders see the positions the poses give back,
+    /// and the gradient and blocks they give are in the parts' axes.
     #[test]
-    fn gather_matches_its_cpu_twin_in_a_moved_frame() {
+    fn gather_matches_its_cpu_twin_in_moved_and_turned_frames() {
         let Some(context) = context() else { return };
         let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
-        let (x, start) = random_state(&model, 15);
-        let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Moved);
-    }
-
-    /// The same with every part turned as well: the displacements are in its axes, and so
-    /// are the gradient and blocks that gravity and the colliders give.
-    #[test]
-    fn gather_matches_its_cpu_twin_in_a_turned_frame() {
-        let Some(context) = context() else { return };
-        let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
-        let (x, start) = random_state(&model, 16);
-        let cpu = reference(&model, &x, &start, Projection::None);
-        check_gather_and_assemble(&context, &model, &x, &start, &cpu, Frame::Turned);
+        for (frame, seed) in [(Frame::Moved, 15), (Frame::Turned, 16)] {
+            let (x, start) = random_state(&model, seed);
+            let cpu = reference(&model, &x, &start, Projection::None);
+            check_gather_and_assemble(&context, &model, &x, &start, &cpu, frame);
+        }
     }
 
     /// The same with the cubic level-set penalty.

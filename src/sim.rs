@@ -11,6 +11,7 @@ use crate::backend::{Anchor, Stages};
 use crate::contact::{Collider, ContactModel};
 use crate::damping::Damping;
 use crate::error::{Error, Result};
+use crate::integrator::rigid_guess::FreeParts;
 use crate::integrator::{EnergyLedger, Integrator, Outcome, StepInput, Stepper, kinetic_energy};
 use crate::material::Material;
 use crate::mesh::{SpringMesh, TetMesh};
@@ -610,6 +611,7 @@ impl SimulationBuilder {
         let state = State::at_rest(model.rest.clone());
         let colliders = model.colliders.clone();
         let mut sim = Simulation {
+            free_parts: FreeParts::new(&model),
             model: Arc::new(model),
             state,
             ledger: EnergyLedger::new(0.0, self.integrator.decay()),
@@ -640,6 +642,8 @@ pub struct HandleId(pub(crate) usize);
 /// A running simulation: model, state, integrator, solver and backend.
 pub struct Simulation {
     model: Arc<Model>,
+    /// The model's parts no pin holds (the rigid guess's).
+    free_parts: FreeParts,
     state: State,
     ledger: EnergyLedger,
     integrator: Integrator,
@@ -759,6 +763,7 @@ impl Simulation {
         let mut stepper = Stepper {
             stages: self.stages.as_mut(),
             model: &self.model,
+            parts: &self.free_parts,
             solver: &solver,
             input: StepInput {
                 dt: h,

@@ -1,6 +1,8 @@
 //! The optimization integrator's robustness tests (Gast et al., section 6): a cube whose
 //! vertices start at random positions, and one collapsed to a point, recover their rest shape
 //! under backward Euler at h = 1/24 s without producing a NaN. Fixed corotated, as in the paper.
+//! And a steel-stiff cube spinning fast, whose steps the rigid guess keeps to a few Newton
+//! iterations.
 
 mod common;
 
@@ -63,6 +65,41 @@ fn volume(p: [[f64; 3]; 4]) -> f64 {
     (a[0] * (b[1] * c[2] - b[2] * c[1]) - a[1] * (b[0] * c[2] - b[2] * c[0])
         + a[2] * (b[0] * c[1] - b[1] * c[0]))
         / 6.0
+}
+
+/// A 0.1 m cube of E 1e9 Pa thrown spinning at 10 rad/s: every backward-Euler step converges
+/// in at most three Newton iterations (measured: one or two). Started from the guesses that
+/// move each vertex along a straight line, which stretch the cube by 6 %, its Newton steps
+/// had to find the rotation back against a stiffness a million times its inertia's, and
+/// took 19-45 iterations a step (18-28 with exact Cholesky directions).
+#[test]
+fn a_stiff_spinning_cube_converges_in_a_few_newton_iterations_a_step() {
+    let mut sim = Simulation::builder()
+        .tet_body(TetMesh::bar([4, 4, 4], [0.1; 3]), Material::corotated(1e9, 0.44), 1000.0)
+        .gravity([0.0, -9.81, 0.0])
+        .dt(1.0 / 30.0)
+        .integrator(Integrator::BackwardEuler)
+        .solver(Solver::newton().tolerance(1e-4))
+        .build()
+        .unwrap();
+    let x = sim.positions().to_vec();
+    let w = [3.0, 10.0, 2.0];
+    let v: Vec<[f64; 3]> = x
+        .iter()
+        .map(|p| {
+            let r = [p[0] - 0.05, p[1] - 0.05, p[2] - 0.05];
+            [w[1] * r[2] - w[2] * r[1] + 1.0, w[2] * r[0] - w[0] * r[2] + 2.0, w[0] * r[1] - w[1] * r[0]]
+        })
+        .collect();
+    sim.set_state(&x, &v).unwrap();
+    let mut most = 0;
+    for step in 0..10 {
+        let stats = sim.step().unwrap();
+        assert_eq!(stats.outcome, SolveOutcome::Converged, "step {step}: {stats:?}");
+        assert!(stats.iterations <= 3, "step {step}: {} Newton iterations", stats.iterations);
+        most = most.max(stats.iterations);
+    }
+    println!("the spinning steel-stiff cube: at most {most} Newton iterations a step");
 }
 
 #[test]

@@ -10,6 +10,7 @@ pub mod energy_ledger;
 mod forward_euler;
 mod implicit_midpoint;
 mod newmark;
+pub(crate) mod rigid_guess;
 mod stabilized;
 mod symplectic_euler;
 
@@ -266,6 +267,8 @@ pub(crate) struct Solved {
 pub(crate) struct Stepper<'a> {
     pub stages: &'a mut dyn Stages,
     pub model: &'a Model,
+    /// The model's free parts, for the rigid guess.
+    pub parts: &'a rigid_guess::FreeParts,
     pub solver: &'a Solver,
     pub input: StepInput<'a>,
     /// The lagged damping of every solve of this step.
@@ -306,7 +309,14 @@ impl Stepper<'_> {
         let inertial: &[[f64; 3]] = inertia.as_deref().unwrap_or(&plan.target);
         let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
+        // And the start's shape moved rigidly where the step takes it: a spinning body's
+        // (rigid_guess.rs). Local/global takes no guesses but its start.
+        let rigid = match self.solver.compares_guesses() {
+            true => self.parts.rigid_guess(&self.model.masses, input.positions, &plan.target, &explicit),
+            false => None,
+        };
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, inertial];
+        guesses.extend(rigid.as_deref());
         guesses.extend(warm_start);
         // A fixed budget is run whole by the backend: on a GPU with one readback,
         // the step's start the fallback guess.

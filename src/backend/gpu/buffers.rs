@@ -25,9 +25,9 @@ use crate::model::Model;
 use crate::objective::StepProblem;
 use glam::{DMat3, DQuat, DVec3};
 
-/// Initial guesses a budgeted solve holds on the device: the explicit and inertial guesses,
+/// Initial guesses a budgeted solve holds on the device: the explicit, inertial and rigid guesses,
 /// a warm start, and the step's start as the fallback.
-pub const GUESSES: usize = 4;
+pub const GUESSES: usize = 5;
 
 /// Positions evaluated in one energy pass at most (the guesses, or a line search's
 /// candidates): the `batch` buffer holds them, and the element and gather partials have room

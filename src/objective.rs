@@ -10,6 +10,8 @@
 //! terms `b_v` and constants `c_v`: friction against a collider that moves by `s` over the
 //! step acts on the motion relative to it, `1/2 (dx - s)^T A (dx - s)`).
 
+use glam::{DQuat, DVec3};
+
 use crate::damping::{Damping, add_ether};
 use crate::model::Model;
 
@@ -35,9 +37,10 @@ pub struct StepProblem<'a> {
     pub start: &'a [[f64; 3]],
     /// The inertial target `y`.
     pub target: &'a [[f64; 3]],
-    /// `M^-1 f(x_n)`, the forces at the start (empty for none): with the target, where the
-    /// step is headed (a GPU measures each body from where it will be).
-    pub acceleration: &'a [[f64; 3]],
+    /// Where the step takes each free part as a rigid body, by translation group
+    /// (`Topology::translation_groups`), `None` for a part with no rigid fit; empty for none
+    /// known. A GPU measures each body from where it will be.
+    pub rigid_steps: &'a [Option<RigidStep>],
     /// Quadrature nodes.
     pub nodes: &'a [Node],
     /// Time step `h` (s).
@@ -60,6 +63,28 @@ pub struct StepProblem<'a> {
     pub damping_weight: f64,
 }
 
+/// A step of a part as a rigid body: its centre of mass from `from` to `to`, its shape
+/// turned about it by `turn`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RigidStep {
+    pub from: DVec3,
+    pub to: DVec3,
+    pub turn: DQuat,
+}
+
+impl RigidStep {
+    /// Where `theta` of the step (the centre's move and the turn's angle) puts the point at
+    /// `x`.
+    pub fn place(&self, x: DVec3, theta: f64) -> DVec3 {
+        self.from + (self.to - self.from) * theta + self.turn_by(theta) * (x - self.from)
+    }
+
+    /// `theta` of the turn.
+    pub fn turn_by(&self, theta: f64) -> DQuat {
+        DQuat::IDENTITY.slerp(self.turn, theta)
+    }
+}
+
 #[cfg(test)]
 impl<'a> StepProblem<'a> {
     /// A step with no damping and no vertex terms, for tests of what a step minimizes.
@@ -73,7 +98,7 @@ impl<'a> StepProblem<'a> {
         StepProblem {
             start,
             target,
-            acceleration: &[],
+            rigid_steps: &[],
             nodes,
             dt,
             vertex_damping: &[],

@@ -291,10 +291,21 @@ impl Stepper<'_> {
         let input = &self.input;
         let h = input.dt;
         let plan = scheme.plan(input);
+        // The optimization integrator's two guesses: inertia alone, and the explicit
+        // prediction with forces frozen at x_n (exact in free fall).
+        let inertia = (!plan.inertial).then(|| combine([(1.0, input.positions), (h, input.velocities)]));
+        let inertial: &[[f64; 3]] = inertia.as_deref().unwrap_or(&plan.target);
+        let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
+        let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
+        // Where the step takes each free part as a rigid body (rigid_guess.rs): a GPU
+        // measures the part from there, and Newton and mixed FEM take the start's shape moved
+        // there as a third guess, a spinning body's. Local/global takes no guesses but its
+        // start.
+        let rigid_steps = self.parts.steps(&self.model.masses, input.positions, &plan.target, &explicit);
         self.stages.begin_step(StepProblem {
             start: input.positions,
             target: &plan.target,
-            acceleration: input.acceleration,
+            rigid_steps: &rigid_steps,
             nodes: &plan.nodes,
             dt: h,
             vertex_damping: &self.damping.vertex,
@@ -303,16 +314,8 @@ impl Stepper<'_> {
             couplings: &self.damping.couplings,
             damping_weight: scheme.damping_weight(input),
         });
-        // The optimization integrator's two guesses: inertia alone, and the explicit
-        // prediction with forces frozen at x_n (exact in free fall).
-        let inertia = (!plan.inertial).then(|| combine([(1.0, input.positions), (h, input.velocities)]));
-        let inertial: &[[f64; 3]] = inertia.as_deref().unwrap_or(&plan.target);
-        let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
-        let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
-        // And the start's shape moved rigidly where the step takes it: a spinning body's
-        // (rigid_guess.rs). Local/global takes no guesses but its start.
         let rigid = match self.solver.compares_guesses() {
-            true => self.parts.rigid_guess(&self.model.masses, input.positions, &plan.target, &explicit),
+            true => self.parts.rigid_guess(&rigid_steps, input.positions, &explicit),
             false => None,
         };
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, inertial];

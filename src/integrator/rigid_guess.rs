@@ -20,6 +20,7 @@ use glam::{DMat3, DQuat, DVec3};
 
 use crate::backend::topology::{NO_GROUP, Topology};
 use crate::model::Model;
+use crate::objective::RigidStep;
 
 /// The parts no pin holds (`Topology::translation_groups`): each moves freely as a whole.
 #[derive(Clone, Debug)]
@@ -35,22 +36,19 @@ impl FreeParts {
         FreeParts { part_of, count: count as usize }
     }
 
-    /// `guess` with each free part of more than one vertex replaced by its shape in `start`,
-    /// turned as it fits the inertial `target` best and moved to `guess`'s centre of mass
-    /// (weighted by `masses`); `None` without such a part. The turn is fitted to the target
-    /// rather than to the explicit guess, whose internal forces sum to no move and no torque
-    /// but, times `h^2` over a stiff body's small masses, skew the fit: by 0.06 rad a step
-    /// for a steel-stiff spinning cube, as far as the guess was meant to save.
-    pub fn rigid_guess(
+    /// Where a step takes each free part as a rigid body (weighted by `masses`): turned as
+    /// its shape in `start` fits the inertial `target` best, its centre of mass moved to
+    /// `guess`'s; `None` for a part of one vertex or no mass. The turn is fitted to the
+    /// target rather than to the explicit guess, whose internal forces sum to no move and
+    /// no torque but, times `h^2` over a stiff body's small masses, skew the fit: by 0.06
+    /// rad a step for a steel-stiff spinning cube, as far as the guess was meant to save.
+    pub fn steps(
         &self,
         masses: &[f64],
         start: &[[f64; 3]],
         target: &[[f64; 3]],
         guess: &[[f64; 3]],
-    ) -> Option<Vec<[f64; 3]>> {
-        if self.count == 0 {
-            return None;
-        }
+    ) -> Vec<Option<RigidStep>> {
         // Per part: mass, first moments of the start, the target and the guess.
         let mut sums = vec![(0.0, [DVec3::ZERO; 3], 0usize); self.count];
         for (v, &p) in self.part_of.iter().enumerate() {
@@ -76,27 +74,34 @@ impl FreeParts {
             let (x, y) = (DVec3::from(start[v]) - from, DVec3::from(target[v]) - to);
             covariance[p as usize] += outer(y * masses[v], x);
         }
-        let turns: Vec<Option<DQuat>> = centres
+        centres
             .iter()
             .zip(&covariance)
             .map(|(centres, h)| {
-                centres.and_then(|_| {
-                    let turn = crate::material::closest_rotation(h, DQuat::IDENTITY).0;
-                    turn.is_finite().then_some(turn)
-                })
+                let [from, _, to] = (*centres)?;
+                let turn = crate::material::closest_rotation(h, DQuat::IDENTITY).0;
+                turn.is_finite().then_some(RigidStep { from, to, turn })
             })
-            .collect();
-        if turns.iter().all(Option::is_none) {
-            return None;
-        }
-        let mut rigid = guess.to_vec();
-        for (v, &p) in self.part_of.iter().enumerate() {
-            let p = p as usize;
-            if let (Some(Some([from, _, to])), Some(Some(turn))) = (centres.get(p), turns.get(p)) {
-                rigid[v] = (*to + *turn * (DVec3::from(start[v]) - *from)).to_array();
+            .collect()
+    }
+
+    /// `guess` with each free part that has a step replaced by its shape in `start` carried
+    /// by the step; `None` without such a part.
+    pub fn rigid_guess(
+        &self,
+        steps: &[Option<RigidStep>],
+        start: &[[f64; 3]],
+        guess: &[[f64; 3]],
+    ) -> Option<Vec<[f64; 3]>> {
+        steps.iter().any(Option::is_some).then(|| {
+            let mut rigid = guess.to_vec();
+            for (v, &p) in self.part_of.iter().enumerate() {
+                if let Some(Some(step)) = steps.get(p as usize) {
+                    rigid[v] = step.place(DVec3::from(start[v]), 1.0).to_array();
+                }
             }
-        }
-        Some(rigid)
+            rigid
+        })
     }
 }
 
@@ -136,12 +141,46 @@ mod tests {
         // A guess whose vertices move apart along x about its centre, which the fit ignores.
         let guess: Vec<[f64; 3]> =
             target.iter().map(|&y| (DVec3::from(y) + drift + DVec3::X * (y[0] - 0.05)).to_array()).collect();
-        let rigid = FreeParts::new(&model).rigid_guess(&model.masses, &start, &target, &guess).unwrap();
+        let parts = FreeParts::new(&model);
+        let steps = parts.steps(&model.masses, &start, &target, &guess);
+        let rigid = parts.rigid_guess(&steps, &start, &guess).unwrap();
         let turn = DQuat::from_axis_angle(w.normalize(), (h * w.length()).atan());
         for (x, y) in start.iter().zip(&rigid) {
             let expected = centre + drift + turn * (DVec3::from(*x) - centre);
             assert!(DVec3::from(*y).distance(expected) < 1e-12, "{y:?} against {expected}");
         }
+    }
+
+    /// A bar, whose inertia is not isotropic, spun about a skew axis: its rigid step is the
+    /// rigid motion nearest the target, so no small turn about the centre brings the turned
+    /// shape closer (the weighted sum of `R r_v x (y_v - c_y)` vanishes), where a turn by
+    /// atan(h |w|) about the spin misses by 8e-3 rad.
+    #[test]
+    fn a_rigid_step_is_the_rigid_motion_nearest_the_target() {
+        let mut model = Model::empty([0.0; 3]);
+        let material = crate::Material::corotated(1e6, 0.3);
+        model.add_tet_body(&TetMesh::bar([4, 3, 2], [0.4, 0.3, 0.2]), &[material], 1000.0).unwrap();
+        let start: Vec<[f64; 3]> = model.rest.clone();
+        let (w, h) = (DVec3::new(3.0, -10.0, 4.0), 1.0 / 30.0);
+        let target: Vec<[f64; 3]> =
+            start.iter().map(|&x| (DVec3::from(x) + w.cross(DVec3::from(x)) * h).to_array()).collect();
+        let step = FreeParts::new(&model).steps(&model.masses, &start, &target, &target)[0].unwrap();
+        let torque = |turn: DQuat| {
+            let mut sum = DVec3::ZERO;
+            for ((x, y), m) in start.iter().zip(&target).zip(&model.masses) {
+                let r = turn * (DVec3::from(*x) - step.from);
+                sum += r.cross(DVec3::from(*y) - step.to) * *m;
+            }
+            sum.length()
+        };
+        let spun = DQuat::from_axis_angle(w.normalize(), (h * w.length()).atan());
+        println!("turn {:.3e} rad from atan(h |w|) about the spin", step.turn.angle_between(spun));
+        assert!(
+            torque(step.turn) < 1e-12 * torque(spun),
+            "{:e} against {:e}",
+            torque(step.turn),
+            torque(spun)
+        );
     }
 
     /// A pinned part keeps the guess; without a free part there is no rigid guess.
@@ -151,6 +190,8 @@ mod tests {
         model.pinned[0] = true;
         let start = model.rest.clone();
         let guess: Vec<[f64; 3]> = start.iter().map(|x| [x[0] + x[1], x[1], x[2]]).collect();
-        assert!(FreeParts::new(&model).rigid_guess(&model.masses, &start, &guess, &guess).is_none());
+        let parts = FreeParts::new(&model);
+        let steps = parts.steps(&model.masses, &start, &guess, &guess);
+        assert!(steps.is_empty() && parts.rigid_guess(&steps, &start, &guess).is_none());
     }
 }

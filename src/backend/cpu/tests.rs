@@ -92,7 +92,7 @@ fn loaded_with(material: Material, seed: u64, nodes: &[Node]) -> (CpuBackend, Ve
     backend.begin_step(StepProblem {
         start: &start,
         target: &target,
-        acceleration: &[],
+        rigid_steps: &[],
         nodes,
         dt: 1.0 / 30.0,
         vertex_damping: &damping,

@@ -18,11 +18,11 @@ use super::gather::GpuCollider;
 use super::pcg::{INVERSE_FACTORS, InverseSlots, PcgStatus};
 use super::recording::Recording;
 use super::stage::WORKGROUP;
-use crate::backend::topology::Topology;
+use crate::backend::topology::{NO_GROUP, Topology};
 use crate::material::MaterialModel;
 use crate::mesh::SpringKind;
 use crate::model::Model;
-use crate::objective::StepProblem;
+use crate::objective::{RigidStep, StepProblem};
 use glam::{DMat3, DQuat, DVec3};
 
 /// Initial guesses a budgeted solve holds on the device: the explicit, inertial and rigid guesses,
@@ -117,7 +117,7 @@ pub struct GpuBuffers {
 ///
 /// A part's pose follows it: at a step's start ([`GpuBuffers::rebase`]) it is fitted to where
 /// the step will evaluate the part, as a rigid body (`Frame::fit`: the nodes' mean `theta` of
-/// the way from the start to the inertial target moved by the start's forces), and taken once
+/// the part's rigid step, the one its rigid guess takes), and taken once
 /// the fit puts a probe vertex further than a fraction of the part's reach from where the
 /// pose has it ([`REPOSE_FRACTION`]). So a travelling, spinning body's displacements stay near
 /// what it deforms, and f32 rounds them finely.
@@ -142,11 +142,13 @@ struct Frame {
     probes: Vec<Option<Probes>>,
     /// Whether the parts may turn (not with self-contact).
     turns: bool,
+    /// Per part, its translation group (`Topology::translation_groups`), which indexes the
+    /// step's rigid steps; `NO_GROUP` for a part some pin holds.
+    groups: Vec<u32>,
     /// Per part, `sum_v m_v rest_v` and its mass: with the poses, the reference positions'
     /// first moment of mass, which gravity's potential there is.
     rest_moments: Vec<DVec3>,
     part_masses: Vec<f64>,
-    masses: Vec<f64>,
     /// The probes' positions at the start of the step the poses were last fitted for.
     last_starts: Vec<DVec3>,
 }
@@ -185,9 +187,14 @@ struct Probes {
 pub const REPOSE_FRACTION: f64 = 1.0 / 16.0;
 
 impl Frame {
-    fn new(model: &Model, topology: &Topology) -> Frame {
+    /// The frame of `model`'s parts, `groups` the vertices' translation groups.
+    fn new(model: &Model, topology: &Topology, groups: &[u32]) -> Frame {
         let (part_of, parts) = topology.parts();
         let parts = parts as usize;
+        let mut part_groups = vec![NO_GROUP; parts];
+        for (&p, &group) in part_of.iter().zip(groups) {
+            part_groups[p as usize] = group;
+        }
         let point = |v: usize| DVec3::from(model.rest[v]);
         let mut sums = vec![(DVec3::ZERO, 0usize); parts];
         for (v, &p) in part_of.iter().enumerate() {
@@ -242,41 +249,11 @@ impl Frame {
             poses: vec![PartPose::REST; parts],
             probes,
             turns: model.self_collision.is_none(),
+            groups: part_groups,
             rest_moments,
             part_masses,
-            masses: model.masses.clone(),
             last_starts: Vec::new(),
         }
-    }
-
-    /// Where a step from `start` to `target` takes each part's centre of mass, `theta` of the
-    /// way, moved by `push` times `acceleration`'s mean over the part (its forces as a whole).
-    fn heading<'a>(
-        &self,
-        start: &'a [[f64; 3]],
-        target: &'a [[f64; 3]],
-        acceleration: &[[f64; 3]],
-        push: f64,
-        theta: f64,
-    ) -> Heading<'a> {
-        let parts = self.poses.len();
-        let (mut centre, mut moved, mut pushed) =
-            (vec![DVec3::ZERO; parts], vec![DVec3::ZERO; parts], vec![DVec3::ZERO; parts]);
-        for (v, (&p, &m)) in self.part_of.iter().zip(&self.masses).enumerate() {
-            let (x, y) = (DVec3::from(start[v]), DVec3::from(target[v]));
-            centre[p as usize] += x * m;
-            moved[p as usize] += (y - x) * m;
-            if let Some(&a) = acceleration.get(v) {
-                pushed[p as usize] += DVec3::from(a) * m;
-            }
-        }
-        for p in 0..parts {
-            let m = self.part_masses[p];
-            let mean = |sum: DVec3| if m > 0.0 { sum / m } else { DVec3::ZERO };
-            (centre[p], pushed[p]) = (mean(centre[p]), mean(pushed[p]) * push);
-            moved[p] = mean(moved[p]) + pushed[p];
-        }
-        Heading { start, target, push: pushed, centre, moved, theta }
     }
 
     /// `sum_v m_v reference_v`.
@@ -301,57 +278,42 @@ impl Frame {
         self.pose(v).place(DVec3::from(self.rest[v]) + u)
     }
 
-    /// The pose of part `p` where the step will evaluate it, `theta` of the way from `start` to
-    /// `end`: its pose at the start (a least-squares rigid fit of the probes), carried on by
-    /// the rigid motion that fits the probes' moves best, as far as it goes rigidly. The
-    /// moves themselves are not rigid (a spin's end points lie outside its circle), and their
-    /// own fit strays by as much as they do. A translation of the first probe alone where the
-    /// part may not turn or its probes do not span space.
+    /// The pose of part `p` where the step will evaluate it, `theta` of the way: its pose at
+    /// the start (a least-squares rigid fit of the probes), carried on by the part's rigid
+    /// step (`StepProblem::rigid_steps`), the same the rigid guess takes. A translation of
+    /// the first probe alone where the part may not turn, its probes do not span space, or
+    /// it has no rigid step (a part some pin holds: then as far as the target takes the
+    /// probe).
     fn fit(&self, p: usize, probes: &Probes, heading: &Heading) -> (DVec3, DQuat) {
         let rest = |v: usize| DVec3::from(self.rest[v]);
-        let moved = |v: usize| heading.moved(v, p as u32);
         let current = self.poses[p];
         let centre = probes.vertices[0];
-        let at = heading.start(centre) + moved(centre) * heading.theta;
-        let translated = (at - current.turn * rest(centre), current.turn);
-        if !self.turns {
-            return translated;
-        }
+        let step = heading.steps.get(self.groups[p] as usize).copied().flatten();
+        let moved = match step {
+            Some(step) => step.to - step.from,
+            None => heading.target(centre) - heading.start(centre),
+        };
+        let translated =
+            (heading.start(centre) + moved * heading.theta - current.turn * rest(centre), current.turn);
+        let Some(step) = step.filter(|_| self.turns) else { return translated };
         let count = probes.vertices.len() as f64;
         let mean = probes.vertices.iter().map(|&v| heading.start(v)).sum::<DVec3>() / count;
-        let mean_move = probes.vertices.iter().map(|&v| moved(v)).sum::<DVec3>() / count;
         let rest_mean = probes.vertices.iter().map(|&v| rest(v)).sum::<DVec3>() / count;
-        let (mut cross, mut spread, mut inertia, mut spin) =
-            (DMat3::ZERO, DMat3::ZERO, DMat3::ZERO, DVec3::ZERO);
+        let (mut cross, mut spread) = (DMat3::ZERO, DMat3::ZERO);
         for &v in &probes.vertices {
             let (r, x) = (rest(v) - rest_mean, heading.start(v) - mean);
             cross += outer(x, r);
             spread += outer(r, r);
-            inertia += DMat3::from_diagonal(DVec3::splat(x.length_squared())) - outer(x, x);
-            spin += x.cross(moved(v) - mean_move);
         }
         let scale = spread.col(0).x + spread.col(1).y + spread.col(2).z;
-        if !(spread.determinant() > 1e-6 * scale * scale * scale && inertia.determinant().abs() > 0.0) {
+        if !(spread.determinant() > 1e-6 * scale * scale * scale) {
             return translated;
         }
         let start_turn = crate::material::closest_rotation(&cross, current.turn).0;
-        // The rotation vector of the moves, and where moving `theta` of the way along it puts a
-        // rigid body: atan of its angle (the nearest point of the circle to a point on its
-        // tangent).
-        let rotation = inertia.inverse() * spin;
-        let angle = (heading.theta * rotation.length()).atan();
-        let step = match rotation.length() > 0.0 {
-            true => DQuat::from_axis_angle(rotation.normalize(), angle),
-            false => DQuat::IDENTITY,
-        };
-        let turn = step * start_turn;
-        // The centre of mass moves straight: a turn about any other point would move it.
+        let turn = step.turn_by(heading.theta) * start_turn;
+        // The rest shape's centre of mass goes where the step takes the part's.
         let rest_centre = self.rest_moments[p] / self.part_masses[p];
-        let centre = heading.centre[p] + heading.moved[p] * heading.theta;
-        match rest_centre.is_finite() {
-            true => (centre - turn * rest_centre, turn),
-            false => (mean + mean_move * heading.theta - turn * rest_mean, turn),
-        }
+        (step.from + moved * heading.theta - turn * rest_centre, turn)
     }
 
     /// Whether a step from `start` is one the poses were not fitted for yet (remembering it).
@@ -402,15 +364,12 @@ impl Frame {
     }
 }
 
-/// Where a step takes the vertices: from `start` to the inertial `target` moved by `push`
-/// (per part: the forces at the start), evaluated `theta` of the way ([`Frame::heading`]).
+/// Where a step takes the parts: from `start` towards the inertial `target`, the free ones
+/// by their rigid steps, evaluated `theta` of the way.
 struct Heading<'a> {
     start: &'a [[f64; 3]],
     target: &'a [[f64; 3]],
-    push: Vec<DVec3>,
-    /// Per part, the centre of mass at the start and its move.
-    centre: Vec<DVec3>,
-    moved: Vec<DVec3>,
+    steps: &'a [Option<RigidStep>],
     theta: f64,
 }
 
@@ -419,8 +378,8 @@ impl Heading<'_> {
         DVec3::from(self.start[v])
     }
 
-    fn moved(&self, v: usize, part: u32) -> DVec3 {
-        DVec3::from(self.target[v]) + self.push[part as usize] - self.start(v)
+    fn target(&self, v: usize) -> DVec3 {
+        DVec3::from(self.target[v])
     }
 }
 
@@ -450,7 +409,7 @@ impl GpuBuffers {
         let (chunks, translation_chunks) = self::translation_chunks(&groups, translation_groups);
         m.set("translation_chunks", c.storage("translation_chunks", &chunks));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
-        let frame = Frame::new(model, &topology);
+        let frame = Frame::new(model, &topology, &groups);
         m.set("frame_parts", c.storage("frame_parts", &frame.part_of));
         let (colliders, sdf_values) = GpuCollider::pack(&model.colliders);
         m.set("colliders", c.storage("colliders", &colliders));
@@ -667,12 +626,8 @@ impl GpuBuffers {
             true => problem.nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() / weight,
             false => 1.0,
         };
-        // Where the step is headed: the target, moved by the start's forces on each part as a
-        // whole (exact in free fall; a stiff body's forces at single vertices are its
-        // vibrations', which f64 resolves and its step undoes).
-        let force_weight: f64 = problem.nodes.iter().map(|q| q.weight * q.theta).sum();
-        let push = problem.dt * problem.dt * force_weight;
-        let heading = self.frame.heading(problem.start, problem.target, problem.acceleration, push, theta);
+        let heading =
+            Heading { start: problem.start, target: problem.target, steps: problem.rigid_steps, theta };
         let before = self.frame.rebase(&heading)?;
         self.upload_poses(context, recording);
         Some(before)
@@ -884,8 +839,9 @@ mod tests {
         }
     }
 
-    use super::{Frame, PartPose, REPOSE_FRACTION};
+    use super::{Frame, Heading, PartPose, REPOSE_FRACTION};
     use crate::backend::topology::Topology;
+    use crate::integrator::rigid_guess::FreeParts;
     use crate::material::Material;
     use crate::mesh::TetMesh;
     use crate::model::Model;
@@ -901,12 +857,12 @@ mod tests {
         for _ in 0..2 {
             model.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
         }
-        let mut frame = Frame::new(&model, &Topology::new(&model));
+        let (mut frame, parts) = frame_of(&model);
         // A new step that stays at `x`.
         let rebase = |frame: &mut Frame, x: &[DVec3]| {
             let at: Vec<[f64; 3]> = x.iter().map(|p| p.to_array()).collect();
-            let heading = frame.heading(&at, &at, &[], 0.0, 1.0);
-            frame.rebase(&heading)
+            let steps = parts.steps(&model.masses, &at, &at, &at);
+            frame.rebase(&Heading { start: &at, target: &at, steps: &steps, theta: 1.0 })
         };
         assert_eq!(frame.poses, vec![PartPose::REST; 2]);
         let each = mesh.vertex_count();
@@ -953,15 +909,23 @@ mod tests {
         assert!(rebase(&mut frame, &x).is_none());
     }
 
-    /// A body thrown spinning: the pose is fitted where a rigid body's backward-Euler step
-    /// takes it (the rigid motion nearest the inertial target, which turns it by atan(h w),
-    /// and its fall), and halfway for a midpoint node, whatever the probes.
+    /// The frame of `model`'s parts, and its free parts.
+    fn frame_of(model: &Model) -> (Frame, FreeParts) {
+        let topology = Topology::new(model);
+        let (groups, _) = topology.translation_groups(&model.pinned);
+        (Frame::new(model, &topology, &groups), FreeParts::new(model))
+    }
+
+    /// A body thrown spinning: the pose is fitted where its rigid step takes it (the rigid
+    /// motion nearest the inertial target, turning a spinning body by about atan(h w), and
+    /// its fall), which its rigid guess takes too, and halfway for a midpoint node, whatever
+    /// the probes.
     #[test]
     fn a_spinning_bodys_pose_is_where_its_rigid_step_takes_it() {
         let mut model = Model::empty([0.0, -9.81, 0.0]);
         let mesh = TetMesh::bar([4, 3, 2], [0.4, 0.3, 0.2]);
         model.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
-        let mut frame = Frame::new(&model, &Topology::new(&model));
+        let (mut frame, parts) = frame_of(&model);
         let rest: Vec<DVec3> = model.rest.iter().map(|&p| DVec3::from(p)).collect();
         let centre = rest.iter().zip(&model.masses).map(|(&p, &m)| p * m).sum::<DVec3>()
             / model.masses.iter().sum::<f64>();
@@ -973,18 +937,20 @@ mod tests {
         let start: Vec<DVec3> = rest.iter().map(|&p| placed + turned * (p - centre)).collect();
         let target: Vec<[f64; 3]> =
             start.iter().map(|&x| (x + (velocity + spin.cross(x - placed)) * h).to_array()).collect();
-        let gravity = vec![[0.0, -9.81, 0.0]; rest.len()];
+        let explicit: Vec<[f64; 3]> = target.iter().map(|&y| [y[0], y[1] - 9.81 * h * h, y[2]]).collect();
         let start: Vec<[f64; 3]> = start.iter().map(|p| p.to_array()).collect();
+        let steps = parts.steps(&model.masses, &start, &target, &explicit);
+        let step = steps[0].unwrap();
+        // About atan(h w) about the spin (exactly that for a body of isotropic inertia).
+        let expected_turn = glam::DQuat::from_axis_angle(spin.normalize(), (h * spin.length()).atan());
+        assert!(step.turn.angle_between(expected_turn) < 0.02, "{:?}", step.turn);
         for theta in [1.0, 0.5] {
-            let heading = frame.heading(&start, &target, &gravity, h * h * theta, theta);
+            let heading = Heading { start: &start, target: &target, steps: &steps, theta };
             // Once a step: another solve of the same step keeps the poses.
             assert_eq!(frame.begins_step(&start), theta == 1.0);
             assert!(frame.rebase(&heading).is_some());
-            let angle = (theta * h * spin.length()).atan();
-            let step = glam::DQuat::from_axis_angle(spin.normalize(), angle) * turned;
-            let fall = (velocity * h + DVec3::new(0.0, -9.81, 0.0) * h * h * theta) * theta;
-            for (v, &p) in rest.iter().enumerate() {
-                let expected = placed + fall + step * (p - centre);
+            for (v, &x) in start.iter().enumerate() {
+                let expected = step.place(DVec3::from(x), theta);
                 // The pose is rounded to f32.
                 let off = frame.position(v, DVec3::ZERO).distance(expected);
                 assert!(off < 1e-6, "theta {theta}, vertex {v}: {off:e} m off");

@@ -435,7 +435,7 @@ mod tests {
         let problem = crate::objective::StepProblem {
             start: &start,
             target: &target,
-            acceleration: &[],
+            rigid_steps: &[],
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],

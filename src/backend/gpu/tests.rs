@@ -126,7 +126,7 @@ impl DampedContact {
         crate::objective::StepProblem {
             start: &self.start,
             target: &self.target,
-            acceleration: &[],
+            rigid_steps: &[],
             nodes: &NODES,
             dt: H,
             vertex_damping: &self.vertex_damping,
@@ -267,7 +267,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         gpu.begin_step(crate::objective::StepProblem {
             start: &rest,
             target: &target,
-            acceleration: &[],
+            rigid_steps: &[],
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],
@@ -405,7 +405,7 @@ fn dispatches_split_into_rows_give_the_same_bits() {
         gpu.begin_step(StepProblem {
             start: &start,
             target: &target,
-            acceleration: &[],
+            rigid_steps: &[],
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],

@@ -13,6 +13,9 @@ pub(crate) struct TetRest {
     pub volume: f64,
 }
 
+/// A vertex of a part some pin holds: it has no translation of its own.
+pub(crate) const NO_GROUP: u32 = u32::MAX;
+
 /// The fixed part of a simulation. Vertices of all bodies are numbered in the order the
 /// bodies were added.
 #[derive(Clone, Debug)]
@@ -182,6 +185,63 @@ impl Model {
             }
         };
         Ok(detection.contacts(self, positions).iter().map(|c| c.offset.length()).fold(0.0, f64::max))
+    }
+
+    /// The part of every vertex, numbered in the order of each part's first vertex, and the
+    /// number of parts: the vertices the elements connect (the Hessian's pattern), each part
+    /// one body or a body's detached piece.
+    pub(crate) fn parts(&self) -> (Vec<u32>, u32) {
+        // Union-find over the elements, each set's root its least vertex.
+        let n = self.vertex_count();
+        let mut parent: Vec<u32> = (0..n as u32).collect();
+        fn root(parent: &mut [u32], mut v: u32) -> u32 {
+            while parent[v as usize] != v {
+                parent[v as usize] = parent[parent[v as usize] as usize];
+                v = parent[v as usize];
+            }
+            v
+        }
+        let corners = self.tets.iter().flat_map(|t| [[t[0], t[1]], [t[0], t[2]], [t[0], t[3]]]);
+        for [a, b] in corners.chain(self.springs.iter().copied()) {
+            let (a, b) = (root(&mut parent, a), root(&mut parent, b));
+            parent[a.max(b) as usize] = a.min(b);
+        }
+        let mut part_of = vec![u32::MAX; n];
+        let mut count = 0;
+        for v in 0..n {
+            // The root is at or before `v`, so numbered already unless it is `v`.
+            let r = root(&mut parent, v as u32) as usize;
+            if r == v {
+                part_of[v] = count;
+                count += 1;
+            } else {
+                part_of[v] = part_of[r];
+            }
+        }
+        (part_of, count)
+    }
+
+    /// The translation group of every vertex (`NO_GROUP` for none) and the number of groups:
+    /// each part ([`parts`](Self::parts)) no pin holds moves freely as a whole, its
+    /// translations a null mode of the elasticity's Hessian, and is a group of its own, the
+    /// groups numbered in part order.
+    pub(crate) fn translation_groups(&self) -> (Vec<u32>, u32) {
+        let (part_of, parts) = self.parts();
+        let mut held = vec![false; parts as usize];
+        for (v, &p) in part_of.iter().enumerate() {
+            held[p as usize] |= self.pinned[v];
+        }
+        // The free parts' ranks among the free parts, in part order.
+        let mut free_parts = 0;
+        let rank: Vec<u32> = held
+            .iter()
+            .map(|&held| {
+                let rank = if held { NO_GROUP } else { free_parts };
+                free_parts += u32::from(!held);
+                rank
+            })
+            .collect();
+        (part_of.iter().map(|&p| rank[p as usize]).collect(), free_parts)
     }
 
     /// Number of vertices over all bodies.

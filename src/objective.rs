@@ -38,7 +38,7 @@ pub struct StepProblem<'a> {
     /// The inertial target `y`.
     pub target: &'a [[f64; 3]],
     /// Where the step takes each free part as a rigid body, by translation group
-    /// (`Topology::translation_groups`), `None` for a part with no rigid fit; empty for none
+    /// (`Model::translation_groups`), `None` for a part with no rigid fit; empty for none
     /// known. A GPU measures each body from where it will be.
     pub rigid_steps: &'a [Option<RigidStep>],
     /// Quadrature nodes.

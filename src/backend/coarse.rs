@@ -50,7 +50,7 @@ pub(crate) struct CoarseSpace {
     cluster: Vec<Option<u32>>,
     weights: Vec<[f64; MODES]>,
     clusters: usize,
-    /// Per cluster: the translation group of its vertices (`Topology::translation_groups`;
+    /// Per cluster: the translation group of its vertices (`Model::translation_groups`;
     /// a cluster holds one group's), `NO_GROUP` for a part some pin holds.
     group: Vec<u32>,
 }
@@ -465,9 +465,7 @@ impl Coarse {
     ) -> Option<&CoarseCorrection> {
         let space = self
             .space
-            .get_or_insert_with(|| {
-                CoarseSpace::new(model, &topology.translation_groups(&model.pinned).0).map(Arc::new)
-            })
+            .get_or_insert_with(|| CoarseSpace::new(model, &model.translation_groups().0).map(Arc::new))
             .as_ref()?;
         match self.corrections.iter().position(|(weight, d, _)| *weight == a && d.as_slice() == diagonal) {
             Some(k) => {
@@ -540,7 +538,7 @@ pub(crate) mod tests {
     #[test]
     fn the_correction_inverts_s_on_its_space() {
         let (model, topology, s) = bar();
-        let groups = topology.translation_groups(&model.pinned).0;
+        let groups = model.translation_groups().0;
         let space = Arc::new(CoarseSpace::new(&model, &groups).expect("a bar of 2K vertices has clusters"));
         let free = model.pinned.iter().filter(|p| !**p).count();
         assert!((4..=16).contains(&space.clusters), "{} clusters for {free} free vertices", space.clusters);
@@ -592,7 +590,7 @@ pub(crate) mod tests {
     #[test]
     fn clusters_keep_to_one_translation_group() {
         let model = free_bars([20, 4, 4], [2.0, 0.4, 0.4], 0.2);
-        let (groups, _) = Topology::new(&model).translation_groups(&model.pinned);
+        let (groups, _) = model.translation_groups();
         let space = CoarseSpace::new(&model, &groups).unwrap();
         let common = CoarseSpace::new(&model, &vec![0; groups.len()]).unwrap();
         let straddling = |space: &CoarseSpace| {
@@ -632,7 +630,7 @@ pub(crate) mod tests {
                     )
                     .unwrap();
             }
-            let (groups, _) = Topology::new(&model).translation_groups(&model.pinned);
+            let (groups, _) = model.translation_groups();
             CoarseSpace::new(&model, &groups)
         };
         // 64 vertices a part: 40 parts make a target of 10 clusters.
@@ -677,7 +675,7 @@ pub(crate) mod tests {
             &inertia,
             &mut s,
         );
-        let (groups, count) = topology.translation_groups(&model.pinned);
+        let (groups, count) = model.translation_groups();
         assert_eq!(count, 2);
         let split =
             CoarseCorrection::new(Arc::new(CoarseSpace::new(&model, &groups).unwrap()), &topology, &s);

@@ -264,7 +264,7 @@ fn cholesky(topology: &Topology, s: &[f64]) -> Option<faer::sparse::linalg::solv
 
 /// `S^-1` for a GPU's global steps on a body small enough to hold it, in f32, as
 /// `S^-1 = D + sum_g u_g u_g^T / e_g` over the translation groups `g` of `groups`
-/// (`Topology::translation_groups`: the free parts), `u_g` 1 at the group's vertices and 0
+/// (`Model::translation_groups`: the free parts), `u_g` 1 at the group's vertices and 0
 /// elsewhere, `e_g = u_g^T S u_g`: row-major rows `stride` (more than n) floats apart, row `i`
 /// holding row `i` of `D` (`S` is symmetric, so it is also column `i`), then `1 / e_g` of its
 /// group at column n (0 for a vertex of none), the rest zero.
@@ -377,7 +377,7 @@ mod tests {
         let (model, topology, s) = crate::backend::fsai::tests::projective_matrix([6, 3, 2], 0.25);
         let n = model.vertex_count();
         let stride = n + 5;
-        let (groups, _) = topology.translation_groups(&model.pinned);
+        let (groups, _) = model.translation_groups();
         let padded = super::dense_inverse(&topology, &s, &groups, stride);
         assert_eq!(padded.len(), n * stride);
         assert!(padded.chunks(stride).all(|row| row[n + 1..].iter().all(|&v| v == 0.0)));
@@ -421,7 +421,7 @@ mod tests {
         let model = crate::backend::coarse::tests::free_bars([6, 3, 2], [1.0, 0.4, 0.3], 1.0);
         let topology = super::Topology::new(&model);
         let n = model.vertex_count();
-        let (groups, count) = topology.translation_groups(&model.pinned);
+        let (groups, count) = model.translation_groups();
         assert_eq!(count, 2);
         let laplacian = super::laplacian(&model, &topology);
         let inertia: Vec<f64> = model.masses.iter().map(|m| m * 900.0).collect();
@@ -493,7 +493,7 @@ mod tests {
         let free = (0..n).find(|&v| !model.pinned[v]).unwrap();
         s[topology.diagonal[free] as usize] *= -1.0;
         let stride = n + 3;
-        let (groups, _) = topology.translation_groups(&model.pinned);
+        let (groups, _) = model.translation_groups();
         let x = super::dense_inverse(&topology, &s, &groups, stride);
         for i in 0..n {
             for j in 0..stride {

@@ -115,65 +115,9 @@ impl Topology {
     pub fn block_count(&self) -> usize {
         self.columns.len()
     }
-
-    /// The part of every vertex, numbered in the order of each part's first vertex, and the
-    /// number of parts: the vertices the elements connect (the Hessian's pattern), each part
-    /// one body or a body's detached piece.
-    pub fn parts(&self) -> (Vec<u32>, u32) {
-        let n = self.diagonal.len();
-        let mut part_of = vec![u32::MAX; n];
-        let mut count = 0;
-        let mut queue = Vec::new();
-        for first in 0..n {
-            if part_of[first] != u32::MAX {
-                continue;
-            }
-            // The part of `first`, breadth first along the Hessian's pattern.
-            queue.clear();
-            queue.push(first);
-            part_of[first] = count;
-            let mut k = 0;
-            while k < queue.len() {
-                let v = queue[k];
-                k += 1;
-                for &c in &self.columns[self.row_offsets[v] as usize..self.row_offsets[v + 1] as usize] {
-                    if part_of[c as usize] == u32::MAX {
-                        part_of[c as usize] = count;
-                        queue.push(c as usize);
-                    }
-                }
-            }
-            count += 1;
-        }
-        (part_of, count)
-    }
-
-    /// The translation group of every vertex (`NO_GROUP` for none) and the number of groups:
-    /// each part ([`parts`](Self::parts)) no pin holds moves freely as a whole, its
-    /// translations a null mode of the elasticity's Hessian, and is a group of its own, the
-    /// groups numbered in part order.
-    pub fn translation_groups(&self, pinned: &[bool]) -> (Vec<u32>, u32) {
-        let (part_of, parts) = self.parts();
-        let mut held = vec![false; parts as usize];
-        for (v, &p) in part_of.iter().enumerate() {
-            held[p as usize] |= pinned[v];
-        }
-        // The free parts' ranks among the free parts, in part order.
-        let mut free_parts = 0;
-        let rank: Vec<u32> = held
-            .iter()
-            .map(|&held| {
-                let rank = if held { NO_GROUP } else { free_parts };
-                free_parts += u32::from(!held);
-                rank
-            })
-            .collect();
-        (part_of.iter().map(|&p| rank[p as usize]).collect(), free_parts)
-    }
 }
 
-/// A vertex of a part some pin holds: it has no translation of its own.
-pub(crate) const NO_GROUP: u32 = u32::MAX;
+pub(crate) use crate::model::NO_GROUP;
 
 /// Handle springs grouped by vertex (CSR), so each vertex finds its own.
 #[derive(Clone, Debug, Default)]
@@ -344,15 +288,15 @@ mod tests {
         use super::NO_GROUP;
         let mut model = mixed_model(Material::stvk(1e4, 0.3));
         let bar = model.tets.iter().flatten().map(|&v| v as usize + 1).max().unwrap();
-        let (parts, count) = Topology::new(&model).parts();
+        let (parts, count) = model.parts();
         assert_eq!(count, 2);
         assert!(parts[..bar].iter().all(|&p| p == 0) && parts[bar..].iter().all(|&p| p == 1));
-        let (groups, count) = Topology::new(&model).translation_groups(&model.pinned);
+        let (groups, count) = model.translation_groups();
         assert_eq!(count, 1);
         assert!(groups[..bar].iter().all(|&g| g == NO_GROUP));
         assert!(groups[bar..].iter().all(|&g| g == 0));
         model.pinned.iter_mut().for_each(|p| *p = false);
-        let (groups, count) = Topology::new(&model).translation_groups(&model.pinned);
+        let (groups, count) = model.translation_groups();
         assert_eq!(count, 2);
         assert!(groups[..bar].iter().all(|&g| g == 0) && groups[bar..].iter().all(|&g| g == 1));
         let mut bars = crate::model::Model::empty([0.0; 3]);
@@ -360,10 +304,10 @@ mod tests {
         for _ in 0..12 {
             bars.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
         }
-        let (groups, count) = Topology::new(&bars).translation_groups(&bars.pinned);
+        let (groups, count) = bars.translation_groups();
         assert_eq!(count, 12);
         let each = mesh.vertex_count();
-        let (parts, count) = Topology::new(&bars).parts();
+        let (parts, count) = bars.parts();
         assert_eq!(count, 12);
         assert!(parts.iter().enumerate().all(|(v, &p)| p == (v / each) as u32));
         assert_eq!(groups, parts);

@@ -18,22 +18,54 @@
 
 use glam::{DMat3, DQuat, DVec3};
 
-use crate::backend::topology::{NO_GROUP, Topology};
-use crate::model::Model;
+use crate::model::{Model, NO_GROUP};
 use crate::objective::RigidStep;
 
-/// The parts no pin holds (`Topology::translation_groups`): each moves freely as a whole.
+/// The parts no pin holds (`Model::translation_groups`): each moves freely as a whole.
 #[derive(Clone, Debug)]
 pub(crate) struct FreeParts {
     /// Per vertex, its free part, or `NO_GROUP`.
     part_of: Vec<u32>,
-    count: usize,
+    /// Per part, its first vertex, which its sums are taken relative to.
+    first: Vec<usize>,
+}
+
+/// A part's sums over its vertices, relative to its first vertex (at the start for the start
+/// and the guess, in the target for the target), so that a body far from the origin loses
+/// nothing to cancellation.
+#[derive(Clone, Copy)]
+struct Sums {
+    mass: f64,
+    members: usize,
+    start: DVec3,
+    target: DVec3,
+    guess: DVec3,
+    /// `sum_v m_v target_v start_v^T`.
+    cross: DMat3,
+}
+
+impl Sums {
+    // Not `Default`: glam's default matrix is the identity.
+    const ZERO: Sums = Sums {
+        mass: 0.0,
+        members: 0,
+        start: DVec3::ZERO,
+        target: DVec3::ZERO,
+        guess: DVec3::ZERO,
+        cross: DMat3::ZERO,
+    };
 }
 
 impl FreeParts {
     pub fn new(model: &Model) -> FreeParts {
-        let (part_of, count) = Topology::new(model).translation_groups(&model.pinned);
-        FreeParts { part_of, count: count as usize }
+        let (part_of, count) = model.translation_groups();
+        let mut first = vec![usize::MAX; count as usize];
+        for (v, &p) in part_of.iter().enumerate().rev() {
+            if p != NO_GROUP {
+                first[p as usize] = v;
+            }
+        }
+        FreeParts { part_of, first }
     }
 
     /// Where a step takes each free part as a rigid body (weighted by `masses`): turned as
@@ -49,38 +81,40 @@ impl FreeParts {
         target: &[[f64; 3]],
         guess: &[[f64; 3]],
     ) -> Vec<Option<RigidStep>> {
-        // Per part: mass, first moments of the start, the target and the guess.
-        let mut sums = vec![(0.0, [DVec3::ZERO; 3], 0usize); self.count];
+        if self.first.is_empty() {
+            return Vec::new();
+        }
+        let mut sums = vec![Sums::ZERO; self.first.len()];
         for (v, &p) in self.part_of.iter().enumerate() {
             if p == NO_GROUP {
                 continue;
             }
-            let (mass, moments, members) = &mut sums[p as usize];
-            *mass += masses[v];
-            for (moment, x) in moments.iter_mut().zip([start, target, guess]) {
-                *moment += DVec3::from(x[v]) * masses[v];
-            }
-            *members += 1;
+            let first = self.first[p as usize];
+            let (x, y) = (
+                DVec3::from(start[v]) - DVec3::from(start[first]),
+                DVec3::from(target[v]) - DVec3::from(target[first]),
+            );
+            let (sum, m) = (&mut sums[p as usize], masses[v]);
+            sum.mass += m;
+            sum.members += 1;
+            sum.start += x * m;
+            sum.target += y * m;
+            sum.guess += (DVec3::from(guess[v]) - DVec3::from(start[first])) * m;
+            sum.cross += outer(y * m, x);
         }
-        let centres: Vec<Option<[DVec3; 3]>> = sums
-            .iter()
-            .map(|&(mass, moments, members)| (mass > 0.0 && members > 1).then(|| moments.map(|m| m / mass)))
-            .collect();
-        // Per part: sum_v m_v (target_v - c_target) (start_v - c_start)^T, whose closest
-        // rotation carries the start's shape onto the target best.
-        let mut covariance = vec![DMat3::ZERO; self.count];
-        for (v, &p) in self.part_of.iter().enumerate() {
-            let Some(&Some([from, to, _])) = centres.get(p as usize) else { continue };
-            let (x, y) = (DVec3::from(start[v]) - from, DVec3::from(target[v]) - to);
-            covariance[p as usize] += outer(y * masses[v], x);
-        }
-        centres
-            .iter()
-            .zip(&covariance)
-            .map(|(centres, h)| {
-                let [from, _, to] = (*centres)?;
-                let turn = crate::material::closest_rotation(h, DQuat::IDENTITY).0;
-                turn.is_finite().then_some(RigidStep { from, to, turn })
+        sums.iter()
+            .zip(&self.first)
+            .map(|(sum, &first)| {
+                if !(sum.mass > 0.0 && sum.members > 1) {
+                    return None;
+                }
+                let (from, target, to) = (sum.start / sum.mass, sum.target / sum.mass, sum.guess / sum.mass);
+                // sum_v m_v (target_v - c_target) (start_v - c_start)^T, whose closest
+                // rotation carries the start's shape onto the target best.
+                let covariance = sum.cross - outer(target * sum.mass, from);
+                let turn = crate::material::closest_rotation(&covariance, DQuat::IDENTITY).0;
+                let origin = DVec3::from(start[first]);
+                turn.is_finite().then_some(RigidStep { from: origin + from, to: origin + to, turn })
             })
             .collect()
     }
@@ -94,10 +128,12 @@ impl FreeParts {
         guess: &[[f64; 3]],
     ) -> Option<Vec<[f64; 3]>> {
         steps.iter().any(Option::is_some).then(|| {
+            let turns: Vec<Option<(RigidStep, DMat3)>> =
+                steps.iter().map(|step| step.map(|step| (step, DMat3::from_quat(step.turn)))).collect();
             let mut rigid = guess.to_vec();
             for (v, &p) in self.part_of.iter().enumerate() {
-                if let Some(Some(step)) = steps.get(p as usize) {
-                    rigid[v] = step.place(DVec3::from(start[v]), 1.0).to_array();
+                if let Some(Some((step, turn))) = turns.get(p as usize) {
+                    rigid[v] = (step.to + *turn * (DVec3::from(start[v]) - step.from)).to_array();
                 }
             }
             rigid
@@ -124,13 +160,19 @@ mod tests {
 
     /// A spinning part's straight-line target is fitted by the rotation `atan(h |w|)` about
     /// the spin axis; its centre of mass goes where the guess's does, whatever the guess's
-    /// shape.
+    /// shape. Near the origin and 20 km from it alike.
     #[test]
     fn a_spinning_parts_rigid_guess_turns_it_by_the_backward_euler_angle() {
+        for far in [DVec3::ZERO, DVec3::new(1e4, -3e3, 2e4)] {
+            spinning_cube_guess(far);
+        }
+    }
+
+    fn spinning_cube_guess(far: DVec3) {
         let model = cube_model();
-        let start: Vec<[f64; 3]> = model.rest.clone();
+        let start: Vec<[f64; 3]> = model.rest.iter().map(|&x| (DVec3::from(x) + far).to_array()).collect();
         let (w, h, drift) = (DVec3::new(0.3, 1.0, 0.2) * 10.0, 1.0 / 30.0, DVec3::new(0.02, -0.01, 0.03));
-        let centre = DVec3::splat(0.05);
+        let centre = DVec3::splat(0.05) + far;
         let target: Vec<[f64; 3]> = start
             .iter()
             .map(|&x| {
@@ -139,15 +181,20 @@ mod tests {
             })
             .collect();
         // A guess whose vertices move apart along x about its centre, which the fit ignores.
-        let guess: Vec<[f64; 3]> =
-            target.iter().map(|&y| (DVec3::from(y) + drift + DVec3::X * (y[0] - 0.05)).to_array()).collect();
+        let guess: Vec<[f64; 3]> = target
+            .iter()
+            .map(|&y| (DVec3::from(y) + drift + DVec3::X * (y[0] - centre.x)).to_array())
+            .collect();
         let parts = FreeParts::new(&model);
         let steps = parts.steps(&model.masses, &start, &target, &guess);
         let rigid = parts.rigid_guess(&steps, &start, &guess).unwrap();
         let turn = DQuat::from_axis_angle(w.normalize(), (h * w.length()).atan());
+        // f64's rounding of the positions, and no more (sums taken about the origin would
+        // cancel the body's distance squared over its size squared).
+        let within = 1e-12 + 1e-14 * far.length();
         for (x, y) in start.iter().zip(&rigid) {
             let expected = centre + drift + turn * (DVec3::from(*x) - centre);
-            assert!(DVec3::from(*y).distance(expected) < 1e-12, "{y:?} against {expected}");
+            assert!(DVec3::from(*y).distance(expected) < within, "{y:?} against {expected}");
         }
     }
 

@@ -1418,7 +1418,7 @@ impl GpuBackend {
     }
 
     /// `params` of a Newton or mixed-FEM solve, split along the translations of the model's
-    /// free parts (`PcgParams::translation`, `Topology::translation_groups`) where it
+    /// free parts (`PcgParams::translation`, `Model::translation_groups`) where it
     /// preconditions by Jacobi: their matrix's translations are then their vertex blocks
     /// (and the damping matrix's), which the split solves exactly, where f32 products by the
     /// matrix lose them once a part is stiff at its step (a free cube of E 1e8 Pa, 1.25-2.5

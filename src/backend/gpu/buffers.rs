@@ -98,7 +98,7 @@ pub struct GpuBuffers {
     pub energy_partial_count: usize,
     /// The model's self-contact, where it has it (its buffers exist as placeholders without).
     pub self_contact: Option<super::self_contact::SelfContactLayout>,
-    /// The free parts' translation groups (`Topology::translation_groups`; 0: none free), and
+    /// The free parts' translation groups (`Model::translation_groups`; 0: none free), and
     /// the chunks their vertices are summed in ([`translation_chunks`]).
     pub translation_groups: u32,
     pub translation_chunks: u32,
@@ -108,7 +108,7 @@ pub struct GpuBuffers {
 }
 
 /// Where the device's displacements are measured from: each part (the vertices the elements
-/// connect, `Topology::parts`) has a pose of its own, its rest shape turned and moved as a
+/// connect, `Model::parts`) has a pose of its own, its rest shape turned and moved as a
 /// whole, and vertex `v` lies at `offset + turn (rest_v + u_v)`: its displacement `u_v` is
 /// in the part's own axes (`frame_offsets`; shaders/shared/frame.wgsl). Elements, inertia and
 /// the solves see `rest + u` alone, which are the same in any axes; the shaders turn what
@@ -142,7 +142,7 @@ struct Frame {
     probes: Vec<Option<Probes>>,
     /// Whether the parts may turn (not with self-contact).
     turns: bool,
-    /// Per part, its translation group (`Topology::translation_groups`), which indexes the
+    /// Per part, its translation group (`Model::translation_groups`), which indexes the
     /// step's rigid steps; `NO_GROUP` for a part some pin holds.
     groups: Vec<u32>,
     /// Per part, `sum_v m_v rest_v` and its mass: with the poses, the reference positions'
@@ -188,8 +188,8 @@ pub const REPOSE_FRACTION: f64 = 1.0 / 16.0;
 
 impl Frame {
     /// The frame of `model`'s parts, `groups` the vertices' translation groups.
-    fn new(model: &Model, topology: &Topology, groups: &[u32]) -> Frame {
-        let (part_of, parts) = topology.parts();
+    fn new(model: &Model, groups: &[u32]) -> Frame {
+        let (part_of, parts) = model.parts();
         let parts = parts as usize;
         let mut part_groups = vec![NO_GROUP; parts];
         for (&p, &group) in part_of.iter().zip(groups) {
@@ -404,12 +404,12 @@ impl GpuBuffers {
         let pinned: Vec<u32> = model.pinned.iter().map(|&p| p as u32).collect();
         m.set("pinned", c.storage("pinned", &pinned));
         // The free parts, each split off along its translations in the GPU solves.
-        let (groups, translation_groups) = topology.translation_groups(&model.pinned);
+        let (groups, translation_groups) = model.translation_groups();
         m.set("translation_groups", c.storage("translation_groups", &groups));
         let (chunks, translation_chunks) = self::translation_chunks(&groups, translation_groups);
         m.set("translation_chunks", c.storage("translation_chunks", &chunks));
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
-        let frame = Frame::new(model, &topology, &groups);
+        let frame = Frame::new(model, &groups);
         m.set("frame_parts", c.storage("frame_parts", &frame.part_of));
         let (colliders, sdf_values) = GpuCollider::pack(&model.colliders);
         m.set("colliders", c.storage("colliders", &colliders));
@@ -840,7 +840,6 @@ mod tests {
     }
 
     use super::{Frame, Heading, PartPose, REPOSE_FRACTION};
-    use crate::backend::topology::Topology;
     use crate::integrator::rigid_guess::FreeParts;
     use crate::material::Material;
     use crate::mesh::TetMesh;
@@ -911,9 +910,8 @@ mod tests {
 
     /// The frame of `model`'s parts, and its free parts.
     fn frame_of(model: &Model) -> (Frame, FreeParts) {
-        let topology = Topology::new(model);
-        let (groups, _) = topology.translation_groups(&model.pinned);
-        (Frame::new(model, &topology, &groups), FreeParts::new(model))
+        let (groups, _) = model.translation_groups();
+        (Frame::new(model, &groups), FreeParts::new(model))
     }
 
     /// A body thrown spinning: the pose is fitted where its rigid step takes it (the rigid

@@ -62,7 +62,7 @@ pub struct PcgParams {
     /// [`SPLIT_BLOCKS`] or [`SPLIT_DAMPED`].
     pub translation: u32,
     /// The translation groups split off: the model's free parts (`translation_groups` per
-    /// vertex, `Topology::translation_groups`).
+    /// vertex, `Model::translation_groups`).
     pub translation_groups: u32,
 }
 
@@ -266,7 +266,7 @@ pub struct ProjectiveInverse {
     coarse: Option<std::sync::Arc<CoarseSpace>>,
     /// The latest first.
     factors: Vec<InverseFactor>,
-    /// The translation group of every vertex (`Topology::translation_groups`), whether
+    /// The translation group of every vertex (`Model::translation_groups`), whether
     /// there is any (a part no pin holds), and the largest diagonal entry of the Laplacian `L`
     /// among their vertices.
     groups: Vec<u32>,
@@ -301,7 +301,7 @@ impl ProjectiveInverse {
             let slots = InverseSlots::new(&inverse, &topology);
             (inverse, slots)
         });
-        let (groups, count) = topology.translation_groups(&model.pinned);
+        let (groups, count) = model.translation_groups();
         let coarse = if dense { None } else { CoarseSpace::new(model, &groups).map(std::sync::Arc::new) };
         let stiffest = (topology.diagonal.iter().zip(&groups))
             .filter(|(_, g)| **g != NO_GROUP)
@@ -1074,7 +1074,7 @@ mod tests {
             crate::backend::fsai::tests::projective_matrix_of_bars([12, 4, 2], free_bars, 1.0);
         let model = std::sync::Arc::new(model);
         let n = model.vertex_count();
-        let (groups, count) = topology.translation_groups(&model.pinned);
+        let (groups, count) = model.translation_groups();
         assert_eq!(count as usize, free_bars);
         let dense = crate::backend::projective::dense_inverse(&topology, &s, &groups, super::dense_stride(n));
         let fsai = Fsai::new(&topology, &s);
@@ -1458,7 +1458,7 @@ mod tests {
         let n = model.vertex_count();
         let fsai = Fsai::new(&topology, &s);
         let space = std::sync::Arc::new(
-            CoarseSpace::new(&model, &topology.translation_groups(&model.pinned).0)
+            CoarseSpace::new(&model, &model.translation_groups().0)
                 .expect("a bar of 1.2K vertices has clusters"),
         );
         let correction = CoarseCorrection::new(space.clone(), &topology, &s);

@@ -617,7 +617,7 @@ fn a_stiff_free_bodys_newton_directions_agree() {
         let x: Vec<[f64; 3]> = start.iter().map(&mut jitter).collect();
         // Falling with one step of gravity's velocity, towards the next, each part also thrown
         // sideways its own way; landing, also sliding.
-        let parts = crate::backend::topology::Topology::new(&model).parts().0;
+        let parts = model.parts().0;
         let fall: Vec<[f64; 3]> = (start.iter().zip(&parts))
             .map(|(p, &k)| {
                 let side = 1e-3 * k as f64;

@@ -37,9 +37,9 @@ pub struct StepProblem<'a> {
     pub start: &'a [[f64; 3]],
     /// The inertial target `y`.
     pub target: &'a [[f64; 3]],
-    /// Where the step takes each free part as a rigid body, by translation group
-    /// (`Model::translation_groups`), `None` for a part with no rigid fit; empty for none
-    /// known. A GPU measures each body from where it will be.
+    /// Where the step's nodes (their mean `theta`) put each free part as a rigid body, by
+    /// translation group (`Model::translation_groups`), `None` for a part with no rigid fit;
+    /// empty for none known. A GPU measures each body from there.
     pub rigid_steps: &'a [Option<RigidStep>],
     /// Quadrature nodes.
     pub nodes: &'a [Node],
@@ -63,8 +63,8 @@ pub struct StepProblem<'a> {
     pub damping_weight: f64,
 }
 
-/// A step of a part as a rigid body: its centre of mass from `from` to `to`, its shape
-/// turned about it by `turn`.
+/// Where a step's nodes put a part as a rigid body: its centre of mass from `from` (at the
+/// start) to `to`, its shape turned about it by `turn`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RigidStep {
     pub from: DVec3,
@@ -73,15 +73,9 @@ pub struct RigidStep {
 }
 
 impl RigidStep {
-    /// Where `theta` of the step (the centre's move and the turn's angle) puts the point at
-    /// `x`.
-    pub fn place(&self, x: DVec3, theta: f64) -> DVec3 {
-        self.from + (self.to - self.from) * theta + self.turn_by(theta) * (x - self.from)
-    }
-
-    /// `theta` of the turn.
-    pub fn turn_by(&self, theta: f64) -> DQuat {
-        DQuat::IDENTITY.slerp(self.turn, theta)
+    /// Where the step puts the point that was at `x`.
+    pub fn place(&self, x: DVec3) -> DVec3 {
+        self.to + self.turn * (x - self.from)
     }
 }
 

@@ -297,11 +297,17 @@ impl Stepper<'_> {
         let inertial: &[[f64; 3]] = inertia.as_deref().unwrap_or(&plan.target);
         let force_weight: f64 = plan.nodes.iter().map(|q| q.weight * q.theta).sum();
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
-        // Where the step takes each free part as a rigid body (rigid_guess.rs): a GPU
-        // measures the part from there, and Newton and mixed FEM take the start's shape moved
-        // there as a third guess, a spinning body's. Local/global takes no guesses but its
+        // Where the step's nodes (their mean theta) put each free part as a rigid body
+        // (rigid_guess.rs): a GPU measures the part from there, and Newton and mixed FEM take
+        // the end that puts it there as a third guess, a spinning body's. Local/global takes no guesses but its
         // start.
-        let rigid_steps = self.parts.steps(&self.model.masses, input.positions, &plan.target, &explicit);
+        let weight: f64 = plan.nodes.iter().map(|q| q.weight).sum();
+        let theta = match weight > 0.0 {
+            true => force_weight / weight,
+            false => 1.0,
+        };
+        let rigid_steps =
+            self.parts.steps(&self.model.masses, input.positions, &plan.target, &explicit, theta);
         self.stages.begin_step(StepProblem {
             start: input.positions,
             target: &plan.target,
@@ -315,7 +321,7 @@ impl Stepper<'_> {
             damping_weight: scheme.damping_weight(input),
         });
         let rigid = match self.solver.compares_guesses() {
-            true => self.parts.rigid_guess(&rigid_steps, input.positions, &explicit),
+            true => self.parts.rigid_guess(&rigid_steps, input.positions, &explicit, theta),
             false => None,
         };
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, inertial];

@@ -116,8 +116,8 @@ pub struct GpuBuffers {
 /// turns the damping's vertex terms.
 ///
 /// A part's pose follows it: at a step's start ([`GpuBuffers::rebase`]) it is fitted to where
-/// the step will evaluate the part, as a rigid body (`Frame::fit`: the nodes' mean `theta` of
-/// the part's rigid step, the one its rigid guess takes), and taken once
+/// the step will evaluate the part, as a rigid body (`Frame::fit`: the part's rigid step, at
+/// the nodes' mean `theta`, the one its rigid guess takes), and taken once
 /// the fit puts a probe vertex further than a fraction of the part's reach from where the
 /// pose has it ([`REPOSE_FRACTION`]). So a travelling, spinning body's displacements stay near
 /// what it deforms, and f32 rounds them finely.
@@ -278,12 +278,12 @@ impl Frame {
         self.pose(v).place(DVec3::from(self.rest[v]) + u)
     }
 
-    /// The pose of part `p` where the step will evaluate it, `theta` of the way: its pose at
-    /// the start (a least-squares rigid fit of the probes), carried on by the part's rigid
-    /// step (`StepProblem::rigid_steps`), the same the rigid guess takes. A translation of
-    /// the first probe alone where the part may not turn, its probes do not span space, or
-    /// it has no rigid step (a part some pin holds: then as far as the target takes the
-    /// probe).
+    /// The pose of part `p` where the step will evaluate it: its pose at the start (a
+    /// least-squares rigid fit of the probes), carried on by the part's rigid step
+    /// (`StepProblem::rigid_steps`, the nodes' placement that the rigid guess takes). A
+    /// translation of the first probe alone where the part may not turn, its probes do not
+    /// span space, or it has no rigid step (a part some pin holds: then `theta` of the way
+    /// to the target).
     fn fit(&self, p: usize, probes: &Probes, heading: &Heading) -> (DVec3, DQuat) {
         let rest = |v: usize| DVec3::from(self.rest[v]);
         let current = self.poses[p];
@@ -291,10 +291,9 @@ impl Frame {
         let step = heading.steps.get(self.groups[p] as usize).copied().flatten();
         let moved = match step {
             Some(step) => step.to - step.from,
-            None => heading.target(centre) - heading.start(centre),
+            None => (heading.target(centre) - heading.start(centre)) * heading.theta,
         };
-        let translated =
-            (heading.start(centre) + moved * heading.theta - current.turn * rest(centre), current.turn);
+        let translated = (heading.start(centre) + moved - current.turn * rest(centre), current.turn);
         let Some(step) = step.filter(|_| self.turns) else { return translated };
         let count = probes.vertices.len() as f64;
         let mean = probes.vertices.iter().map(|&v| heading.start(v)).sum::<DVec3>() / count;
@@ -310,10 +309,10 @@ impl Frame {
             return translated;
         }
         let start_turn = crate::material::closest_rotation(&cross, current.turn).0;
-        let turn = step.turn_by(heading.theta) * start_turn;
+        let turn = step.turn * start_turn;
         // The rest shape's centre of mass goes where the step takes the part's.
         let rest_centre = self.rest_moments[p] / self.part_masses[p];
-        (step.from + moved * heading.theta - turn * rest_centre, turn)
+        (step.to - turn * rest_centre, turn)
     }
 
     /// Whether a step from `start` is one the poses were not fitted for yet (remembering it).
@@ -364,8 +363,8 @@ impl Frame {
     }
 }
 
-/// Where a step takes the parts: from `start` towards the inertial `target`, the free ones
-/// by their rigid steps, evaluated `theta` of the way.
+/// Where a step takes the parts: the free ones by their rigid steps, the others from
+/// `start` towards the inertial `target`, `theta` of the way (the nodes' mean).
 struct Heading<'a> {
     start: &'a [[f64; 3]],
     target: &'a [[f64; 3]],
@@ -860,7 +859,7 @@ mod tests {
         // A new step that stays at `x`.
         let rebase = |frame: &mut Frame, x: &[DVec3]| {
             let at: Vec<[f64; 3]> = x.iter().map(|p| p.to_array()).collect();
-            let steps = parts.steps(&model.masses, &at, &at, &at);
+            let steps = parts.steps(&model.masses, &at, &at, &at, 1.0);
             frame.rebase(&Heading { start: &at, target: &at, steps: &steps, theta: 1.0 })
         };
         assert_eq!(frame.poses, vec![PartPose::REST; 2]);
@@ -937,18 +936,19 @@ mod tests {
             start.iter().map(|&x| (x + (velocity + spin.cross(x - placed)) * h).to_array()).collect();
         let explicit: Vec<[f64; 3]> = target.iter().map(|&y| [y[0], y[1] - 9.81 * h * h, y[2]]).collect();
         let start: Vec<[f64; 3]> = start.iter().map(|p| p.to_array()).collect();
-        let steps = parts.steps(&model.masses, &start, &target, &explicit);
+        let steps = parts.steps(&model.masses, &start, &target, &explicit, 1.0);
         let step = steps[0].unwrap();
         // About atan(h w) about the spin (exactly that for a body of isotropic inertia).
         let expected_turn = glam::DQuat::from_axis_angle(spin.normalize(), (h * spin.length()).atan());
         assert!(step.turn.angle_between(expected_turn) < 0.02, "{:?}", step.turn);
         for theta in [1.0, 0.5] {
+            let steps = parts.steps(&model.masses, &start, &target, &explicit, theta);
             let heading = Heading { start: &start, target: &target, steps: &steps, theta };
             // Once a step: another solve of the same step keeps the poses.
             assert_eq!(frame.begins_step(&start), theta == 1.0);
             assert!(frame.rebase(&heading).is_some());
             for (v, &x) in start.iter().enumerate() {
-                let expected = step.place(DVec3::from(x), theta);
+                let expected = steps[0].unwrap().place(DVec3::from(x));
                 // The pose is rounded to f32.
                 let off = frame.position(v, DVec3::ZERO).distance(expected);
                 assert!(off < 1e-6, "theta {theta}, vertex {v}: {off:e} m off");

@@ -48,9 +48,21 @@ pub fn squashed_steel_cube(
 }
 
 /// A 0.1 m cube (4x4x4 cells) thrown at 2.2 m/s, spinning at `spin` rad/s about a tilted
-/// axis, under gravity, on `backend`.
+/// axis, under gravity, on `backend`, by backward Euler.
 pub fn thrown_cube(youngs: f64, spin: f64, solver: lively::Solver, backend: lively::Backend) -> Simulation {
+    thrown_cube_by(Integrator::BackwardEuler, youngs, spin, solver, backend)
+}
+
+/// [`thrown_cube`] stepped by `integrator`.
+pub fn thrown_cube_by(
+    integrator: Integrator,
+    youngs: f64,
+    spin: f64,
+    solver: lively::Solver,
+    backend: lively::Backend,
+) -> Simulation {
     let builder = Simulation::builder()
+        .integrator(integrator)
         .tet_body(
             lively::TetMesh::bar([4, 4, 4], [0.1; 3]),
             lively::Material::corotated(youngs, 0.44),

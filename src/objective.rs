@@ -28,6 +28,16 @@ pub struct Node {
 impl Node {
     /// The potential `E(x)` is the objective at the single node `(1, 1)` without inertia.
     pub const POTENTIAL: [Node; 1] = [Node { weight: 1.0, theta: 1.0 }];
+
+    /// The weighted mean `theta` of `nodes` (1 without weight): where a step evaluates its
+    /// energy, as one node.
+    pub fn mean_theta(nodes: &[Node]) -> f64 {
+        let weight: f64 = nodes.iter().map(|q| q.weight).sum();
+        match weight > 0.0 {
+            true => nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() / weight,
+            false => 1.0,
+        }
+    }
 }
 
 /// What an implicit step minimizes, apart from the model.

@@ -301,11 +301,7 @@ impl Stepper<'_> {
         // (rigid_guess.rs): a GPU measures the part from there, and Newton and mixed FEM take
         // the end that puts it there as a third guess, a spinning body's. Local/global takes no guesses but its
         // start.
-        let weight: f64 = plan.nodes.iter().map(|q| q.weight).sum();
-        let theta = match weight > 0.0 {
-            true => force_weight / weight,
-            false => 1.0,
-        };
+        let theta = Node::mean_theta(&plan.nodes);
         let rigid_steps =
             self.parts.steps(&self.model.masses, input.positions, &plan.target, &explicit, theta);
         self.stages.begin_step(StepProblem {

@@ -620,11 +620,7 @@ impl GpuBuffers {
         if !self.frame.begins_step(problem.start) {
             return None;
         }
-        let weight: f64 = problem.nodes.iter().map(|q| q.weight).sum();
-        let theta = match weight > 0.0 {
-            true => problem.nodes.iter().map(|q| q.weight * q.theta).sum::<f64>() / weight,
-            false => 1.0,
-        };
+        let theta = crate::objective::Node::mean_theta(problem.nodes);
         let heading =
             Heading { start: problem.start, target: problem.target, steps: problem.rigid_steps, theta };
         let before = self.frame.rebase(&heading)?;

@@ -299,8 +299,8 @@ impl Stepper<'_> {
         let explicit = combine([(1.0, &plan.target), (h * h * force_weight, input.acceleration)]);
         // Where the step's nodes (their mean theta) put each free part as a rigid body
         // (rigid_guess.rs): a GPU measures the part from there, and Newton and mixed FEM take
-        // the end that puts it there as a third guess, a spinning body's. Local/global takes no guesses but its
-        // start.
+        // the end that puts it there as a third guess, a spinning body's. Local/global takes
+        // no guesses but its start.
         let theta = Node::mean_theta(&plan.nodes);
         let rigid_steps =
             self.parts.steps(&self.model.masses, input.positions, &plan.target, &explicit, theta);

@@ -69,6 +69,11 @@ pub fn at(m: &DMat3, i: usize, j: usize) -> f64 {
     m.col(j)[i]
 }
 
+/// `a b^T`.
+pub fn outer(a: DVec3, b: DVec3) -> DMat3 {
+    DMat3::from_cols(a * b.x, a * b.y, a * b.z)
+}
+
 /// Builds a matrix from rows.
 pub fn from_rows(r: [[f64; 3]; 3]) -> DMat3 {
     DMat3::from_cols_array_2d(&r).transpose()

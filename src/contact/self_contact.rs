@@ -372,7 +372,7 @@ fn inside_tet(p: DVec3, c: [DVec3; 4]) -> bool {
 
 /// `u u^T`.
 fn outer(u: DVec3) -> DMat3 {
-    DMat3::from_cols(u * u.x, u * u.y, u * u.z)
+    crate::math::outer(u, u)
 }
 
 #[cfg(test)]

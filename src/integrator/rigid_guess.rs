@@ -19,6 +19,7 @@
 
 use glam::{DMat3, DQuat, DVec3};
 
+use crate::math::outer;
 use crate::model::{Model, NO_GROUP};
 use crate::objective::RigidStep;
 
@@ -148,11 +149,6 @@ impl FreeParts {
             rigid
         })
     }
-}
-
-/// `a b^T`.
-fn outer(a: DVec3, b: DVec3) -> DMat3 {
-    DMat3::from_cols(a * b.x, a * b.y, a * b.z)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::projective::{RotationSearch, closest_rotation_by};
 use super::stable_neo_hookean::{self, stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
 use super::{CORNER_PAIRS, MaterialModel, Projection};
 use crate::math::lanes::{Lanes, Mat3s, mat_lane, set_mat_lane};
-use crate::math::{Mat9, add_outer9, signed_svd, symmetric_eigen3, vec9};
+use crate::math::{Mat9, add_outer9, outer, signed_svd, symmetric_eigen3, vec9};
 
 /// A model with its Lame parameters: the per-element evaluator.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -567,11 +567,6 @@ fn j_without(s: &[f64; 3], k: usize) -> f64 {
         1 => s[0] * s[2],
         _ => s[0] * s[1],
     }
-}
-
-/// `a b^T`.
-pub(super) fn outer(a: DVec3, b: DVec3) -> DMat3 {
-    DMat3::from_cols(a * b.x, a * b.y, a * b.z)
 }
 
 /// `f` as one lane.

@@ -27,10 +27,6 @@ pub(crate) struct VertexTerms<'a> {
     pub colliders: &'a [crate::contact::Collider],
 }
 
-fn outer(u: DVec3) -> DMat3 {
-    DMat3::from_cols(u * u.x, u * u.y, u * u.z)
-}
-
 impl VertexTerms<'_> {
     /// Contact energy at `z`.
     fn contact(&self, z: DVec3) -> f64 {
@@ -57,7 +53,7 @@ impl VertexTerms<'_> {
                 // Along the normal the law's own curvature; across it, the surface's curvature
                 // times the law's slope, which pushes outward (first < 0): negative on convex
                 // shapes, and the projection drops it.
-                h += outer(d.normal) * second;
+                h += crate::math::outer(d.normal, d.normal) * second;
                 if projection == Projection::None {
                     h += d.hessian * first;
                 }

@@ -20,6 +20,7 @@ use super::recording::Recording;
 use super::stage::WORKGROUP;
 use crate::backend::topology::{NO_GROUP, Topology};
 use crate::material::MaterialModel;
+use crate::math::outer;
 use crate::mesh::SpringKind;
 use crate::model::Model;
 use crate::objective::{RigidStep, StepProblem};
@@ -380,10 +381,6 @@ impl Heading<'_> {
     fn target(&self, v: usize) -> DVec3 {
         DVec3::from(self.target[v])
     }
-}
-
-fn outer(a: DVec3, b: DVec3) -> DMat3 {
-    DMat3::from_cols(a * b.x, a * b.y, a * b.z)
 }
 
 impl GpuBuffers {

@@ -370,7 +370,7 @@ mod tests {
                     let second = k * (1.0 / root - d / (4.0 * root * root * root));
                     let g = u * (2.0 * first * node.weight * node.theta);
                     let energy = node.weight * k * d * root;
-                    let outer = glam::DMat3::from_cols(u * u.x, u * u.y, u * u.z);
+                    let outer = crate::math::outer(u, u);
                     let block = (c.curvature * (2.0 * first) + outer * (4.0 * second))
                         * (node.weight * node.theta * node.theta);
                     let relative = |gpu: f32, cpu: f64, scale: f64| (gpu as f64 - cpu).abs() / scale;

@@ -51,6 +51,9 @@ pub struct StepProblem<'a> {
     /// translation group (`Model::translation_groups`), `None` for a part with no rigid fit;
     /// empty for none known. A GPU measures each body from there.
     pub rigid_steps: &'a [Option<RigidStep>],
+    /// The positions whose shape the rigid steps carry: the start's, or the previous step's
+    /// nodes' where this step's lie inside the step (`rigid_guess.rs`).
+    pub rigid_shape: &'a [[f64; 3]],
     /// Quadrature nodes.
     pub nodes: &'a [Node],
     /// Time step `h` (s).
@@ -73,8 +76,8 @@ pub struct StepProblem<'a> {
     pub damping_weight: f64,
 }
 
-/// Where a step's nodes put a part as a rigid body: its centre of mass from `from` (at the
-/// start) to `to`, its shape turned about it by `turn`.
+/// Where a step's nodes put a part as a rigid body: its centre of mass from `from` (in
+/// `StepProblem::rigid_shape`) to `to`, its shape there turned about it by `turn`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RigidStep {
     pub from: DVec3,
@@ -83,7 +86,7 @@ pub struct RigidStep {
 }
 
 impl RigidStep {
-    /// Where the step puts the point that was at `x`.
+    /// Where the step puts the point that was at `x` in the shape.
     pub fn place(&self, x: DVec3) -> DVec3 {
         self.to + self.turn * (x - self.from)
     }
@@ -103,6 +106,7 @@ impl<'a> StepProblem<'a> {
             start,
             target,
             rigid_steps: &[],
+            rigid_shape: start,
             nodes,
             dt,
             vertex_damping: &[],

@@ -614,6 +614,7 @@ impl SimulationBuilder {
             free_parts: FreeParts::new(&model),
             model: Arc::new(model),
             state,
+            previous_theta: 1.0,
             ledger: EnergyLedger::new(0.0, self.integrator.decay()),
             integrator: self.integrator,
             solver: self.solver,
@@ -645,6 +646,9 @@ pub struct Simulation {
     /// The model's parts no pin holds (the rigid guess's).
     free_parts: FreeParts,
     state: State,
+    /// Where the last step balanced its forces (`Outcome::theta`), for the next step's rigid
+    /// guess.
+    previous_theta: f64,
     ledger: EnergyLedger,
     integrator: Integrator,
     solver: Solver,
@@ -770,6 +774,7 @@ impl Simulation {
                 positions: &self.state.positions,
                 velocities: &self.state.velocities,
                 previous,
+                previous_theta: self.previous_theta,
                 acceleration: &acceleration,
             },
             damping: &damping,
@@ -800,7 +805,7 @@ impl Simulation {
                 report.gradient_norm, report.iterations
             )));
         }
-        let Outcome { x, mut v, alpha, mut dissipated } = outcome;
+        let Outcome { x, mut v, alpha, mut dissipated, theta } = outcome;
         for d in &self.damping {
             if let Damping::MomentumPreserving { coefficient } = d {
                 let damped = crate::damping::momentum_preserving(&self.model, &x, &v, *coefficient);
@@ -835,6 +840,7 @@ impl Simulation {
         let previous_positions = std::mem::replace(&mut self.state.positions, x);
         let previous_velocities = std::mem::replace(&mut self.state.velocities, v);
         self.state.previous = Some((previous_positions, previous_velocities));
+        self.previous_theta = theta;
         self.time += h;
         self.publish_positions();
         ledger.dissipate(dissipated);

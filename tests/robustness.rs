@@ -67,20 +67,22 @@ fn volume(p: [[f64; 3]; 4]) -> f64 {
         / 6.0
 }
 
-/// A 0.1 m cube of E 1e9 Pa thrown spinning at 10 rad/s: every backward-Euler step converges
-/// in at most three Newton iterations (measured: one or two), every implicit-midpoint step in
-/// at most five (measured: two to four). Started from the guesses that move each vertex along
-/// a straight line, which stretch the cube by 6 %, its Newton steps had to find the rotation
-/// back against a stiffness a million times its inertia's, and took 19-45 iterations a
-/// backward-Euler step (18-28 with exact Cholesky directions). From a rigid end rather than a
-/// rigid midpoint, the midpoint steps took 9-50 (two used up the 50 allowed).
+/// A 0.1 m cube of E 1e9 Pa thrown spinning at 10 rad/s: over 20 steps, every backward-Euler
+/// step converges in at most three Newton iterations (measured: one or two), and so does every
+/// implicit-midpoint step (measured: two or three). Started from the guesses that move each
+/// vertex along a straight line, which stretch the cube by 6 %, its Newton steps had to find
+/// the rotation back against a stiffness a million times its inertia's, and took 19-45
+/// iterations a backward-Euler step (18-28 with exact Cholesky directions). From a rigid end
+/// rather than a rigid midpoint, the midpoint steps took 9-50 (two used up the 50 allowed);
+/// with the start's shape carried rather than the previous midpoint's (each midpoint step's
+/// end is stretched as its midpoint is not), 2-8.
 #[test]
 fn a_stiff_spinning_cube_converges_in_a_few_newton_iterations_a_step() {
-    for (integrator, most_allowed) in [(Integrator::BackwardEuler, 3), (Integrator::ImplicitMidpoint, 5)] {
+    for (integrator, most_allowed) in [(Integrator::BackwardEuler, 3), (Integrator::ImplicitMidpoint, 3)] {
         let newton = Solver::newton().tolerance(1e-4);
         let mut sim = common::thrown_cube_by(integrator.clone(), 1e9, 10.0, newton, lively::Backend::Cpu);
         let mut most = 0;
-        for step in 0..10 {
+        for step in 0..20 {
             let stats = sim.step().unwrap();
             assert_eq!(stats.outcome, SolveOutcome::Converged, "{integrator:?} step {step}: {stats:?}");
             assert!(

@@ -46,7 +46,7 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, clip: Option<(f64, f64)>, target: 
         }
     };
     let v = combine([(1.0, &w), (-alpha, &dv)]);
-    Ok(Outcome { x: solved.x, v, alpha: Some(alpha), dissipated: solved.dissipated })
+    Ok(Outcome { x: solved.x, v, alpha: Some(alpha), dissipated: solved.dissipated, theta: solved.theta })
 }
 
 /// The root of `a t^2 + b t + c` nearer 1, the vertex when there is no real root, and 1 when

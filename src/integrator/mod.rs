@@ -154,11 +154,12 @@ impl Integrator {
     pub(crate) fn advance(&self, stepper: &mut Stepper<'_>, target: f64) -> Result<Outcome> {
         if let Some(explicit) = self.explicit() {
             let (x, v) = explicit(&stepper.input);
-            return Ok(Outcome { x, v, alpha: None, dissipated: 0.0 });
+            return Ok(Outcome { x, v, alpha: None, dissipated: 0.0, theta: 0.0 });
         }
         if let Some(scheme) = self.scheme() {
             let solved = stepper.implicit(scheme, None, Role::Solve)?;
-            return Ok(Outcome { x: solved.x, v: solved.v, alpha: None, dissipated: solved.dissipated });
+            let (x, v, dissipated, theta) = (solved.x, solved.v, solved.dissipated, solved.theta);
+            return Ok(Outcome { x, v, alpha: None, dissipated, theta });
         }
         match *self {
             Integrator::Stabilized { epsilon } => stabilized::step(stepper, epsilon, target),
@@ -199,6 +200,9 @@ pub(crate) struct StepInput<'a> {
     pub velocities: &'a [[f64; 3]],
     /// The previous step's positions and velocities, if there was one.
     pub previous: Option<MotionRef<'a>>,
+    /// Where between the previous step's start (0) and end (1) its solve balanced the forces
+    /// ([`Outcome::theta`]).
+    pub previous_theta: f64,
     /// `M^-1 f(x_n)`, zero on pinned vertices.
     pub acceleration: &'a [[f64; 3]],
 }
@@ -254,12 +258,19 @@ pub(crate) struct Outcome {
     pub alpha: Option<f64>,
     /// Energy the step's lagged damping and friction removed (J).
     pub dissipated: f64,
+    /// Where between the step's start (0) and end (1) the forces the end answers were taken:
+    /// the mean `theta` of its solve's nodes, blended as the end is; 0 for an explicit step.
+    /// A stiff spinning body keeps its shape there, and the next step's rigid guess carries
+    /// that shape (`rigid_guess.rs`).
+    pub theta: f64,
 }
 
 /// An implicit solve's result.
 pub(crate) struct Solved {
     pub x: Vec<[f64; 3]>,
     pub v: Vec<[f64; 3]>,
+    /// The mean `theta` of the scheme's nodes.
+    pub theta: f64,
     pub dissipated: f64,
 }
 
@@ -302,12 +313,14 @@ impl Stepper<'_> {
         // the end that puts it there as a third guess, a spinning body's. Local/global takes
         // no guesses but its start.
         let theta = Node::mean_theta(&plan.nodes);
+        let shape = self.parts.shape(input.positions, input.previous.map(|p| p.0), input.previous_theta);
         let rigid_steps =
-            self.parts.steps(&self.model.masses, input.positions, &plan.target, &explicit, theta);
+            self.parts.steps(&self.model.masses, &shape, input.positions, &plan.target, &explicit, theta);
         self.stages.begin_step(StepProblem {
             start: input.positions,
             target: &plan.target,
             rigid_steps: &rigid_steps,
+            rigid_shape: &shape,
             nodes: &plan.nodes,
             dt: h,
             vertex_damping: &self.damping.vertex,
@@ -317,7 +330,7 @@ impl Stepper<'_> {
             damping_weight: scheme.damping_weight(input),
         });
         let rigid = match self.solver.compares_guesses() {
-            true => self.parts.rigid_guess(&rigid_steps, input.positions, &explicit, theta),
+            true => self.parts.rigid_guess(&rigid_steps, &shape, input.positions, &explicit, theta),
             false => None,
         };
         let mut guesses: Vec<&[[f64; 3]]> = vec![&explicit, inertial];
@@ -336,7 +349,7 @@ impl Stepper<'_> {
             report.times.linear_solve = started.elapsed();
             self.report.accumulate(report);
             let v = scheme.velocity(input, &solve.x);
-            return Ok(Solved { x: solve.x, v, dissipated: 2.0 * solve.dissipation });
+            return Ok(Solved { x: solve.x, v, dissipated: 2.0 * solve.dissipation, theta });
         }
         // Projective dynamics starts from the warm start, or from inertia (the paper's
         // choice): its energies are finite everywhere, and evaluating the guesses would cost
@@ -392,7 +405,7 @@ impl Stepper<'_> {
         self.stages.read_iterate(&mut x);
         let dissipated = 2.0 * self.stages.dissipation();
         let v = scheme.velocity(input, &x);
-        Ok(Solved { x, v, dissipated })
+        Ok(Solved { x, v, dissipated, theta })
     }
 
     /// `grad E(x)` (zero on pinned vertices).

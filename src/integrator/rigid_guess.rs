@@ -17,6 +17,8 @@
 //! objective, so a body that deforms more than it turns keeps the explicit guess. A GPU
 //! measures each free part from the same rigid step (`StepProblem::rigid_steps`).
 
+use std::borrow::Cow;
+
 use glam::{DMat3, DQuat, DVec3};
 
 use crate::math::outer;
@@ -33,16 +35,17 @@ pub(crate) struct FreeParts {
 }
 
 /// A part's sums over its vertices, relative to its first vertex (at the start for the start
-/// and the guess, in the target for the target), so that a body far from the origin loses
-/// nothing to cancellation.
+/// and the guess, in the shape for the shape, in the node's target for the target), so that a
+/// body far from the origin loses nothing to cancellation.
 #[derive(Clone, Copy)]
 struct Sums {
     mass: f64,
     members: usize,
-    start: DVec3,
+    shape: DVec3,
     target: DVec3,
-    guess: DVec3,
-    /// `sum_v m_v target_v start_v^T`.
+    /// `sum_v m_v (start_v + theta (guess_v - start_v))`: the centre of mass at the node.
+    node: DVec3,
+    /// `sum_v m_v target_v shape_v^T`.
     cross: DMat3,
 }
 
@@ -51,9 +54,9 @@ impl Sums {
     const ZERO: Sums = Sums {
         mass: 0.0,
         members: 0,
-        start: DVec3::ZERO,
+        shape: DVec3::ZERO,
         target: DVec3::ZERO,
-        guess: DVec3::ZERO,
+        node: DVec3::ZERO,
         cross: DMat3::ZERO,
     };
 }
@@ -71,18 +74,22 @@ impl FreeParts {
     }
 
     /// Where a step's node at `theta` puts each free part as a rigid body (weighted by
-    /// `masses`): turned as its shape in `start` fits the node's inertial target (`theta` of
-    /// the way to `target`) best, its centre of mass moved `theta` of the way to `guess`'s;
-    /// `None` for a part of one vertex or no mass. The node, not the end: a midpoint step of
-    /// a stiff spinning body must keep its midpoint rigid, not its end (from a rigid end, the
-    /// chord's middle is squeezed by 1 - cos of half the turn, 1.4 % at 10 rad/s). The turn
-    /// is fitted to the target rather than to the explicit guess, whose internal forces sum
-    /// to no move and no torque but, times `h^2` over a stiff body's small masses, skew the
-    /// fit: by 0.06 rad a step for a steel-stiff spinning cube, as far as the guess was meant
-    /// to save.
+    /// `masses`): its shape in `shape` turned as it fits the node's inertial target (`theta`
+    /// of the way from `start` to `target`) best, its centre of mass moved `theta` of the way
+    /// from `start`'s to `guess`'s; `None` for a part of one vertex or no mass.
+    ///
+    /// The node, not the end: a midpoint step of a stiff spinning body must keep its midpoint
+    /// rigid, not its end (from a rigid end, the chord's middle is squeezed by 1 - cos of half
+    /// the turn, 1.4 % at 10 rad/s). For the same reason the shape carried is the body's at
+    /// the previous step's nodes where the nodes lie inside the step ([`FreeParts::shape`]):
+    /// that step's end `2 z - x_(n-1)` was stretched by as much. The turn is fitted to the
+    /// target rather than to the explicit guess, whose internal forces sum to no move and no
+    /// torque but, times `h^2` over a stiff body's small masses, skew the fit: by 0.06 rad a
+    /// step for a steel-stiff spinning cube, as far as the guess was meant to save.
     pub fn steps(
         &self,
         masses: &[f64],
+        shape: &[[f64; 3]],
         start: &[[f64; 3]],
         target: &[[f64; 3]],
         guess: &[[f64; 3]],
@@ -92,20 +99,22 @@ impl FreeParts {
             return Vec::new();
         }
         let mut sums = vec![Sums::ZERO; self.first.len()];
+        let at = |a: &[[f64; 3]], v: usize| DVec3::from(a[v]);
         for (v, &p) in self.part_of.iter().enumerate() {
             if p == NO_GROUP {
                 continue;
             }
             let first = self.first[p as usize];
-            let x = DVec3::from(start[v]) - DVec3::from(start[first]);
-            let y = x + (DVec3::from(target[v]) - DVec3::from(target[first]) - x) * theta;
+            let x = at(start, v) - at(start, first);
+            let y = x + (at(target, v) - at(target, first) - x) * theta;
+            let z = at(shape, v) - at(shape, first);
             let (sum, m) = (&mut sums[p as usize], masses[v]);
             sum.mass += m;
             sum.members += 1;
-            sum.start += x * m;
+            sum.shape += z * m;
             sum.target += y * m;
-            sum.guess += (DVec3::from(guess[v]) - DVec3::from(start[v])) * (theta * m);
-            sum.cross += outer(y * m, x);
+            sum.node += (x + (at(guess, v) - at(start, v)) * theta) * m;
+            sum.cross += outer(y * m, z);
         }
         sums.iter()
             .zip(&self.first)
@@ -113,24 +122,42 @@ impl FreeParts {
                 if !(sum.mass > 0.0 && sum.members > 1) {
                     return None;
                 }
-                let (from, target, moved) =
-                    (sum.start / sum.mass, sum.target / sum.mass, sum.guess / sum.mass);
-                // sum_v m_v (target_v - c_target) (start_v - c_start)^T, whose closest
-                // rotation carries the start's shape onto the target best.
+                let (from, target) = (sum.shape / sum.mass, sum.target / sum.mass);
+                // sum_v m_v (target_v - c_target) (shape_v - c_shape)^T, whose closest
+                // rotation carries the shape onto the target best.
                 let covariance = sum.cross - outer(target * sum.mass, from);
                 let turn = crate::material::closest_rotation(&covariance, DQuat::IDENTITY).0;
-                let origin = DVec3::from(start[first]);
-                turn.is_finite().then_some(RigidStep { from: origin + from, to: origin + from + moved, turn })
+                let to = at(start, first) + sum.node / sum.mass;
+                turn.is_finite().then_some(RigidStep { from: at(shape, first) + from, to, turn })
             })
             .collect()
     }
 
+    /// The positions whose shape [`FreeParts::steps`] carries for a step from `start`, after
+    /// one from `previous` that balanced its forces at `theta` (`Outcome::theta`): that
+    /// step's nodes, `theta` of the way from `previous` to `start`, where `theta < 1`; else
+    /// (and for the first step, or without a free part) the start.
+    pub fn shape<'a>(
+        &self,
+        start: &'a [[f64; 3]],
+        previous: Option<&[[f64; 3]]>,
+        theta: f64,
+    ) -> Cow<'a, [[f64; 3]]> {
+        match previous {
+            Some(previous) if theta < 1.0 && !self.first.is_empty() => {
+                Cow::Owned(super::combine([(1.0 - theta, previous), (theta, start)]))
+            }
+            _ => Cow::Borrowed(start),
+        }
+    }
+
     /// `guess` with each free part that has a step replaced by the end that puts its node at
-    /// `theta` where the step does (`x_n + (z - x_n) / theta`, `z` the start's shape carried
-    /// by the step); `None` without such a part.
+    /// `theta` where the step does (`x_n + (z - x_n) / theta`, `z` the shape carried by the
+    /// step); `None` without such a part.
     pub fn rigid_guess(
         &self,
         steps: &[Option<RigidStep>],
+        shape: &[[f64; 3]],
         start: &[[f64; 3]],
         guess: &[[f64; 3]],
         theta: f64,
@@ -142,7 +169,7 @@ impl FreeParts {
             for (v, &p) in self.part_of.iter().enumerate() {
                 if let Some(Some((step, turn))) = turns.get(p as usize) {
                     let x = DVec3::from(start[v]);
-                    let node = step.to + *turn * (x - step.from);
+                    let node = step.to + *turn * (DVec3::from(shape[v]) - step.from);
                     rigid[v] = (x + (node - x) / theta).to_array();
                 }
             }
@@ -191,8 +218,8 @@ mod tests {
             .map(|&y| (DVec3::from(y) + drift + DVec3::X * (y[0] - centre.x)).to_array())
             .collect();
         let parts = FreeParts::new(&model);
-        let steps = parts.steps(&model.masses, &start, &target, &guess, 1.0);
-        let rigid = parts.rigid_guess(&steps, &start, &guess, 1.0).unwrap();
+        let steps = parts.steps(&model.masses, &start, &start, &target, &guess, 1.0);
+        let rigid = parts.rigid_guess(&steps, &start, &start, &guess, 1.0).unwrap();
         let turn = DQuat::from_axis_angle(w.normalize(), (h * w.length()).atan());
         // f64's rounding of the positions, and no more (sums taken about the origin would
         // cancel the body's distance squared over its size squared).
@@ -216,7 +243,8 @@ mod tests {
         let (w, h) = (DVec3::new(3.0, -10.0, 4.0), 1.0 / 30.0);
         let target: Vec<[f64; 3]> =
             start.iter().map(|&x| (DVec3::from(x) + w.cross(DVec3::from(x)) * h).to_array()).collect();
-        let step = FreeParts::new(&model).steps(&model.masses, &start, &target, &target, 1.0)[0].unwrap();
+        let step =
+            FreeParts::new(&model).steps(&model.masses, &start, &start, &target, &target, 1.0)[0].unwrap();
         let torque = |turn: DQuat| {
             let mut sum = DVec3::ZERO;
             for ((x, y), m) in start.iter().zip(&target).zip(&model.masses) {
@@ -235,6 +263,46 @@ mod tests {
         );
     }
 
+    /// After an implicit-midpoint step of a rigid spin, whose end `2 z - x_(n-1)` is stretched
+    /// where its midpoint `z` is not, the next midpoint step's rigid guess puts its node at the
+    /// previous node's shape, turned: every edge keeps its rest length. Carrying the start's
+    /// shape would stretch the node's edges as the start's are.
+    #[test]
+    fn a_midpoint_steps_rigid_guess_carries_the_previous_midpoints_shape() {
+        let model = cube_model();
+        let parts = FreeParts::new(&model);
+        let (axis, centre) = (DVec3::new(0.3, 1.0, 0.2).normalize(), DVec3::splat(0.05));
+        let turned = |angle: f64| -> Vec<[f64; 3]> {
+            let turn = DQuat::from_axis_angle(axis, angle);
+            model.rest.iter().map(|&x| (centre + turn * (DVec3::from(x) - centre)).to_array()).collect()
+        };
+        let (previous, node) = (turned(0.0), turned(0.17));
+        let start = super::super::combine([(2.0, &node), (-1.0, &previous)]);
+        let target = super::super::combine([(2.0, &start), (-1.0, &node)]);
+        let node_edges = |end: &[[f64; 3]]| -> f64 {
+            let at = |v: usize| (DVec3::from(start[v]) + DVec3::from(end[v])) * 0.5;
+            let rest = |v: usize| DVec3::from(model.rest[v]);
+            let mut worst = 0.0f64;
+            for tet in &model.tets {
+                for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+                    let (a, b) = (tet[a] as usize, tet[b] as usize);
+                    worst = worst.max((at(a).distance(at(b)) / rest(a).distance(rest(b)) - 1.0).abs());
+                }
+            }
+            worst
+        };
+        let stretch = |previous_theta: f64| {
+            let shape = parts.shape(&start, Some(&previous), previous_theta);
+            let steps = parts.steps(&model.masses, &shape, &start, &target, &target, 0.5);
+            node_edges(&parts.rigid_guess(&steps, &shape, &start, &target, 0.5).unwrap())
+        };
+        let (carried, from_start) = (stretch(0.5), stretch(1.0));
+        println!(
+            "the node's edges off their rest lengths by {carried:.2e}; from the start's shape {from_start:.2e}"
+        );
+        assert!(carried < 1e-12 && from_start > 1e-3, "{carried:e}, {from_start:e}");
+    }
+
     /// A pinned part keeps the guess; without a free part there is no rigid guess.
     #[test]
     fn pinned_parts_keep_the_guess() {
@@ -243,7 +311,7 @@ mod tests {
         let start = model.rest.clone();
         let guess: Vec<[f64; 3]> = start.iter().map(|x| [x[0] + x[1], x[1], x[2]]).collect();
         let parts = FreeParts::new(&model);
-        let steps = parts.steps(&model.masses, &start, &guess, &guess, 1.0);
-        assert!(steps.is_empty() && parts.rigid_guess(&steps, &start, &guess, 1.0).is_none());
+        let steps = parts.steps(&model.masses, &start, &start, &guess, &guess, 1.0);
+        assert!(steps.is_empty() && parts.rigid_guess(&steps, &start, &start, &guess, 1.0).is_none());
     }
 }

@@ -64,23 +64,26 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
         return Ok(Outcome {
             alpha: Some(0.0),
             dissipated: midpoint.dissipated,
+            theta: midpoint.theta,
             x: midpoint.x,
             v: midpoint.v,
         });
     }
     // (low, high): blend endpoints with error(low) > 0 >= error(high) along alpha in [0, 1],
-    // and what was dissipated on the way to high.
-    let (low, high, high_dissipated, sign) = if e_mid > 0.0 {
+    // what was dissipated on the way to high, and their thetas (`Outcome::theta`).
+    let (low, high, high_dissipated, sign, thetas) = if e_mid > 0.0 {
         let backward = stepper.implicit(&BackwardEuler, Some(&midpoint.x), Role::Blend)?;
         if solved(stepper, &backward.x, &backward.v, backward.dissipated) > 0.0 {
             return Ok(Outcome {
                 alpha: Some(1.0),
                 dissipated: backward.dissipated,
+                theta: backward.theta,
                 x: backward.x,
                 v: backward.v,
             });
         }
-        ((midpoint.x, midpoint.v), (backward.x, backward.v), backward.dissipated, 1.0)
+        let thetas = [midpoint.theta, backward.theta];
+        ((midpoint.x, midpoint.v), (backward.x, backward.v), backward.dissipated, 1.0, thetas)
     } else {
         let forward = forward_euler::step(&stepper.input);
         // Under the barrier or projection, blends toward forward Euler, which no solve kept
@@ -94,11 +97,12 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
             return Ok(Outcome {
                 alpha: Some(0.0),
                 dissipated: midpoint.dissipated,
+                theta: midpoint.theta,
                 x: midpoint.x,
                 v: midpoint.v,
             });
         }
-        (forward, (midpoint.x, midpoint.v), midpoint.dissipated, -1.0)
+        (forward, (midpoint.x, midpoint.v), midpoint.dissipated, -1.0, [0.0, midpoint.theta])
     };
     let blend_at = |alpha: f64| (blend(&low.0, &high.0, alpha), blend(&low.1, &high.1, alpha));
     let (mut a, mut b) = (0.0, 1.0);
@@ -147,5 +151,6 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Resu
     let (x, v) = blend_at(alpha);
     // Backward side: alpha is the BE fraction. Forward side: minus the FE fraction.
     let reported = if sign > 0.0 { alpha } else { -(1.0 - alpha) };
-    Ok(Outcome { x, v, alpha: Some(reported), dissipated })
+    let theta = thetas[0] + alpha * (thetas[1] - thetas[0]);
+    Ok(Outcome { x, v, alpha: Some(reported), dissipated, theta })
 }

@@ -93,6 +93,7 @@ fn loaded_with(material: Material, seed: u64, nodes: &[Node]) -> (CpuBackend, Ve
         start: &start,
         target: &target,
         rigid_steps: &[],
+        rigid_shape: &start,
         nodes,
         dt: 1.0 / 30.0,
         vertex_damping: &damping,

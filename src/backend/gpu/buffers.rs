@@ -279,8 +279,8 @@ impl Frame {
         self.pose(v).place(DVec3::from(self.rest[v]) + u)
     }
 
-    /// The pose of part `p` where the step will evaluate it: its pose at the start (a
-    /// least-squares rigid fit of the probes), carried on by the part's rigid step
+    /// The pose of part `p` where the step will evaluate it: its pose in the rigid steps'
+    /// shape (a least-squares rigid fit of the probes), carried on by the part's rigid step
     /// (`StepProblem::rigid_steps`, the nodes' placement that the rigid guess takes). A
     /// translation of the first probe alone where the part may not turn, its probes do not
     /// span space, or it has no rigid step (a part some pin holds: then `theta` of the way
@@ -290,18 +290,18 @@ impl Frame {
         let current = self.poses[p];
         let centre = probes.vertices[0];
         let step = heading.steps.get(self.groups[p] as usize).copied().flatten();
-        let moved = match step {
-            Some(step) => step.to - step.from,
-            None => (heading.target(centre) - heading.start(centre)) * heading.theta,
+        let placed = match step {
+            Some(step) => heading.shape(centre) + step.to - step.from,
+            None => heading.start(centre) + (heading.target(centre) - heading.start(centre)) * heading.theta,
         };
-        let translated = (heading.start(centre) + moved - current.turn * rest(centre), current.turn);
+        let translated = (placed - current.turn * rest(centre), current.turn);
         let Some(step) = step.filter(|_| self.turns) else { return translated };
         let count = probes.vertices.len() as f64;
-        let mean = probes.vertices.iter().map(|&v| heading.start(v)).sum::<DVec3>() / count;
+        let mean = probes.vertices.iter().map(|&v| heading.shape(v)).sum::<DVec3>() / count;
         let rest_mean = probes.vertices.iter().map(|&v| rest(v)).sum::<DVec3>() / count;
         let (mut cross, mut spread) = (DMat3::ZERO, DMat3::ZERO);
         for &v in &probes.vertices {
-            let (r, x) = (rest(v) - rest_mean, heading.start(v) - mean);
+            let (r, x) = (rest(v) - rest_mean, heading.shape(v) - mean);
             cross += outer(x, r);
             spread += outer(r, r);
         }
@@ -309,8 +309,8 @@ impl Frame {
         if !(spread.determinant() > 1e-6 * scale * scale * scale) {
             return translated;
         }
-        let start_turn = crate::material::closest_rotation(&cross, current.turn).0;
-        let turn = step.turn * start_turn;
+        let shape_turn = crate::material::closest_rotation(&cross, current.turn).0;
+        let turn = step.turn * shape_turn;
         // The rest shape's centre of mass goes where the step takes the part's.
         let rest_centre = self.rest_moments[p] / self.part_masses[p];
         (step.to - turn * rest_centre, turn)
@@ -370,12 +370,18 @@ struct Heading<'a> {
     start: &'a [[f64; 3]],
     target: &'a [[f64; 3]],
     steps: &'a [Option<RigidStep>],
+    /// The positions whose shape the steps carry (`StepProblem::rigid_shape`).
+    shape: &'a [[f64; 3]],
     theta: f64,
 }
 
 impl Heading<'_> {
     fn start(&self, v: usize) -> DVec3 {
         DVec3::from(self.start[v])
+    }
+
+    fn shape(&self, v: usize) -> DVec3 {
+        DVec3::from(self.shape[v])
     }
 
     fn target(&self, v: usize) -> DVec3 {
@@ -618,8 +624,13 @@ impl GpuBuffers {
             return None;
         }
         let theta = crate::objective::Node::mean_theta(problem.nodes);
-        let heading =
-            Heading { start: problem.start, target: problem.target, steps: problem.rigid_steps, theta };
+        let heading = Heading {
+            start: problem.start,
+            target: problem.target,
+            steps: problem.rigid_steps,
+            shape: problem.rigid_shape,
+            theta,
+        };
         let before = self.frame.rebase(&heading)?;
         self.upload_poses(context, recording);
         Some(before)
@@ -852,8 +863,8 @@ mod tests {
         // A new step that stays at `x`.
         let rebase = |frame: &mut Frame, x: &[DVec3]| {
             let at: Vec<[f64; 3]> = x.iter().map(|p| p.to_array()).collect();
-            let steps = parts.steps(&model.masses, &at, &at, &at, 1.0);
-            frame.rebase(&Heading { start: &at, target: &at, steps: &steps, theta: 1.0 })
+            let steps = parts.steps(&model.masses, &at, &at, &at, &at, 1.0);
+            frame.rebase(&Heading { start: &at, target: &at, steps: &steps, shape: &at, theta: 1.0 })
         };
         assert_eq!(frame.poses, vec![PartPose::REST; 2]);
         let each = mesh.vertex_count();
@@ -929,14 +940,14 @@ mod tests {
             start.iter().map(|&x| (x + (velocity + spin.cross(x - placed)) * h).to_array()).collect();
         let explicit: Vec<[f64; 3]> = target.iter().map(|&y| [y[0], y[1] - 9.81 * h * h, y[2]]).collect();
         let start: Vec<[f64; 3]> = start.iter().map(|p| p.to_array()).collect();
-        let steps = parts.steps(&model.masses, &start, &target, &explicit, 1.0);
+        let steps = parts.steps(&model.masses, &start, &start, &target, &explicit, 1.0);
         let step = steps[0].unwrap();
         // About atan(h w) about the spin (exactly that for a body of isotropic inertia).
         let expected_turn = glam::DQuat::from_axis_angle(spin.normalize(), (h * spin.length()).atan());
         assert!(step.turn.angle_between(expected_turn) < 0.02, "{:?}", step.turn);
         for theta in [1.0, 0.5] {
-            let steps = parts.steps(&model.masses, &start, &target, &explicit, theta);
-            let heading = Heading { start: &start, target: &target, steps: &steps, theta };
+            let steps = parts.steps(&model.masses, &start, &start, &target, &explicit, theta);
+            let heading = Heading { start: &start, target: &target, steps: &steps, shape: &start, theta };
             // Once a step: another solve of the same step keeps the poses.
             assert_eq!(frame.begins_step(&start), theta == 1.0);
             assert!(frame.rebase(&heading).is_some());

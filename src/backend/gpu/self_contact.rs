@@ -436,6 +436,7 @@ mod tests {
             start: &start,
             target: &target,
             rigid_steps: &[],
+            rigid_shape: &start,
             nodes: &NODES,
             dt: H,
             vertex_damping: &[],

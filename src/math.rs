@@ -39,7 +39,7 @@ pub(crate) fn first_non_finite(points: &[[f64; 3]]) -> Option<usize> {
 
 /// `f` of each chunk of vertices, in chunk order, the chunks on the worker pool (one item each:
 /// a chunk is already the work item of [`per_vertex`]).
-fn per_chunk<T: Send, F: Fn(std::ops::Range<usize>) -> T + Sync + Send>(n: usize, f: F) -> Vec<T> {
+pub(crate) fn per_chunk<T: Send, F: Fn(std::ops::Range<usize>) -> T + Sync + Send>(n: usize, f: F) -> Vec<T> {
     use rayon::prelude::*;
     (0..n.div_ceil(VERTEX_CHUNK))
         .into_par_iter()

@@ -32,6 +32,9 @@ pub(crate) struct FreeParts {
     part_of: Vec<u32>,
     /// Per part, its first vertex, which its sums are taken relative to.
     first: Vec<usize>,
+    /// The vertices of the free parts, part by part, each part's in ascending order: a chunk
+    /// of them meets its parts one after another.
+    members: Vec<u32>,
 }
 
 /// A part's sums over its vertices, relative to its first vertex (at the start for the start
@@ -50,6 +53,15 @@ struct Sums {
 }
 
 impl Sums {
+    fn add(&mut self, other: &Sums) {
+        self.mass += other.mass;
+        self.members += other.members;
+        self.shape += other.shape;
+        self.target += other.target;
+        self.node += other.node;
+        self.cross += other.cross;
+    }
+
     // Not `Default`: glam's default matrix is the identity.
     const ZERO: Sums = Sums {
         mass: 0.0,
@@ -70,7 +82,10 @@ impl FreeParts {
                 first[p as usize] = v;
             }
         }
-        FreeParts { part_of, first }
+        let mut members: Vec<u32> =
+            (0..part_of.len() as u32).filter(|&v| part_of[v as usize] != NO_GROUP).collect();
+        members.sort_by_key(|&v| part_of[v as usize]);
+        FreeParts { part_of, first, members }
     }
 
     /// Where a step's node at `theta` puts each free part as a rigid body (weighted by
@@ -98,23 +113,34 @@ impl FreeParts {
         if self.first.is_empty() {
             return Vec::new();
         }
-        let mut sums = vec![Sums::ZERO; self.first.len()];
         let at = |a: &[[f64; 3]], v: usize| DVec3::from(a[v]);
-        for (v, &p) in self.part_of.iter().enumerate() {
-            if p == NO_GROUP {
-                continue;
+        // Each chunk of `members` sums the parts it meets, in turn; the chunks' sums are then
+        // added in chunk order: the same bits whatever the thread count.
+        let chunks = crate::math::per_chunk(self.members.len(), |range| {
+            let mut met: Vec<(u32, Sums)> = Vec::new();
+            for &v in &self.members[range] {
+                let (v, p) = (v as usize, self.part_of[v as usize]);
+                if met.last().is_none_or(|&(q, _)| q != p) {
+                    met.push((p, Sums::ZERO));
+                }
+                let sum = &mut met.last_mut().expect("just pushed").1;
+                let first = self.first[p as usize];
+                let x = at(start, v) - at(start, first);
+                let y = x + (at(target, v) - at(target, first) - x) * theta;
+                let z = at(shape, v) - at(shape, first);
+                let m = masses[v];
+                sum.mass += m;
+                sum.members += 1;
+                sum.shape += z * m;
+                sum.target += y * m;
+                sum.node += (x + (at(guess, v) - at(start, v)) * theta) * m;
+                sum.cross += outer(y * m, z);
             }
-            let first = self.first[p as usize];
-            let x = at(start, v) - at(start, first);
-            let y = x + (at(target, v) - at(target, first) - x) * theta;
-            let z = at(shape, v) - at(shape, first);
-            let (sum, m) = (&mut sums[p as usize], masses[v]);
-            sum.mass += m;
-            sum.members += 1;
-            sum.shape += z * m;
-            sum.target += y * m;
-            sum.node += (x + (at(guess, v) - at(start, v)) * theta) * m;
-            sum.cross += outer(y * m, z);
+            met
+        });
+        let mut sums = vec![Sums::ZERO; self.first.len()];
+        for (p, chunk) in chunks.into_iter().flatten() {
+            sums[p as usize].add(&chunk);
         }
         sums.iter()
             .zip(&self.first)
@@ -165,15 +191,14 @@ impl FreeParts {
         steps.iter().any(Option::is_some).then(|| {
             let turns: Vec<Option<(RigidStep, DMat3)>> =
                 steps.iter().map(|step| step.map(|step| (step, DMat3::from_quat(step.turn)))).collect();
-            let mut rigid = guess.to_vec();
-            for (v, &p) in self.part_of.iter().enumerate() {
-                if let Some(Some((step, turn))) = turns.get(p as usize) {
+            crate::math::per_vertex(guess.len(), |v| match turns.get(self.part_of[v] as usize) {
+                Some(Some((step, turn))) => {
                     let x = DVec3::from(start[v]);
                     let node = step.to + *turn * (DVec3::from(shape[v]) - step.from);
-                    rigid[v] = (x + (node - x) / theta).to_array();
+                    (x + (node - x) / theta).to_array()
                 }
-            }
-            rigid
+                _ => guess[v],
+            })
         })
     }
 }
@@ -227,6 +252,42 @@ mod tests {
         for (x, y) in start.iter().zip(&rigid) {
             let expected = centre + drift + turn * (DVec3::from(*x) - centre);
             assert!(DVec3::from(*y).distance(expected) < within, "{y:?} against {expected}");
+        }
+    }
+
+    /// Two cubes of 4 913 vertices each, so that the pass's chunks (`VERTEX_CHUNK`) end
+    /// inside both and one meets both: each spinning cube gets its own rigid step, a turn by
+    /// `atan(h |w|)` about its own spin, its centre where it was.
+    #[test]
+    fn parts_across_the_passs_chunks_get_their_own_rigid_steps() {
+        let mut model = Model::empty([0.0; 3]);
+        let material = crate::Material::corotated(1e6, 0.3);
+        let cube = TetMesh::bar([16, 16, 16], [0.1; 3]);
+        let moved = cube.positions().iter().map(|p| [p[0] + 1.0, p[1], p[2]]).collect();
+        for mesh in [cube.clone(), TetMesh::new(moved, cube.tets().to_vec()).unwrap()] {
+            model.add_tet_body(&mesh, std::slice::from_ref(&material), 1000.0).unwrap();
+        }
+        assert!(model.vertex_count() > 2 * crate::math::VERTEX_CHUNK);
+        let h = 1.0 / 30.0;
+        let spins = [DVec3::new(0.3, 1.0, 0.2) * 10.0, DVec3::new(-4.0, 0.5, 2.0)];
+        let centres = [DVec3::splat(0.05), DVec3::new(1.05, 0.05, 0.05)];
+        let part = |v: usize| usize::from(v >= cube.vertex_count());
+        let start = model.rest.clone();
+        let target: Vec<[f64; 3]> = (0..start.len())
+            .map(|v| {
+                let (x, p) = (DVec3::from(start[v]), part(v));
+                (x + spins[p].cross(x - centres[p]) * h).to_array()
+            })
+            .collect();
+        let parts = FreeParts::new(&model);
+        let steps = parts.steps(&model.masses, &start, &start, &target, &target, 1.0);
+        assert_eq!(steps.len(), 2);
+        for p in 0..2 {
+            let step = steps[p].unwrap();
+            let turn = DQuat::from_axis_angle(spins[p].normalize(), (h * spins[p].length()).atan());
+            let (off_turn, off_centre) = (step.turn.angle_between(turn), step.to.distance(centres[p]));
+            println!("cube {p}: turn {off_turn:.1e} rad off, centre {off_centre:.1e} m off");
+            assert!(off_turn < 1e-12 && off_centre < 1e-12, "cube {p}: {off_turn:e} rad, {off_centre:e} m");
         }
     }
 

@@ -317,6 +317,11 @@ pub struct BudgetSolve {
 pub trait Stages: Send {
     /// Loads what stays fixed during one step's minimization.
     fn begin_step(&mut self, problem: StepProblem<'_>);
+    /// Whether `begin_step` reads `StepProblem::rigid_steps` (a GPU places its parts' poses
+    /// by them); else they are computed only for a solver that takes the rigid guess.
+    fn reads_rigid_steps(&self) -> bool {
+        false
+    }
     /// Sets the handle springs (part of the potential until changed).
     fn set_anchors(&mut self, anchors: &[Anchor]);
     /// Replaces the colliders (same count and kinds; kinematic ones moved).

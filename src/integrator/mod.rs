@@ -16,6 +16,8 @@ mod symplectic_euler;
 
 pub use energy_ledger::EnergyLedger;
 
+use std::borrow::Cow;
+
 use crate::backend::{Stages, Start};
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -311,11 +313,16 @@ impl Stepper<'_> {
         // Where the step's nodes (their mean theta) put each free part as a rigid body
         // (rigid_guess.rs): a GPU measures the part from there, and Newton and mixed FEM take
         // the end that puts it there as a third guess, a spinning body's. Local/global takes
-        // no guesses but its start.
+        // no guesses but its start, so on a CPU it needs neither.
         let theta = Node::mean_theta(&plan.nodes);
-        let shape = self.parts.shape(input.positions, input.previous.map(|p| p.0), input.previous_theta);
-        let rigid_steps =
-            self.parts.steps(&self.model.masses, &shape, input.positions, &plan.target, &explicit, theta);
+        let (shape, rigid_steps) = if self.solver.compares_guesses() || self.stages.reads_rigid_steps() {
+            let shape = self.parts.shape(input.positions, input.previous.map(|p| p.0), input.previous_theta);
+            let steps =
+                self.parts.steps(&self.model.masses, &shape, input.positions, &plan.target, &explicit, theta);
+            (shape, steps)
+        } else {
+            (Cow::Borrowed(input.positions), Vec::new())
+        };
         self.stages.begin_step(StepProblem {
             start: input.positions,
             target: &plan.target,

@@ -2131,6 +2131,10 @@ impl Stages for GpuBackend {
         self.settle(result, vec![(f64::NAN, f64::NAN); points.len()])
     }
 
+    fn reads_rigid_steps(&self) -> bool {
+        true
+    }
+
     fn start_competes(&self) -> bool {
         self.model.has_contact()
     }

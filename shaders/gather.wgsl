@@ -335,7 +335,13 @@ fn vertex(v: u32) -> vec4<f32> {
     let mass = masses[v] * params.inv_h2;
     let offset = xv - load(2u, v);
     let inertia = offset * mass;
-    var energy = 0.5 * dot(inertia, offset);
+    // Inertia's energy measured from the start, 1/2 m/h^2 (|u - w|^2 - |w|^2) with u = x - x_n
+    // and w = y - x_n; the host adds the rest, 1/2 m/h^2 |w|^2, in f64
+    // (`gather::target_inertia`). A target far from the start (AVF's h^2/12 M^-1 f(x_n) of a
+    // stiff spinning body lies metres off) made |x - y|^2 a number whose f32 rounding hid the
+    // decreases the line search must see: the solve stalled and the step gained energy.
+    let moved = xv - start;
+    var energy = 0.5 * mass * dot(moved, moved - 2.0 * (load(2u, v) - start));
     var acc = inertia;
     var block = IDENTITY3 * mass;
     var forces = length(inertia);

@@ -150,6 +150,9 @@ pub struct GpuBackend {
     mixed_moved: bool,
     /// The step's start, as the host gave it, where contact or a mixed solve needs it.
     start: Vec<[f64; 3]>,
+    /// The inertia the gather leaves to the host, per unit of `1/h^2`
+    /// (`gather::target_inertia`).
+    target_inertia: f64,
     /// Where the step's start and target lie on the host (compared, never read, until the
     /// guesses are recorded) and the state buffers `begin_step` uploaded them to: a guess
     /// that is one of them is copied on the device rather than uploaded again.
@@ -230,6 +233,7 @@ impl GpuBackend {
             potential_has_an_edge,
             nodes: Node::POTENTIAL.to_vec(),
             inv_h2: 0.0,
+            target_inertia: 0.0,
             damped: false,
             damping_weight: 1.0,
             friction: false,
@@ -504,7 +508,7 @@ impl GpuBackend {
             staged.push(self.record_dissipation(at)?);
         }
         let results = self.recording.read(&self.context, &staged)?;
-        let potentials = self.member_values(&results[0], &results[1], members, &Node::POTENTIAL);
+        let potentials = self.member_values(&results[0], &results[1], members, &Node::POTENTIAL, 0.0);
         let dissipations: Vec<f64> = match results.get(2) {
             Some(bytes) => bytes.chunks(bytes.len() / members).map(|b| self.dissipation_from(b)).collect(),
             None => vec![0.0; members],
@@ -530,7 +534,7 @@ impl GpuBackend {
         Ok(results
             .chunks(per_point)
             .map(|r| {
-                let potential = self.candidate_values(&r[..2], &Node::POTENTIAL)[0];
+                let potential = self.candidate_values(&r[..2], &Node::POTENTIAL, 0.0)[0];
                 (potential, if self.dissipates() { self.dissipation_from(&r[2]) } else { 0.0 })
             })
             .collect())
@@ -666,23 +670,33 @@ impl GpuBackend {
         }
     }
 
-    /// What the host adds to a vertex energy gathered at `nodes`: gravity's potential at the
-    /// reference positions, weighed by the nodes (`GpuBuffers::reference_gravity_energy`).
-    fn reference_energy(&self, nodes: &[Node]) -> f64 {
+    /// What the host adds to a vertex energy gathered at `nodes` with inertia weighed by
+    /// `inv_h2` (0 for the potential alone): gravity's potential at the reference positions,
+    /// weighed by the nodes (`GpuBuffers::reference_gravity_energy`), and the inertia of the
+    /// target's offset from the start (`gather::target_inertia`).
+    fn reference_energy(&self, nodes: &[Node], inv_h2: f64) -> f64 {
         let weight: f64 = nodes.iter().map(|q| q.weight).sum();
-        weight * self.buffers.reference_gravity_energy(self.model.gravity)
+        weight * self.buffers.reference_gravity_energy(self.model.gravity) + inv_h2 * self.target_inertia
     }
 
-    /// The objectives at `nodes` from pairs of staged element and gather partials.
-    fn candidate_values(&self, results: &[Vec<u8>], nodes: &[Node]) -> Vec<f64> {
-        results.chunks(2).flat_map(|pair| self.member_values(&pair[0], &pair[1], 1, nodes)).collect()
+    /// The objectives at `nodes`, inertia weighed by `inv_h2`, from pairs of staged element
+    /// and gather partials.
+    fn candidate_values(&self, results: &[Vec<u8>], nodes: &[Node], inv_h2: f64) -> Vec<f64> {
+        results.chunks(2).flat_map(|pair| self.member_values(&pair[0], &pair[1], 1, nodes, inv_h2)).collect()
     }
 
-    /// The objectives at `nodes` of a pass over `members` positions from its staged element
-    /// and gather partials, one member's after another.
-    fn member_values(&self, elements: &[u8], vertices: &[u8], members: usize, nodes: &[Node]) -> Vec<f64> {
+    /// The objectives at `nodes` (inertia weighed by `inv_h2`) of a pass over `members`
+    /// positions from its staged element and gather partials, one member's after another.
+    fn member_values(
+        &self,
+        elements: &[u8],
+        vertices: &[u8],
+        members: usize,
+        nodes: &[Node],
+        inv_h2: f64,
+    ) -> Vec<f64> {
         let (e, v) = (elements.len() / members, vertices.len() / members);
-        let reference = self.reference_energy(nodes);
+        let reference = self.reference_energy(nodes, inv_h2);
         (0..members)
             .map(|j| {
                 let gathered = sums::<1>(&vertices[j * v..(j + 1) * v])[0];
@@ -703,7 +717,9 @@ impl GpuBackend {
             .0
             .iter()
             .zip(results[staged.len()..].chunks(2))
-            .flat_map(|(&(_, _, members), pair)| self.member_values(&pair[0], &pair[1], members, &self.nodes))
+            .flat_map(|(&(_, _, members), pair)| {
+                self.member_values(&pair[0], &pair[1], members, &self.nodes, self.inv_h2)
+            })
             .collect();
         Ok((results[..staged.len()].to_vec(), values))
     }
@@ -830,7 +846,7 @@ impl GpuBackend {
         let mut direction =
             Self::report(&results[2], status.iterations.max(1) as usize, status.negative_curvature());
         direction.slope += WgElement::energy(&results[3]);
-        let merits = self.candidate_values(&results[4..8], &nodes);
+        let merits = self.candidate_values(&results[4..8], &nodes, self.inv_h2);
         self.solved(&status);
         Ok(crate::backend::MixedDirection {
             linearization,
@@ -994,7 +1010,7 @@ impl GpuBackend {
 
     /// Remembers the potential and gradient at `x` from the results of `record_potential`.
     fn remember_potential(&mut self, x: &[[f64; 3]], results: &[Vec<u8>]) -> &PotentialAt {
-        let potential = self.candidate_values(&results[..2], &Node::POTENTIAL)[0];
+        let potential = self.candidate_values(&results[..2], &Node::POTENTIAL, 0.0)[0];
         let values = floats(&results[2]);
         let remembered = &mut self.potential_at;
         remembered.x.resize(x.len(), [0.0; 3]);
@@ -1107,7 +1123,7 @@ impl GpuBackend {
         let record: SearchRecord = bytemuck::pod_read_unaligned(bytes);
         match record.picked == super::line_search::NONE {
             true => f64::INFINITY,
-            false => record.value as f64 + self.reference_energy(&self.nodes),
+            false => record.value as f64 + self.reference_energy(&self.nodes, self.inv_h2),
         }
     }
 
@@ -1182,7 +1198,7 @@ impl GpuBackend {
             return Ok(BudgetSolve::default());
         }
         // The device's objectives leave out gravity at the reference positions.
-        let reference = self.reference_energy(&nodes);
+        let reference = self.reference_energy(&nodes, self.inv_h2);
         let mut solve = BudgetSolve {
             guess: Some(start.picked as usize),
             start_objective: start.value as f64 + reference,
@@ -1262,7 +1278,7 @@ impl GpuBackend {
                 tally.report.linear_iterations += status.iterations as usize;
             }
         }
-        tally.values.extend(self.candidate_values(&results[statuses..], &self.nodes));
+        tally.values.extend(self.candidate_values(&results[statuses..], &self.nodes, self.inv_h2));
         Ok(results[..extra.len()].to_vec())
     }
 
@@ -1751,6 +1767,7 @@ impl Stages for GpuBackend {
             self.start.extend_from_slice(problem.start);
         }
         self.inv_h2 = 1.0 / (problem.dt * problem.dt);
+        self.target_inertia = super::gather::target_inertia(&self.model, problem.start, problem.target);
         self.damping_weight = problem.damping_weight;
         // The local/global matrix's diagonal is made when a solve first asks for it.
         self.projective_diagonal.clear();
@@ -1924,7 +1941,7 @@ impl Stages for GpuBackend {
             }
             self.vector("offset", 0.0)?;
             let results = self.recording.read(&self.context, &staged.concat())?;
-            Ok(self.candidate_values(&results, &nodes))
+            Ok(self.candidate_values(&results, &nodes, self.inv_h2))
         })();
         self.settle(result, vec![f64::NAN; alphas.len()])
     }
@@ -1952,7 +1969,7 @@ impl Stages for GpuBackend {
             if !end.is_empty() {
                 self.remember_end_state(&results[2..]);
             }
-            Ok(self.candidate_values(&results[..2], &nodes)[0])
+            Ok(self.candidate_values(&results[..2], &nodes, self.inv_h2)[0])
         })();
         self.settle(result, f64::NAN)
     }
@@ -1971,7 +1988,7 @@ impl Stages for GpuBackend {
                 staged.extend([e, g]);
             }
             let results = self.recording.read(&self.context, &staged)?;
-            let values = self.candidate_values(&results, &nodes);
+            let values = self.candidate_values(&results, &nodes, self.inv_h2);
             Ok(values.into_iter().zip(&blocked).map(|(v, &b)| if b { f64::INFINITY } else { v }).collect())
         })();
         self.settle(result, vec![f64::NAN; points.len()])

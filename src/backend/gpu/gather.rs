@@ -13,6 +13,8 @@ use super::stage::{Bound, WgStage};
 use crate::backend::Anchor;
 use crate::backend::topology::Anchors;
 use crate::error::Result;
+use crate::model::Model;
+use glam::DVec3;
 
 /// Parameters of `shaders/gather.wgsl`.
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
@@ -201,6 +203,17 @@ impl WgGather {
         recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, bound, workgroups);
         Ok(())
     }
+}
+
+/// The host's share of the gathered inertia energy, per unit of `1/h^2`:
+/// `sum_v 1/2 m_v |y_v - x_n,v|^2` over the free vertices, in f64. The gather measures
+/// inertia from the start (`shaders/gather.wgsl`, `vertex`) and leaves this out, so that
+/// a target far from the start costs the f32 sums no resolution.
+pub fn target_inertia(model: &Model, start: &[[f64; 3]], target: &[[f64; 3]]) -> f64 {
+    crate::math::sum_per_vertex(start.len(), |v| {
+        let aim = DVec3::from(target[v]) - DVec3::from(start[v]);
+        if model.pinned[v] { 0.0 } else { 0.5 * model.masses[v] * aim.length_squared() }
+    })
 }
 
 /// Stages the gather's partial sums (4 floats per workgroup).
@@ -404,8 +417,8 @@ mod tests {
 
     /// Gathers at `x` (from `start`, towards `cpu.target`) from the CPU twin's element
     /// outputs on `rig`, and assembles after when asked; the sums of the gather's partials,
-    /// with the host's share of the vertex energy (gravity at the reference positions) added
-    /// to the first.
+    /// with the host's share of the vertex energy (gravity at the reference positions, the
+    /// target's inertia) added to the first.
     fn gather_sums(
         rig: &mut Rig,
         model: &Model,
@@ -431,7 +444,8 @@ mod tests {
         let mut sums: [f64; 4] =
             partials.iter().fold([0.0; 4], |acc, p| std::array::from_fn(|k| acc[k] + p[k] as f64));
         let weight: f64 = NODES.iter().map(|q| q.weight).sum();
-        sums[0] += weight * rig.buffers.reference_gravity_energy(model.gravity);
+        sums[0] += weight * rig.buffers.reference_gravity_energy(model.gravity)
+            + params.inv_h2 as f64 * super::target_inertia(model, start, &cpu.target);
         sums
     }
 

@@ -3,7 +3,7 @@
 // springs, the lagged damping and self-contact's records (shared/couplings) — and the gather
 // of element corner gradients into vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
 // workgroup it writes, in fixed tree order, the partial sums
-// (vertex energy, |grad|^2, force scale, noise magnitude).
+// (vertex energy, |grad|^2, force scale, squared noise magnitude).
 //
 // The lagged damping (Rayleigh, ether drag, friction) is one block-sparse matrix D on the
 // Hessian's pattern, built at the start of the step, and per-vertex linear terms (b, c) of the
@@ -304,7 +304,7 @@ fn store_gradient(v: u32, g: vec3<f32>) {
     }
 }
 
-// (energy, |g|^2, force scale, noise magnitude) of vertex v; writes its gradient and block
+// (energy, |g|^2, force scale, squared noise magnitude) of vertex v; writes its gradient and block
 // when asked (else only the energy counts).
 fn vertex(v: u32) -> vec4<f32> {
     // Displacements (x, x_n) and where the vertex is.
@@ -447,7 +447,10 @@ fn vertex(v: u32) -> vec4<f32> {
     let position = in_world(frame, at + xv);
     let local = frame.reach + max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
     let far = max(abs(position.x), max(abs(position.y), abs(position.z)));
-    return vec4<f32>(energy, dot(acc, acc), forces, (forces - absolute) * local + absolute * far);
+    // Squared: the vertices' roundings are independent, so they add as a root sum of
+    // squares, not as the worst case of all in one direction.
+    let noise = (forces - absolute) * local + absolute * far;
+    return vec4<f32>(energy, dot(acc, acc), forces, noise * noise);
 }
 
 @compute @workgroup_size(WORKGROUP)

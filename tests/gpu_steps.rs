@@ -668,9 +668,11 @@ fn a_stiff_cube_spinning_under_midpoint_flies_as_on_the_cpu() {
 /// objective (about 1.4e4 J) rounded away decreases of a few mJ that its noise floor said it
 /// resolved: steps 16 and 18 stalled with 190-280 N of force left, and the energy rose 29 %
 /// in 20 steps (3.10 -> 3.98 J). Measured from the start, with the target's own inertia
-/// added on the host in f64, no step stalls and the energy rises 4.2 % on lavapipe, what f32
-/// positions allow here: their rounding leaves 1-3 N of force in every step (the CPU
-/// converges to 1e-4 N and holds the energy to 1e-5).
+/// added on the host in f64, no step stalls and the energy rises 4.2 %; with the noise floor
+/// a root sum of squares over the vertices (it was their plain sum, the worst case), the
+/// solves go on where the objective still resolves their decrease, and it rises 1.6 % on
+/// lavapipe. What is left is f32's: its positions leave 1-3 N of force in every step (the
+/// CPU converges to 1e-4 N and holds the energy to 1e-5).
 #[test]
 fn a_stiff_cube_spinning_under_avf_neither_stalls_nor_runs_away() {
     if !gpu_available() {
@@ -685,7 +687,7 @@ fn a_stiff_cube_spinning_under_avf_neither_stalls_nor_runs_away() {
     }
     let rise = gpu.energy().total / start - 1.0;
     println!("AVF's spinning steel cube on the GPU: energy {:+.2} % in 20 steps", 100.0 * rise);
-    assert!(rise.abs() < 0.1, "{rise:e}");
+    assert!(rise.abs() < 0.03, "{rise:e}");
 }
 
 #[test]

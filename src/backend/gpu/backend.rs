@@ -664,7 +664,7 @@ impl GpuBackend {
             gradient_norm: sums[1].sqrt(),
             force_scale: sums[2],
             // The device works in f32: its objective is known to f32 resolution.
-            noise_floor: f32::EPSILON as f64 * sums[3],
+            noise_floor: f32::EPSILON as f64 * sums[3].sqrt(),
             gradient_floor: f32::EPSILON as f64 * sums[2],
             model_error: None,
         }

@@ -73,8 +73,11 @@ pub struct Linearization {
     /// sum |corner forces|)` (N): the unit that makes `gradient_norm` a relative imbalance.
     pub force_scale: f64,
     /// How precisely `G` is known at this iterate: the first-order change of `G` when every
-    /// position is rounded, `eps sum_v |x_v| (|inertia_v| + |gravity_v| + sum |corner forces|)`.
-    /// Decreases predicted below this are noise.
+    /// position is rounded, from each vertex's `eps |x_v| (|inertia_v| + |gravity_v| + sum
+    /// |corner forces|)`. The CPU adds these up (the worst case; in f64 it seldom matters);
+    /// a GPU, whose f32 makes it matter, adds them as independent roundings, in a root sum
+    /// of squares, and measures `x_v` in its part's frame (`shaders/gather.wgsl`). Decreases
+    /// predicted below this are noise.
     pub noise_floor: f64,
     /// How precisely `|grad G|` is known: the backend's epsilon times `force_scale` (N).
     pub gradient_floor: f64,

@@ -4,7 +4,7 @@
 
 use glam::{DMat3, DVec3};
 
-use lanes::Lanes;
+use lanes::{Lane, Lanes};
 
 pub mod lanes;
 

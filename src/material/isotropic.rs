@@ -570,7 +570,7 @@ fn j_without(s: &[f64; 3], k: usize) -> f64 {
 }
 
 /// `f` as one lane.
-fn one_lane(f: &DMat3) -> Mat3s<1> {
+fn one_lane(f: &DMat3) -> Mat3s<Lanes<1>> {
     let mut lanes = [[Lanes([0.0]); 3]; 3];
     set_mat_lane(&mut lanes, 0, f);
     lanes

@@ -14,7 +14,7 @@
 
 use glam::{DMat3, DQuat};
 
-use crate::math::lanes::{self, Lanes, Mask, Mat3s, Vec3s, mat_lane, mat3s, set_mat_lane};
+use crate::math::lanes::{self, Lane, Lanes, Mask, Mat3s, Vec3s, mat_lane, mat3s, set_mat_lane};
 
 use super::{CORNER_PAIRS, Elastic, MaterialModel};
 
@@ -49,7 +49,7 @@ pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
 pub fn closest_rotation_by(f: &DMat3, warm: DQuat, search: RotationSearch) -> (DQuat, DMat3) {
     let mut lanes = [[Lanes::splat(0.0); 3]; 3];
     set_mat_lane(&mut lanes, 0, f);
-    let ([q], r) = closest_rotations(&lanes, [warm], search);
+    let ([q], r) = closest_rotations::<1, Lanes<1>>(&lanes, [warm], search);
     (q, mat_lane(&r, 0))
 }
 
@@ -62,22 +62,29 @@ pub fn closest_rotation_by(f: &DMat3, warm: DQuat, search: RotationSearch) -> (D
 /// step `H^-1 a` converges quadratically; where it is not (a cold start far away, or a flat,
 /// half-inverted element) the signed SVD gives the answer directly.
 #[inline(always)]
-pub fn closest_rotations<const N: usize>(
-    f: &Mat3s<N>,
+pub fn closest_rotations<const N: usize, L: Lane<N>>(
+    f: &Mat3s<L>,
     warm: [DQuat; N],
     search: RotationSearch,
-) -> ([DQuat; N], Mat3s<N>) {
+) -> ([DQuat; N], Mat3s<L>) {
     // Sylvester's criterion is scaled to |F|, so that a near-singular H counts as not definite.
-    let mut scale = Lanes::splat(f64::MIN_POSITIVE);
-    for x in f.iter().flatten() {
-        scale = scale.max(x.abs());
+    let mut scale = L::splat(f64::MIN_POSITIVE);
+    for column in f {
+        for x in column {
+            scale = scale.max(x.abs());
+        }
     }
     let floor = scale * 1e-6;
+    let mut components = [[0.0; N]; 4];
+    for (l, warm) in warm.iter().enumerate() {
+        (components[0][l], components[1][l], components[2][l], components[3][l]) =
+            (warm.x, warm.y, warm.z, warm.w);
+    }
     let mut q = [
-        Lanes::from_fn(|l| warm[l].x),
-        Lanes::from_fn(|l| warm[l].y),
-        Lanes::from_fn(|l| warm[l].z),
-        Lanes::from_fn(|l| warm[l].w),
+        L::from_array(components[0]),
+        L::from_array(components[1]),
+        L::from_array(components[2]),
+        L::from_array(components[3]),
     ];
     let mut r = rotation_matrix(&q);
     // Lanes still iterating, and lanes that need the SVD.
@@ -89,7 +96,7 @@ pub fn closest_rotations<const N: usize>(
     };
     for _ in 0..iterations {
         // A = R^T F: a[j][i] = column i of R . column j of F.
-        let a = mat3s(|j, i| lanes::dot(&r[i], &f[j]));
+        let a = mat3s!(|j, i| lanes::dot(&r[i], &f[j]));
         let axial = [a[1][2] - a[2][1], a[2][0] - a[0][2], a[0][1] - a[1][0]];
         // H = tr(A) I - sym(A), symmetric: diagonal d, off-diagonal (xy, xz, yz).
         let trace = a[0][0] + a[1][1] + a[2][2];
@@ -116,13 +123,12 @@ pub fn closest_rotations<const N: usize>(
         ];
         // exp of the step to second order, (w/2, 1) normalized: the third-order difference
         // keeps the convergence quadratic and needs no sin or cos.
-        let next =
-            normalized(&multiply(&q, &[step[0] * 0.5, step[1] * 0.5, step[2] * 0.5, Lanes::splat(1.0)]));
-        for (q, next) in q.iter_mut().zip(next) {
-            *q = Lanes::select(active, next, *q);
+        let next = normalized(&multiply(&q, &[step[0] * 0.5, step[1] * 0.5, step[2] * 0.5, L::splat(1.0)]));
+        for k in 0..4 {
+            q[k] = L::select(active, next[k], q[k]);
         }
         r = rotation_matrix(&q);
-        let converged = lanes::dot(&step, &step).lt(Lanes::splat(ROTATION_CONVERGED * ROTATION_CONVERGED));
+        let converged = lanes::dot(&step, &step).lt(L::splat(ROTATION_CONVERGED * ROTATION_CONVERGED));
         for l in 0..N {
             active[l] &= !converged[l];
         }
@@ -130,6 +136,7 @@ pub fn closest_rotations<const N: usize>(
             break;
         }
     }
+    let components = [q[0].to_array(), q[1].to_array(), q[2].to_array(), q[3].to_array()];
     let mut out = [DQuat::IDENTITY; N];
     for l in 0..N {
         // A lane still moving after all its iterations takes the SVD, unless one step was asked.
@@ -139,7 +146,7 @@ pub fn closest_rotations<const N: usize>(
             set_mat_lane(&mut r, l, &rotation);
             out[l] = DQuat::from_mat3(&rotation).normalize();
         } else {
-            out[l] = DQuat::from_xyzw(q[0].0[l], q[1].0[l], q[2].0[l], q[3].0[l]);
+            out[l] = DQuat::from_xyzw(components[0][l], components[1][l], components[2][l], components[3][l]);
         }
     }
     (out, r)
@@ -147,13 +154,13 @@ pub fn closest_rotations<const N: usize>(
 
 /// The rotation matrix of unit quaternions `(x, y, z, w)`.
 #[inline(always)]
-fn rotation_matrix<const N: usize>(q: &[Lanes<N>; 4]) -> Mat3s<N> {
+fn rotation_matrix<const N: usize, L: Lane<N>>(q: &[L; 4]) -> Mat3s<L> {
     let [x, y, z, w] = *q;
     let (x2, y2, z2) = (x + x, y + y, z + z);
     let (xx, xy, xz) = (x * x2, x * y2, x * z2);
     let (yy, yz, zz) = (y * y2, y * z2, z * z2);
     let (wx, wy, wz) = (w * x2, w * y2, w * z2);
-    let one = Lanes::splat(1.0);
+    let one = L::splat(1.0);
     [
         [one - (yy + zz), xy + wz, xz - wy],
         [xy - wz, one - (xx + zz), yz + wx],
@@ -163,7 +170,7 @@ fn rotation_matrix<const N: usize>(q: &[Lanes<N>; 4]) -> Mat3s<N> {
 
 /// The quaternion product `a b`, components `(x, y, z, w)`.
 #[inline(always)]
-fn multiply<const N: usize>(a: &[Lanes<N>; 4], b: &[Lanes<N>; 4]) -> [Lanes<N>; 4] {
+fn multiply<const N: usize, L: Lane<N>>(a: &[L; 4], b: &[L; 4]) -> [L; 4] {
     let [ax, ay, az, aw] = *a;
     let [bx, by, bz, bw] = *b;
     [
@@ -175,9 +182,9 @@ fn multiply<const N: usize>(a: &[Lanes<N>; 4], b: &[Lanes<N>; 4]) -> [Lanes<N>; 
 }
 
 #[inline(always)]
-fn normalized<const N: usize>(q: &[Lanes<N>; 4]) -> [Lanes<N>; 4] {
-    let inverse = Lanes::splat(1.0) / (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
-    q.map(|c| c * inverse)
+fn normalized<const N: usize, L: Lane<N>>(q: &[L; 4]) -> [L; 4] {
+    let inverse = L::splat(1.0) / (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
+    [q[0] * inverse, q[1] * inverse, q[2] * inverse, q[3] * inverse]
 }
 
 impl Elastic {
@@ -216,20 +223,20 @@ impl Elastic {
 /// [`Elastic::projective`] of `N` elements at once, lane by lane, with their `mu` and
 /// `lambda` (zero for ARAP).
 #[inline(always)]
-pub(crate) fn projective_lanes<const N: usize>(
-    mu: Lanes<N>,
-    lambda: Lanes<N>,
-    f: &Mat3s<N>,
-    r: &Mat3s<N>,
-) -> (Lanes<N>, Mat3s<N>) {
+pub(crate) fn projective_lanes<const N: usize, L: Lane<N>>(
+    mu: L,
+    lambda: L,
+    f: &Mat3s<L>,
+    r: &Mat3s<L>,
+) -> (L, Mat3s<L>) {
     let trace = lanes::dot(&r[0], &f[0]) + lanes::dot(&r[1], &f[1]) + lanes::dot(&r[2], &f[2]) - 3.0;
-    let shear = mat3s(|c, k| f[c][k] - r[c][k]);
+    let shear = mat3s!(|c, k| f[c][k] - r[c][k]);
     let squared = lanes::dot(&shear[0], &shear[0])
         + lanes::dot(&shear[1], &shear[1])
         + lanes::dot(&shear[2], &shear[2]);
     let energy = mu * squared + lambda * 0.5 * trace * trace;
     let (two_mu, volume) = (mu * 2.0, lambda * trace);
-    (energy, mat3s(|c, k| shear[c][k] * two_mu + r[c][k] * volume))
+    (energy, mat3s!(|c, k| shear[c][k] * two_mu + r[c][k] * volume))
 }
 
 /// The corotated (and ARAP) Hessian of a tet, `N` tets at once: `d2 psi / dx_a dx_b` per
@@ -246,19 +253,21 @@ pub(crate) fn projective_lanes<const N: usize>(
 /// with no 9x9 tangent formed. A lane is false in the mask where `H` is near singular (a flat
 /// or half-inverted element), as `corotated_tangent` refuses; its blocks are then not valid.
 #[inline(always)]
-pub(crate) fn corotated_hessian_lanes<const N: usize>(
-    mu: Lanes<N>,
-    lambda: Lanes<N>,
-    f: &Mat3s<N>,
-    r: &Mat3s<N>,
-    beta: &[Vec3s<N>; 3],
-) -> (Mask<N>, [Mat3s<N>; 6]) {
-    let mut scale = Lanes::splat(f64::MIN_POSITIVE);
-    for x in f.iter().flatten() {
-        scale = scale.max(x.abs());
+pub(crate) fn corotated_hessian_lanes<const N: usize, L: Lane<N>>(
+    mu: L,
+    lambda: L,
+    f: &Mat3s<L>,
+    r: &Mat3s<L>,
+    beta: &[Vec3s<L>; 3],
+) -> (Mask<N>, [Mat3s<L>; 6]) {
+    let mut scale = L::splat(f64::MIN_POSITIVE);
+    for column in f {
+        for x in column {
+            scale = scale.max(x.abs());
+        }
     }
     // S = R^T F, s[j][i] = column i of R . column j of F; H = tr S I - sym S.
-    let s = mat3s(|j, i| lanes::dot(&r[i], &f[j]));
+    let s = mat3s!(|j, i| lanes::dot(&r[i], &f[j]));
     let trace = s[0][0] + s[1][1] + s[2][2];
     let d = [trace - s[0][0], trace - s[1][1], trace - s[2][2]];
     let (xy, xz, yz) = ((s[1][0] + s[0][1]) * -0.5, (s[2][0] + s[0][2]) * -0.5, (s[2][1] + s[1][2]) * -0.5);
@@ -271,7 +280,7 @@ pub(crate) fn corotated_hessian_lanes<const N: usize>(
         valid[l] = det_ok[l] && first_ok[l];
     }
     // H^-1 from the cofactors; a refused lane divides by 1 instead of a tiny determinant.
-    let inverse_det = Lanes::splat(1.0) / Lanes::select(valid, det, Lanes::splat(1.0));
+    let inverse_det = L::splat(1.0) / L::select(valid, det, L::splat(1.0));
     let h_inv = [
         [c[0] * inverse_det, cxy * inverse_det, cxz * inverse_det],
         [cxy * inverse_det, c[1] * inverse_det, cyz * inverse_det],
@@ -279,8 +288,8 @@ pub(crate) fn corotated_hessian_lanes<const N: usize>(
     ];
     let rotation_scale = lambda * (trace - 3.0) - mu * 2.0;
     // Column k of T_a is beta_a x (row k of R); column k of W_b = H^-1 T_b. (Loops, not
-    // closures: see `math::lanes`.)
-    let zero = Lanes::splat(0.0);
+    // closures: see `math::lanes::avx`.)
+    let zero = L::splat(0.0);
     let (mut t, mut w, mut u) = ([[[zero; 3]; 3]; 3], [[[zero; 3]; 3]; 3], [[zero; 3]; 3]);
     for a in 0..3 {
         let g = &beta[a];

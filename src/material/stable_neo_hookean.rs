@@ -5,20 +5,20 @@
 //! `psi = mu/2 (I_C - 3) - mu (J - 1) + l/2 (J - 1)^2`, `P = mu F + (l (J - 1) - mu) cof F`,
 //! with `l` the model's `lambda + mu`.
 
-use crate::math::lanes::{self, Lanes, Mat3s, Vec3s};
+use crate::math::lanes::{self, Lane, Mat3s, Vec3s};
 
 use super::CORNER_PAIRS;
 
 /// `a x b`, lane by lane.
 #[inline(always)]
-fn cross<const N: usize>(a: &Vec3s<N>, b: &Vec3s<N>) -> Vec3s<N> {
+fn cross<const N: usize, L: Lane<N>>(a: &Vec3s<L>, b: &Vec3s<L>) -> Vec3s<L> {
     [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
 }
 
 /// `cof F = det(F) F^-T`, column by column as cross products of `F`'s columns (defined for
 /// singular `F`).
 #[inline(always)]
-fn cofactor<const N: usize>(f: &Mat3s<N>) -> Mat3s<N> {
+fn cofactor<const N: usize, L: Lane<N>>(f: &Mat3s<L>) -> Mat3s<L> {
     [cross(&f[1], &f[2]), cross(&f[2], &f[0]), cross(&f[0], &f[1])]
 }
 
@@ -28,9 +28,9 @@ fn cofactor<const N: usize>(f: &Mat3s<N>) -> Mat3s<N> {
 /// too (a determinant taken apart can round to the other side of zero on a nearly flat
 /// element). The eigensystem forms take it as the product of the singular values.
 #[inline(always)]
-pub(crate) fn j_minus_one<const N: usize>(h: &Mat3s<N>) -> Lanes<N> {
+pub(crate) fn j_minus_one<const N: usize, L: Lane<N>>(h: &Mat3s<L>) -> L {
     let trace = h[0][0] + h[1][1] + h[2][2];
-    let mut trace_of_square = Lanes::splat(0.0);
+    let mut trace_of_square = L::splat(0.0);
     for (i, column) in h.iter().enumerate() {
         for (j, x) in column.iter().enumerate() {
             trace_of_square += *x * h[j][i];
@@ -43,12 +43,12 @@ pub(crate) fn j_minus_one<const N: usize>(h: &Mat3s<N>) -> Lanes<N> {
 /// `lambda + mu`). The energy is written in `H = F - I` with `tr H` cancelled analytically:
 /// `mu/2 |H|^2 - mu (J - 1 - tr H) + l/2 (J - 1)^2`.
 #[inline(always)]
-pub(crate) fn stable_neo_hookean_lanes<const N: usize>(
-    mu: Lanes<N>,
-    l: Lanes<N>,
-    f: &Mat3s<N>,
-) -> (Lanes<N>, Mat3s<N>) {
-    let one = Lanes::splat(1.0);
+pub(crate) fn stable_neo_hookean_lanes<const N: usize, L: Lane<N>>(
+    mu: L,
+    l: L,
+    f: &Mat3s<L>,
+) -> (L, Mat3s<L>) {
+    let one = L::splat(1.0);
     let mut h = *f;
     for (k, column) in h.iter_mut().enumerate() {
         column[k] = column[k] - one;
@@ -77,20 +77,20 @@ pub(crate) fn stable_neo_hookean_lanes<const N: usize>(
 ///
 /// with no 9x9 tangent formed.
 #[inline(always)]
-pub(crate) fn stable_neo_hookean_hessian_lanes<const N: usize>(
-    mu: Lanes<N>,
-    l: Lanes<N>,
-    f: &Mat3s<N>,
-    beta: &[Vec3s<N>; 3],
-) -> [Mat3s<N>; 6] {
-    let one = Lanes::splat(1.0);
+pub(crate) fn stable_neo_hookean_hessian_lanes<const N: usize, L: Lane<N>>(
+    mu: L,
+    l: L,
+    f: &Mat3s<L>,
+    beta: &[Vec3s<L>; 3],
+) -> [Mat3s<L>; 6] {
+    let one = L::splat(1.0);
     let mut h = *f;
     for (k, column) in h.iter_mut().enumerate() {
         column[k] = column[k] - one;
     }
     let s = l * j_minus_one(&h) - mu;
     let c = cofactor(f);
-    let zero = Lanes::splat(0.0);
+    let zero = L::splat(0.0);
     let mut cb = [[zero; 3]; 3];
     for a in 0..3 {
         cb[a] = lanes::mat_vec(&c, &beta[a]);

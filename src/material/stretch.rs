@@ -15,7 +15,7 @@ use glam::{DMat3, DQuat, DVec3};
 use super::isotropic::{cofactor, j_minus_one};
 use super::projective::{RotationSearch, closest_rotations};
 use super::{Elastic, MaterialModel, Projection};
-use crate::math::lanes::{Lanes, mat_lane, set_mat_lane};
+use crate::math::lanes::{Lane, Lanes, mat_lane, set_mat_lane};
 use crate::math::outer;
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.

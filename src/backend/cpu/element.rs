@@ -15,7 +15,7 @@ use crate::material::projective::{
 use crate::material::stable_neo_hookean::{stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
 use crate::material::{CORNER_PAIRS, MaterialModel, Projection};
 use crate::math::Mat9;
-use crate::math::lanes::{self, Lanes, mat_lane};
+use crate::math::lanes::{self, Lane, Lanes, mat_lane};
 use crate::model::Model;
 use crate::objective::Node;
 
@@ -394,17 +394,28 @@ fn lane_tets(model: &Model, at: &At, batch: Batch) -> f64 {
     }
 }
 
-/// [`lane_tets_portable`] compiled for AVX2: four f64 lanes per instruction.
+/// [`lane_tets_with`] compiled for AVX2, its lanes an AVX register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn lane_tets_avx2<const ROTATION: bool, const HESSIAN: bool>(model: &Model, at: &At, batch: Batch) -> f64 {
-    lane_tets_portable::<ROTATION, HESSIAN>(model, at, batch)
+    lane_tets_with::<lanes::avx::Avx, ROTATION, HESSIAN>(model, at, batch)
+}
+
+/// [`lane_tets_with`] on plain lanes, for any CPU.
+fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
+    model: &Model,
+    at: &At,
+    batch: Batch,
+) -> f64 {
+    lane_tets_with::<Lanes<LANES>, ROTATION, HESSIAN>(model, at, batch)
 }
 
 /// The lane kernel for rotation-based tets (`ROTATION`) or stable neo-Hookean ones, with
-/// Hessian blocks (`HESSIAN`, which `batch` then has room for) or without.
+/// Hessian blocks (`HESSIAN`, which `batch` then has room for) or without, on lanes `L`.
+/// Loops rather than closures over the lanes, in the kernel and all it calls: a closure is
+/// compiled without the target features of the kernel around it (see `math::lanes::avx`).
 #[inline(always)]
-fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
+fn lane_tets_with<L: Lane<LANES>, const ROTATION: bool, const HESSIAN: bool>(
     model: &Model,
     at: &At,
     batch: Batch,
@@ -413,38 +424,49 @@ fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
     let mut blocks = blocks.filter(|_| HESSIAN);
     let At { positions, nodes, search } = *at;
     let k = nodes.len();
-    // Loops rather than closures over the lanes: a closure the compiler does not inline is
-    // compiled without AVX2.
-    let zero = Lanes::splat(0.0);
-    let (mut beta, mut volume, mut mu, mut lambda) = ([[zero; 3]; 4], zero, zero, zero);
+    let (mut beta_lanes, mut rest_lanes) = ([[[0.0; LANES]; 3]; 4], [[0.0; LANES]; 3]);
     for l in 0..LANES {
         let rest = &model.tet_rest[first + l];
-        for (beta, gradient) in beta.iter_mut().zip(&rest.shape_gradients) {
+        for (beta, gradient) in beta_lanes.iter_mut().zip(&rest.shape_gradients) {
             for (b, g) in beta.iter_mut().zip(gradient) {
-                b.0[l] = *g;
+                b[l] = *g;
             }
         }
-        volume.0[l] = rest.volume;
-        (mu.0[l], lambda.0[l]) = model.tet_material[first + l].lane_moduli();
+        rest_lanes[0][l] = rest.volume;
+        (rest_lanes[1][l], rest_lanes[2][l]) = model.tet_material[first + l].lane_moduli();
     }
-    let mut energy = zero;
+    let mut beta = [[L::splat(0.0); 3]; 4];
+    for (beta, lanes) in beta.iter_mut().zip(&beta_lanes) {
+        for (b, lanes) in beta.iter_mut().zip(lanes) {
+            *b = L::from_array(*lanes);
+        }
+    }
+    let [volume, mu, lambda] = [0, 1, 2].map(|k| rest_lanes[k]);
+    let (volume, mu, lambda) = (L::from_array(volume), L::from_array(mu), L::from_array(lambda));
+    let mut energy = L::splat(0.0);
     for (q, node) in nodes.iter().enumerate() {
-        let mut z = [[zero; 3]; 4];
         // Dereferenced once: each index through the `Cow` tests which it holds.
         let positions: &[[f64; 3]] = &positions[q];
+        let mut corner_lanes = [[[0.0; LANES]; 3]; 4];
         for l in 0..LANES {
             for (a, &v) in model.tets[first + l].iter().enumerate() {
                 for c in 0..3 {
-                    z[a][c].0[l] = positions[v as usize][c];
+                    corner_lanes[a][c][l] = positions[v as usize][c];
                 }
             }
         }
+        let mut z = [[L::splat(0.0); 3]; 4];
+        for (z, lanes) in z.iter_mut().zip(&corner_lanes) {
+            for (z, lanes) in z.iter_mut().zip(lanes) {
+                *z = L::from_array(*lanes);
+            }
+        }
         // Column j of F is sum_a z_a beta_a[j].
-        let f = lanes::mat3s(|j, c| {
-            z[0][c] * beta[0][j] + z[1][c] * beta[1][j] + z[2][c] * beta[2][j] + z[3][c] * beta[3][j]
-        });
+        let f = lanes::mat3s!(|j, c| z[0][c] * beta[0][j]
+            + z[1][c] * beta[1][j]
+            + z[2][c] * beta[2][j]
+            + z[3][c] * beta[3][j]);
         let corners = [beta[0], beta[1], beta[2]];
-        // If/else rather than closures, as above.
         let (psi, stress, hessian) = if ROTATION {
             let mut warm = [DQuat::IDENTITY; LANES];
             for (l, w) in warm.iter_mut().enumerate() {
@@ -472,27 +494,36 @@ fn lane_tets_portable<const ROTATION: bool, const HESSIAN: bool>(
         energy += volume * node.weight * psi;
         if let Some(g) = gradient.as_deref_mut() {
             let scale = volume * (node.weight * node.theta);
-            let p = lanes::mat3s(|c, k| stress[c][k] * scale);
+            let p = lanes::mat3s!(|c, k| stress[c][k] * scale);
             for (a, beta) in beta.iter().enumerate() {
                 let ga = lanes::mat_vec(&p, beta);
+                let ga = [ga[0].to_array(), ga[1].to_array(), ga[2].to_array()];
                 for l in 0..LANES {
                     for c in 0..3 {
-                        g[4 * l + a][c] += ga[c].0[l];
+                        g[4 * l + a][c] += ga[c][l];
                     }
                 }
             }
         }
         if let (Some(h), Some((valid, upper))) = (blocks.as_deref_mut(), hessian) {
-            let scale = volume * (node.weight * node.theta * node.theta);
+            let scale = (volume * (node.weight * node.theta * node.theta)).to_array();
+            let mut upper_lanes = [[[[0.0; LANES]; 3]; 3]; 6];
+            for (lanes, block) in upper_lanes.iter_mut().zip(&upper) {
+                for (lanes, column) in lanes.iter_mut().zip(block) {
+                    for (lanes, x) in lanes.iter_mut().zip(column) {
+                        *lanes = x.to_array();
+                    }
+                }
+            }
             for l in 0..LANES {
                 let e = first + l;
-                let w = scale.0[l];
+                let w = scale[l];
                 let inner = if valid[l] {
                     let mut inner = [[[0.0; 9]; 3]; 3];
-                    for (block, &(a, b)) in upper.iter().zip(&CORNER_PAIRS) {
+                    for (block, &(a, b)) in upper_lanes.iter().zip(&CORNER_PAIRS) {
                         for i in 0..3 {
                             for kk in 0..3 {
-                                let value = w * block[kk][i].0[l];
+                                let value = w * block[kk][i][l];
                                 inner[a][b][3 * i + kk] = value;
                                 inner[b][a][3 * kk + i] = value;
                             }
@@ -777,5 +808,73 @@ mod tests {
             &nodes,
             &vec![DQuat::IDENTITY; model.tets.len()],
         );
+    }
+
+    /// The AVX2 kernel gives the portable kernel's bits: both round each operation as f64
+    /// does. Four tets of each lane model, a deformation that inverts some, every output.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx_lanes_give_the_portable_bits() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("skipped: this CPU has no AVX2");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(32);
+        let mut model = Model::empty([0.0; 3]);
+        let materials: Vec<Material> =
+            (0..30)
+                .map(|e| {
+                    if e < 15 {
+                        Material::corotated(2e5, 0.3)
+                    } else {
+                        Material::stable_neo_hookean(3e5, 0.4)
+                    }
+                })
+                .collect();
+        model.add_tet_body(&TetMesh::bar([3, 1, 2], [0.3, 0.1, 0.2]), &materials, 1000.0).unwrap();
+        let moved: Vec<[f64; 3]> =
+            model.rest.iter().map(|p| p.map(|c| c + rng.random_range(-0.06..0.06))).collect();
+        let nodes = [Node { weight: 0.5, theta: 0.5 }, Node { weight: 0.5, theta: 1.0 }];
+        let positions = node_positions(&moved, &model.rest, &nodes);
+        let warm: Vec<DQuat> = (0..8)
+            .map(|_| DQuat::from_scaled_axis(DVec3::new(rng.random_range(-0.3..0.3), 0.1, -0.2)).normalize())
+            .collect();
+        for (first, rotation) in [(0, true), (16, false)] {
+            for search in [RotationSearch::Converged, RotationSearch::OneStep] {
+                let at = At { positions: &positions, nodes: &nodes, search };
+                let run = |avx: bool, hessian: bool| {
+                    let (mut rotations, mut g, mut h) = (warm.clone(), [[0.0; 3]; 16], [[0.0; 9]; 40]);
+                    let batch = Batch {
+                        first,
+                        kind: if rotation { LaneModel::Rotation } else { LaneModel::StableNeoHookean },
+                        rotations: &mut rotations,
+                        gradient: Some(&mut g),
+                        blocks: hessian.then_some(&mut h[..]),
+                    };
+                    // SAFETY: the CPU has AVX2.
+                    let energy = match (avx, rotation, hessian) {
+                        (true, true, true) => unsafe { lane_tets_avx2::<true, true>(&model, &at, batch) },
+                        (true, true, false) => unsafe { lane_tets_avx2::<true, false>(&model, &at, batch) },
+                        (true, false, true) => unsafe { lane_tets_avx2::<false, true>(&model, &at, batch) },
+                        (true, false, false) => unsafe { lane_tets_avx2::<false, false>(&model, &at, batch) },
+                        (false, true, true) => lane_tets_portable::<true, true>(&model, &at, batch),
+                        (false, true, false) => lane_tets_portable::<true, false>(&model, &at, batch),
+                        (false, false, true) => lane_tets_portable::<false, true>(&model, &at, batch),
+                        (false, false, false) => lane_tets_portable::<false, false>(&model, &at, batch),
+                    };
+                    (
+                        energy.to_bits(),
+                        rotations,
+                        g.map(|g| g.map(f64::to_bits)),
+                        h.map(|h| h.map(f64::to_bits)),
+                    )
+                };
+                for hessian in [false, true] {
+                    let (avx, portable) = (run(true, hessian), run(false, hessian));
+                    assert!(avx.0 != 0.0_f64.to_bits() && avx.2 != [[0; 3]; 16], "nothing was evaluated");
+                    assert_eq!(avx, portable, "first tet {first}, {search:?}, Hessian {hessian}");
+                }
+            }
+        }
     }
 }

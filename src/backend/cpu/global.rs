@@ -37,6 +37,7 @@ use std::ops::Range;
 
 use crate::backend::projective;
 use crate::backend::topology::Topology;
+use crate::math::lanes::{self, Lane, Lanes};
 use crate::model::Model;
 
 /// Entries of `L` from which a solve is split between two cores.
@@ -240,19 +241,22 @@ impl Layout {
             // SAFETY: the CPU has AVX2.
             return unsafe { self.substitute_avx2(l, inverse_diagonal, y, parallel) };
         }
-        self.substitute(l, inverse_diagonal, y, parallel)
+        self.substitute::<4, Lanes<4>>(l, inverse_diagonal, y, parallel)
     }
 
+    /// The rows as AVX registers ([`lanes::avx::Avx`]): on plain arrays the compiler
+    /// vectorized the column updates across four rows instead, transposing them in and out
+    /// of registers, and the 15K-tet bar's ten solves took 18 % longer.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn substitute_avx2(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; 4]], parallel: bool) {
-        self.substitute(l, inverse_diagonal, y, parallel)
+        self.substitute::<4, lanes::avx::Avx>(l, inverse_diagonal, y, parallel)
     }
 
-    /// Solves `L L^T x = y` in place for `N` right-hand sides stored together; with
-    /// `parallel`, the two parts go to two cores (the same bits).
+    /// Solves `L L^T x = y` in place for `N` right-hand sides stored together, a row at a
+    /// time in lanes `L`; with `parallel`, the two parts go to two cores (the same bits).
     #[inline(always)]
-    fn substitute<const N: usize>(
+    fn substitute<const N: usize, L: Lane<N>>(
         &self,
         l: &[f64],
         inverse_diagonal: &[f64],
@@ -264,11 +268,11 @@ impl Layout {
                 let (by_column, by_row) = l.split_at(row_idx.len());
                 let factor =
                     Simplicial { col_ptr, row_idx, row_ptr, col_idx, by_column, by_row, inverse_diagonal };
-                solve_in_parts(&factor, *parts, y, parallel)
+                solve_in_parts::<_, N, L>(&factor, *parts, y, parallel)
             }
             Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, parts, .. } => {
                 let factor = Supernodal { begin, pattern_ptr, pattern, value_ptr, l, inverse_diagonal };
-                solve_in_parts(&factor, *parts, y, parallel)
+                solve_in_parts::<_, N, L>(&factor, *parts, y, parallel)
             }
         }
     }
@@ -374,7 +378,7 @@ trait Substitutions: Sync {
     /// `L z = y` on the groups `range`, whose columns are the rows of `y` from `offset`.
     /// Updates of the rows beyond `y` (the top's) go to `spill`, which starts at row
     /// `spill_offset`.
-    fn forward<const N: usize>(
+    fn forward<const N: usize, L: Lane<N>>(
         &self,
         range: Range<usize>,
         y: &mut [[f64; N]],
@@ -384,7 +388,7 @@ trait Substitutions: Sync {
     );
     /// `L^T x = z` on the groups `range`, laid out as for [`forward`](Self::forward); the
     /// unknowns of rows beyond `y` are read from `above`, which starts at row `above_offset`.
-    fn backward<const N: usize>(
+    fn backward<const N: usize, L: Lane<N>>(
         &self,
         range: Range<usize>,
         y: &mut [[f64; N]],
@@ -397,7 +401,7 @@ trait Substitutions: Sync {
 /// Solves `L L^T x = y` in place: each part's forward substitution (on a core of its own
 /// with `parallel`), the top's forward and backward ones, then each part's backward one.
 #[inline(always)]
-fn solve_in_parts<F: Substitutions, const N: usize>(
+fn solve_in_parts<F: Substitutions, const N: usize, L: Lane<N>>(
     factor: &F,
     parts: [usize; 2],
     y: &mut [[f64; N]],
@@ -412,8 +416,17 @@ fn solve_in_parts<F: Substitutions, const N: usize>(
         let (first, second) = lower.split_at_mut(ends[0]);
         both(
             parallel,
-            || part_forward(factor, 0..parts[0], first, 0, &mut spill_first, ends[1]),
-            || part_forward(factor, parts[0]..parts[1], second, ends[0], &mut spill_second, ends[1]),
+            || part_forward::<F, N, L>(factor, 0..parts[0], first, 0, &mut spill_first, ends[1]),
+            || {
+                part_forward::<F, N, L>(
+                    factor,
+                    parts[0]..parts[1],
+                    second,
+                    ends[0],
+                    &mut spill_second,
+                    ends[1],
+                )
+            },
         );
         for ((t, a), b) in top.iter_mut().zip(&spill_first).zip(&spill_second) {
             for c in 0..N {
@@ -421,23 +434,23 @@ fn solve_in_parts<F: Substitutions, const N: usize>(
             }
         }
     }
-    factor.forward(parts[1]..count, y, 0, &mut [], n);
-    factor.backward(parts[1]..count, y, 0, &[], n);
+    factor.forward::<N, L>(parts[1]..count, y, 0, &mut [], n);
+    factor.backward::<N, L>(parts[1]..count, y, 0, &[], n);
     if split {
         let (lower, top) = y.split_at_mut(ends[1]);
         let (first, second) = lower.split_at_mut(ends[0]);
         let top = &*top;
         both(
             parallel,
-            || part_backward(factor, 0..parts[0], first, 0, top, ends[1]),
-            || part_backward(factor, parts[0]..parts[1], second, ends[0], top, ends[1]),
+            || part_backward::<F, N, L>(factor, 0..parts[0], first, 0, top, ends[1]),
+            || part_backward::<F, N, L>(factor, parts[0]..parts[1], second, ends[0], top, ends[1]),
         );
     }
 }
 
 /// [`Substitutions::forward`] on a part, in AVX2 registers where the CPU has them: the
 /// closures handed to the other core are functions of their own, compiled without.
-fn part_forward<F: Substitutions, const N: usize>(
+fn part_forward<F: Substitutions, const N: usize, L: Lane<N>>(
     factor: &F,
     range: Range<usize>,
     y: &mut [[f64; N]],
@@ -448,7 +461,7 @@ fn part_forward<F: Substitutions, const N: usize>(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
-        fn avx2<F: Substitutions, const N: usize>(
+        fn avx2<F: Substitutions, const N: usize, L: Lane<N>>(
             factor: &F,
             range: Range<usize>,
             y: &mut [[f64; N]],
@@ -456,16 +469,16 @@ fn part_forward<F: Substitutions, const N: usize>(
             spill: &mut [[f64; N]],
             spill_offset: usize,
         ) {
-            factor.forward(range, y, offset, spill, spill_offset)
+            factor.forward::<N, L>(range, y, offset, spill, spill_offset)
         }
         // SAFETY: the CPU has AVX2.
-        return unsafe { avx2(factor, range, y, offset, spill, spill_offset) };
+        return unsafe { avx2::<F, N, L>(factor, range, y, offset, spill, spill_offset) };
     }
-    factor.forward(range, y, offset, spill, spill_offset)
+    factor.forward::<N, L>(range, y, offset, spill, spill_offset)
 }
 
 /// [`Substitutions::backward`] on a part, as [`part_forward`].
-fn part_backward<F: Substitutions, const N: usize>(
+fn part_backward<F: Substitutions, const N: usize, L: Lane<N>>(
     factor: &F,
     range: Range<usize>,
     y: &mut [[f64; N]],
@@ -476,7 +489,7 @@ fn part_backward<F: Substitutions, const N: usize>(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
-        fn avx2<F: Substitutions, const N: usize>(
+        fn avx2<F: Substitutions, const N: usize, L: Lane<N>>(
             factor: &F,
             range: Range<usize>,
             y: &mut [[f64; N]],
@@ -484,12 +497,12 @@ fn part_backward<F: Substitutions, const N: usize>(
             above: &[[f64; N]],
             above_offset: usize,
         ) {
-            factor.backward(range, y, offset, above, above_offset)
+            factor.backward::<N, L>(range, y, offset, above, above_offset)
         }
         // SAFETY: the CPU has AVX2.
-        return unsafe { avx2(factor, range, y, offset, above, above_offset) };
+        return unsafe { avx2::<F, N, L>(factor, range, y, offset, above, above_offset) };
     }
-    factor.backward(range, y, offset, above, above_offset)
+    factor.backward::<N, L>(range, y, offset, above, above_offset)
 }
 
 impl Supernodal<'_> {
@@ -516,7 +529,7 @@ impl Substitutions for Supernodal<'_> {
     /// Each diagonal block's forward substitution, then each row below less its dot product
     /// with the block's unknowns.
     #[inline(always)]
-    fn forward<const N: usize>(
+    fn forward<const N: usize, L: Lane<N>>(
         &self,
         range: Range<usize>,
         y: &mut [[f64; N]],
@@ -530,22 +543,19 @@ impl Substitutions for Supernodal<'_> {
             let (head, tail) = y.split_at_mut(first + size - offset);
             let block = &mut head[first - offset..];
             for j in 0..size {
-                let zj = block[j].map(|c| c * self.inverse_diagonal[first + j]);
-                block[j] = zj;
+                let zj = L::from_array(block[j]) * self.inverse_diagonal[first + j];
+                block[j] = zj.to_array();
                 for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                    for c in 0..N {
-                        block[i][c] -= d * zj[c];
-                    }
+                    block[i] = (L::from_array(block[i]) - zj * d).to_array();
                 }
             }
-            let mut update = |row: u32, dot: &[f64; N]| {
-                let row = row as usize;
-                let target =
-                    if row < end { &mut tail[row - first - size] } else { &mut spill[row - spill_offset] };
-                for c in 0..N {
-                    target[c] -= dot[c];
-                }
-            };
+            // Row `row` of `y`, in `tail` or, past its end, in `spill`.
+            macro_rules! target {
+                ($row:expr) => {{
+                    let row = $row as usize;
+                    if row < end { &mut tail[row - first - size] } else { &mut spill[row - spill_offset] }
+                }};
+            }
             // Four rows at a time, as in `backward`: the block's unknowns are read once for the
             // four, and four sums are in flight where one waited on its last addition; each
             // still adds in column order (the same bits).
@@ -554,34 +564,33 @@ impl Substitutions for Supernodal<'_> {
                 let (v0, rest) = values.split_at(size);
                 let (v1, rest) = rest.split_at(size);
                 let (v2, v3) = rest.split_at(size);
-                let mut dots = [[0.0; N]; 4];
+                let mut dots = [L::splat(0.0); 4];
                 for ((((z, p), q), r), t) in block.iter().zip(v0).zip(v1).zip(v2).zip(v3) {
-                    for c in 0..N {
-                        dots[0][c] += p * z[c];
-                        dots[1][c] += q * z[c];
-                        dots[2][c] += r * z[c];
-                        dots[3][c] += t * z[c];
-                    }
+                    let z = L::from_array(*z);
+                    dots[0] += z * *p;
+                    dots[1] += z * *q;
+                    dots[2] += z * *r;
+                    dots[3] += z * *t;
                 }
-                for (&row, dot) in rows.iter().zip(&dots) {
-                    update(row, dot);
+                for (&row, &dot) in rows.iter().zip(&dots) {
+                    let target = target!(row);
+                    *target = (L::from_array(*target) - dot).to_array();
                 }
             }
             for (&row, values) in rows[whole..].iter().zip(below[whole * size..].chunks_exact(size)) {
-                let mut dot = [0.0; N];
+                let mut dot = L::splat(0.0);
                 for (v, z) in values.iter().zip(block.iter()) {
-                    for c in 0..N {
-                        dot[c] += v * z[c];
-                    }
+                    dot += L::from_array(*z) * *v;
                 }
-                update(row, &dot);
+                let target = target!(row);
+                *target = (L::from_array(*target) - dot).to_array();
             }
         }
     }
 
     /// From the last supernode: the rows below first, then the block's back substitution.
     #[inline(always)]
-    fn backward<const N: usize>(
+    fn backward<const N: usize, L: Lane<N>>(
         &self,
         range: Range<usize>,
         y: &mut [[f64; N]],
@@ -594,6 +603,7 @@ impl Substitutions for Supernodal<'_> {
             let (first, size, rows, diagonal, below) = self.supernode(s);
             let (head, tail) = y.split_at_mut(first + size - offset);
             let block = &mut head[first - offset..];
+            // (A closure over plain arrays: lane arithmetic stays out of closures.)
             let unknown = |row: u32| {
                 let row = row as usize;
                 if row < end { tail[row - first - size] } else { above[row - above_offset] }
@@ -602,32 +612,31 @@ impl Substitutions for Supernodal<'_> {
             // the four and takes their updates in row order (the same bits as one at a time).
             let whole = rows.len() / 4 * 4;
             for (rows, values) in rows[..whole].chunks_exact(4).zip(below.chunks_exact(4 * size)) {
-                let x = [unknown(rows[0]), unknown(rows[1]), unknown(rows[2]), unknown(rows[3])];
+                let x = [
+                    L::from_array(unknown(rows[0])),
+                    L::from_array(unknown(rows[1])),
+                    L::from_array(unknown(rows[2])),
+                    L::from_array(unknown(rows[3])),
+                ];
                 let (v0, rest) = values.split_at(size);
                 let (v1, rest) = rest.split_at(size);
                 let (v2, v3) = rest.split_at(size);
                 for ((((b, p), q), r), t) in block.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
-                    for c in 0..N {
-                        b[c] = b[c] - p * x[0][c] - q * x[1][c] - r * x[2][c] - t * x[3][c];
-                    }
+                    *b = (L::from_array(*b) - x[0] * *p - x[1] * *q - x[2] * *r - x[3] * *t).to_array();
                 }
             }
             for (&row, values) in rows[whole..].iter().zip(below[whole * size..].chunks_exact(size)) {
-                let x = unknown(row);
+                let x = L::from_array(unknown(row));
                 for (v, b) in values.iter().zip(block.iter_mut()) {
-                    for c in 0..N {
-                        b[c] -= v * x[c];
-                    }
+                    *b = (L::from_array(*b) - x * *v).to_array();
                 }
             }
             for j in (0..size).rev() {
-                let mut sum = block[j];
+                let mut sum = L::from_array(block[j]);
                 for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                    for c in 0..N {
-                        sum[c] -= d * block[i][c];
-                    }
+                    sum = sum - L::from_array(block[i]) * d;
                 }
-                block[j] = sum.map(|c| c * self.inverse_diagonal[first + j]);
+                block[j] = (sum * self.inverse_diagonal[first + j]).to_array();
             }
         }
     }
@@ -759,7 +768,7 @@ impl Substitutions for Simplicial<'_> {
     /// Row by row, `z_i = (y_i - sum_j L_ij z_j) / L_ii`: a row's columns are its
     /// descendants, in `y` (nothing spills).
     #[inline(always)]
-    fn forward<const N: usize>(
+    fn forward<const N: usize, L: Lane<N>>(
         &self,
         range: Range<usize>,
         y: &mut [[f64; N]],
@@ -769,16 +778,17 @@ impl Substitutions for Simplicial<'_> {
     ) {
         for i in range {
             let entries = self.row_ptr[i] as usize..self.row_ptr[i + 1] as usize;
-            let sum = partial_dot(&self.col_idx[entries.clone()], &self.by_row[entries], |j| y[j - offset]);
+            let sum: L =
+                partial_dot(&self.col_idx[entries.clone()], &self.by_row[entries], |j| y[j - offset]);
             let yi = &mut y[i - offset];
-            *yi = std::array::from_fn(|c| (yi[c] - sum[c]) * self.inverse_diagonal[i]);
+            *yi = ((L::from_array(*yi) - sum) * self.inverse_diagonal[i]).to_array();
         }
     }
 
     /// From the last column, `x_j = (z_j - sum_i L_ij x_i) / L_jj`: a column's rows are its
     /// ancestors, in `y` or `above`.
     #[inline(always)]
-    fn backward<const N: usize>(
+    fn backward<const N: usize, L: Lane<N>>(
         &self,
         range: Range<usize>,
         y: &mut [[f64; N]],
@@ -789,11 +799,11 @@ impl Substitutions for Simplicial<'_> {
         let end = offset + y.len();
         for j in range.rev() {
             let entries = self.col_ptr[j] as usize + 1..self.col_ptr[j + 1] as usize;
-            let sum = partial_dot(&self.row_idx[entries.clone()], &self.by_column[entries], |i| {
+            let sum: L = partial_dot(&self.row_idx[entries.clone()], &self.by_column[entries], |i| {
                 if i < end { y[i - offset] } else { above[i - above_offset] }
             });
             let yj = &mut y[j - offset];
-            *yj = std::array::from_fn(|c| (yj[c] - sum[c]) * self.inverse_diagonal[j]);
+            *yj = ((L::from_array(*yj) - sum) * self.inverse_diagonal[j]).to_array();
         }
     }
 }
@@ -801,24 +811,22 @@ impl Substitutions for Simplicial<'_> {
 /// `sum_k values[k] at(indices[k])`, in four partial sums so that it is not one chain of
 /// dependent additions.
 #[inline(always)]
-fn partial_dot<const N: usize>(indices: &[u32], values: &[f64], at: impl Fn(usize) -> [f64; N]) -> [f64; N] {
-    let mut partial = [[0.0; N]; 4];
+fn partial_dot<const N: usize, L: Lane<N>>(
+    indices: &[u32],
+    values: &[f64],
+    at: impl Fn(usize) -> [f64; N],
+) -> L {
+    let mut partial = [L::splat(0.0); 4];
     let whole = indices.len() / 4 * 4;
     for (four, lij) in indices[..whole].chunks_exact(4).zip(values[..whole].chunks_exact(4)) {
         for k in 0..4 {
-            let xi = at(four[k] as usize);
-            for c in 0..N {
-                partial[k][c] += lij[k] * xi[c];
-            }
+            partial[k] += L::from_array(at(four[k] as usize)) * lij[k];
         }
     }
     for (&i, &lij) in indices[whole..].iter().zip(&values[whole..]) {
-        let xi = at(i as usize);
-        for c in 0..N {
-            partial[0][c] += lij * xi[c];
-        }
+        partial[0] += L::from_array(at(i as usize)) * lij;
     }
-    std::array::from_fn(|c| (partial[0][c] + partial[1][c]) + (partial[2][c] + partial[3][c]))
+    (partial[0] + partial[1]) + (partial[2] + partial[3])
 }
 
 #[cfg(test)]
@@ -876,7 +884,12 @@ mod tests {
             let factor = &global.factors[0];
             let permuted: Vec<[f64; 3]> = global.order.iter().map(|&v| b[v as usize]).collect();
             let mut three = permuted.clone();
-            global.layout.substitute(&factor.values, &factor.inverse_diagonal, &mut three, false);
+            global.layout.substitute::<3, Lanes<3>>(
+                &factor.values,
+                &factor.inverse_diagonal,
+                &mut three,
+                false,
+            );
             let mut four: Vec<[f64; 4]> = permuted.iter().map(|&[p, q, r]| [p, q, r, 0.0]).collect();
             global.layout.substitute_four(&factor.values, &factor.inverse_diagonal, &mut four, false);
             assert!(three.iter().zip(&four).all(|(t, f)| t[..] == f[..3]), "{cells:?}: four-wide differs");

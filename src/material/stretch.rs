@@ -15,7 +15,7 @@ use glam::{DMat3, DQuat, DVec3};
 use super::isotropic::{cofactor, j_minus_one};
 use super::projective::{RotationSearch, closest_rotations};
 use super::{Elastic, MaterialModel, Projection};
-use crate::math::lanes::{Lane, Lanes, mat_lane, set_mat_lane};
+use crate::math::lanes::{Lane, Lanes, Mat3s, mat_lane, mats_to_lanes};
 use crate::math::outer;
 
 /// A symmetric 3x3 matrix: `S00, S11, S22, S12, S02, S01`.
@@ -238,7 +238,7 @@ pub fn signed_stretch(f: &DMat3, warm: &mut DQuat) -> Sym6 {
 /// which receives it).
 pub fn signed_polar(f: &DMat3, warm: &mut DQuat) -> (Sym6, DMat3) {
     let mut batch = [*warm];
-    let [decomposed] = signed_polars(&[*f], &mut batch);
+    let [decomposed] = signed_polars::<1, Lanes<1>>(&[*f], &mut batch);
     *warm = batch[0];
     decomposed
 }
@@ -246,11 +246,11 @@ pub fn signed_polar(f: &DMat3, warm: &mut DQuat) -> (Sym6, DMat3) {
 /// [`signed_polar`] of `N` matrices at once, lane by lane (each lane's result is what it
 /// would be alone; the closest rotations' Newton steps hide each other's divisions).
 #[inline(always)]
-pub fn signed_polars<const N: usize>(f: &[DMat3; N], warm: &mut [DQuat; N]) -> [(Sym6, DMat3); N] {
-    let mut lanes = [[Lanes::splat(0.0); 3]; 3];
-    for l in 0..N {
-        set_mat_lane(&mut lanes, l, &f[l]);
-    }
+pub fn signed_polars<const N: usize, L: Lane<N>>(
+    f: &[DMat3; N],
+    warm: &mut [DQuat; N],
+) -> [(Sym6, DMat3); N] {
+    let lanes: Mat3s<L> = mats_to_lanes(f);
     let (rotations, r) = closest_rotations(&lanes, *warm, RotationSearch::Converged);
     *warm = rotations;
     let mut out = [([0.0; 6], DMat3::IDENTITY); N];

@@ -330,6 +330,22 @@ pub fn mat_lane<const N: usize, L: Lane<N>>(m: &Mat3s<L>, lane: usize) -> glam::
     glam::DMat3::from_cols_array(&columns)
 }
 
+/// The matrices `m`, one per lane.
+#[inline(always)]
+pub fn mats_to_lanes<const N: usize, L: Lane<N>>(m: &[glam::DMat3; N]) -> Mat3s<L> {
+    let mut entries = [[0.0; N]; 9];
+    for (l, m) in m.iter().enumerate() {
+        for (k, x) in m.to_cols_array().into_iter().enumerate() {
+            entries[k][l] = x;
+        }
+    }
+    let mut out = [[L::splat(0.0); 3]; 3];
+    for (k, lanes) in entries.iter().enumerate() {
+        out[k / 3][k % 3] = L::from_array(*lanes);
+    }
+    out
+}
+
 /// Sets lane `lane` of `m` to `value`.
 #[inline(always)]
 pub fn set_mat_lane<const N: usize, L: Lane<N>>(m: &mut Mat3s<L>, lane: usize, value: &glam::DMat3) {
@@ -377,6 +393,12 @@ mod tests {
             assert_eq!([mv[0].lane(lane), mv[1].lane(lane), mv[2].lane(lane)], expected.to_array());
         }
         assert_eq!(dot(&v, &v).lane(1), 4.0 + 25.0 + 1.0);
+        let matrices =
+            [0.5, 1.0, -2.0, 3.0].map(|x| glam::DMat3::from_cols_array(&[x; 9]) + glam::DMat3::IDENTITY);
+        let m2: Mat3s<L> = mats_to_lanes(&matrices);
+        for (lane, matrix) in matrices.iter().enumerate() {
+            assert_eq!(mat_lane(&m2, lane), *matrix);
+        }
         let mut m = m;
         set_mat_lane(&mut m, 2, &glam::DMat3::IDENTITY);
         assert_eq!(mat_lane(&m, 2), glam::DMat3::IDENTITY);

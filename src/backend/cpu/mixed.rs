@@ -38,6 +38,7 @@ use crate::material::stretch::{
     sym_matrix, sym6,
 };
 use crate::material::{Elastic, Projection};
+use crate::math::lanes::{self, Lane, Lanes};
 use crate::math::symmetric_eigen3_from;
 use crate::model::Model;
 use crate::objective::Node;
@@ -352,18 +353,19 @@ fn local_chunk(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdat
         // SAFETY: the CPU has AVX2.
         return unsafe { local_chunk_avx2(model, step, chunk) };
     }
-    local_chunk_portable(model, step, chunk)
+    local_chunk_with::<Lanes<BATCH>>(model, step, chunk)
 }
 
-/// [`local_chunk_portable`] compiled for AVX2 (the batched polar decompositions' lanes).
+/// [`local_chunk_with`] compiled for AVX2, the batched polar decompositions' lanes an AVX
+/// register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn local_chunk_avx2(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
-    local_chunk_portable(model, step, chunk)
+    local_chunk_with::<lanes::avx::Avx>(model, step, chunk)
 }
 
 #[inline(always)]
-fn local_chunk_portable(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
+fn local_chunk_with<L: Lane<BATCH>>(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
     let LocalStep { stretch, rotations, start, node, dx, full } = *step;
     let LocalChunk { first: chunk_first, linearized, full_step } = chunk;
     let mut sums = LocalUpdate::default();
@@ -379,7 +381,7 @@ fn local_chunk_portable(model: &Model, step: &LocalStep, chunk: LocalChunk) -> L
             f[l] = deformation_at(model, e, full, start, node);
             quaternions[l] = rotations[e];
         }
-        let decomposed = signed_polars(&f, &mut quaternions);
+        let decomposed = signed_polars::<BATCH, L>(&f, &mut quaternions);
         for (l, (lin, polar)) in linearized.iter_mut().zip(full_step).enumerate() {
             let e = first + l;
             let s = &stretch[e];
@@ -469,15 +471,15 @@ fn linearize_chunk(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f6
         // SAFETY: the CPU has AVX2.
         return unsafe { linearize_chunk_avx2(model, stretch, at, chunk) };
     }
-    linearize_chunk_portable(model, stretch, at, chunk)
+    linearize_chunk_with::<Lanes<BATCH>>(model, stretch, at, chunk)
 }
 
-/// [`linearize_chunk_portable`] compiled for AVX2: the twelve columns of a tet's Jacobian
-/// are three vectors of four.
+/// [`linearize_chunk_with`] compiled for AVX2: the twelve columns of a tet's Jacobian
+/// are three vectors of four, and the batched polar decompositions' lanes an AVX register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
-    linearize_chunk_portable(model, stretch, at, chunk)
+    linearize_chunk_with::<lanes::avx::Avx>(model, stretch, at, chunk)
 }
 
 /// Tets whose polar decompositions, and stretches' eigen-decompositions, are solved for
@@ -485,7 +487,7 @@ fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) 
 const BATCH: usize = 4;
 
 #[inline(always)]
-fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
+fn linearize_chunk_with<L: Lane<BATCH>>(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
     let At { x, start, node, condense } = *at;
     let Chunk { first, linearized, rotations, decomposed, corners, condensed, blocks } = chunk;
     let mut energy = 0.0;
@@ -512,7 +514,7 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
                     f[l] = deformation_at(model, first + local, x, start, node);
                     quaternions[l] = rotations[local];
                 }
-                polar = signed_polars(&f, &mut quaternions);
+                polar = signed_polars::<BATCH, L>(&f, &mut quaternions);
                 rotations[batch..batch + count].copy_from_slice(&quaternions[..count]);
             }
         }
@@ -550,7 +552,7 @@ fn linearize_chunk_portable(model: &Model, stretch: &[Sym6], at: &At, chunk: Chu
     energy
 }
 
-/// One tet of [`linearize_chunk_portable`], at its signed polar decomposition `(S, R)` and,
+/// One tet of [`linearize_chunk_with`], at its signed polar decomposition `(S, R)` and,
 /// for a step to solve for, `S`'s eigen-decomposition: returns its energy.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]

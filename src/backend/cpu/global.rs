@@ -37,7 +37,7 @@ use std::ops::Range;
 
 use crate::backend::projective;
 use crate::backend::topology::Topology;
-use crate::math::lanes::{self, Lane, Lanes};
+use crate::math::lanes::{Lane, Lanes};
 use crate::model::Model;
 
 /// Entries of `L` from which a solve is split between two cores.
@@ -244,13 +244,13 @@ impl Layout {
         self.substitute::<4, Lanes<4>>(l, inverse_diagonal, y, parallel)
     }
 
-    /// The rows as AVX registers ([`lanes::avx::Avx`]): on plain arrays the compiler
+    /// The rows as AVX registers ([`crate::math::lanes::avx::Avx`]): on plain arrays the compiler
     /// vectorized the column updates across four rows instead, transposing them in and out
     /// of registers, and the 15K-tet bar's ten solves took 18 % longer.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn substitute_avx2(&self, l: &[f64], inverse_diagonal: &[f64], y: &mut [[f64; 4]], parallel: bool) {
-        self.substitute::<4, lanes::avx::Avx>(l, inverse_diagonal, y, parallel)
+        self.substitute::<4, crate::math::lanes::avx::Avx>(l, inverse_diagonal, y, parallel)
     }
 
     /// Solves `L L^T x = y` in place for `N` right-hand sides stored together, a row at a

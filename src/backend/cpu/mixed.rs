@@ -38,7 +38,7 @@ use crate::material::stretch::{
     sym_matrix, sym6,
 };
 use crate::material::{Elastic, Projection};
-use crate::math::lanes::{self, Lane, Lanes};
+use crate::math::lanes::{Lane, Lanes};
 use crate::math::symmetric_eigen3_from;
 use crate::model::Model;
 use crate::objective::Node;
@@ -361,7 +361,7 @@ fn local_chunk(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdat
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn local_chunk_avx2(model: &Model, step: &LocalStep, chunk: LocalChunk) -> LocalUpdate {
-    local_chunk_with::<lanes::avx::Avx>(model, step, chunk)
+    local_chunk_with::<crate::math::lanes::avx::Avx>(model, step, chunk)
 }
 
 #[inline(always)]
@@ -479,7 +479,7 @@ fn linearize_chunk(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f6
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn linearize_chunk_avx2(model: &Model, stretch: &[Sym6], at: &At, chunk: Chunk) -> f64 {
-    linearize_chunk_with::<lanes::avx::Avx>(model, stretch, at, chunk)
+    linearize_chunk_with::<crate::math::lanes::avx::Avx>(model, stretch, at, chunk)
 }
 
 /// Tets whose polar decompositions, and stretches' eigen-decompositions, are solved for

@@ -15,7 +15,7 @@ use glam::{DMat3, DVec3};
 use super::projective::{RotationSearch, closest_rotation_by};
 use super::stable_neo_hookean::{self, stable_neo_hookean_hessian_lanes, stable_neo_hookean_lanes};
 use super::{CORNER_PAIRS, MaterialModel, Projection};
-use crate::math::lanes::{Lanes, Mat3s, mat_lane, set_mat_lane};
+use crate::math::lanes::{Lanes, mat_lane, one_lane};
 use crate::math::{Mat9, add_outer9, outer, signed_svd, symmetric_eigen3, vec9};
 
 /// A model with its Lame parameters: the per-element evaluator.
@@ -567,13 +567,6 @@ fn j_without(s: &[f64; 3], k: usize) -> f64 {
         1 => s[0] * s[2],
         _ => s[0] * s[1],
     }
-}
-
-/// `f` as one lane.
-fn one_lane(f: &DMat3) -> Mat3s<Lanes<1>> {
-    let mut lanes = [[Lanes([0.0]); 3]; 3];
-    set_mat_lane(&mut lanes, 0, f);
-    lanes
 }
 
 /// `J - 1` at `F = I + h`, without cancellation near rest (see

@@ -14,7 +14,7 @@
 
 use glam::{DMat3, DQuat};
 
-use crate::math::lanes::{self, Lane, Lanes, Mask, Mat3s, Vec3s, mat_lane, mat3s, set_mat_lane};
+use crate::math::lanes::{self, Lane, Lanes, Mask, Mat3s, Vec3s, mat_lane, mat3s, one_lane, set_mat_lane};
 
 use super::{CORNER_PAIRS, Elastic, MaterialModel};
 
@@ -47,9 +47,7 @@ pub fn closest_rotation(f: &DMat3, warm: DQuat) -> (DQuat, DMat3) {
 
 /// [`closest_rotation`] as far as `search` goes.
 pub fn closest_rotation_by(f: &DMat3, warm: DQuat, search: RotationSearch) -> (DQuat, DMat3) {
-    let mut lanes = [[Lanes::splat(0.0); 3]; 3];
-    set_mat_lane(&mut lanes, 0, f);
-    let ([q], r) = closest_rotations::<1, Lanes<1>>(&lanes, [warm], search);
+    let ([q], r) = closest_rotations(&one_lane(f), [warm], search);
     (q, mat_lane(&r, 0))
 }
 
@@ -211,11 +209,8 @@ impl Elastic {
     /// With `r` the closest rotation these are the model's energy and stress.
     #[inline]
     pub fn projective(&self, f: &DMat3, r: &DMat3) -> (f64, DMat3) {
-        let mut lanes = [[[Lanes::splat(0.0); 3]; 3]; 2];
-        set_mat_lane(&mut lanes[0], 0, f);
-        set_mat_lane(&mut lanes[1], 0, r);
         let (energy, stress) =
-            projective_lanes(Lanes([self.mu]), Lanes([self.corotated_lambda()]), &lanes[0], &lanes[1]);
+            projective_lanes(Lanes([self.mu]), Lanes([self.corotated_lambda()]), &one_lane(f), &one_lane(r));
         (energy.0[0], mat_lane(&stress, 0))
     }
 }

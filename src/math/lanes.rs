@@ -346,6 +346,12 @@ pub fn mats_to_lanes<const N: usize, L: Lane<N>>(m: &[glam::DMat3; N]) -> Mat3s<
     out
 }
 
+/// The matrix `m` as one lane (the one-element forms of the lane kernels).
+#[inline(always)]
+pub fn one_lane(m: &glam::DMat3) -> Mat3s<Lanes<1>> {
+    mats_to_lanes(&[*m])
+}
+
 /// Sets lane `lane` of `m` to `value`.
 #[inline(always)]
 pub fn set_mat_lane<const N: usize, L: Lane<N>>(m: &mut Mat3s<L>, lane: usize, value: &glam::DMat3) {

@@ -441,7 +441,7 @@ fn lane_tets_with<L: Lane<LANES>, const ROTATION: bool, const HESSIAN: bool>(
             *b = L::from_array(*lanes);
         }
     }
-    let [volume, mu, lambda] = [0, 1, 2].map(|k| rest_lanes[k]);
+    let [volume, mu, lambda] = rest_lanes;
     let (volume, mu, lambda) = (L::from_array(volume), L::from_array(mu), L::from_array(lambda));
     let mut energy = L::splat(0.0);
     for (q, node) in nodes.iter().enumerate() {

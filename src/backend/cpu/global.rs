@@ -98,8 +98,10 @@ enum Layout {
     },
     /// A supernodal factor: supernode `s` is the columns `begin[s]..begin[s + 1]`, with rows
     /// `pattern[pattern_ptr[s]..pattern_ptr[s + 1]]` below its diagonal block. Its values
-    /// start at `value_ptr[s]`: the diagonal block column-major, then the rows below row by
-    /// row.
+    /// start at `value_ptr[s]`: the diagonal block's lower triangle by panels of [`PANEL`]
+    /// columns (each panel's rows from its first column down, a row's entries together, a
+    /// zero above the diagonal), then the rows below by fours (a column's four entries
+    /// together) and the last `rows % 4` row by row.
     Supernodes {
         begin: Vec<u32>,
         pattern_ptr: Vec<u32>,
@@ -191,11 +193,23 @@ impl Layout {
             // faer's block: column-major, the supernode's own rows first.
             let (size, base) = (end - first, s.col_ptr_for_val()[k] as usize);
             let height = size + rows.len();
-            for j in 0..size {
-                from.extend((0..size).map(|i| (base + j * height + i) as u32));
+            let at = |i: usize, j: usize| if i < j { UNUSED } else { (base + j * height + i) as u32 };
+            // The diagonal block by panels of four columns, each row of a panel together.
+            for first in (0..size).step_by(PANEL) {
+                let width = PANEL.min(size - first);
+                for i in first..size {
+                    from.extend((first..first + width).map(|j| at(i, j)));
+                }
             }
-            for r in 0..rows.len() {
-                from.extend((0..size).map(|j| (base + j * height + size + r) as u32));
+            // The rows below by fours, each column of four rows together; the rest row by row.
+            let whole = rows.len() / 4 * 4;
+            for group in (0..whole).step_by(4) {
+                for j in 0..size {
+                    from.extend((group..group + 4).map(|r| at(size + r, j)));
+                }
+            }
+            for r in whole..rows.len() {
+                from.extend((0..size).map(|j| at(size + r, j)));
             }
             pattern.extend(rows.iter().map(|&row| renumbered[row as usize]));
             begin.push(begin.last().unwrap() + size as u32);
@@ -205,10 +219,10 @@ impl Layout {
         (Layout::Supernodes { begin, pattern_ptr, pattern, value_ptr, from, parts }, columns)
     }
 
-    /// `L`'s values in this layout's order, from faer's.
+    /// `L`'s values in this layout's order, from faer's (zero where [`UNUSED`]).
     fn values(&self, faer: &[f64]) -> Vec<f64> {
         let (Layout::Columns { from, .. } | Layout::Supernodes { from, .. }) = self;
-        from.iter().map(|&k| faer[k as usize]).collect()
+        from.iter().map(|&k| if k == UNUSED { 0.0 } else { faer[k as usize] }).collect()
     }
 
     /// `1 / L_jj` for every column.
@@ -225,7 +239,7 @@ impl Layout {
             Layout::Supernodes { begin, value_ptr, .. } => (0..begin.len() - 1)
                 .flat_map(|s| {
                     let size = (begin[s + 1] - begin[s]) as usize;
-                    (0..size).map(move |j| 1.0 / values[value_ptr[s] as usize + j * size + j])
+                    (0..size).map(move |j| 1.0 / values[value_ptr[s] as usize + panel_entry(size, j, j)])
                 })
                 .collect(),
         }
@@ -505,14 +519,37 @@ fn part_backward<F: Substitutions, const N: usize, L: Lane<N>>(
     factor.backward::<N, L>(range, y, offset, above, above_offset)
 }
 
+/// Columns of a supernode's diagonal block solved together: each row of a panel is one
+/// stored run of four, so the rows below a panel take its four columns' updates with one load
+/// and one store of `y` (forward) and give four independent sums (backward).
+const PANEL: usize = 4;
+
+/// The placeholder of an entry of a panel above the diagonal, stored as a zero.
+const UNUSED: u32 = u32::MAX;
+
+/// Where the panel of columns from `start` (a multiple of [`PANEL`]) begins in a diagonal
+/// block of `size` columns: after `size - q PANEL` rows of `PANEL` for each panel `q` before.
+fn panel_offset(size: usize, start: usize) -> usize {
+    let panels = start / PANEL;
+    PANEL * panels * size - PANEL * PANEL * panels * panels.saturating_sub(1) / 2
+}
+
+/// Where entry `(i, j)`, `i >= j`, of a diagonal block of `size` columns is stored.
+fn panel_entry(size: usize, i: usize, j: usize) -> usize {
+    let start = j / PANEL * PANEL;
+    panel_offset(size, start) + (i - start) * PANEL.min(size - start) + (j - start)
+}
+
 impl Supernodal<'_> {
     /// Supernode `s`: its first column, size, rows below, diagonal block and values below.
     #[inline(always)]
     fn supernode(&self, s: usize) -> (usize, usize, &[u32], &[f64], &[f64]) {
         let (first, size) = (self.begin[s] as usize, (self.begin[s + 1] - self.begin[s]) as usize);
         let rows = &self.pattern[self.pattern_ptr[s] as usize..self.pattern_ptr[s + 1] as usize];
+        let last = size.saturating_sub(1) / PANEL * PANEL;
+        let diagonal_len = panel_offset(size, last) + (size - last) * (size - last);
         let (diagonal, below) =
-            self.l[self.value_ptr[s] as usize..self.value_ptr[s + 1] as usize].split_at(size * size);
+            self.l[self.value_ptr[s] as usize..self.value_ptr[s + 1] as usize].split_at(diagonal_len);
         (first, size, rows, diagonal, below)
     }
 }
@@ -526,8 +563,9 @@ impl Substitutions for Supernodal<'_> {
         self.begin[g] as usize
     }
 
-    /// Each diagonal block's forward substitution, then each row below less its dot product
-    /// with the block's unknowns.
+    /// Each diagonal block's forward substitution, a panel at a time, then each row below
+    /// less its dot product with the block's unknowns. Every row of `y` takes its updates
+    /// in column order, as a column at a time would.
     #[inline(always)]
     fn forward<const N: usize, L: Lane<N>>(
         &self,
@@ -542,12 +580,30 @@ impl Substitutions for Supernodal<'_> {
             let (first, size, rows, diagonal, below) = self.supernode(s);
             let (head, tail) = y.split_at_mut(first + size - offset);
             let block = &mut head[first - offset..];
-            for j in 0..size {
-                let zj = L::from_array(block[j]) * self.inverse_diagonal[first + j];
-                block[j] = zj.to_array();
-                for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                    block[i] = (L::from_array(block[i]) - zj * d).to_array();
+            let inverse = &self.inverse_diagonal[first..first + size];
+            let mut panels = diagonal;
+            for start in (0..size).step_by(PANEL) {
+                let width = PANEL.min(size - start);
+                let (panel, rest) = panels.split_at((size - start) * width);
+                let (triangle, under) = panel.split_at(width * width);
+                let mut z = [L::splat(0.0); PANEL];
+                for k in 0..width {
+                    z[k] = L::from_array(block[start + k]) * inverse[start + k];
+                    block[start + k] = z[k].to_array();
+                    for i in k + 1..width {
+                        let yi = L::from_array(block[start + i]) - z[k] * triangle[i * width + k];
+                        block[start + i] = yi.to_array();
+                    }
                 }
+                // A narrower panel is the last: no rows under it.
+                if width == PANEL {
+                    let (under, _) = under.as_chunks::<PANEL>();
+                    for (yi, l) in block[start + PANEL..].iter_mut().zip(under) {
+                        *yi = (L::from_array(*yi) - z[0] * l[0] - z[1] * l[1] - z[2] * l[2] - z[3] * l[3])
+                            .to_array();
+                    }
+                }
+                panels = rest;
             }
             // Row `row` of `y`, in `tail` or, past its end, in `spill`.
             macro_rules! target {
@@ -556,28 +612,27 @@ impl Substitutions for Supernodal<'_> {
                     if row < end { &mut tail[row - first - size] } else { &mut spill[row - spill_offset] }
                 }};
             }
-            // Four rows at a time, as in `backward`: the block's unknowns are read once for the
-            // four, and four sums are in flight where one waited on its last addition; each
-            // still adds in column order (the same bits).
+            // Four rows at a time, stored column by column (one stream of `L` to read): the
+            // block's unknowns are read once for the four, and four sums are in flight where
+            // one waited on its last addition; each still adds in column order.
             let whole = rows.len() / 4 * 4;
-            for (rows, values) in rows[..whole].chunks_exact(4).zip(below.chunks_exact(4 * size)) {
-                let (v0, rest) = values.split_at(size);
-                let (v1, rest) = rest.split_at(size);
-                let (v2, v3) = rest.split_at(size);
+            let (grouped, single) = below.split_at(whole * size);
+            for (rows, values) in rows[..whole].chunks_exact(4).zip(grouped.chunks_exact(4 * size)) {
+                let (values, _) = values.as_chunks::<4>();
                 let mut dots = [L::splat(0.0); 4];
-                for ((((z, p), q), r), t) in block.iter().zip(v0).zip(v1).zip(v2).zip(v3) {
+                for (z, l) in block.iter().zip(values) {
                     let z = L::from_array(*z);
-                    dots[0] += z * *p;
-                    dots[1] += z * *q;
-                    dots[2] += z * *r;
-                    dots[3] += z * *t;
+                    dots[0] += z * l[0];
+                    dots[1] += z * l[1];
+                    dots[2] += z * l[2];
+                    dots[3] += z * l[3];
                 }
                 for (&row, &dot) in rows.iter().zip(&dots) {
                     let target = target!(row);
                     *target = (L::from_array(*target) - dot).to_array();
                 }
             }
-            for (&row, values) in rows[whole..].iter().zip(below[whole * size..].chunks_exact(size)) {
+            for (&row, values) in rows[whole..].iter().zip(single.chunks_exact(size)) {
                 let mut dot = L::splat(0.0);
                 for (v, z) in values.iter().zip(block.iter()) {
                     dot += L::from_array(*z) * *v;
@@ -588,7 +643,9 @@ impl Substitutions for Supernodal<'_> {
         }
     }
 
-    /// From the last supernode: the rows below first, then the block's back substitution.
+    /// From the last supernode: the rows below first, then the block's back substitution,
+    /// a panel at a time from the last: the rows under the panel first (four sums in
+    /// flight), then its triangle.
     #[inline(always)]
     fn backward<const N: usize, L: Lane<N>>(
         &self,
@@ -608,35 +665,55 @@ impl Substitutions for Supernodal<'_> {
                 let row = row as usize;
                 if row < end { tail[row - first - size] } else { above[row - above_offset] }
             };
-            // Four rows at a time: each of the block's unknowns is loaded and stored once for
-            // the four and takes their updates in row order (the same bits as one at a time).
+            // Four rows at a time, stored as in `forward`: each of the block's unknowns is
+            // loaded and stored once for the four and takes their updates in row order.
             let whole = rows.len() / 4 * 4;
-            for (rows, values) in rows[..whole].chunks_exact(4).zip(below.chunks_exact(4 * size)) {
+            let (grouped, single) = below.split_at(whole * size);
+            for (rows, values) in rows[..whole].chunks_exact(4).zip(grouped.chunks_exact(4 * size)) {
                 let x = [
                     L::from_array(unknown(rows[0])),
                     L::from_array(unknown(rows[1])),
                     L::from_array(unknown(rows[2])),
                     L::from_array(unknown(rows[3])),
                 ];
-                let (v0, rest) = values.split_at(size);
-                let (v1, rest) = rest.split_at(size);
-                let (v2, v3) = rest.split_at(size);
-                for ((((b, p), q), r), t) in block.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
-                    *b = (L::from_array(*b) - x[0] * *p - x[1] * *q - x[2] * *r - x[3] * *t).to_array();
+                let (values, _) = values.as_chunks::<4>();
+                for (b, l) in block.iter_mut().zip(values) {
+                    *b = (L::from_array(*b) - x[0] * l[0] - x[1] * l[1] - x[2] * l[2] - x[3] * l[3])
+                        .to_array();
                 }
             }
-            for (&row, values) in rows[whole..].iter().zip(below[whole * size..].chunks_exact(size)) {
+            for (&row, values) in rows[whole..].iter().zip(single.chunks_exact(size)) {
                 let x = L::from_array(unknown(row));
                 for (v, b) in values.iter().zip(block.iter_mut()) {
                     *b = (L::from_array(*b) - x * *v).to_array();
                 }
             }
-            for j in (0..size).rev() {
-                let mut sum = L::from_array(block[j]);
-                for (i, &d) in (j + 1..size).zip(&diagonal[j * size + j + 1..(j + 1) * size]) {
-                    sum = sum - L::from_array(block[i]) * d;
+            let inverse = &self.inverse_diagonal[first..first + size];
+            for start in (0..size).step_by(PANEL).rev() {
+                let width = PANEL.min(size - start);
+                let panel = &diagonal[panel_offset(size, start)..][..(size - start) * width];
+                let (triangle, under) = panel.split_at(width * width);
+                let mut sums = [L::splat(0.0); PANEL];
+                for k in 0..width {
+                    sums[k] = L::from_array(block[start + k]);
                 }
-                block[j] = (sum * self.inverse_diagonal[first + j]).to_array();
+                if width == PANEL {
+                    let (under, _) = under.as_chunks::<PANEL>();
+                    for (xi, l) in block[start + PANEL..].iter().zip(under) {
+                        let xi = L::from_array(*xi);
+                        sums[0] = sums[0] - xi * l[0];
+                        sums[1] = sums[1] - xi * l[1];
+                        sums[2] = sums[2] - xi * l[2];
+                        sums[3] = sums[3] - xi * l[3];
+                    }
+                }
+                for k in (0..width).rev() {
+                    let mut sum = sums[k];
+                    for i in k + 1..width {
+                        sum = sum - L::from_array(block[start + i]) * triangle[i * width + k];
+                    }
+                    block[start + k] = (sum * inverse[start + k]).to_array();
+                }
             }
         }
     }
@@ -864,6 +941,15 @@ mod tests {
         );
         // The bar's factor is small for two cores; the beam's and the cube's are split.
         let (Layout::Columns { parts, .. } | Layout::Supernodes { parts, .. }) = global.layout;
+        // The cube's supernodes take every path of the panels: full ones, narrower last ones.
+        if let Layout::Supernodes { begin, .. } = &global.layout {
+            let sizes: Vec<u32> = begin.windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(
+                sizes.iter().any(|&s| s > 4 && s % 4 != 0),
+                "{cells:?}: no supernode ends in a narrow panel"
+            );
+            assert!(sizes.iter().any(|&s| s > 4 && s % 4 == 0), "{cells:?}: no supernode of whole panels");
+        }
         if cells == [5, 3, 2] {
             assert_eq!(parts, [0, 0], "the small bar's factor is split");
         } else {

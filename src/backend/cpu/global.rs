@@ -578,6 +578,20 @@ impl Substitutions for Supernodal<'_> {
         let end = offset + y.len();
         for s in range {
             let (first, size, rows, diagonal, below) = self.supernode(s);
+            if size == 1 {
+                // A single column (most of a factor's supernodes, few of its entries): its
+                // rows below are in row order, and the general path's setup cost more than
+                // their updates.
+                let zj = L::from_array(y[first - offset]) * self.inverse_diagonal[first];
+                y[first - offset] = zj.to_array();
+                for (&row, &l) in rows.iter().zip(below) {
+                    let row = row as usize;
+                    let target =
+                        if row < end { &mut y[row - offset] } else { &mut spill[row - spill_offset] };
+                    *target = (L::from_array(*target) - zj * l).to_array();
+                }
+                continue;
+            }
             let (head, tail) = y.split_at_mut(first + size - offset);
             let block = &mut head[first - offset..];
             let inverse = &self.inverse_diagonal[first..first + size];
@@ -658,6 +672,17 @@ impl Substitutions for Supernodal<'_> {
         let end = offset + y.len();
         for s in range.rev() {
             let (first, size, rows, diagonal, below) = self.supernode(s);
+            if size == 1 {
+                // A single column, as in `forward`.
+                let mut sum = L::from_array(y[first - offset]);
+                for (&row, &l) in rows.iter().zip(below) {
+                    let row = row as usize;
+                    let x = if row < end { y[row - offset] } else { above[row - above_offset] };
+                    sum = sum - L::from_array(x) * l;
+                }
+                y[first - offset] = (sum * self.inverse_diagonal[first]).to_array();
+                continue;
+            }
             let (head, tail) = y.split_at_mut(first + size - offset);
             let block = &mut head[first - offset..];
             // (A closure over plain arrays: lane arithmetic stays out of closures.)

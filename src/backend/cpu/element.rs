@@ -371,26 +371,70 @@ struct Batch<'a> {
 /// corner gradients and Hessian blocks (and the rotation-based models' closest rotations)
 /// computed together.
 fn lane_tets(model: &Model, at: &At, batch: Batch) -> f64 {
+    lane_tets_on(LaneCode::best(), model, at, batch)
+}
+
+/// The compiled forms of the lane kernel. Only [`LaneCode::best`] and
+/// [`LaneCode::available`] make them, after run-time detection, so that the CPU runs each
+/// one it is given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LaneCode {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vl,
+}
+
+impl LaneCode {
+    /// Those this CPU runs, the fastest last.
+    fn available() -> Vec<LaneCode> {
+        #[allow(unused_mut)]
+        let mut codes = vec![LaneCode::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                codes.push(LaneCode::Avx2);
+            }
+            let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl");
+            if std::arch::is_x86_feature_detected!("avx2") && avx512 {
+                codes.push(LaneCode::Avx512Vl);
+            }
+        }
+        codes
+    }
+
+    fn best() -> LaneCode {
+        static BEST: std::sync::OnceLock<LaneCode> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| *LaneCode::available().last().expect("the portable lanes run anywhere"))
+    }
+}
+
+/// [`lane_tets`] compiled as `code` says.
+fn lane_tets_on(code: LaneCode, model: &Model, at: &At, batch: Batch) -> f64 {
     // One compiled kernel per model and output: all in one, the Hessian's temporaries spilled
     // the gradient pass's registers too.
-    let rotation = batch.kind == LaneModel::Rotation;
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2.
-        return unsafe {
-            match (rotation, batch.blocks.is_some()) {
-                (true, false) => lane_tets_avx2::<true, false>(model, at, batch),
-                (true, true) => lane_tets_avx2::<true, true>(model, at, batch),
-                (false, false) => lane_tets_avx2::<false, false>(model, at, batch),
-                (false, true) => lane_tets_avx2::<false, true>(model, at, batch),
-            }
-        };
+    fn run<const ROTATION: bool, const HESSIAN: bool>(
+        code: LaneCode,
+        model: &Model,
+        at: &At,
+        batch: Batch,
+    ) -> f64 {
+        match code {
+            LaneCode::Portable => lane_tets_portable::<ROTATION, HESSIAN>(model, at, batch),
+            // SAFETY: a `LaneCode` names only instructions the CPU was found to have.
+            #[cfg(target_arch = "x86_64")]
+            LaneCode::Avx2 => unsafe { lane_tets_avx2::<ROTATION, HESSIAN>(model, at, batch) },
+            #[cfg(target_arch = "x86_64")]
+            LaneCode::Avx512Vl => unsafe { lane_tets_avx512vl::<ROTATION, HESSIAN>(model, at, batch) },
+        }
     }
-    match (rotation, batch.blocks.is_some()) {
-        (true, false) => lane_tets_portable::<true, false>(model, at, batch),
-        (true, true) => lane_tets_portable::<true, true>(model, at, batch),
-        (false, false) => lane_tets_portable::<false, false>(model, at, batch),
-        (false, true) => lane_tets_portable::<false, true>(model, at, batch),
+    match (batch.kind == LaneModel::Rotation, batch.blocks.is_some()) {
+        (true, false) => run::<true, false>(code, model, at, batch),
+        (true, true) => run::<true, true>(code, model, at, batch),
+        (false, false) => run::<false, false>(code, model, at, batch),
+        (false, true) => run::<false, true>(code, model, at, batch),
     }
 }
 
@@ -398,6 +442,18 @@ fn lane_tets(model: &Model, at: &At, batch: Batch) -> f64 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn lane_tets_avx2<const ROTATION: bool, const HESSIAN: bool>(model: &Model, at: &At, batch: Batch) -> f64 {
+    lane_tets_with::<lanes::avx::Avx, ROTATION, HESSIAN>(model, at, batch)
+}
+
+/// [`lane_tets_avx2`] with AVX-512VL's encodings: the same four-lane AVX registers, but 32 of
+/// them rather than 16, so that fewer of the kernel's values are spilled (the same bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512vl")]
+fn lane_tets_avx512vl<const ROTATION: bool, const HESSIAN: bool>(
+    model: &Model,
+    at: &At,
+    batch: Batch,
+) -> f64 {
     lane_tets_with::<lanes::avx::Avx, ROTATION, HESSIAN>(model, at, batch)
 }
 
@@ -810,13 +866,14 @@ mod tests {
         );
     }
 
-    /// The AVX2 kernel gives the portable kernel's bits: both round each operation as f64
-    /// does. Four tets of each lane model, a deformation that inverts some, every output.
-    #[cfg(target_arch = "x86_64")]
+    /// Every compiled form of the lane kernel this CPU runs (AVX2, AVX2 with AVX-512VL's 32
+    /// registers) gives the portable kernel's bits: all round each operation as f64 does.
+    /// Four tets of each lane model, a deformation that inverts some, every output.
     #[test]
-    fn avx_lanes_give_the_portable_bits() {
-        if !std::arch::is_x86_feature_detected!("avx2") {
-            eprintln!("skipped: this CPU has no AVX2");
+    fn lane_codes_give_the_portable_bits() {
+        let codes = LaneCode::available();
+        if codes.len() == 1 {
+            eprintln!("skipped: this CPU runs only the portable lanes");
             return;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(32);
@@ -842,7 +899,7 @@ mod tests {
         for (first, rotation) in [(0, true), (16, false)] {
             for search in [RotationSearch::Converged, RotationSearch::OneStep] {
                 let at = At { positions: &positions, nodes: &nodes, search };
-                let run = |avx: bool, hessian: bool| {
+                let run = |code: LaneCode, hessian: bool| {
                     let (mut rotations, mut g, mut h) = (warm.clone(), [[0.0; 3]; 16], [[0.0; 9]; 40]);
                     let batch = Batch {
                         first,
@@ -851,17 +908,7 @@ mod tests {
                         gradient: Some(&mut g),
                         blocks: hessian.then_some(&mut h[..]),
                     };
-                    // SAFETY: the CPU has AVX2.
-                    let energy = match (avx, rotation, hessian) {
-                        (true, true, true) => unsafe { lane_tets_avx2::<true, true>(&model, &at, batch) },
-                        (true, true, false) => unsafe { lane_tets_avx2::<true, false>(&model, &at, batch) },
-                        (true, false, true) => unsafe { lane_tets_avx2::<false, true>(&model, &at, batch) },
-                        (true, false, false) => unsafe { lane_tets_avx2::<false, false>(&model, &at, batch) },
-                        (false, true, true) => lane_tets_portable::<true, true>(&model, &at, batch),
-                        (false, true, false) => lane_tets_portable::<true, false>(&model, &at, batch),
-                        (false, false, true) => lane_tets_portable::<false, true>(&model, &at, batch),
-                        (false, false, false) => lane_tets_portable::<false, false>(&model, &at, batch),
-                    };
+                    let energy = lane_tets_on(code, &model, &at, batch);
                     (
                         energy.to_bits(),
                         rotations,
@@ -870,9 +917,18 @@ mod tests {
                     )
                 };
                 for hessian in [false, true] {
-                    let (avx, portable) = (run(true, hessian), run(false, hessian));
-                    assert!(avx.0 != 0.0_f64.to_bits() && avx.2 != [[0; 3]; 16], "nothing was evaluated");
-                    assert_eq!(avx, portable, "first tet {first}, {search:?}, Hessian {hessian}");
+                    let portable = run(LaneCode::Portable, hessian);
+                    assert!(
+                        portable.0 != 0.0_f64.to_bits() && portable.2 != [[0; 3]; 16],
+                        "nothing was evaluated"
+                    );
+                    for &code in &codes[1..] {
+                        let compiled = run(code, hessian);
+                        assert_eq!(
+                            compiled, portable,
+                            "{code:?}, first tet {first}, {search:?}, Hessian {hessian}"
+                        );
+                    }
                 }
             }
         }

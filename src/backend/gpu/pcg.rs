@@ -9,7 +9,7 @@ use encase::ShaderType;
 
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
-use super::recording::{Grid, Recording, Staged};
+use super::recording::{Grid, Parts, Recording, Staged};
 use super::stage::{Bound, Kernel, WgStage};
 use crate::backend::coarse::{CoarseCorrection, CoarseSpace};
 use crate::backend::fsai::{Fsai, Inverse};
@@ -754,13 +754,18 @@ impl WgPcg {
         // The first iteration starts the solve, so it is recorded even when none is asked for.
         let iterations = if solve.recorded == 0 { iterations.max(1) } else { iterations };
         let params = PcgParams { recorded_to: solve.recorded + iterations, ..solve.params };
-        let offset = recording.params(context, &params)?;
+        let mut offset = recording.params(context, &params)?;
         // So has its update, profiled as the update.
         let update = match params.preconditioner {
             DENSE => Kernel { label: "update", ..self.0.kernel("update_dense") },
             _ => self.0.kernel("update"),
         };
+        let mut parts = Parts::default();
         for _ in 0..iterations {
+            if recording.submit_part(context, &mut parts) {
+                // The parameters went with the iterations submitted.
+                offset = recording.params(context, &params)?;
+            }
             let parity = (solve.recorded % 2) as usize;
             if solve.pipelined {
                 let bound = &groups.parity[parity];

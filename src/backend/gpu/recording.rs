@@ -64,6 +64,28 @@ impl DeviceCounts {
     }
 }
 
+/// Dispatches after which a long run of them (a PCG solve) is submitted in the middle; each
+/// later part is twice as long as the one before. wgpu encodes a command buffer for the driver
+/// when it is submitted (about 4 us a dispatch on the H200's host), and a device waiting for a
+/// whole solve's encoding idled through it: 2.5 ms of the 100K-tet Newton step's 13.9
+/// (docs/perf/gpu.md). In parts, the device runs one while the host encodes the next, and a
+/// readback still waits once.
+pub const FIRST_PART: u64 = 16;
+
+/// The parts a run of dispatches has gone to the device in so far (see [`FIRST_PART`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Parts {
+    submitted: u32,
+}
+
+impl Parts {
+    /// The most submissions a run of `dispatches` dispatches (with those recorded before it
+    /// since the last submission) adds to its recording: one at 16 dispatches, at 48, 112, ...
+    pub fn most_for(dispatches: u64) -> u64 {
+        (1..64).take_while(|&k| FIRST_PART * ((1 << k) - 1) <= dispatches).count() as u64
+    }
+}
+
 /// Where a staged result lies in the staging buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Staged {
@@ -88,6 +110,8 @@ pub struct Recording {
     staging: wgpu::Buffer,
     staging_capacity: u64,
     staged: u64,
+    /// Dispatches recorded since the last submission.
+    pending_dispatches: u32,
     counts: DeviceCounts,
 }
 
@@ -113,6 +137,7 @@ impl Recording {
             }),
             staging_capacity,
             staged: 0,
+            pending_dispatches: 0,
             counts: DeviceCounts::default(),
         }
     }
@@ -130,6 +155,23 @@ impl Recording {
     /// Whether work is recorded and not yet submitted.
     pub fn is_pending(&self) -> bool {
         self.encoder.is_some()
+    }
+
+    /// Dispatches recorded since the last submission.
+    pub fn pending_dispatches(&self) -> u32 {
+        self.pending_dispatches
+    }
+
+    /// Submits what is recorded where it holds the next part of a run (`parts`) — at least
+    /// [`FIRST_PART`] dispatches, twice as many as the part before — and says whether it did
+    /// (the parameter offsets taken before it no longer hold).
+    pub fn submit_part(&mut self, context: &GpuContext, parts: &mut Parts) -> bool {
+        if (self.pending_dispatches as u64) < FIRST_PART << parts.submitted {
+            return false;
+        }
+        self.submit(context);
+        parts.submitted += 1;
+        true
     }
 
     /// Stores `value` in the next parameter slot; returns its dynamic offset.
@@ -205,6 +247,7 @@ impl Recording {
             Grid::Indirect(arguments, offset) => pass.dispatch_workgroups_indirect(arguments, offset),
         }
         self.counts.dispatches += 1;
+        self.pending_dispatches += 1;
         if profiled {
             // Its timestamps close with the pass.
             self.end_pass();
@@ -275,6 +318,7 @@ impl Recording {
     pub fn submit(&mut self, context: &GpuContext) {
         self.end_pass();
         let Some(encoder) = self.encoder.take() else { return };
+        self.pending_dispatches = 0;
         if !self.params.is_empty() {
             self.counts.uploaded += self.params.len() as u64;
             context.queue.write_buffer(&self.arena, 0, &self.params);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use lively::backend::gpu::recording::Parts;
+use lively::backend::gpu::recording::most_parts;
 use lively::{Backend, Integrator, LinearSolver, Material, Simulation, Solver, TetMesh};
 
 /// The GPU benchmark's 10K-tet scene: a stiff StVK bar, pinned at one end, under gravity.
@@ -53,12 +53,12 @@ fn a_budget_of_two_newton_by_forty_cg_iterations_is_spent_and_stays_stable() {
             // iterations with their line searches decided on the device, the state's potential
             // and forces — and reads it back once (before, 7 readbacks). It submits the
             // recording in parts as it goes, so that the device starts while the host records:
-            // the guesses, then one per iteration (the last with the end state), and each
-            // iteration's solve in parts of its own (`Parts`).
+            // the guesses, then one per iteration (the last with the end state), and the
+            // solves in parts (`Recording::submit_part`).
             if let Some(device) = stats.device {
                 println!("{backend:?} step {step}: {device:?}");
                 assert_eq!(device.readbacks, 1, "{device:?}");
-                let parts = 2 * Parts::most_for(device.dispatches);
+                let parts = most_parts(device.dispatches);
                 assert!((3..=3 + parts).contains(&device.submissions), "{device:?}");
                 // Its host traffic is a few state vectors, whatever the iterations: up, the
                 // start, the target, the explicit guess and the published positions (four

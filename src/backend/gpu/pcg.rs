@@ -9,7 +9,7 @@ use encase::ShaderType;
 
 use super::buffers::GpuBuffers;
 use super::context::GpuContext;
-use super::recording::{Grid, Parts, Recording, Staged};
+use super::recording::{Grid, Recording, Staged};
 use super::stage::{Bound, Kernel, WgStage};
 use crate::backend::coarse::{CoarseCorrection, CoarseSpace};
 use crate::backend::fsai::{Fsai, Inverse};
@@ -760,9 +760,8 @@ impl WgPcg {
             DENSE => Kernel { label: "update", ..self.0.kernel("update_dense") },
             _ => self.0.kernel("update"),
         };
-        let mut parts = Parts::default();
         for _ in 0..iterations {
-            if recording.submit_part(context, &mut parts) {
+            if recording.submit_part(context) {
                 // The parameters went with the iterations submitted.
                 offset = recording.params(context, &params)?;
             }

@@ -64,26 +64,19 @@ impl DeviceCounts {
     }
 }
 
-/// Dispatches after which a long run of them (a PCG solve) is submitted in the middle; each
-/// later part is twice as long as the one before. wgpu encodes a command buffer for the driver
-/// when it is submitted (about 4 us a dispatch on the H200's host), and a device waiting for a
-/// whole solve's encoding idled through it: 2.5 ms of the 100K-tet Newton step's 13.9
-/// (docs/perf/gpu.md). In parts, the device runs one while the host encodes the next, and a
-/// readback still waits once.
+/// Dispatches after which a recording is submitted in the middle of a long run of them (a PCG
+/// solve); each later part between two readbacks is twice as long as the one before. wgpu
+/// encodes a command buffer for the driver when it is submitted (about 4 us a dispatch on the
+/// H200's host), and a device waiting for a whole solve's encoding idled through it: 2.5 ms of
+/// the 100K-tet Newton step's 13.9 (docs/perf/gpu.md). In parts, the device runs one while the
+/// host encodes the next; a readback still waits once. Doubling keeps the parts few where the
+/// device has work queued anyway (a local/global step's iterations, a budgeted step).
 pub const FIRST_PART: u64 = 16;
 
-/// The parts a run of dispatches has gone to the device in so far (see [`FIRST_PART`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Parts {
-    submitted: u32,
-}
-
-impl Parts {
-    /// The most submissions a run of `dispatches` dispatches (with those recorded before it
-    /// since the last submission) adds to its recording: one at 16 dispatches, at 48, 112, ...
-    pub fn most_for(dispatches: u64) -> u64 {
-        (1..64).take_while(|&k| FIRST_PART * ((1 << k) - 1) <= dispatches).count() as u64
-    }
+/// The most submissions [`Recording::submit_part`] adds between two readbacks that record
+/// `dispatches` dispatches: one at 16 dispatches, then at 48, 112, ...
+pub fn most_parts(dispatches: u64) -> u64 {
+    (1..64).take_while(|&k| FIRST_PART * ((1 << k) - 1) <= dispatches).count() as u64
 }
 
 /// Where a staged result lies in the staging buffer.
@@ -112,6 +105,8 @@ pub struct Recording {
     staged: u64,
     /// Dispatches recorded since the last submission.
     pending_dispatches: u32,
+    /// Parts submitted by [`submit_part`](Self::submit_part) since the last readback.
+    parts: u32,
     counts: DeviceCounts,
 }
 
@@ -138,6 +133,7 @@ impl Recording {
             staging_capacity,
             staged: 0,
             pending_dispatches: 0,
+            parts: 0,
             counts: DeviceCounts::default(),
         }
     }
@@ -157,20 +153,16 @@ impl Recording {
         self.encoder.is_some()
     }
 
-    /// Dispatches recorded since the last submission.
-    pub fn pending_dispatches(&self) -> u32 {
-        self.pending_dispatches
-    }
-
-    /// Submits what is recorded where it holds the next part of a run (`parts`) — at least
-    /// [`FIRST_PART`] dispatches, twice as many as the part before — and says whether it did
-    /// (the parameter offsets taken before it no longer hold).
-    pub fn submit_part(&mut self, context: &GpuContext, parts: &mut Parts) -> bool {
-        if (self.pending_dispatches as u64) < FIRST_PART << parts.submitted {
+    /// Submits what is recorded where it holds the next part since the last readback — at
+    /// least [`FIRST_PART`] dispatches, twice as many as the part before — and says whether it
+    /// did (parameter offsets taken before it no longer hold). A long run of dispatches calls
+    /// it between them.
+    pub fn submit_part(&mut self, context: &GpuContext) -> bool {
+        if (self.pending_dispatches as u64) < FIRST_PART << self.parts {
             return false;
         }
         self.submit(context);
-        parts.submitted += 1;
+        self.parts += 1;
         true
     }
 
@@ -335,6 +327,7 @@ impl Recording {
     pub fn read(&mut self, context: &GpuContext, staged: &[Staged]) -> Result<Vec<Vec<u8>>> {
         let started = std::time::Instant::now();
         self.submit(context);
+        self.parts = 0;
         let used = std::mem::take(&mut self.staged);
         if used == 0 {
             return Ok(staged.iter().map(|_| Vec::new()).collect());
@@ -358,6 +351,7 @@ impl Recording {
         debug_assert_eq!(self.staged, 0, "staged results would be left unread");
         let started = std::time::Instant::now();
         self.submit(context);
+        self.parts = 0;
         self.counts.readbacks += 1;
         self.counts.downloaded += (std::mem::size_of::<T>() * len) as u64;
         let bytes = context.read_bytes(buffer, (std::mem::size_of::<T>() * len) as u64);

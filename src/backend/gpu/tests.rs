@@ -257,7 +257,7 @@ fn worst_gap(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
 
 #[test]
 fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
-    use super::recording::Parts;
+    use super::recording::most_parts;
     use crate::backend::{DirectionRequest, LinearSolver, Stages, forcing_term};
     let Some(context) = context() else { return };
     // A pinned bar sagging under gravity from rest: far from the solution at first, then
@@ -339,8 +339,9 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         }
         // Submitted when the host waits, and once before: the linearization goes to the
         // device while the host records the solve. A chunk of the solve long enough goes in
-        // parts (`Parts`), so that the device starts while the host records the rest.
-        let parts = counts.readbacks * Parts::most_for(counts.dispatches);
+        // parts (`Recording::submit_part`), so that the device starts while the host records
+        // the rest.
+        let parts = counts.readbacks * most_parts(counts.dispatches);
         assert!(counts.submissions > counts.readbacks, "{projection:?}: {counts:?}");
         assert!(counts.submissions <= counts.readbacks + 1 + parts, "{projection:?}: {counts:?}");
         // The same kernels on the same data in the same order: the same bits.

@@ -222,7 +222,7 @@ impl Solver {
     /// stopped early ([`max_iterations`](Self::max_iterations), [`budget`](Self::budget),
     /// [`wall_time`](Self::wall_time)) it damps the motion less than Newton stopped the same.
     /// Stretches are kept from step to step. On both backends (a GPU records an iteration —
-    /// linearization, condensed solve, local update, merit — as one submission), for
+    /// linearization, condensed solve, local update, merit — with one readback), for
     /// integrators with one quadrature node (all implicit ones but AVF).
     pub fn mixed_fem() -> Solver {
         Solver::with_kind(SolverKind::MixedFem)

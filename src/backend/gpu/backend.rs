@@ -3,8 +3,9 @@
 //! and are submitted in parts as they are recorded, read when the host needs a number: a
 //! Newton iteration (the advance along the last direction, the element pass, gather,
 //! assembly, the whole PCG solve, its dot products and the line search's first candidates)
-//! is two submissions — the linearization first, so the device starts while the host records
-//! the solve — and one readback.
+//! is submitted in parts — the linearization first, so the device starts while the host
+//! records the solve, and a long solve in pieces (`Recording::submit_part`) — and read back
+//! once.
 
 use rayon::prelude::*;
 use std::sync::Arc;

@@ -708,3 +708,39 @@ fn a_stiff_cube_thrown_spinning_flies_as_on_the_cpu() {
         }
     }
 }
+
+/// A converged solve of a body past 384 vertices (here 539, which one workgroup could solve)
+/// multiplies by the dense inverse of the local/global matrix in the CG loop, two dispatches an
+/// iteration, and needs a fraction of Jacobi's iterations in one workgroup, one dispatch a
+/// solve; a budget, which spends its iterations whatever the preconditioner, keeps the one
+/// workgroup.
+#[test]
+fn mid_sized_bodies_solve_with_the_dense_inverse_unless_on_a_budget() {
+    if !gpu_available() {
+        return;
+    }
+    let step = |solver: Solver| {
+        let builder = Simulation::builder()
+            .tet_body(TetMesh::bar([10, 6, 6], [1.0, 0.6, 0.6]), Material::neo_hookean(3e4, 0.3), 1000.0)
+            .gravity([0.0, -9.81, 0.0])
+            .solver(solver.clone())
+            .pin(|p| p[0] < 1e-9);
+        let mut sim = common::on_backend(builder, Backend::Gpu).build().unwrap();
+        assert_eq!(sim.positions().len(), 539);
+        let stats = sim.step().unwrap();
+        let device = stats.device.expect("a GPU step counts its device work");
+        println!("{solver:?}: {} Newton / {} CG, {device:?}", stats.iterations, stats.linear_iterations);
+        (stats.linear_iterations as u64, device)
+    };
+    let newton = Solver::newton().tolerance(1e-6);
+    let (dense, dense_work) = step(newton.clone());
+    let (jacobi, jacobi_work) = step(newton.clone().linear_solver(LinearSolver::Pcg));
+    let (budget, budget_work) = step(newton.budget(2, 40));
+    // The loop dispatches twice a CG iteration; fewer dispatches in all than that is one
+    // workgroup's solves. Measured on lavapipe: 27 CG iterations and 235 dispatches with the
+    // dense inverse, 64 and 76 with Jacobi, 66 and 35 on the budget.
+    assert!(dense_work.dispatches >= 2 * dense, "dense: {dense} CG, {dense_work:?}");
+    assert!(jacobi_work.dispatches < 2 * jacobi, "Jacobi: {jacobi} CG, {jacobi_work:?}");
+    assert!(budget_work.dispatches < 2 * budget, "budget: {budget} CG, {budget_work:?}");
+    assert!(3 * dense < 2 * jacobi, "dense {dense} against Jacobi's {jacobi} CG iterations");
+}

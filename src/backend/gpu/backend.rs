@@ -38,6 +38,12 @@ use crate::objective::{Node, StepProblem};
 /// blends is 7).
 const MAX_BLENDS: usize = 8;
 
+/// Vertices from which a converged Newton or mixed-FEM solve multiplies by the dense `S^-1` in
+/// the loop rather than by Jacobi in one workgroup (`GpuBackend::preconditioned`). Below, the
+/// 1K-tet bars (330 vertices) stay as measured: one workgroup's 10.6 us a CG iteration there,
+/// and a step short enough that the loop's extra dispatches may cost more than they save.
+const DENSE_OVER_ONE_WORKGROUP: usize = 384;
+
 /// Line-search candidates evaluated in one submission at most.
 pub const MAX_BATCH: usize = super::buffers::BATCH;
 
@@ -823,6 +829,7 @@ impl GpuBackend {
         let pcg = self.preconditioned(
             request.solver,
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
+            request.relative_tolerance.is_some(),
         )?;
         let chunk = self.first_chunk(pcg.max_iterations);
         let (status, solve) = self.record_solve(pcg, chunk, JacobiLoop::Cg)?;
@@ -891,6 +898,7 @@ impl GpuBackend {
         let params = self.preconditioned(
             request.solver,
             self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
+            request.relative_tolerance.is_some(),
         )?;
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];
         let chunk = self.first_chunk(params.max_iterations);
@@ -1404,8 +1412,23 @@ impl GpuBackend {
     /// 27-41 % fewer CG iterations on the benchmark bars (1K to 100K tets) for a third more
     /// bytes an iteration: its `G^T G` has about 27 scalar entries a row where the matrix has
     /// 13 blocks of nine (docs/perf/gpu.md, seventh session).
-    fn preconditioned(&mut self, solver: LinearSolver, params: PcgParams) -> Result<PcgParams> {
-        let one_workgroup = self.solved_in_one_workgroup();
+    ///
+    /// A converged solve of a body from [`DENSE_OVER_ONE_WORKGROUP`] vertices on takes the loop
+    /// and the dense inverse even where one workgroup could run it: there Jacobi took three
+    /// times the CG iterations (251 against 81 a step on the 2 160-tet bar), at 10.6-44 us each
+    /// in one workgroup (330-2 541 vertices) against the loop's 19 (H200). A budget spends its iterations whatever
+    /// the preconditioner (`budgeted`: a fixed relative tolerance), and keeps the one
+    /// workgroup's single dispatch.
+    fn preconditioned(
+        &mut self,
+        solver: LinearSolver,
+        params: PcgParams,
+        budgeted: bool,
+    ) -> Result<PcgParams> {
+        let dense_pays = solver == LinearSolver::PcgProjective
+            && !budgeted
+            && self.buffers.vertex_count >= DENSE_OVER_ONE_WORKGROUP;
+        let one_workgroup = self.solved_in_one_workgroup() && !dense_pays;
         if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
             return Ok(self.split_translations(PcgParams { preconditioner: JACOBI, ..params }));
         }
@@ -2030,7 +2053,7 @@ impl Stages for GpuBackend {
         self.step_bound = None;
         let result = (|| {
             let params =
-                self.preconditioned(solver, self.pcg_params(Some(tolerance), 0.0, max_iterations))?;
+                self.preconditioned(solver, self.pcg_params(Some(tolerance), 0.0, max_iterations), false)?;
             let status = self.solve(params)?;
             self.record_projection("keep_pressed")?;
             let dots = self.dots()?;

@@ -1415,20 +1415,18 @@ impl GpuBackend {
     ///
     /// A converged solve of a body from [`DENSE_OVER_ONE_WORKGROUP`] vertices on takes the loop
     /// and the dense inverse even where one workgroup could run it: there Jacobi took three
-    /// times the CG iterations (251 against 81 a step on the 2 160-tet bar), at 10.6-44 us each
-    /// in one workgroup (330-2 541 vertices) against the loop's 19 (H200). A budget spends its iterations whatever
-    /// the preconditioner (`budgeted`: a fixed relative tolerance), and keeps the one
-    /// workgroup's single dispatch.
+    /// times the CG iterations (251 against 81 a step on the 2 160-tet bar), at 10.6-44 us
+    /// each in one workgroup (330-2 541 vertices) against the loop's 19 (H200). A budget
+    /// (`budgeted`: a fixed relative tolerance) spends its iterations whatever the
+    /// preconditioner, and keeps the one workgroup's single dispatch.
     fn preconditioned(
         &mut self,
         solver: LinearSolver,
         params: PcgParams,
         budgeted: bool,
     ) -> Result<PcgParams> {
-        let dense_pays = solver == LinearSolver::PcgProjective
-            && !budgeted
-            && self.buffers.vertex_count >= DENSE_OVER_ONE_WORKGROUP;
-        let one_workgroup = self.solved_in_one_workgroup() && !dense_pays;
+        let one_workgroup = self.solved_in_one_workgroup()
+            && (budgeted || self.buffers.vertex_count < DENSE_OVER_ONE_WORKGROUP);
         if solver != LinearSolver::PcgProjective || self.groups.self_contact.is_some() || one_workgroup {
             return Ok(self.split_translations(PcgParams { preconditioner: JACOBI, ..params }));
         }

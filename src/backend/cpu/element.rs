@@ -395,11 +395,11 @@ impl LaneCode {
         {
             if std::arch::is_x86_feature_detected!("avx2") {
                 codes.push(LaneCode::Avx2);
-            }
-            let avx512 = std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl");
-            if std::arch::is_x86_feature_detected!("avx2") && avx512 {
-                codes.push(LaneCode::Avx512Vl);
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                {
+                    codes.push(LaneCode::Avx512Vl);
+                }
             }
         }
         codes

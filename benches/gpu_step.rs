@@ -135,12 +135,13 @@ fn bench(c: &mut Criterion) {
         for case in cases() {
             let name = format!("{}_{label}", case.name);
             let mut gpu = scene(cells, size, &case, Some(context.clone()));
-            let common::StepTimes { median: gpu_time, stats, .. } = common::step_times(&mut gpu, runs);
+            let gpu_times = common::step_times(&mut gpu, runs);
+            let (gpu_time, stats) = (gpu_times.median, &gpu_times.stats);
             let profiled = profile(&mut gpu);
             let mut cpu = (tets <= 100_000).then(|| scene(cells, size, &case, None));
             let cpu_time = cpu.as_mut().map(|cpu| common::step_times(cpu, runs).median);
             let counts = stats.device.unwrap_or_default();
-            eprintln!("{name:<20} GPU {}{}", ms(gpu_time), common::device_work(&counts));
+            eprintln!("{name:<20} GPU {}{}", ms(gpu_time), common::device_work(&gpu_times));
             // The host's own work is the wall time less its wait for the device.
             let wait = counts.wait;
             let us = |s: f64| format!("{:.1} us", s * 1e6);

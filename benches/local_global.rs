@@ -95,10 +95,11 @@ fn local_global(c: &mut Criterion) {
                     }
                 };
                 // The median and fastest of warm steps (see benches/mixed_fem.rs).
-                let common::StepTimes { median, fastest, stats } = common::step_times(&mut sim, runs);
+                let times = common::step_times(&mut sim, runs);
+                let (median, fastest, stats) = (times.median, times.fastest, &times.stats);
                 assert!(stats.iterations > 0, "{name}: the measured step did nothing");
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-                let device = stats.device.as_ref().map_or(String::new(), common::device_work);
+                let device = common::device_work(&times);
                 let label = format!("{}_{name}_{side}", integrator.name());
                 eprintln!(
                     "{label:<36} {:>6} verts {tets:>7} tets  iterations {:>2}  cg {:>4}  total {:>8.2} ms, fastest {:.2} (local {:.2}, global {:.2}){device}",

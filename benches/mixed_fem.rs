@@ -98,11 +98,12 @@ fn mixed_fem(c: &mut Criterion) {
             };
             // The median of warm steps: a single step after the CPU cases met a GPU at idle
             // clocks (on an H100 up to 5 ms an iteration more, at every size).
-            let common::StepTimes { median: step, stats, .. } = common::step_times(&mut sim, runs);
+            let times = common::step_times(&mut sim, runs);
+            let (step, stats) = (times.median, &times.stats);
             assert!(stats.iterations > 0, "{name}: the measured step did nothing");
             let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / stats.iterations as f64;
             let t = stats.timings;
-            let device = stats.device.as_ref().map_or(String::new(), common::device_work);
+            let device = common::device_work(&times);
             let label = format!("{solver_name}_{name}_{side}");
             eprintln!(
                 "{label:<26} {:>6} tets  iterations {}  cg {:>4}  |g| {:.1e} N  per iteration {:>7.2} ms: \

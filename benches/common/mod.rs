@@ -31,11 +31,24 @@ pub fn time_steps(
 const WARM_UP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The wall times of steps from one state: their median and the fastest (on a shared machine
-/// the fastest is the steadiest figure of the code's own cost), and the stats of the last.
+/// the fastest is the steadiest figure of the code's own cost), the median of the CPU time the
+/// stepping thread used (where the OS says), and the stats of the last.
 pub struct StepTimes {
     pub median: std::time::Duration,
     pub fastest: std::time::Duration,
+    pub thread_cpu: Option<std::time::Duration>,
     pub stats: lively::StepStats,
+}
+
+/// The CPU time the calling thread has used (Linux: `/proc/thread-self/schedstat`, in ns).
+/// A step's wall time less its device `wait` is not all the host's work: the thread may also
+/// sleep in the driver (lavapipe runs a submission's kernels on its own threads while the
+/// submitting one blocks) or wait for a core. Its CPU time is what the host computed itself
+/// (lively, wgpu, and the driver's recording).
+fn thread_cpu_time() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanoseconds = stat.split_whitespace().next()?.parse().ok()?;
+    Some(std::time::Duration::from_nanos(nanoseconds))
 }
 
 /// [`StepTimes`] of `runs` steps from the simulation's state (restored after each), after
@@ -48,16 +61,24 @@ pub fn step_times(sim: &mut Simulation, runs: usize) -> StepTimes {
         sim.step().expect("warm-up step");
     }
     let mut times = Vec::with_capacity(runs);
+    let mut cpu_times = Vec::with_capacity(runs);
     let mut stats = lively::StepStats::default();
     for _ in 0..runs {
         sim.set_state(&x, &v).expect("restore");
+        // Read outside the timed part: a read of the file takes some microseconds.
+        let cpu_before = thread_cpu_time();
         let started = std::time::Instant::now();
         stats = sim.step().expect("benchmark step");
         times.push(started.elapsed());
+        if let (Some(before), Some(after)) = (cpu_before, thread_cpu_time()) {
+            cpu_times.push(after.saturating_sub(before));
+        }
     }
     sim.set_state(&x, &v).expect("restore");
     times.sort();
-    StepTimes { median: times[runs / 2], fastest: times[0], stats }
+    cpu_times.sort();
+    let thread_cpu = (cpu_times.len() == runs).then(|| cpu_times[runs / 2]);
+    StepTimes { median: times[runs / 2], fastest: times[0], thread_cpu, stats }
 }
 
 /// One step from the simulation's state (restored after) with the device's passes timed: each
@@ -169,10 +190,14 @@ pub fn on_gpu_or_cpu(
     }
 }
 
-/// A step's device work, for a benchmark's printed line.
-pub fn device_work(d: &lively::backend::gpu::DeviceCounts) -> String {
+/// A GPU step's device work, for a benchmark's printed line: the counts and host times of the
+/// last of `times`' steps, and the median CPU time of the stepping thread.
+pub fn device_work(times: &StepTimes) -> String {
+    let Some(d) = times.stats.device.as_ref() else { return String::new() };
+    let thread_cpu =
+        times.thread_cpu.map_or(String::new(), |t| format!(", thread cpu {:.2}", t.as_secs_f64() * 1e3));
     format!(
-        "  {} subm {} readbacks {} dispatches, host record {:.2} ms, encode {:.2}, wait {:.2}, {:.2} / {:.2} MB up / down",
+        "  {} subm {} readbacks {} dispatches, host record {:.2} ms, encode {:.2}, wait {:.2}{thread_cpu}, {:.2} / {:.2} MB up / down",
         d.submissions,
         d.readbacks,
         d.dispatches,

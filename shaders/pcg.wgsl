@@ -1309,15 +1309,21 @@ fn translation_terms(v: u32) -> array<vec4<f32>, 3> {
 }
 
 // t = E^-1 f from the summed terms (f = U^T b, E row-major after it), by cofactors: E is the
-// sum of the vertex terms' positive definite blocks.
+// sum of the vertex terms' positive definite blocks. The determinant is E's scale cubed, past
+// f32's range where friction or a stiff contact holds a light body (lagged friction's blocks
+// reach 1e13): E and f are scaled first by the power of two just above E's largest entry, which
+// leaves every rounding, and t, as they were where nothing overflows.
 fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
-    let f = sums[0].xyz;
     // Columns of E (symmetric, so its rows too).
-    let e = mat3x3<f32>(
+    let unscaled = mat3x3<f32>(
         vec3<f32>(sums[0].w, sums[1].z, sums[2].y),
         vec3<f32>(sums[1].x, sums[1].w, sums[2].z),
         vec3<f32>(sums[1].y, sums[2].x, sums[2].w),
     );
+    let largest = max(max(abs(unscaled[0]), abs(unscaled[1])), abs(unscaled[2]));
+    let shift = vec3<i32>(-frexp(max(largest.x, max(largest.y, largest.z))).exp);
+    let e = mat3x3<f32>(ldexp(unscaled[0], shift), ldexp(unscaled[1], shift), ldexp(unscaled[2], shift));
+    let f = ldexp(sums[0].xyz, shift);
     let c0 = cross(e[1], e[2]);
     let c1 = cross(e[2], e[0]);
     let c2 = cross(e[0], e[1]);

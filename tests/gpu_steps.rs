@@ -601,6 +601,38 @@ fn a_pile_of_stiff_free_cubes_falls_as_on_the_cpu() {
     }
 }
 
+/// A light free cube squashed into a capsule that holds it with friction (found by
+/// `api_properties`, seed 3003). Lagged friction's blocks reach 1e13 here, and the GPU's split
+/// along the translations solved its 3x3 system by cofactors in f32: the determinant, the
+/// blocks' scale cubed, overflowed, and every budgeted step's direction was NaN (refused, for
+/// integrators that must always step), while a converged solve fell back to a gradient step.
+#[test]
+fn a_light_body_held_deep_in_a_collider_by_friction_steps() {
+    if !gpu_available() {
+        return;
+    }
+    for integrator in [Integrator::BackwardEuler, Integrator::Stabilized { epsilon: 0.5 }] {
+        for solver in [Solver::newton().budget(1, 1), Solver::newton().max_iterations(1)] {
+            let builder = Simulation::builder()
+                .tet_body(TetMesh::bar([1, 1, 1], [0.1; 3]), Material::stvk(100.0, 0.0), 10.0)
+                .dt(3e-4)
+                .gravity([0.0, -9.81, 0.0])
+                .integrator(integrator.clone())
+                .solver(solver.clone())
+                .collider(lively::Collider::capsule([0.0; 3], [0.38, 0.0, -0.17], 0.16).friction(0.8))
+                .contact_model(lively::ContactModel::Penalty { stiffness: 2e8 });
+            let mut sim = common::on_backend(builder, Backend::Gpu).build().unwrap();
+            let squashed: Vec<[f64; 3]> = sim.positions().iter().map(|p| p.map(|c| 0.3 * c)).collect();
+            let still = vec![[0.0; 3]; squashed.len()];
+            sim.set_state(&squashed, &still).unwrap();
+            let stats = sim.step().unwrap_or_else(|e| panic!("{integrator:?}, {solver:?}: {e}"));
+            let finite = |v: &[[f64; 3]]| v.iter().flatten().all(|c| c.is_finite());
+            assert!(finite(sim.positions()) && finite(sim.velocities()), "{integrator:?}, {solver:?}");
+            assert!(stats.objective_decrease > 0.0, "{integrator:?}, {solver:?}: {stats:?}");
+        }
+    }
+}
+
 /// A thrown cube, soft or stiff: the GPU measures it from a pose that travels with it, and
 /// its Newton solves reach the 1e-4 N tolerance every step, as on the CPU, 2-5e-8 m from it
 /// (lavapipe). Measured from a frame that moved only once the cube had gone further than its

@@ -1327,8 +1327,17 @@ fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
     let c0 = cross(e[1], e[2]);
     let c1 = cross(e[2], e[0]);
     let c2 = cross(e[0], e[1]);
+    // An E whose columns are nearly dependent loses its determinant to cancellation in f32:
+    // friction's blocks `c (I - n n^T)` dwarf a light part's mass along n, off the axes. Such a
+    // part keeps its translation in the solve (t = 0, no split), whose CG resolves it as for
+    // any body; a determinant within 1e-5 of the columns' Hadamard bound is still good to about
+    // 1 % in f32.
+    let determinant = dot(e[0], c0);
+    if (!(determinant > 1e-5 * length(e[0]) * length(e[1]) * length(e[2]))) {
+        return vec3<f32>(0.0);
+    }
     // The rows of E^-1 are the cofactors over the determinant.
-    return vec3<f32>(dot(c0, f), dot(c1, f), dot(c2, f)) / dot(e[0], c0);
+    return vec3<f32>(dot(c0, f), dot(c1, f), dot(c2, f)) / determinant;
 }
 
 // b_v -= C_v t, b_v saved first where `finish` puts it back (t zero outside the groups).

@@ -1330,8 +1330,8 @@ fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
     // An E whose columns are nearly dependent loses its determinant to cancellation in f32:
     // friction's blocks `c (I - n n^T)` dwarf a light part's mass along n, off the axes. Such a
     // part keeps its translation in the solve (t = 0, no split), whose CG resolves it as for
-    // any body; a determinant within 1e-5 of the columns' Hadamard bound is still good to about
-    // 1 % in f32.
+    // any body; a determinant at least 1e-5 times the columns' Hadamard bound (the product of
+    // their lengths, which it reaches for orthogonal columns) is still good to about 1 % in f32.
     let determinant = dot(e[0], c0);
     if (!(determinant > 1e-5 * length(e[0]) * length(e[1]) * length(e[2]))) {
         return vec3<f32>(0.0);

@@ -108,6 +108,12 @@ struct Params {
 @group(3) @binding(10) var<storage, read_write> coupling_counts: array<u32>;
 // Newton's right-hand side, -grad G (where `rhs`).
 @group(3) @binding(11) var<storage, read_write> rhs: array<f32>;
+// With the right-hand side, its vertex terms' part (all but the elements' corner forces):
+// summed over a free part, the part's translational force, which the elements' forces, zero
+// in sum, would leave as it is but for their f32 rounding (see `translation_from` in pcg.wgsl).
+@group(3) @binding(12) var<storage, read_write> vertex_rhs: array<f32>;
+// D's vertex blocks (`w A_v`), row-major, for `vertex_rhs`.
+@group(3) @binding(13) var<storage, read> damping_vertex_blocks: array<f32>;
 
 // The batch member this workgroup evaluates (0 outside a batch).
 var<private> member: u32 = 0u;
@@ -294,12 +300,14 @@ fn store_block(v: u32, block: mat3x3<f32>) {
     }
 }
 
-// Writes vertex v's gradient, and where asked Newton's right-hand side.
-fn store_gradient(v: u32, g: vec3<f32>) {
+// Writes vertex v's gradient g, and where asked Newton's right-hand side and the vertex
+// terms' part of it (`own`, g less the elements' forces).
+fn store_gradient(v: u32, g: vec3<f32>, own: vec3<f32>) {
     for (var c = 0u; c < 3u; c++) {
         gradient[3u * v + c] = g[c];
         if (params.rhs != 0u) {
             rhs[3u * v + c] = -g[c];
+            vertex_rhs[3u * v + c] = -own[c];
         }
     }
 }
@@ -324,7 +332,7 @@ fn vertex(v: u32) -> vec4<f32> {
             if (params.surface_count != 0u && params.node_count != 0u) {
                 coupling_counts[v] = 0u;
             }
-            store_gradient(v, vec3<f32>(0.0));
+            store_gradient(v, vec3<f32>(0.0), vec3<f32>(0.0));
             store_block(v, IDENTITY3);
             if (params.projection != 0u) {
                 pressed[v] = vec4<f32>(0.0);
@@ -365,6 +373,9 @@ fn vertex(v: u32) -> vec4<f32> {
         forces += b.forces * w;
         absolute += b.forces * w;
     }
+    // The vertex terms' gradient: acc less the elements' forces and the damping's stiffness
+    // part, which sum to zero over a free part.
+    var own = acc;
     if (params.damped != 0u) {
         // Row v of D dx.
         var force = vec3<f32>(0.0);
@@ -378,15 +389,26 @@ fn vertex(v: u32) -> vec4<f32> {
                 damping_blocks[matrix_entry(s, 6u)] * dx.x + damping_blocks[matrix_entry(s, 7u)] * dx.y + damping_blocks[matrix_entry(s, 8u)] * dx.z,
             );
         }
+        var coupled = vec3<f32>(0.0);
         if (params.friction != 0u) {
             // The friction couplings' blocks between vertices (their diagonal is in D).
-            force += coupling_row(v, coupling_set(FRICTION_SET, params.surface_count, params.vertex_count));
+            coupled = coupling_row(v, coupling_set(FRICTION_SET, params.surface_count, params.vertex_count));
         }
+        force += coupled;
         let linear = damping_linear[v];
         energy += 0.5 * dot(xv - start, force) - dot(linear.xyz, xv - start) + linear.w;
         force -= linear.xyz;
         acc += force;
         forces += length(force);
+        // D's vertex terms: its vertex block (the couplings' diagonal with the drag's, not the
+        // stiffness part), the couplings and the linear terms.
+        let dx = xv - start;
+        var vertex_block = vec3<f32>(0.0);
+        for (var r = 0u; r < 3u; r++) {
+            let row = vec3<f32>(damping_vertex_blocks[9u * v + 3u * r], damping_vertex_blocks[9u * v + 3u * r + 1u], damping_vertex_blocks[9u * v + 3u * r + 2u]);
+            vertex_block[r] = dot(row, dx);
+        }
+        own += vertex_block + coupled - linear.xyz;
     }
     energy += self_contact_energy(v);
     if (params.derivatives == 0u) {
@@ -394,6 +416,7 @@ fn vertex(v: u32) -> vec4<f32> {
     }
     let contact = self_contact_terms(v);
     acc += contact.gradient;
+    own += contact.gradient;
     block += contact.block;
     forces += contact.forces;
     absolute += contact.forces;
@@ -431,12 +454,13 @@ fn vertex(v: u32) -> vec4<f32> {
             let force = dot(acc, n.xyz);
             if (force > 0.0) {
                 acc -= n.xyz * force;
+                own -= n.xyz * force;
                 press = vec4<f32>(n.xyz, force);
             }
         }
         pressed[v] = press;
     }
-    store_gradient(v, acc);
+    store_gradient(v, acc, own);
     store_block(v, block);
     // G's noise floor: forces times the size of what rounds under them. The terms of absolute
     // positions round with the position; the others (inertia, gravity, elasticity, damping)

@@ -234,6 +234,8 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(32) var<storage, read> vertex_blocks: array<f32>;
 @group(3) @binding(33) var<storage, read> damping_vertex_blocks: array<f32>;
 @group(3) @binding(34) var<storage, read_write> rhs_saved: array<f32>;
+// b's vertex terms' part (the gather's `vertex_rhs`).
+@group(3) @binding(35) var<storage, read> vertex_rhs: array<f32>;
 // The translation group of every vertex: its free part's (`NO_GROUP` where a pin holds its
 // part). The groups' vertices in chunks of at most WORKGROUP, a chunk in one group
 // (`translation_chunks` in src/backend/gpu/buffers.rs): per group the range of its chunks
@@ -1223,8 +1225,8 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
     // read on.
     let settles = params.translation == SPLIT_PROJECTIVE || params.translation >= SPLIT_BLOCKS && s.state != RUNNING;
     if (v < params.vertex_count && row.lane == 0u) {
-        // The translation `deflate` took out of b (none unless split).
-        let moved = select(vec3<f32>(0.0), translation_at(v), settles);
+        // The step's translation (none unless split).
+        let moved = select(vec3<f32>(0.0), step_translation(v, s.state), settles);
         for (var c = 0u; c < 3u; c++) {
             let i = 3u * v + c;
             if (s.state == NEGATIVE_FIRST) {
@@ -1260,23 +1262,38 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // steel-stiff cubes' local/global steps left them metres off, and their Newton steps lost
 // gravity's pull (a free cube of E 1e9 Pa fell 2 m where it should fall 5). Local/global's
 // explicit inverses leave their translation out; Jacobi's holds too little of it to matter.
-// Each free part is a group with a t of its own, however many: `translation_sums` sums b and
-// C per chunk of a group's vertices (a workgroup each), `translation_solve` a group's chunks
-// and forms its t (a workgroup each), and `deflate` takes C t out of b (saved first where b
-// must be put back), leaving t for `finish`; the one-workgroup solve does all three itself.
+// U^T b sums the elements' forces, zero in exact arithmetic, with the vertex terms': the
+// step's translation is t' = E^-1 U^T b', b' the vertex terms' part of b (the gather's
+// `vertex_rhs`), while `deflate` takes C t out of b with t from the whole b, so that the
+// loop's right-hand side still sums to zero. From the whole b, a light body squashed stiff
+// moved by E^-1 of the f32 rounding of its elastic forces: 3e9 N forces on a 0.01 kg bar
+// rounded to a 3e3 N sum, and the step moved it 6 km (`api_properties`, seed 11011).
+// Each free part is a group with translations of its own, however many: `translation_sums`
+// sums b, b' and C per chunk of a group's vertices (a workgroup each), `translation_solve` a
+// group's chunks and forms its t and t' (a workgroup each), and `deflate` takes C t out of b
+// (saved first where b must be put back), leaving t' for `finish`; the one-workgroup solve
+// does all three itself. The exact w has no translation of its own (U^T C w = 0), but the
+// loop's f32 products do not resolve one, and its w can hold a stray translation: 50 m in the
+// bar's step above. `stray_sums` and `stray_solve` find it, s = E^-1 U^T C w, before each
+// `finish`, which adds t' - s.
 // The tolerance is relative to b - C t, the part CG solves: relative to b, the elastic part of a falling free cube's Newton solves was left
 // loose, and 30 steps took 103 Newton iterations (801 CG) where they take 83 (623).
 
 // A split solve's translation taken back out of its direction, once the step along the whole
 // is taken (local/global's with contacts, whose `finish` leaves it there): the next solve's
-// warm start, whose products by the matrix would not resolve it, starts from the rest.
+// warm start, whose products by the matrix would not resolve it, starts from the rest, the
+// loop's w as it came, stray translation and all: two free stiff cubes resting on a floor
+// took 78 CG iterations a step (30 steps, lavapipe) from w less it, 61 from w, and 69 before
+// the stray translation was taken out of the step (`stray_sums`). Local/global's
+// matrix is positive definite: its solves do not fall back to b, which `finish` adds no stray
+// translation to.
 @compute @workgroup_size(WORKGROUP)
 fn untranslate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v = workgroup_slot(group, groups) * WORKGROUP + lid;
     if (v >= params.vertex_count) {
         return;
     }
-    let t = translation_at(v);
+    let t = translation_at(v, KEPT) - translation_at(v, STRAY);
     for (var c = 0u; c < 3u; c++) {
         direction[3u * v + c] -= t[c];
     }
@@ -1298,32 +1315,52 @@ fn translation_block(v: u32) -> array<f32, 9> {
     return block;
 }
 
-// b_v and C_v as the three vec4s the sums take.
-fn translation_terms(v: u32) -> array<vec4<f32>, 3> {
-    let b = translation_block(v);
-    return array<vec4<f32>, 3>(
-        vec4<f32>(rhs3(v), b[0]),
-        vec4<f32>(b[1], b[2], b[3], b[4]),
-        vec4<f32>(b[5], b[6], b[7], b[8]),
+// C_v t, C_v row-major.
+fn vertex_block_times(c: array<f32, 9>, t: vec3<f32>) -> vec3<f32> {
+    return vec3<f32>(
+        c[0] * t.x + c[1] * t.y + c[2] * t.z,
+        c[3] * t.x + c[4] * t.y + c[5] * t.z,
+        c[6] * t.x + c[7] * t.y + c[8] * t.z,
     );
 }
 
-// t = E^-1 f from the summed terms (f = U^T b, E row-major after it), by cofactors: E is the
-// sum of the vertex terms' positive definite blocks. The determinant is E's scale cubed, past
-// f32's range where friction or a stiff contact holds a light body (lagged friction's blocks
-// reach 1e13): E and f are scaled first by the power of two just above E's largest entry, which
-// leaves every rounding, and t, as they were where nothing overflows.
-fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
-    // Columns of E (symmetric, so its rows too).
+// The three vec4s the sums take at vertex v: b_v, C_v's upper triangle (it is symmetric) and
+// b'_v; for the `stray` translation C_v d_v in b_v's place, d the loop's direction.
+fn translation_terms(v: u32, stray: bool) -> array<vec4<f32>, 3> {
+    let c = translation_block(v);
+    var b = rhs3(v);
+    var own = vec3<f32>(vertex_rhs[3u * v], vertex_rhs[3u * v + 1u], vertex_rhs[3u * v + 2u]);
+    if (stray) {
+        b = vertex_block_times(c, vec3<f32>(direction[3u * v], direction[3u * v + 1u], direction[3u * v + 2u]));
+        own = vec3<f32>(0.0);
+    }
+    return array<vec4<f32>, 3>(vec4<f32>(b, c[0]), vec4<f32>(c[1], c[2], c[4], c[5]), vec4<f32>(c[8], own));
+}
+
+// A group's translations (see the split above): `deflated`, t = E^-1 U^T b, whose C t
+// `deflate` takes out of b, and `kept`, the step's t' = E^-1 U^T b'.
+struct Translation {
+    deflated: vec3<f32>,
+    kept: vec3<f32>,
+}
+
+// The translations from the summed terms (f = U^T b, E's upper triangle, f' = U^T b'), by
+// cofactors: E is the sum of the vertex terms' positive definite blocks. The determinant is
+// E's scale cubed, past f32's range where friction or a stiff contact holds a light body
+// (lagged friction's blocks reach 1e13): E, f and f' are scaled first by the power of two just
+// above E's largest entry, which leaves every rounding, and t, as they were where nothing
+// overflows.
+fn translation_from(sums: array<vec4<f32>, 3>) -> Translation {
     let unscaled = mat3x3<f32>(
-        vec3<f32>(sums[0].w, sums[1].z, sums[2].y),
-        vec3<f32>(sums[1].x, sums[1].w, sums[2].z),
-        vec3<f32>(sums[1].y, sums[2].x, sums[2].w),
+        vec3<f32>(sums[0].w, sums[1].x, sums[1].y),
+        vec3<f32>(sums[1].x, sums[1].z, sums[1].w),
+        vec3<f32>(sums[1].y, sums[1].w, sums[2].x),
     );
     let largest = max(max(abs(unscaled[0]), abs(unscaled[1])), abs(unscaled[2]));
     let shift = vec3<i32>(-frexp(max(largest.x, max(largest.y, largest.z))).exp);
     let e = mat3x3<f32>(ldexp(unscaled[0], shift), ldexp(unscaled[1], shift), ldexp(unscaled[2], shift));
     let f = ldexp(sums[0].xyz, shift);
+    let own = ldexp(sums[2].yzw, shift);
     let c0 = cross(e[1], e[2]);
     let c1 = cross(e[2], e[0]);
     let c2 = cross(e[0], e[1]);
@@ -1334,20 +1371,16 @@ fn translation_from(sums: array<vec4<f32>, 3>) -> vec3<f32> {
     // their lengths, which it reaches for orthogonal columns) is still good to about 1 % in f32.
     let determinant = dot(e[0], c0);
     if (!(determinant > 1e-5 * length(e[0]) * length(e[1]) * length(e[2]))) {
-        return vec3<f32>(0.0);
+        return Translation(vec3<f32>(0.0), vec3<f32>(0.0));
     }
     // The rows of E^-1 are the cofactors over the determinant.
-    return vec3<f32>(dot(c0, f), dot(c1, f), dot(c2, f)) / determinant;
+    let rows = transpose(mat3x3<f32>(c0, c1, c2));
+    return Translation(rows * f / determinant, rows * own / determinant);
 }
 
 // b_v -= C_v t, b_v saved first where `finish` puts it back (t zero outside the groups).
 fn deflate_row(v: u32, t: vec3<f32>) {
-    let b = translation_block(v);
-    let moved = vec3<f32>(
-        b[0] * t.x + b[1] * t.y + b[2] * t.z,
-        b[3] * t.x + b[4] * t.y + b[5] * t.z,
-        b[6] * t.x + b[7] * t.y + b[8] * t.z,
-    );
+    let moved = vertex_block_times(translation_block(v), t);
     for (var c = 0u; c < 3u; c++) {
         let i = 3u * v + c;
         if (params.translation >= SPLIT_BLOCKS) {
@@ -1357,13 +1390,36 @@ fn deflate_row(v: u32, t: vec3<f32>) {
     }
 }
 
-// The translation `deflate` took out of b at vertex v (zero outside the groups).
-fn translation_at(v: u32) -> vec3<f32> {
+// A group's three translations, a vec4 each: t, t' and the stray one.
+const DEFLATED: u32 = 0u;
+const KEPT: u32 = 1u;
+const STRAY: u32 = 2u;
+
+// Group g's translations from its sums: t and t', or (`stray`) the stray one, E^-1 U^T C d.
+fn store_translation(g: u32, sums: array<vec4<f32>, 3>, stray: bool) {
+    let t = translation_from(sums);
+    if (stray) {
+        translation[3u * g + STRAY] = vec4<f32>(t.deflated, 0.0);
+    } else {
+        translation[3u * g + DEFLATED] = vec4<f32>(t.deflated, 0.0);
+        translation[3u * g + KEPT] = vec4<f32>(t.kept, 0.0);
+    }
+}
+
+// What a settled split solve adds to its direction d at vertex v: t', less the stray
+// translation of d (which a solve that fell back to b has not had summed).
+fn step_translation(v: u32, state: u32) -> vec3<f32> {
+    let stray = select(translation_at(v, STRAY), vec3<f32>(0.0), state == NEGATIVE_FIRST);
+    return translation_at(v, KEPT) - stray;
+}
+
+// Translation `which` at vertex v (zero outside the groups).
+fn translation_at(v: u32, which: u32) -> vec3<f32> {
     let g = translation_groups[v];
     if (g == NO_GROUP) {
         return vec3<f32>(0.0);
     }
-    return translation[g].xyz;
+    return translation[3u * g + which].xyz;
 }
 
 fn translation_chunk_count() -> u32 {
@@ -1382,12 +1438,12 @@ fn translation_member(i: u32) -> u32 {
 
 // Chunk `chunk`'s sums of b and C over the invocations, to `translation_partials` (each
 // invocation must call it, the chunk the same in all).
-fn sum_chunk(lid: u32, chunk: u32) {
+fn sum_chunk(lid: u32, chunk: u32, stray: bool) {
     var own = array<vec4<f32>, 3>();
     if (chunk < translation_chunk_count()) {
         let members = translation_chunk(chunk);
         for (var i = members.x + lid; i < members.y; i += INVOCATIONS) {
-            let terms = translation_terms(translation_member(i));
+            let terms = translation_terms(translation_member(i), stray);
             for (var k = 0u; k < 3u; k++) {
                 own[k] += terms[k];
             }
@@ -1403,12 +1459,26 @@ fn sum_chunk(lid: u32, chunk: u32) {
 
 @compute @workgroup_size(WORKGROUP)
 fn translation_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    sum_chunk(lid, workgroup_slot(group, groups));
+    sum_chunk(lid, workgroup_slot(group, groups), false);
 }
 
 @compute @workgroup_size(WORKGROUP)
 fn translation_solve(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = workgroup_slot(group, groups);
+    solve_group(lid, workgroup_slot(group, groups), false);
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn stray_sums(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    sum_chunk(lid, workgroup_slot(group, groups), true);
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn stray_solve(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    solve_group(lid, workgroup_slot(group, groups), true);
+}
+
+// Group g's chunks summed and its translations stored (each invocation must call it).
+fn solve_group(lid: u32, g: u32, stray: bool) {
     var own = array<vec4<f32>, 3>();
     if (g < params.translation_groups) {
         for (var chunk = translation_chunks[g] + lid; chunk < translation_chunks[g + 1u]; chunk += INVOCATIONS) {
@@ -1422,7 +1492,7 @@ fn translation_solve(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workg
         sums[k] = workgroup_sum(lid, own[k]);
     }
     if (lid == 0u && g < params.translation_groups) {
-        translation[g] = vec4<f32>(translation_from(sums), 0.0);
+        store_translation(g, sums, stray);
     }
 }
 
@@ -1430,7 +1500,7 @@ fn translation_solve(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workg
 fn deflate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v = workgroup_slot(group, groups) * WORKGROUP + lid;
     if (v < params.vertex_count) {
-        deflate_row(v, translation_at(v));
+        deflate_row(v, translation_at(v, DEFLATED));
     }
 }
 
@@ -1569,29 +1639,35 @@ fn pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
 // it with one workgroup.
 var<workgroup> carry_on: u32;
 
+// The split's translations (t and t', or the stray one), every group's, in this workgroup
+// alone (each invocation must call it).
+fn translations_in_workgroup(lid: u32, stray: bool) {
+    for (var chunk = 0u; chunk < translation_chunk_count(); chunk++) {
+        sum_chunk(lid, chunk, stray);
+    }
+    storageBarrier();
+    for (var g = lid; g < params.translation_groups; g += INVOCATIONS) {
+        var sums = array<vec4<f32>, 3>();
+        for (var chunk = translation_chunks[g]; chunk < translation_chunks[g + 1u]; chunk++) {
+            for (var k = 0u; k < 3u; k++) {
+                sums[k] += translation_partials[3u * chunk + k];
+            }
+        }
+        store_translation(g, sums, stray);
+    }
+    storageBarrier();
+}
+
 @compute @workgroup_size(INVOCATIONS)
 fn solve_small(@builtin(local_invocation_index) lid: u32) {
     let n = params.vertex_count;
     multiplied = P_ITSELF;
-    // The split along the translations (`deflate`), all in this workgroup: every chunk's
-    // sums, every group's t, then b deflated.
+    // The split along the translations (`deflate`), all in this workgroup: every group's
+    // translations, then b deflated.
     if (params.translation != 0u) {
-        for (var chunk = 0u; chunk < translation_chunk_count(); chunk++) {
-            sum_chunk(lid, chunk);
-        }
-        storageBarrier();
-        for (var g = lid; g < params.translation_groups; g += INVOCATIONS) {
-            var sums = array<vec4<f32>, 3>();
-            for (var chunk = translation_chunks[g]; chunk < translation_chunks[g + 1u]; chunk++) {
-                for (var k = 0u; k < 3u; k++) {
-                    sums[k] += translation_partials[3u * chunk + k];
-                }
-            }
-            translation[g] = vec4<f32>(translation_from(sums), 0.0);
-        }
-        storageBarrier();
+        translations_in_workgroup(lid, false);
         for (var v = lid; v < n; v += INVOCATIONS) {
-            deflate_row(v, translation_at(v));
+            deflate_row(v, translation_at(v, DEFLATED));
         }
         storageBarrier();
     }
@@ -1665,15 +1741,19 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             carry_on = u32(state == RUNNING);
         }
     }
+    if (params.translation != 0u && state != NEGATIVE_FIRST) {
+        translations_in_workgroup(lid, true);
+    }
     if (state == NEGATIVE_FIRST || params.translation != 0u) {
         for (var v = lid; v < n; v += INVOCATIONS) {
+            let moved = step_translation(v, state);
             for (var c = 0u; c < 3u; c++) {
                 let i = 3u * v + c;
                 if (state == NEGATIVE_FIRST) {
                     direction[i] = rhs[i];
                 }
                 if (params.translation != 0u) {
-                    direction[i] += translation_at(v)[c];
+                    direction[i] += moved[c];
                 }
                 if (params.translation >= SPLIT_BLOCKS) {
                     rhs[i] = rhs_saved[i];

@@ -525,11 +525,13 @@ impl GpuBuffers {
         let pcg_partials = (n * super::pcg::MAX_LANES as usize).div_ceil(WORKGROUP as usize);
         w.set("residual_partials", c.scratch::<[f32; 2]>("residual_partials", pcg_partials));
         // A free body's split along its translations: sums per chunk (three vec4s), the
-        // groups' translations, and b before the split.
+        // groups' translations (three each: see `store_translation`), and b before the split.
         let chunk_sums = 3 * translation_chunks.max(1) as usize;
         w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", chunk_sums));
-        w.set("translation", c.scratch::<[f32; 4]>("translation", translation_groups.max(1) as usize));
+        w.set("translation", c.scratch::<[f32; 4]>("translation", 3 * translation_groups.max(1) as usize));
         w.set("rhs_saved", c.scratch::<f32>("rhs_saved", 3 * n));
+        // b's vertex terms' part (the gather's), for the split.
+        w.set("vertex_rhs", c.scratch::<f32>("vertex_rhs", 3 * n));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
         // w.u, 0), which also ping-pong; and that loop's p, w = A u and A q, one after another.

@@ -803,6 +803,21 @@ impl WgPcg {
             }
             solve.recorded += 1;
         }
+        if params.translation != 0 {
+            // The stray translation of the direction, which `finish` takes out (see the shader).
+            let split =
+                [("stray_sums", groups.translation_chunks), ("stray_solve", params.translation_groups)];
+            for (entry, grid) in split {
+                recording.dispatch(
+                    context,
+                    self.0.kernel(entry),
+                    &groups.param,
+                    offset,
+                    &groups.parity[0],
+                    grid,
+                );
+            }
+        }
         let even = solve.recorded.is_multiple_of(2);
         let bound = &groups.parity[(!even) as usize];
         recording.dispatch(

@@ -227,13 +227,30 @@ fn definite3(m: mat3x3<f32>) -> bool {
     return m[0][0] > 0.0 && m[0][0] * m[1][1] - m[0][1] * m[1][0] > 0.0 && determinant(m) > 0.0;
 }
 
+// m times 2^shift, exactly (short of underflow).
+fn scaled3(m: mat3x3<f32>, shift: vec3<i32>) -> mat3x3<f32> {
+    return mat3x3<f32>(ldexp(m[0], shift), ldexp(m[1], shift), ldexp(m[2], shift));
+}
+
+fn largest_entry(m: mat3x3<f32>) -> f32 {
+    let columns = max(max(abs(m[0]), abs(m[1])), abs(m[2]));
+    return max(columns.x, max(columns.y, columns.z));
+}
+
 // H is positive definite when dd is and so is its Schur complement ss - ds^T dd^-1 ds.
+// Tested on H scaled by the power of two just above its largest entry, which leaves the
+// answer as it is: a 1e14 Pa material's determinants, its scale cubed, overflowed f32, the
+// Schur complement was NaN, and every such tet took the Jacobi projection it did not need.
 fn definite(h: Hessian6) -> bool {
-    if (!definite3(h.dd)) {
+    let largest = max(largest_entry(h.dd), max(largest_entry(h.ds), largest_entry(h.ss)));
+    let shift = vec3<i32>(-frexp(largest).exp);
+    let dd = scaled3(h.dd, shift);
+    if (!definite3(dd)) {
         return false;
     }
     // dd^-1 = adj(dd) / det(dd), and adj(dd) = cofactor(dd) for a symmetric dd.
-    let schur = h.ss - transpose(h.ds) * cofactor(h.dd) * h.ds * (1.0 / determinant(h.dd));
+    let ds = scaled3(h.ds, shift);
+    let schur = scaled3(h.ss, shift) - transpose(ds) * cofactor(dd) * ds * (1.0 / determinant(dd));
     return definite3(schur);
 }
 

@@ -266,6 +266,50 @@ mod tests {
         }
     }
 
+    /// A positive definite stretch Hessian is left as it is, however stiff: a body 2^32 times
+    /// as stiff and as dense (8.6e13 Pa) has the same iterates, and its condensed matrices are
+    /// 2^32 times the first body's, bit for bit, as f32 scales by a power of two exactly where
+    /// nothing overflows. The definiteness test's determinants, the stiffness cubed, did: every
+    /// tet of the stiff body took the Jacobi projection it did not need, and 1827 of 2529
+    /// entries differed by its rounding.
+    #[test]
+    fn a_definite_stretch_hessian_is_not_projected_however_stiff() {
+        use rand::SeedableRng;
+        let Some(context) = context() else { return };
+        let scale = 2f64.powi(32);
+        let blocks: [Vec<f32>; 2] = [1.0, scale].map(|factor| {
+            let mut model = Model::empty([0.0, -9.81, 0.0]);
+            let material = Material::stable_neo_hookean(2e4 * factor, 0.3);
+            model
+                .add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], 1000.0 * factor)
+                .unwrap();
+            for v in 0..model.vertex_count() {
+                model.pinned[v] = model.rest[v][0] < 1e-9;
+            }
+            let model = Arc::new(model);
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+            let mut moved = |scale: f64| moved(&model, &mut rng, 1.0, scale);
+            let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
+            let nodes = [Node { weight: 1.0, theta: 1.0 }];
+            let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
+            let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+            gpu.begin_step(problem);
+            gpu.set_iterate(&x);
+            gpu.mixed_begin();
+            gpu.mixed_direction(&request(Projection::Psd));
+            gpu.mixed_advance(0.5);
+            gpu.mixed_direction(&request(Projection::Psd));
+            assert!(gpu.take_error().is_none());
+            gpu.read_linearization().1
+        });
+        // (A pinned vertex's block is the identity, at any scale.)
+        let free = |k: &usize| blocks[0][9 * (k / 9)..][..9] != [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+        let entries: Vec<usize> = (0..blocks[0].len()).filter(free).collect();
+        let scaled = |k: &&usize| (blocks[0][**k] * scale as f32).to_bits() == blocks[1][**k].to_bits();
+        let differing = entries.iter().filter(|k| !scaled(k)).count();
+        assert_eq!(differing, 0, "{differing} of {} entries differ", entries.len());
+    }
+
     /// An iteration from a state with inverted neo-Hookean tets, whose stretches are outside
     /// the model's domain: no finite direction comes of it, and on both twins the iterate
     /// stays where it was (the GPU evaluates the line search's first candidates in place and

@@ -41,7 +41,8 @@ struct Params {
     // 1: gather the gradient and write it and the vertex blocks; 0: the sums alone (a
     // line-search candidate must not overwrite the linearization's gradient).
     derivatives: u32,
-    // 1: a linearization's gather, which also writes Newton's right-hand side -grad G.
+    // A linearization's gather, which also writes Newton's right-hand side -grad G (1), and
+    // its vertex terms' part (2, RHS_AND_VERTEX_TERMS).
     rhs: u32,
     tet_count: u32,
     spring_count: u32,
@@ -114,6 +115,9 @@ struct Params {
 @group(3) @binding(12) var<storage, read_write> vertex_rhs: array<f32>;
 // D's vertex blocks (`w A_v`), row-major, for `vertex_rhs`.
 @group(3) @binding(13) var<storage, read> damping_vertex_blocks: array<f32>;
+
+// `params.rhs`: the right-hand side and its vertex terms' part.
+const RHS_AND_VERTEX_TERMS: u32 = 2u;
 
 // The batch member this workgroup evaluates (0 outside a batch).
 var<private> member: u32 = 0u;
@@ -307,6 +311,8 @@ fn store_gradient(v: u32, g: vec3<f32>, own: vec3<f32>) {
         gradient[3u * v + c] = g[c];
         if (params.rhs != 0u) {
             rhs[3u * v + c] = -g[c];
+        }
+        if (params.rhs == RHS_AND_VERTEX_TERMS) {
             vertex_rhs[3u * v + c] = -own[c];
         }
     }
@@ -402,11 +408,12 @@ fn vertex(v: u32) -> vec4<f32> {
         forces += length(force);
         // D's vertex terms: its vertex block (the couplings' diagonal with the drag's, not the
         // stiffness part), the couplings and the linear terms.
-        let dx = xv - start;
         var vertex_block = vec3<f32>(0.0);
-        for (var r = 0u; r < 3u; r++) {
-            let row = vec3<f32>(damping_vertex_blocks[9u * v + 3u * r], damping_vertex_blocks[9u * v + 3u * r + 1u], damping_vertex_blocks[9u * v + 3u * r + 2u]);
-            vertex_block[r] = dot(row, dx);
+        if (params.rhs == RHS_AND_VERTEX_TERMS) {
+            for (var r = 0u; r < 3u; r++) {
+                let row = vec3<f32>(damping_vertex_blocks[9u * v + 3u * r], damping_vertex_blocks[9u * v + 3u * r + 1u], damping_vertex_blocks[9u * v + 3u * r + 2u]);
+                vertex_block[r] = dot(row, xv - start);
+            }
         }
         own += vertex_block + coupled - linear.xyz;
     }

@@ -285,6 +285,15 @@ impl GpuBackend {
     /// The gather's parameters for `nodes` (`inv_h2` 0 leaves inertia out); `derivatives`
     /// gathers the gradient and vertex blocks (`exact` keeping the colliders' curvature),
     /// `damped` adds the step's lagged damping.
+    /// What a linearization's gather writes (`GatherParams::rhs`): with free parts, whose
+    /// solves may split along their translations, the vertex terms' part of b too.
+    fn rhs_outputs(&self) -> u32 {
+        match self.buffers.translation_groups > 0 {
+            true => super::gather::RHS_AND_VERTEX_TERMS,
+            false => super::gather::RHS,
+        }
+    }
+
     fn gather_params(
         &self,
         nodes: &[Node],
@@ -462,7 +471,7 @@ impl GpuBackend {
         let constrained = self.model.contact.is_projection();
         params.projection = constrained as u32;
         params.contact_set = 0;
-        params.rhs = 1;
+        params.rhs = self.rhs_outputs();
         self.elements(Positions::Iterate, &nodes, outputs)?;
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained })
@@ -821,7 +830,10 @@ impl GpuBackend {
             });
         }
         // The condensed system: gather (with the right-hand side), assembly, PCG.
-        let params = GatherParams { rhs: 1, ..self.gather_params(&nodes, self.inv_h2, Some(false), true) };
+        let params = GatherParams {
+            rhs: self.rhs_outputs(),
+            ..self.gather_params(&nodes, self.inv_h2, Some(false), true)
+        };
         self.gather(&params, Positions::Iterate)?;
         self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
         // The linearization goes to the device while the host records the solve.
@@ -1308,7 +1320,10 @@ impl GpuBackend {
             element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Gradient, true)?;
         }
         // The gather writes the global step's right-hand side, -grad G, as it goes.
-        let params = GatherParams { rhs: 1, ..self.gather_params(nodes, self.inv_h2, Some(false), true) };
+        let params = GatherParams {
+            rhs: self.rhs_outputs(),
+            ..self.gather_params(nodes, self.inv_h2, Some(false), true)
+        };
         self.gather(&params, Positions::Iterate)?;
         if !stage {
             return Ok(None);

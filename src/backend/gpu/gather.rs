@@ -16,6 +16,12 @@ use crate::error::Result;
 use crate::model::Model;
 use glam::DVec3;
 
+/// `GatherParams::rhs`: the right-hand side.
+pub const RHS: u32 = 1;
+/// `GatherParams::rhs`: the right-hand side and its vertex terms' part (`vertex_rhs` in the
+/// shader).
+pub const RHS_AND_VERTEX_TERMS: u32 = 2;
+
 /// Parameters of `shaders/gather.wgsl`.
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
 pub struct GatherParams {
@@ -41,7 +47,9 @@ pub struct GatherParams {
     pub damped: u32,
     /// 1: gather and write the gradient and vertex blocks; 0: the energy alone.
     pub derivatives: u32,
-    /// 1: a linearization's gather, which also writes Newton's right-hand side `-grad G`.
+    /// A linearization's gather, which also writes Newton's right-hand side `-grad G`
+    /// ([`RHS`]), and its vertex terms' part for the split along the translations of a model
+    /// with free parts ([`RHS_AND_VERTEX_TERMS`]); 0 for neither.
     pub rhs: u32,
     pub tet_count: u32,
     pub spring_count: u32,

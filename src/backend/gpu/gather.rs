@@ -439,7 +439,11 @@ mod tests {
         rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
         rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
         let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-        let params = gather_params(model, Projection::None);
+        // With the right-hand side and its vertex terms' part.
+        let params = super::GatherParams {
+            rhs: super::RHS_AND_VERTEX_TERMS,
+            ..gather_params(model, Projection::None)
+        };
         rig.stages.gather.queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate).unwrap();
         let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
         if assemble {
@@ -487,6 +491,18 @@ mod tests {
         // entry on lavapipe; 1e-5 leaves a margin, and a wrong term or slot is off by O(1).
         let (g_error, g_at) = worst(&rig.read(3, "gradient", 3 * n), cpu.gradient.as_flattened());
         assert!(g_error < 1e-5, "gradient entry {g_at} off by {g_error:e}");
+        // b's vertex terms' part (the split's, `vertex_rhs`): the gradient less the elements'
+        // forces, negated (zero at the pins), to the same bound.
+        let mut own: Vec<[f64; 3]> = cpu.gradient.iter().map(|g| g.map(|c| -c)).collect();
+        let corners = model.tets.iter().flat_map(|t| t.to_vec()).chain(model.springs.iter().flat_map(|s| *s));
+        for (v, force) in corners.zip(&cpu.corners) {
+            (0..3).for_each(|c| own[v as usize][c] += force[c]);
+        }
+        for (v, _) in model.pinned.iter().enumerate().filter(|(_, pinned)| **pinned) {
+            own[v] = [0.0; 3];
+        }
+        let (o_error, o_at) = worst(&rig.read(3, "vertex_rhs", 3 * n), own.as_flattened());
+        assert!(o_error < 1e-5, "vertex terms' right-hand side entry {o_at} off by {o_error:e}");
         // The sphere's curvature term divides by the distance to its center: a vertex 11 mm
         // from it, 0.3 m from the origin, carries ~30x the f32 rounding of its position
         // (measured 2.4e-6 on lavapipe). Inertia alone was exact to 1e-7; a wrong term is O(1).
@@ -507,7 +523,7 @@ mod tests {
         assert!(relative(sums[1], cpu.sums.0) < 1e-4, "|grad|^2 {} vs {}", sums[1], cpu.sums.0);
         assert!(relative(sums[2], cpu.sums.1) < 1e-4, "force scale {} vs {}", sums[2], cpu.sums.1);
         println!(
-            "gather/assemble parity: gradient {g_error:.1e}, vertex blocks {v_error:.1e}, blocks {b_error:.1e}"
+            "gather/assemble parity: gradient {g_error:.1e}, its vertex terms {o_error:.1e}, vertex blocks {v_error:.1e}, blocks {b_error:.1e}"
         );
         rig
     }

@@ -1267,7 +1267,8 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // `vertex_rhs`), while `deflate` takes C t out of b with t from the whole b, so that the
 // loop's right-hand side still sums to zero. From the whole b, a light body squashed stiff
 // moved by E^-1 of the f32 rounding of its elastic forces: 3e9 N forces on a 0.01 kg bar
-// rounded to a 3e3 N sum, and the step moved it 6 km (`api_properties`, seed 11011).
+// rounded to a 3e3 N sum, and its first Newton solve moved it 6 km (`api_properties`, seed
+// 11011).
 // Each free part is a group with translations of its own, however many: `translation_sums`
 // sums b, b' and C per chunk of a group's vertices (a workgroup each), `translation_solve` a
 // group's chunks and forms its t and t' (a workgroup each), and `deflate` takes C t out of b

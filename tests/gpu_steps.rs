@@ -816,8 +816,9 @@ fn mid_sized_bodies_solve_with_the_dense_inverse_unless_on_a_budget() {
 /// A-search on a budget (found by `api_properties`, seed 11011), of 8 vertices (solved in one
 /// workgroup) and of 2 187 (in the multi-workgroup loop, on lavapipe too). Its elastic forces
 /// reach 3e9 N on 0.01 kg: their f32 sum over the bar, zero but for rounding, came to 3e3 N,
-/// and the split along the bar's translation moved it by E^-1 of that, 6 km in the first step
-/// (the larger bar 196 m); the second step's were NaN (9e9 m). With the translation from the
+/// and the split along the bar's translation moved it by E^-1 of that, 6 km in the first
+/// Newton solve. The first step ended 1.8e7 m away and the second was NaN (8 vertices), or
+/// 196 m and 9e9 m away (2 187). With the translation from the
 /// vertex terms alone and CG's stray translation taken out, the bars fall as on the CPU: their
 /// centroids were 4.9e-3 and 8.8e-4 m from the CPU's after each step (8 vertices), 6.4e-4 and
 /// 5.8e-3 m (2 187).

@@ -1285,9 +1285,9 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // warm start, whose products by the matrix would not resolve it, starts from the rest, the
 // loop's w as it came, stray translation and all: two free stiff cubes resting on a floor
 // took 78 CG iterations a step (30 steps, lavapipe) from w less it, 61 from w, and 69 before
-// the stray translation was taken out of the step (`stray_sums`). Local/global's
-// matrix is positive definite: its solves do not fall back to b, which `finish` adds no stray
-// translation to.
+// the stray translation was taken out of the step (`stray_sums`). (A solve that falls back to
+// b has no stray translation taken out in `finish`; local/global's matrix is positive
+// definite, and its solves do not fall back.)
 @compute @workgroup_size(WORKGROUP)
 fn untranslate(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v = workgroup_slot(group, groups) * WORKGROUP + lid;

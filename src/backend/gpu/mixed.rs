@@ -113,10 +113,11 @@ mod tests {
     use crate::model::Model;
     use crate::objective::{Node, StepProblem};
 
-    /// The parity tests' body: a bar of 3x2x2 cells of `material`, pinned at x = 0.
-    fn pinned_bar(material: Material) -> Arc<Model> {
+    /// The parity tests' body: a bar of 3x2x2 cells of `material` and `density`, pinned at
+    /// x = 0.
+    fn pinned_bar(material: Material, density: f64) -> Arc<Model> {
         let mut model = Model::empty([0.0, -9.81, 0.0]);
-        model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], 1000.0).unwrap();
+        model.add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], density).unwrap();
         for v in 0..model.vertex_count() {
             model.pinned[v] = model.rest[v][0] < 1e-9;
         }
@@ -172,7 +173,7 @@ mod tests {
         // Squeezed to 0.8 of its size, the body's stretch Hessians turn indefinite (the
         // projection's Jacobi sweeps run); unsqueezed they are positive definite.
         for ((m, material), squeeze) in materials.iter().enumerate().flat_map(|m| [(m, 1.0), (m, 0.8)]) {
-            let model = pinned_bar(material(2e4, 0.3));
+            let model = pinned_bar(material(2e4, 0.3), 1000.0);
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(70 + m as u64);
             let mut moved = |scale: f64| moved(&model, &mut rng, squeeze, scale);
             let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
@@ -278,15 +279,7 @@ mod tests {
         let Some(context) = context() else { return };
         let scale = 2f64.powi(32);
         let blocks: [Vec<f32>; 2] = [1.0, scale].map(|factor| {
-            let mut model = Model::empty([0.0, -9.81, 0.0]);
-            let material = Material::stable_neo_hookean(2e4 * factor, 0.3);
-            model
-                .add_tet_body(&TetMesh::bar([3, 2, 2], [0.3, 0.2, 0.2]), &[material], 1000.0 * factor)
-                .unwrap();
-            for v in 0..model.vertex_count() {
-                model.pinned[v] = model.rest[v][0] < 1e-9;
-            }
-            let model = Arc::new(model);
+            let model = pinned_bar(Material::stable_neo_hookean(2e4 * factor, 0.3), 1000.0 * factor);
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
             let mut moved = |scale: f64| moved(&model, &mut rng, 1.0, scale);
             let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
@@ -319,7 +312,7 @@ mod tests {
     fn an_iteration_without_a_finite_direction_leaves_the_iterate() {
         use rand::SeedableRng;
         let Some(context) = context() else { return };
-        let model = pinned_bar(Material::neo_hookean(2e4, 0.3));
+        let model = pinned_bar(Material::neo_hookean(2e4, 0.3), 1000.0);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(95);
         let mut x = moved(&model, &mut rng, 1.0, 0.005);
         // A free vertex pushed 1.5 cells down, through the tets below it.
@@ -359,7 +352,7 @@ mod tests {
     fn merits_turn_infinite_at_the_same_steps_past_neo_hookeans_domain() {
         use rand::SeedableRng;
         let Some(context) = context() else { return };
-        let model = pinned_bar(Material::neo_hookean(2e4, 0.3));
+        let model = pinned_bar(Material::neo_hookean(2e4, 0.3), 1000.0);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(90);
         let (start, target) = (moved(&model, &mut rng, 1.0, 0.01), moved(&model, &mut rng, 1.0, 0.03));
         // Squeezed to half its height.

@@ -530,8 +530,9 @@ impl GpuBuffers {
         w.set("translation_partials", c.scratch::<[f32; 4]>("translation_partials", chunk_sums));
         w.set("translation", c.scratch::<[f32; 4]>("translation", 3 * translation_groups.max(1) as usize));
         w.set("rhs_saved", c.scratch::<f32>("rhs_saved", 3 * n));
-        // b's vertex terms' part (the gather's), for the split.
-        w.set("vertex_rhs", c.scratch::<f32>("vertex_rhs", 3 * n));
+        // b's vertex terms' part (the gather's), for the split of a model with free parts.
+        let vertex_rhs = if translation_groups > 0 { 3 * n } else { 1 };
+        w.set("vertex_rhs", c.scratch::<f32>("vertex_rhs", vertex_rhs));
         w.set("curvature_partials", c.scratch::<f32>("curvature_partials", pcg_partials));
         // PCG's ping-pong vectors, each followed by the pipelined loop's partials (r.r, r.u,
         // w.u, 0), which also ping-pong; and that loop's p, w = A u and A q, one after another.

@@ -282,9 +282,6 @@ impl GpuBackend {
         &self.context
     }
 
-    /// The gather's parameters for `nodes` (`inv_h2` 0 leaves inertia out); `derivatives`
-    /// gathers the gradient and vertex blocks (`exact` keeping the colliders' curvature),
-    /// `damped` adds the step's lagged damping.
     /// What a linearization's gather writes (`GatherParams::rhs`): with free parts, whose
     /// solves may split along their translations, the vertex terms' part of b too.
     fn rhs_outputs(&self) -> u32 {
@@ -294,6 +291,9 @@ impl GpuBackend {
         }
     }
 
+    /// The gather's parameters for `nodes` (`inv_h2` 0 leaves inertia out); `derivatives`
+    /// gathers the gradient and vertex blocks (`exact` keeping the colliders' curvature),
+    /// `damped` adds the step's lagged damping.
     fn gather_params(
         &self,
         nodes: &[Node],

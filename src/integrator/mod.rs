@@ -315,10 +315,25 @@ impl Stepper<'_> {
         // the end that puts it there as a third guess, a spinning body's. Local/global takes
         // no guesses but its start, so on a CPU it needs neither.
         let theta = Node::mean_theta(&plan.nodes);
-        let (shape, rigid_steps) = if self.solver.compares_guesses() || self.stages.reads_rigid_steps() {
+        let wants_steps = self.solver.compares_guesses() || self.stages.reads_rigid_steps();
+        let (shape, rigid_steps) = if wants_steps && !self.parts.is_empty() {
             let shape = self.parts.shape(input.positions, input.previous.map(|p| p.0), input.previous_theta);
-            let steps =
-                self.parts.steps(&self.model.masses, &shape, input.positions, &plan.target, &explicit, theta);
+            // A rigid body's step under inertia and gravity alone: the scheme's own step with
+            // every other force left out. Handles and colliders are springs, which an explicit
+            // step overshoots without bound once they are stiff: a 0.03 kg cloth on a 2.3e6
+            // N/m handle at h = 0.5 s was predicted 5e5 m away, and a GPU that placed the
+            // cloth's frame there held its displacements to 3 cm (docs/perf/gpu.md).
+            let gravity = vec![self.model.gravity; input.positions.len()];
+            let flight = scheme.plan(&StepInput { acceleration: &gravity, ..*input });
+            let flight_guess = combine([(1.0, &flight.target), (h * h * force_weight, &gravity)]);
+            let steps = self.parts.steps(
+                &self.model.masses,
+                &shape,
+                input.positions,
+                &flight.target,
+                &flight_guess,
+                theta,
+            );
             (shape, steps)
         } else {
             (Cow::Borrowed(input.positions), Vec::new())

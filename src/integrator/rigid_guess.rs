@@ -88,6 +88,11 @@ impl FreeParts {
         FreeParts { part_of, first, members }
     }
 
+    /// Whether the model has no free part.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_empty()
+    }
+
     /// Where a step's node at `theta` puts each free part as a rigid body (weighted by
     /// `masses`): its shape in `shape` turned as it fits the node's inertial target (`theta`
     /// of the way from `start` to `target`) best, its centre of mass moved `theta` of the way

@@ -1,10 +1,10 @@
 // Stage `assemble`: a block-sparse matrix from the upper element blocks (mirrors added
-// transposed, scaled by `element_scale`), the vertex blocks and, when `damped`, the lagged
-// damping matrix; a workgroup per slice of the sliced layout's rows, an invocation per block,
-// each block summing its sources in a fixed order. Pinned vertices get only their vertex block on the diagonal.
-// The twin of src/backend/cpu/assemble.rs. It builds both the Newton matrix and, at the
-// start of a step, the lagged damping matrix itself (scale k/h, vertex blocks the per-vertex
-// damping).
+// transposed, scaled by `element_scale`), the vertex blocks (`with_vertex_blocks`) and, when
+// `damped`, Rayleigh's damping matrix; a workgroup per slice of the sliced layout's rows, an
+// invocation per block, each block summing its sources in a fixed order. Pinned vertices get
+// only their vertex block on the diagonal. The twin of src/backend/cpu/assemble.rs. It builds
+// both the Newton matrix (whose vertex blocks hold the damping's) and, at the start of a step,
+// Rayleigh's damping matrix itself (scale k/h, no vertex blocks).
 
 #import shared/dispatch
 #import shared/slots
@@ -20,6 +20,8 @@ struct Params {
     // 1: keep pressed vertices on their colliders (the projection model; `constrain_pressed`
     // in the CPU twin).
     constrained: u32,
+    // 1: the vertex blocks on the diagonal; 0: a plain stiffness matrix.
+    with_vertex_blocks: u32,
 }
 
 const TRANSPOSED: u32 = 0x80000000u;
@@ -159,14 +161,14 @@ fn main(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups
         let slot = position_slot(p, j);
         var block = mat3x3<f32>();
         if (pinned[v] != 0u || pinned[column] != 0u) {
-            if (column == v) {
+            if (column == v && params.with_vertex_blocks != 0u) {
                 block = vertex_block(v);
             }
         } else {
             if (params.element_scale != 0.0) {
                 block = element_sum(index) * params.element_scale;
             }
-            if (column == v) {
+            if (column == v && params.with_vertex_blocks != 0u) {
                 block += vertex_block(v);
             }
             if (params.damped != 0u) {

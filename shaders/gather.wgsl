@@ -36,7 +36,8 @@ struct Params {
     cubic: u32,
     // 1: keep the colliders' curvature term (exact Hessian); 0: drop it (projected).
     exact_hessian: u32,
-    // 1: add the lagged damping matrix.
+    // The lagged damping: 0 none; 1 (DAMPED_VERTICES) its vertex blocks, from their factors,
+    // its linear terms and couplings; 2 (DAMPED_RAYLEIGH) those and Rayleigh's matrix.
     damped: u32,
     // 1: gather the gradient and write it and the vertex blocks; 0: the sums alone (a
     // line-search candidate must not overwrite the linearization's gradient).
@@ -113,11 +114,14 @@ struct Params {
 // summed over a free part, the part's translational force, which the elements' forces, zero
 // in sum, would leave as it is but for their f32 rounding (see `translation_from` in pcg.wgsl).
 @group(3) @binding(12) var<storage, read_write> vertex_rhs: array<f32>;
-// D's vertex blocks (`w A_v`), row-major, for `vertex_rhs`.
-@group(3) @binding(13) var<storage, read> damping_vertex_blocks: array<f32>;
+// Factors F of D's vertex blocks (`w A_v = F F^T`), row-major, in the vertices' parts' axes:
+// the damping's energy there is |F^T dx|^2 / 2, which f32 cannot take below zero.
+@group(3) @binding(13) var<storage, read> damping_vertex_factors: array<f32>;
 
 // `params.rhs`: the right-hand side and its vertex terms' part.
 const RHS_AND_VERTEX_TERMS: u32 = 2u;
+// `params.damped`: with Rayleigh's matrix.
+const DAMPED_RAYLEIGH: u32 = 2u;
 
 // The batch member this workgroup evaluates (0 outside a batch).
 var<private> member: u32 = 0u;
@@ -318,6 +322,17 @@ fn store_gradient(v: u32, g: vec3<f32>, own: vec3<f32>) {
     }
 }
 
+// Factor F of D's vertex block at v (`damping_vertex_factors`).
+fn damping_factor(v: u32) -> mat3x3<f32> {
+    let o = 9u * v;
+    // The rows read as columns, then turned.
+    return transpose(mat3x3<f32>(
+        damping_vertex_factors[o], damping_vertex_factors[o + 1u], damping_vertex_factors[o + 2u],
+        damping_vertex_factors[o + 3u], damping_vertex_factors[o + 4u], damping_vertex_factors[o + 5u],
+        damping_vertex_factors[o + 6u], damping_vertex_factors[o + 7u], damping_vertex_factors[o + 8u],
+    ));
+}
+
 // (energy, |g|^2, force scale, squared noise magnitude) of vertex v; writes its gradient and block
 // when asked (else only the energy counts).
 fn vertex(v: u32) -> vec4<f32> {
@@ -383,9 +398,10 @@ fn vertex(v: u32) -> vec4<f32> {
     // part, which sum to zero over a free part.
     var own = acc;
     if (params.damped != 0u) {
-        // Row v of D dx.
+        let dx_v = xv - start;
+        // Row v of Rayleigh's k/h K dx.
         var force = vec3<f32>(0.0);
-        for (var j = 0u; j < row_offsets[v + 1u] - row_offsets[v]; j++) {
+        for (var j = 0u; params.damped == DAMPED_RAYLEIGH && j < row_offsets[v + 1u] - row_offsets[v]; j++) {
             let s = matrix_slot(v, j);
             let u = slot_columns[s];
             let dx = load(0u, u) - load(1u, u);
@@ -395,27 +411,29 @@ fn vertex(v: u32) -> vec4<f32> {
                 damping_blocks[matrix_entry(s, 6u)] * dx.x + damping_blocks[matrix_entry(s, 7u)] * dx.y + damping_blocks[matrix_entry(s, 8u)] * dx.z,
             );
         }
+        energy += 0.5 * dot(dx_v, force);
+        // The vertex block's, F (F^T dx), and its energy |F^T dx|^2 / 2.
+        let f = damping_factor(v);
+        let reduced = dx_v * f;
+        let vertex_force = f * reduced;
+        energy += 0.5 * dot(reduced, reduced);
         var coupled = vec3<f32>(0.0);
         if (params.friction != 0u) {
-            // The friction couplings' blocks between vertices (their diagonal is in D).
+            // The friction couplings' blocks between vertices (their diagonal is in the
+            // vertex block).
             coupled = coupling_row(v, coupling_set(FRICTION_SET, params.surface_count, params.vertex_count));
         }
-        force += coupled;
         let linear = damping_linear[v];
-        energy += 0.5 * dot(xv - start, force) - dot(linear.xyz, xv - start) + linear.w;
-        force -= linear.xyz;
+        energy += 0.5 * dot(dx_v, coupled) - dot(linear.xyz, dx_v) + linear.w;
+        force += vertex_force + coupled - linear.xyz;
         acc += force;
         forces += length(force);
-        // D's vertex terms: its vertex block (the couplings' diagonal with the drag's, not the
-        // stiffness part), the couplings and the linear terms.
-        var vertex_block = vec3<f32>(0.0);
-        if (params.rhs == RHS_AND_VERTEX_TERMS) {
-            for (var r = 0u; r < 3u; r++) {
-                let row = vec3<f32>(damping_vertex_blocks[9u * v + 3u * r], damping_vertex_blocks[9u * v + 3u * r + 1u], damping_vertex_blocks[9u * v + 3u * r + 2u]);
-                vertex_block[r] = dot(row, xv - start);
-            }
+        if (params.derivatives != 0u) {
+            block += f * transpose(f);
         }
-        own += vertex_block + coupled - linear.xyz;
+        // D's vertex terms: its vertex block (the couplings' diagonal with the drag's, not
+        // Rayleigh's part), the couplings and the linear terms.
+        own += vertex_force + coupled - linear.xyz;
     }
     energy += self_contact_energy(v);
     if (params.derivatives == 0u) {

@@ -111,7 +111,7 @@ struct Params {
     // A free body's solve split along its translations (see `deflate`), `finish` adding the
     // translation to the step: 1 (SPLIT_PROJECTIVE) local/global's, whose explicit inverses
     // leave their translation out; 2 (SPLIT_BLOCKS) Newton's and mixed FEM's Jacobi solves,
-    // 3 (SPLIT_DAMPED) those with the step's lagged damping, whose `finish` puts b back.
+    // whose `finish` puts b back.
     translation: u32,
     // The translation groups split off: the model's free parts (`translation_groups`).
     translation_groups: u32,
@@ -119,7 +119,6 @@ struct Params {
 
 const SPLIT_PROJECTIVE: u32 = 1u;
 const SPLIT_BLOCKS: u32 = 2u;
-const SPLIT_DAMPED: u32 = 3u;
 // Twin of src/backend/topology.rs's.
 const NO_GROUP: u32 = 0xffffffffu;
 
@@ -229,13 +228,12 @@ const LIMIT: u32 = 4u;
 @group(3) @binding(29) var<storage, read> projective_diagonal: array<f32>;
 @group(3) @binding(30) var<storage, read_write> translation_partials: array<vec4<f32>>;
 @group(3) @binding(31) var<storage, read_write> translation: array<vec4<f32>>;
-// Newton's split: the gather's vertex blocks, the lagged damping matrix's (row-major 3x3 per
-// vertex), and b before it was deflated.
+// Newton's split: the gather's vertex blocks (the lagged damping's among them; row-major 3x3
+// per vertex), and b before it was deflated.
 @group(3) @binding(32) var<storage, read> vertex_blocks: array<f32>;
-@group(3) @binding(33) var<storage, read> damping_vertex_blocks: array<f32>;
-@group(3) @binding(34) var<storage, read_write> rhs_saved: array<f32>;
+@group(3) @binding(33) var<storage, read_write> rhs_saved: array<f32>;
 // b's vertex terms' part (the gather's `vertex_rhs`).
-@group(3) @binding(35) var<storage, read> vertex_rhs: array<f32>;
+@group(3) @binding(34) var<storage, read> vertex_rhs: array<f32>;
 // The translation group of every vertex: its free part's (`NO_GROUP` where a pin holds its
 // part). The groups' vertices in chunks of at most WORKGROUP, a chunk in one group
 // (`translation_chunks` in src/backend/gpu/buffers.rs): per group the range of its chunks
@@ -1309,9 +1307,6 @@ fn translation_block(v: u32) -> array<f32, 9> {
     var block: array<f32, 9>;
     for (var k = 0u; k < 9u; k++) {
         block[k] = vertex_blocks[9u * v + k];
-        if (params.translation == SPLIT_DAMPED) {
-            block[k] += damping_vertex_blocks[9u * v + k];
-        }
     }
     return block;
 }

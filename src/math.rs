@@ -121,6 +121,14 @@ pub fn symmetric_eigen3_from<const N: usize>(m: &[DMat3; N], start: &[DMat3; N])
     jacobi::<true, N>(rows_lanes(&rotated), rows_lanes(&bases))
 }
 
+/// A factor `F` of the symmetric 3x3 `m`'s non-negative part, `F F^T`: its eigenvectors
+/// scaled by the square roots of its eigenvalues (negative ones taken as zero). Rounded to
+/// f32, `|F^T x|^2` stays a sum of squares where `x^T m x` rounded would not.
+pub fn psd_factor(m: &DMat3) -> DMat3 {
+    let (values, vectors) = symmetric_eigen3(m);
+    vectors * DMat3::from_diagonal(DVec3::from(values.map(|l| l.max(0.0).sqrt())))
+}
+
 /// The eigenvalues of a symmetric 3x3 matrix, descending: the rotations of
 /// [`symmetric_eigen3`] without accumulating the eigenvectors.
 pub fn symmetric_eigenvalues3(m: &DMat3) -> [f64; 3] {
@@ -455,6 +463,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `psd_factor` gives back a PSD matrix, and the non-negative part of an indefinite one.
+    /// Rounded to f32, a sticking friction block `c (I - n n^T)` (c = 6.5e11 N/m, n off the
+    /// axes) times a 2 km step along n, zero exactly, comes to 4e3 J through the factor, a
+    /// sum of squares; the block's own product, rounded alike, to 2e10 J, of either sign.
+    #[test]
+    fn a_psd_factor_keeps_a_rank_deficient_block_non_negative_in_f32() {
+        let mut rng = ChaCha8Rng::seed_from_u64(17);
+        for _ in 0..100 {
+            let a = random_matrix(&mut rng);
+            let (values, v) = symmetric_eigen3(&(a + a.transpose()));
+            let clipped = v * DMat3::from_diagonal(DVec3::from(values.map(|l| l.max(0.0)))) * v.transpose();
+            let f = psd_factor(&(a + a.transpose()));
+            let scale = 1.0 + values[0].abs();
+            assert!(
+                (f * f.transpose()).abs_diff_eq(clipped, 1e-12 * scale),
+                "{:?} {clipped:?}",
+                f * f.transpose()
+            );
+            let psd = a * a.transpose();
+            let f = psd_factor(&psd);
+            assert!(
+                (f * f.transpose())
+                    .abs_diff_eq(psd, 1e-12 * (1.0 + psd.abs().to_cols_array().iter().sum::<f64>()))
+            );
+        }
+        let n = DVec3::new(0.48, -0.31, 0.82).normalize();
+        let block = (DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z)) * 6.5e11;
+        let step = n * 2e3;
+        let (block32, f32_factor, step32) = (block.as_mat3(), psd_factor(&block).as_mat3(), step.as_vec3());
+        let through_factor = (f32_factor.transpose() * step32).length_squared() as f64;
+        let through_block = step32.dot(block32 * step32) as f64;
+        assert!((0.0..1e4).contains(&through_factor), "{through_factor:e}");
+        assert!(through_block.abs() > 1e9, "the block's own product came to {through_block:e}");
     }
 
     /// The passes over a large body's vertices: a sum is its fixed chunks' sums added in

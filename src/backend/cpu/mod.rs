@@ -42,9 +42,11 @@ pub struct CpuBackend {
     /// The colliders as they are this step (the model's, until a kinematic one moves).
     colliders: Vec<crate::contact::Collider>,
     damping_weight: f64,
-    /// The step's lagged damping matrix on the Hessian's pattern, times the damping weight:
-    /// `k/h K(x_n)` (Rayleigh) plus the per-vertex ether and friction blocks; empty for none.
+    /// The step's lagged damping, times the damping weight: Rayleigh's `k/h K(x_n)` on the
+    /// Hessian's pattern (empty without it), and the per-vertex ether and friction blocks
+    /// (empty without damping), which the Newton matrix takes with the vertex blocks.
     damping: Vec<[f64; 9]>,
+    damping_vertex: Vec<[f64; 9]>,
     /// The lagged damping's per-vertex linear terms `w [b_v, c_v]`; empty for none.
     damping_linear: Vec<[f64; 4]>,
     x: Vec<[f64; 3]>,
@@ -125,6 +127,7 @@ impl CpuBackend {
             colliders: model.colliders.clone(),
             damping_weight: 1.0,
             damping: Vec::new(),
+            damping_vertex: Vec::new(),
             damping_linear: Vec::new(),
             x: vec![[0.0; 3]; n],
             gradient: vec![[0.0; 3]; n],
@@ -191,12 +194,26 @@ impl CpuBackend {
         }
     }
 
+    /// Whether the step has lagged damping.
+    fn damped(&self) -> bool {
+        !self.damping_vertex.is_empty()
+    }
+
     /// `1/2 dx^T D dx - b . dx + c` with the lagged damping, `dx = x - x_n`; its gradient
     /// `D dx - b` into `out`.
     fn damping_term(&self, x: &[[f64; 3]], out: &mut [[f64; 3]]) -> f64 {
         let dx: Vec<[f64; 3]> =
             x.iter().zip(&self.start).map(|(a, b)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]]).collect();
-        hessian_product::apply(&self.topology, &self.damping, &dx, out);
+        if self.damping.is_empty() {
+            out.fill([0.0; 3]);
+        } else {
+            hessian_product::apply(&self.topology, &self.damping, &dx, out);
+        }
+        for ((o, d), block) in out.iter_mut().zip(&dx).zip(&self.damping_vertex) {
+            for r in 0..3 {
+                o[r] += block[3 * r] * d[0] + block[3 * r + 1] * d[1] + block[3 * r + 2] * d[2];
+            }
+        }
         hessian_product::couplings(&self.friction_couplings, &dx, out);
         let mut value = 0.5 * vector::dot(&dx, out);
         // A pinned vertex never moves: its linear term is no force, and (as in the GPU twin) no
@@ -292,7 +309,7 @@ impl CpuBackend {
         if let Some(contact) = &self.model.self_collision {
             value += contact.energy_at_nodes(&self.model, x, &self.start, &self.nodes);
         }
-        if !self.damping.is_empty() {
+        if self.damped() {
             value += self.damping_term(x, &mut vec![[0.0; 3]; x.len()]);
         }
         value
@@ -391,12 +408,17 @@ impl CpuBackend {
                 forces * self.x.iter().map(|x| glam::DVec3::from(*x).abs().max_element()).fold(0.0, f64::max);
             squared = vector::dot(&gradient, &gradient);
         }
-        if !self.damping.is_empty() {
+        if self.damped() {
             let mut damping = vec![[0.0; 3]; self.x.len()];
             self.damping_term(&self.x, &mut damping);
             for (v, (g, d)) in gradient.iter_mut().zip(&damping).enumerate() {
                 if !self.model.pinned[v] {
                     *g = [g[0] + d[0], g[1] + d[1], g[2] + d[2]];
+                    if gathered == gather::Gathered::Everything {
+                        for (b, d) in vertex_blocks[v].iter_mut().zip(&self.damping_vertex[v]) {
+                            *b += d;
+                        }
+                    }
                     // The damping force is one of the forces balanced, as in the vertex terms.
                     let force = glam::DVec3::from(*d).length();
                     force_scale += force;
@@ -432,8 +454,8 @@ impl CpuBackend {
         }
     }
 
-    /// The system matrix from the element blocks in hand, the vertex blocks and the lagged
-    /// damping.
+    /// The system matrix from the element blocks in hand, the vertex blocks (with the lagged
+    /// damping's) and Rayleigh's damping matrix.
     fn assemble_system(&mut self) {
         let extra = if self.damping.is_empty() { None } else { Some(self.damping.as_slice()) };
         assemble::matrix(
@@ -492,13 +514,16 @@ impl Stages for CpuBackend {
             &mut self.projective_diagonal,
         );
         self.damping.clear();
+        self.damping_vertex.clear();
         self.damping_linear.clear();
         self.friction_couplings =
             problem.couplings.iter().map(|c| c.scaled(problem.damping_weight)).collect();
         let Some(matrix) = damping else { return };
         self.damping_linear = matrix.vertex_linear.clone();
         // D = w (k/h K(x_n) + diag(A_v)), K the PSD-projected stiffness at x_n (Gast et al.
-        // 4.2) and A_v the per-vertex ether and friction blocks.
+        // 4.2) and A_v the per-vertex ether and friction blocks, kept apart (as on a GPU,
+        // whose f32 needs them factored).
+        self.damping_vertex = matrix.vertex_blocks;
         if matrix.stiffness_scale > 0.0 {
             element::derivatives(
                 &self.model,
@@ -514,18 +539,16 @@ impl Stages for CpuBackend {
             for b in &mut self.element_blocks {
                 *b = b.map(|c| c * matrix.stiffness_scale);
             }
-        } else {
-            self.element_blocks.fill([0.0; 9]);
+            self.damping = vec![[0.0; 9]; self.topology.block_count()];
+            assemble::matrix(
+                &self.model,
+                &self.topology,
+                &self.element_blocks,
+                None,
+                None,
+                &mut self.damping,
+            );
         }
-        self.damping = vec![[0.0; 9]; self.topology.block_count()];
-        assemble::matrix(
-            &self.model,
-            &self.topology,
-            &self.element_blocks,
-            Some(&matrix.vertex_blocks),
-            None,
-            &mut self.damping,
-        );
     }
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
@@ -539,7 +562,7 @@ impl Stages for CpuBackend {
     }
 
     fn dissipation(&mut self) -> f64 {
-        if self.damping.is_empty() || self.damping_weight <= 0.0 {
+        if !self.damped() || self.damping_weight <= 0.0 {
             return 0.0;
         }
         self.damping_term(&self.x, &mut vec![[0.0; 3]; self.x.len()]) / self.damping_weight

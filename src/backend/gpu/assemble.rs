@@ -1,7 +1,7 @@
 //! Stage `assemble` (`shaders/assemble.wgsl`), the GPU twin of `backend/cpu/assemble.rs`: the
-//! block-sparse Newton matrix from the element blocks, the vertex blocks and the lagged
-//! damping matrix; at the start of a damped step, that damping matrix itself; and the
-//! local/global solver's fixed matrix.
+//! block-sparse Newton matrix from the element blocks, the vertex blocks and Rayleigh's
+//! damping matrix; at the start of a step with Rayleigh damping, that damping matrix itself;
+//! and the local/global solver's fixed matrix.
 
 use encase::ShaderType;
 
@@ -17,12 +17,14 @@ pub struct AssembleParams {
     pub vertex_count: u32,
     /// 0 leaves the element blocks out.
     pub element_scale: f32,
-    /// 1: add the lagged damping matrix.
+    /// 1: add Rayleigh's damping matrix.
     pub damped: u32,
     pub tet_count: u32,
     pub spring_count: u32,
     /// 1: keep pressed vertices on their colliders (the projection model).
     pub constrained: u32,
+    /// 1: the vertex blocks on the diagonal; 0: a plain stiffness matrix.
+    pub with_vertex_blocks: u32,
 }
 
 /// The assembly's pipeline.
@@ -40,10 +42,11 @@ pub struct AssembleGroups {
 /// What an assembly builds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Target {
-    /// The Newton matrix, with the damping matrix added when `damped`, restricted at pressed
-    /// vertices when `constrained`.
-    Newton { damped: bool, constrained: bool },
-    /// The lagged damping matrix, `element_scale K + diag(A_v)`.
+    /// The Newton matrix, with Rayleigh's damping matrix added when `rayleigh`, restricted at
+    /// pressed vertices when `constrained`.
+    Newton { rayleigh: bool, constrained: bool },
+    /// Rayleigh's damping matrix, `element_scale K` (the damping's vertex blocks join the
+    /// Newton matrix's).
     Damping { element_scale: f64 },
     /// The local/global solver's matrix for the step weight `a` (`backend::projective`), from
     /// the Laplacian and the vertex diagonal in `projective_diagonal`.
@@ -62,7 +65,7 @@ impl WgAssemble {
         buffers: &GpuBuffers,
     ) -> Result<AssembleGroups> {
         let damping = |group: u32, name: &str| match (group, name) {
-            (3, "vertex_blocks") => buffers.scratch.get("damping_vertex_blocks"),
+            (3, "vertex_blocks") => buffers.scratch.get("placeholder"),
             (3, "damping_blocks") => buffers.scratch.get("placeholder"),
             (3, "blocks") => buffers.scratch.get("damping_blocks"),
             _ => buffers.resolve(group, name),
@@ -86,7 +89,7 @@ impl WgAssemble {
         target: Target,
     ) -> Result<()> {
         let (element_scale, damped, bound) = match target {
-            Target::Newton { damped, .. } => (1.0, damped && buffers.has_damping(), &groups.newton),
+            Target::Newton { rayleigh, .. } => (1.0, rayleigh && buffers.has_damping(), &groups.newton),
             Target::Damping { element_scale } => (element_scale, false, &groups.damping),
             Target::Projective { a } => (a, false, &groups.newton),
         };
@@ -99,6 +102,7 @@ impl WgAssemble {
             tet_count: buffers.tet_count as u32,
             spring_count: buffers.spring_count as u32,
             constrained: constrained as u32,
+            with_vertex_blocks: !matches!(target, Target::Damping { .. }) as u32,
         };
         let offset = recording.params(context, &params)?;
         recording.dispatch(context, self.0.kernel(entry), &groups.param, offset, bound, groups.workgroups);

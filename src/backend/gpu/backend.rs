@@ -19,7 +19,7 @@ use super::gather::{GatherGroups, GatherParams};
 use super::line_search::{Decision, LineSearchGroups, SearchRecord, WgLineSearch};
 use super::pcg::{
     DENSE, JACOBI, JacobiLoop, PcgGroups, PcgParams, PcgStatus, ProjectiveInverse, SPLIT_BLOCKS,
-    SPLIT_DAMPED, SPLIT_PROJECTIVE, Solve,
+    SPLIT_PROJECTIVE, Solve,
 };
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
@@ -111,6 +111,8 @@ pub struct GpuBackend {
     /// This step has lagged damping (its matrix is built at the step's start), with this
     /// weight.
     damped: bool,
+    /// This step's damping has Rayleigh's part, the matrix `damping_blocks` holds.
+    rayleigh: bool,
     damping_weight: f64,
     /// This step's damping has self-contact friction (coupling record set 2).
     friction: bool,
@@ -242,6 +244,7 @@ impl GpuBackend {
             inv_h2: 0.0,
             target_inertia: 0.0,
             damped: false,
+            rayleigh: false,
             damping_weight: 1.0,
             friction: false,
             error: None,
@@ -317,7 +320,11 @@ impl GpuBackend {
             theta_1: node(1).theta as f32,
             collider_count: self.model.colliders.len() as u32,
             exact_hessian: derivatives.unwrap_or(false) as u32,
-            damped: (damped && self.damped) as u32,
+            damped: match damped && self.damped {
+                false => 0,
+                true if self.rayleigh => super::gather::DAMPED_RAYLEIGH,
+                true => super::gather::DAMPED_VERTICES,
+            },
             derivatives: derivatives.is_some() as u32,
             tet_count: self.model.tets.len() as u32,
             spring_count: self.model.springs.len() as u32,
@@ -474,7 +481,7 @@ impl GpuBackend {
         params.rhs = self.rhs_outputs();
         self.elements(Positions::Iterate, &nodes, outputs)?;
         self.gather(&params, Positions::Iterate)?;
-        self.assemble(Target::Newton { damped: self.damped, constrained })
+        self.assemble(Target::Newton { rayleigh: self.rayleigh, constrained })
     }
 
     /// Stages the last gather's partials.
@@ -835,7 +842,7 @@ impl GpuBackend {
             ..self.gather_params(&nodes, self.inv_h2, Some(false), true)
         };
         self.gather(&params, Positions::Iterate)?;
-        self.assemble(Target::Newton { damped: self.damped, constrained: false })?;
+        self.assemble(Target::Newton { rayleigh: self.rayleigh, constrained: false })?;
         // The linearization goes to the device while the host records the solve.
         self.recording.submit(&self.context);
         let pcg = self.preconditioned(
@@ -1473,7 +1480,7 @@ impl GpuBackend {
     /// `params` of a Newton or mixed-FEM solve, split along the translations of the model's
     /// free parts (`PcgParams::translation`, `Model::translation_groups`) where it
     /// preconditions by Jacobi: their matrix's translations are then their vertex blocks
-    /// (and the damping matrix's), which the split solves exactly, where f32 products by the
+    /// (the damping's among them), which the split solves exactly, where f32 products by the
     /// matrix lose them once a part is stiff at its step (a free cube of E 1e8 Pa, 1.25-2.5
     /// cm cells, fell 10 % slower than on the CPU, one of E 1e10 Pa a tenth as fast). Left
     /// out: the projection contact model, whose matrix holds its pressed vertices still
@@ -1483,12 +1490,7 @@ impl GpuBackend {
             && params.translation_groups > 0
             && !self.model.contact.is_projection()
             && self.groups.self_contact.is_none();
-        let translation = match (splits, self.damped) {
-            (false, _) => 0,
-            (true, false) => SPLIT_BLOCKS,
-            (true, true) => SPLIT_DAMPED,
-        };
-        PcgParams { translation, ..params }
+        PcgParams { translation: if splits { SPLIT_BLOCKS } else { 0 }, ..params }
     }
 
     /// Whether the body is free and so stiff at its step (`ProjectiveInverse::splits`) that
@@ -1811,6 +1813,7 @@ impl Stages for GpuBackend {
         self.newton_inverse_ready = false;
         self.step_damping = problem.damping_matrix(self.buffers.vertex_count);
         self.damped = self.step_damping.is_some();
+        self.rayleigh = self.step_damping.as_ref().is_some_and(|d| d.stiffness_scale > 0.0);
         self.friction = false;
         // The penalty contacts whose rows the inverse leaves to Jacobi in Newton's solves.
         if projective::has_penalty_contact(&self.model, &self.colliders) {
@@ -1820,23 +1823,29 @@ impl Stages for GpuBackend {
             self.newton_contact.clear();
         }
         let Some(matrix) = self.step_damping.take() else { return };
-        // D = w (k/h K(x_n) + diag(A_v)): the projected stiffness at the step's start, scaled,
-        // plus the vertex blocks, assembled into the damping matrix.
+        // D = w (k/h K(x_n) + diag(A_v)): the projected stiffness at the step's start, scaled
+        // and assembled into the damping matrix, and the vertex blocks, which the gather
+        // applies and puts in the Newton matrix's vertex blocks.
         let result = (|| {
             if self.buffers.reserve_damping(&self.context) {
                 self.rebind()?;
             }
-            // The vertex terms, in the world's axes, in those of each vertex's part (`Frame`).
+            // The vertex terms, in the world's axes, in those of each vertex's part (`Frame`),
+            // as factors F of D_v = F F^T: f32 evaluates |F^T dx|^2 / 2, never below zero. A
+            // friction block `c (I - n n^T)` in f32 has eigenvalues of about 1e-7 c along n,
+            // either sign; sticking friction makes c 1e11 N/m and more, and an explicit guess
+            // flung 2 km along n by a collider's force got -5e10 J of damping energy from it,
+            // which made it the best guess by far (docs/perf/gpu.md).
             let buffers = &self.buffers;
             let per_vertex: Vec<f32> = (matrix.vertex_blocks.iter().enumerate())
                 .flat_map(|(v, b)| {
                     let turn = glam::DMat3::from_quat(buffers.turn_of(v));
                     let block = turn.transpose() * glam::DMat3::from_cols_array(b).transpose() * turn;
-                    block.transpose().to_cols_array().map(|c| c as f32)
+                    crate::math::psd_factor(&block).transpose().to_cols_array().map(|c| c as f32)
                 })
                 .collect();
-            let vertex_blocks = self.buffers.scratch.named("damping_vertex_blocks");
-            self.recording.upload(&self.context, vertex_blocks, bytemuck::cast_slice(&per_vertex));
+            let factors = self.buffers.scratch.named("damping_vertex_factors");
+            self.recording.upload(&self.context, factors, bytemuck::cast_slice(&per_vertex));
             let mut linear: Vec<f32> = (matrix.vertex_linear.iter().enumerate())
                 .flat_map(|(v, l)| {
                     let b = buffers.turn_of(v).inverse() * glam::DVec3::new(l[0], l[1], l[2]);
@@ -1848,10 +1857,11 @@ impl Stages for GpuBackend {
             self.recording.upload(&self.context, damping_linear, bytemuck::cast_slice(&linear));
             let (c, rec, w) = (&self.context, &mut self.recording, problem.damping_weight);
             self.friction = super::self_contact::upload_friction(c, rec, &self.buffers, problem.couplings, w);
-            if matrix.stiffness_scale > 0.0 {
-                self.write_positions(Positions::Aux, problem.start);
-                self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::ProjectedHessian)?;
+            if !self.rayleigh {
+                return Ok(());
             }
+            self.write_positions(Positions::Aux, problem.start);
+            self.elements(Positions::Aux, &Node::POTENTIAL, Outputs::ProjectedHessian)?;
             self.assemble(Target::Damping { element_scale: matrix.stiffness_scale })
         })();
         self.step_damping = Some(matrix);

@@ -561,7 +561,7 @@ impl GpuBuffers {
         w.set("placeholder", c.scratch::<f32>("placeholder", 1));
         w.set("damping_blocks", c.scratch::<f32>("damping_blocks", 1));
         w.set("damping_linear", c.scratch::<[f32; 4]>("damping_linear", 1));
-        w.set("damping_vertex_blocks", c.scratch::<f32>("damping_vertex_blocks", 1));
+        w.set("damping_vertex_factors", c.scratch::<f32>("damping_vertex_factors", 1));
         // The mixed solver's buffers, allocated when it first runs (`reserve_mixed`).
         w.set("displacement_corners", c.scratch::<[f32; 4]>("displacement_corners", 1));
         w.set("mixed_linearization", c.scratch::<f32>("mixed_linearization", 1));
@@ -684,10 +684,10 @@ impl GpuBuffers {
         }
         self.scratch.set("damping_blocks", context.scratch::<f32>("damping_blocks", 9 * self.slot_count));
         self.scratch.set("damping_linear", context.scratch::<[f32; 4]>("damping_linear", self.vertex_count));
-        // Its vertex blocks, kept for the PCG's split along the translations.
+        // Its vertex blocks, as factors (`GpuBackend::begin_step`).
         self.scratch.set(
-            "damping_vertex_blocks",
-            context.scratch::<f32>("damping_vertex_blocks", 9 * self.vertex_count),
+            "damping_vertex_factors",
+            context.scratch::<f32>("damping_vertex_factors", 9 * self.vertex_count),
         );
         true
     }

@@ -22,6 +22,12 @@ pub const RHS: u32 = 1;
 /// shader).
 pub const RHS_AND_VERTEX_TERMS: u32 = 2;
 
+/// `GatherParams::damped`: the lagged damping's vertex blocks (from their factors), linear
+/// terms and couplings.
+pub const DAMPED_VERTICES: u32 = 1;
+/// `GatherParams::damped`: those and Rayleigh's damping matrix (`damping_blocks`).
+pub const DAMPED_RAYLEIGH: u32 = 2;
+
 /// Parameters of `shaders/gather.wgsl`.
 #[derive(Clone, Copy, Debug, Default, ShaderType)]
 pub struct GatherParams {
@@ -43,7 +49,7 @@ pub struct GatherParams {
     pub cubic: u32,
     /// 1: keep the colliders' curvature term (exact Hessian); 0: drop it (projected).
     pub exact_hessian: u32,
-    /// 1: add the lagged damping matrix.
+    /// The lagged damping: 0 none, [`DAMPED_VERTICES`] or [`DAMPED_RAYLEIGH`].
     pub damped: u32,
     /// 1: gather and write the gradient and vertex blocks; 0: the energy alone.
     pub derivatives: u32,
@@ -448,7 +454,7 @@ mod tests {
         let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
         if assemble {
             let groups = rig.stages.assemble.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
-            let target = Target::Newton { damped: false, constrained: model.contact.is_projection() };
+            let target = Target::Newton { rayleigh: false, constrained: model.contact.is_projection() };
             rig.stages.assemble.queue(&rig.context, &mut rig.rec, &groups, &rig.buffers, target).unwrap();
         }
         let partials: Vec<[f32; 4]> =

@@ -58,8 +58,8 @@ pub struct PcgParams {
     pub coarse_offset: u32,
     /// A free body's solve split along its translations (`deflate` in `shaders/pcg.wgsl`):
     /// `b` loses its translation before the loop and `finish` adds it to the step (to `x`
-    /// with `advance`, else to the direction). 0: none; [`SPLIT_PROJECTIVE`],
-    /// [`SPLIT_BLOCKS`] or [`SPLIT_DAMPED`].
+    /// with `advance`, else to the direction). 0: none; [`SPLIT_PROJECTIVE`] or
+    /// [`SPLIT_BLOCKS`].
     pub translation: u32,
     /// The translation groups split off: the model's free parts (`translation_groups` per
     /// vertex, `Model::translation_groups`).
@@ -71,10 +71,9 @@ pub struct PcgParams {
 /// for solves not read on.
 pub const SPLIT_PROJECTIVE: u32 = 1;
 /// `PcgParams::translation` of a Newton or mixed-FEM Jacobi solve, whose vertex terms are the
-/// gather's vertex blocks; `finish` puts `b` back once the solve has stopped.
+/// gather's vertex blocks (the lagged damping's among them); `finish` puts `b` back once the
+/// solve has stopped.
 pub const SPLIT_BLOCKS: u32 = 2;
-/// [`SPLIT_BLOCKS`] with the step's lagged damping matrix, whose vertex blocks add to them.
-pub const SPLIT_DAMPED: u32 = 3;
 
 /// `PcgParams::preconditioner`: the inverse diagonal.
 pub const JACOBI: u32 = 0;

@@ -903,12 +903,7 @@ fn a_light_cloth_on_a_stiff_handle_steps_as_on_the_cpu() {
             sim.move_handle(handle, [p[0] + 0.027, p[1], p[2]]).unwrap();
         }
         let (done, stats) = (cpu.step().unwrap(), gpu.step().unwrap());
-        let apart = cpu
-            .positions()
-            .iter()
-            .zip(gpu.positions())
-            .map(|(a, b)| (0..3).map(|c| (a[c] - b[c]).abs()).fold(0.0, f64::max))
-            .fold(0.0, f64::max);
+        let (apart, _) = common::worst_difference(cpu.positions(), gpu.positions());
         let (on_cpu, on_gpu) = (cpu.energy().total, gpu.energy().total);
         println!(
             "step {step}: {apart:.2e} m apart, {on_gpu:.6e} J against the CPU's {on_cpu:.6e} J ({:?}, {:?})",
@@ -959,12 +954,7 @@ fn a_light_cloth_stuck_in_a_capsule_by_friction_steps_as_on_the_cpu() {
     let (mut cpu, mut gpu) = (scene(Backend::Cpu), scene(Backend::Gpu));
     cpu.step().unwrap();
     gpu.step().unwrap();
-    let apart = cpu
-        .positions()
-        .iter()
-        .zip(gpu.positions())
-        .map(|(a, b)| (0..3).map(|c| (a[c] - b[c]).abs()).fold(0.0, f64::max))
-        .fold(0.0, f64::max);
+    let (apart, _) = common::worst_difference(cpu.positions(), gpu.positions());
     let (on_cpu, on_gpu) = (cpu.energy().total, gpu.energy().total);
     println!("{apart:.2e} m apart, {on_gpu:.6e} J against the CPU's {on_cpu:.6e} J");
     assert!(apart < 0.1, "{apart} m apart");

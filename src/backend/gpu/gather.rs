@@ -317,6 +317,123 @@ mod tests {
         }
     }
 
+    /// The lagged damping in the gather, against the CPU twin's `1/2 dx^T D dx - b . dx + c`
+    /// (`CpuBackend::damping_term`): Rayleigh's matrix assembled on the device from the element
+    /// blocks, random PSD vertex blocks (every other one a sticking friction block
+    /// `c (I - n n^T)` of c up to 1e6) uploaded as their factors, and random linear terms. The
+    /// gradient, the vertex blocks (which take the damping's), the vertex terms' right-hand
+    /// side (which leaves Rayleigh's part out) and the energy agree to f32 rounding.
+    #[test]
+    fn the_lagged_damping_gathers_as_its_cpu_twin() {
+        use crate::backend::cpu::assemble;
+        use glam::{DMat3, DVec3};
+        let Some(context) = context() else { return };
+        let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
+        let (mut x, start) = random_state(&model, 21);
+        for (v, _) in model.pinned.iter().enumerate().filter(|(_, pinned)| **pinned) {
+            x[v] = start[v];
+        }
+        let cpu = reference(&model, &x, &start, Projection::Psd);
+        let n = model.vertex_count();
+        let mut rng = ChaCha8Rng::seed_from_u64(22);
+        let vertex: Vec<DMat3> = (0..n)
+            .map(|v| {
+                let mut random = || {
+                    DVec3::new(
+                        rng.random_range(-1.0..1.0),
+                        rng.random_range(-1.0..1.0),
+                        rng.random_range(-1.0..1.0),
+                    )
+                };
+                if v % 2 == 0 {
+                    let normal = random().normalize();
+                    (DMat3::IDENTITY
+                        - DMat3::from_cols(normal * normal.x, normal * normal.y, normal * normal.z))
+                        * 1e6
+                        * random().x.abs()
+                } else {
+                    let a = DMat3::from_cols(random(), random(), random()) * 30.0;
+                    a * a.transpose()
+                }
+            })
+            .collect();
+        let linear: Vec<[f64; 4]> =
+            (0..n).map(|_| std::array::from_fn(|_| rng.random_range(-2.0..2.0))).collect();
+        // The CPU twin: Rayleigh's plain stiffness matrix, the vertex blocks, the linear terms.
+        let topology = crate::backend::topology::Topology::new(&model);
+        let scaled: Vec<[f64; 9]> = cpu.element_blocks.iter().map(|b| b.map(|c| 0.01 * c)).collect();
+        let mut rayleigh = vec![[0.0; 9]; topology.block_count()];
+        assemble::matrix(&model, &topology, &scaled, None, None, &mut rayleigh);
+        let dx: Vec<[f64; 3]> =
+            x.iter().zip(&start).map(|(a, b)| std::array::from_fn(|c| a[c] - b[c])).collect();
+        let mut rayleigh_force = vec![[0.0; 3]; n];
+        crate::backend::cpu::hessian_product::apply(&topology, &rayleigh, &dx, &mut rayleigh_force);
+        let (mut gradient, mut vertex_blocks, mut energy) =
+            (cpu.gradient.clone(), cpu.vertex_blocks.clone(), cpu.vertex_energy);
+        let mut own: Vec<[f64; 3]> = cpu.gradient.iter().map(|g| g.map(|c| -c)).collect();
+        let corners = model.tets.iter().flat_map(|t| t.to_vec()).chain(model.springs.iter().flat_map(|s| *s));
+        for (v, force) in corners.zip(&cpu.corners) {
+            (0..3).for_each(|c| own[v as usize][c] += force[c]);
+        }
+        for v in (0..n).filter(|&v| model.pinned[v]) {
+            own[v] = [0.0; 3];
+        }
+        for v in (0..n).filter(|&v| !model.pinned[v]) {
+            let d = DVec3::from(dx[v]);
+            let b = DVec3::new(linear[v][0], linear[v][1], linear[v][2]);
+            let vertex_force = vertex[v] * d - b;
+            let force = DVec3::from(rayleigh_force[v]) + vertex_force;
+            energy += 0.5 * d.dot(DVec3::from(rayleigh_force[v]) + vertex[v] * d) - b.dot(d) + linear[v][3];
+            gradient[v] = (DVec3::from(gradient[v]) + force).to_array();
+            own[v] = (DVec3::from(own[v]) - vertex_force).to_array();
+            let block = vertex[v].transpose().to_cols_array();
+            (0..9).for_each(|k| vertex_blocks[v][k] += block[k]);
+        }
+        // The device: Rayleigh's matrix assembled from the same element blocks, the factors.
+        let mut rig = Rig::new(&context, &model);
+        assert!(rig.buffers.reserve_damping(&rig.context));
+        rig.upload_element_blocks(&to_f32(scaled.as_flattened()));
+        let groups = rig.stages.assemble.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        let target = Target::Damping { element_scale: 1.0 };
+        rig.stages.assemble.queue(&rig.context, &mut rig.rec, &groups, &rig.buffers, target).unwrap();
+        let factors: Vec<f32> = vertex
+            .iter()
+            .flat_map(|d| crate::math::psd_factor(d).transpose().to_cols_array().map(|c| c as f32))
+            .collect();
+        rig.upload(3, "damping_vertex_factors", &factors);
+        rig.upload(3, "damping_linear", &to_f32(linear.as_flattened()));
+        rig.write_positions(&x, &start, &cpu.target);
+        rig.upload_corner_gradients(&to_f32(cpu.corners.as_flattened()));
+        rig.upload_element_blocks(&to_f32(cpu.element_blocks.as_flattened()));
+        let gather = rig.stages.gather.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        let params = super::GatherParams {
+            rhs: super::RHS_AND_VERTEX_TERMS,
+            damped: super::DAMPED_RAYLEIGH,
+            ..gather_params(&model, Projection::Psd)
+        };
+        rig.stages.gather.queue(&rig.context, &mut rig.rec, &gather, &params, Positions::Iterate).unwrap();
+        let staged = stage_partials(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
+        let partials: Vec<[f32; 4]> =
+            bytemuck::pod_collect_to_vec(&rig.rec.read(&rig.context, &[staged]).unwrap()[0]);
+        let weight: f64 = NODES.iter().map(|q| q.weight).sum();
+        let gathered = partials.iter().map(|p| p[0] as f64).sum::<f64>()
+            + weight * rig.buffers.reference_gravity_energy(model.gravity)
+            + params.inv_h2 as f64 * super::target_inertia(&model, &start, &cpu.target);
+        // Inputs rounded to f32 and short f32 sums, as in `check_gather_and_assemble`; a
+        // missing or doubled term is off by O(1).
+        let (g_error, g_at) = worst(&rig.read(3, "gradient", 3 * n), gradient.as_flattened());
+        let (o_error, o_at) = worst(&rig.read(3, "vertex_rhs", 3 * n), own.as_flattened());
+        let (v_error, v_at) = worst(&rig.read(3, "vertex_blocks", 9 * n), vertex_blocks.as_flattened());
+        let e_error = (gathered - energy).abs() / energy.abs();
+        println!(
+            "damped gather: gradient {g_error:.1e}, vertex terms {o_error:.1e}, vertex blocks {v_error:.1e}, energy {e_error:.1e}"
+        );
+        assert!(g_error < 1e-5, "gradient entry {g_at} off by {g_error:e}");
+        assert!(o_error < 1e-5, "vertex terms' right-hand side entry {o_at} off by {o_error:e}");
+        assert!(v_error < 1e-5, "vertex block entry {v_at} off by {v_error:e}");
+        assert!(e_error < 1e-4, "energy {gathered} against {energy}");
+    }
+
     /// The same with the cubic level-set penalty.
     #[test]
     fn the_cubic_penalty_gathers_as_its_cpu_twin() {

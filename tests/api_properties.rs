@@ -428,12 +428,13 @@ proptest! {
     /// factor: capped solves end where their path takes them, and the paths differ, in f32
     /// and where the preconditioners do (a budget of 1 Newton x 4 CG iterations, with
     /// self-contact, which leaves the GPU's CG with Jacobi, flung a light cloth's vertex 1 m
-    /// in a step where the CPU's moved nothing more than 8 cm). The fall:
-    /// a capped Newton solve on the CPU can leave a free stiff body hanging, its CG stopped
-    /// by a residual that the elastic forces dominate and gravity's small pull is under,
-    /// where the GPU's solve moves the body's translation exactly (its split of free parts,
-    /// `deflate` in shaders/pcg.wgsl): a 1-cell bar with a 9e13 Pa inclusion, let go at
-    /// h = 0.46 s, fell 2.2 m on the GPU and not at all on the CPU. Found this way: a light
+    /// in a step where the CPU's moved nothing more than 8 cm). The fall: a capped solve
+    /// can leave a free stiff body hanging, its CG stopped by a residual that the elastic
+    /// forces dominate and gravity's small pull is under. The GPU's split of free parts
+    /// (`deflate` in shaders/pcg.wgsl) and the CPU's Newton solves (`correct_translations`)
+    /// move the translation exactly, but the CPU's mixed-FEM solve does not yet: a 1-cell
+    /// bar with a 9e13 Pa inclusion hung on the CPU until it did (tests/rest_and_free_fall.rs).
+    /// Found this way: a light
     /// cloth on a stiff handle whose frame the GPU placed 5e5 m off, and sticking friction
     /// whose f32 blocks made a guess flung 2 km look best (tests/gpu_steps.rs has both).
     #[test]

@@ -74,6 +74,8 @@ pub struct CpuBackend {
     global: Option<global::GlobalSolve>,
     /// The coarse correction that Jacobi takes where the factor is too large.
     coarse: crate::backend::coarse::Coarse,
+    /// The vertices' translation groups, the model's free parts, and their count.
+    translation_groups: (Vec<u32>, u32),
     rotations: element::Rotations,
     /// The rotations of the states whose potential was last asked for (every step's start
     /// and end), warm starts for the next.
@@ -146,6 +148,7 @@ impl CpuBackend {
             contact_stopped: Vec::new(),
             global: None,
             coarse: Default::default(),
+            translation_groups: model.translation_groups(),
             rotations: element::Rotations::default(),
             state_rotations: element::Rotations::default(),
             evaluated: None,
@@ -743,6 +746,21 @@ impl Stages for CpuBackend {
                     max_iterations,
                 );
                 self.direction_residual = !outcome.negative_curvature;
+                // The free parts' translations, which CG's relative residual can leave behind.
+                // Not under the projection model, whose pressed vertices keep their normals,
+                // nor with self-contact, whose couplings join the parts (as the GPU's split).
+                if self.direction_residual
+                    && !self.model.contact.is_projection()
+                    && self.model.self_collision.is_none()
+                {
+                    let (groups, count) = &self.translation_groups;
+                    self.pcg.correct_translations(
+                        &mut self.direction,
+                        &self.vertex_blocks,
+                        groups,
+                        *count as usize,
+                    );
+                }
                 self.keep_pressed_on_colliders();
                 self.report(outcome.iterations, outcome.negative_curvature)
             }

@@ -125,6 +125,13 @@ pub fn symmetric_eigen3_from<const N: usize>(m: &[DMat3; N], start: &[DMat3; N])
 /// scaled by the square roots of its eigenvalues (negative ones taken as zero). Rounded to
 /// f32, `|F^T x|^2` stays a sum of squares where `x^T m x` rounded would not.
 pub fn psd_factor(m: &DMat3) -> DMat3 {
+    // A diagonal matrix (a drag's block, or none: most of a step's damping) needs no
+    // eigensolve.
+    let off_diagonal = [m.x_axis.y, m.x_axis.z, m.y_axis.x, m.y_axis.z, m.z_axis.x, m.z_axis.y];
+    if off_diagonal.iter().all(|&c| c == 0.0) {
+        let root = |d: f64| d.max(0.0).sqrt();
+        return DMat3::from_diagonal(DVec3::new(root(m.x_axis.x), root(m.y_axis.y), root(m.z_axis.z)));
+    }
     let (values, vectors) = symmetric_eigen3(m);
     vectors * DMat3::from_diagonal(DVec3::from(values.map(|l| l.max(0.0).sqrt())))
 }
@@ -490,6 +497,8 @@ mod tests {
                     .abs_diff_eq(psd, 1e-12 * (1.0 + psd.abs().to_cols_array().iter().sum::<f64>()))
             );
         }
+        let diagonal = psd_factor(&DMat3::from_diagonal(DVec3::new(4.0, 0.0, -1.0)));
+        assert_eq!(diagonal, DMat3::from_diagonal(DVec3::new(2.0, 0.0, 0.0)));
         let n = DVec3::new(0.48, -0.31, 0.82).normalize();
         let block = (DMat3::IDENTITY - DMat3::from_cols(n * n.x, n * n.y, n * n.z)) * 6.5e11;
         let step = n * 2e3;

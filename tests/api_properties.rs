@@ -372,14 +372,6 @@ fn check(case: &Case, backend: Backend) -> Result<Trajectory, TestCaseError> {
     Ok(trajectory)
 }
 
-/// The largest distance between matching vertices of `a` and `b`.
-fn farthest(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(p, q)| ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt())
-        .fold(0.0, f64::max)
-}
-
 /// [`case`] under backward Euler or BDF2, which add no energy: a small difference between
 /// the backends' steps stays small, so the GPU must follow the CPU. (The energy-controlled
 /// integrators put energy back where a solve converged, and a solve that converges on one
@@ -445,8 +437,8 @@ proptest! {
             let fall = 9.81 * case.dt * case.dt;
             let mut motion: f64 = 0.0;
             for (step, (on_cpu, on_gpu)) in cpu.iter().zip(&gpu).enumerate().skip(1) {
-                motion = motion.max(farthest(on_cpu, start));
-                let apart = farthest(on_cpu, on_gpu);
+                motion = motion.max(common::worst_difference(on_cpu, start).0);
+                let (apart, _) = common::worst_difference(on_cpu, on_gpu);
                 prop_assert!(
                     apart <= 100.0 * motion + 0.01 + 2.0 * fall * step as f64,
                     "after step {}: {apart:e} m apart, the CPU's motion {motion:e} m",

@@ -213,9 +213,7 @@ impl CpuBackend {
             hessian_product::apply(&self.topology, &self.damping, &dx, out);
         }
         for ((o, d), block) in out.iter_mut().zip(&dx).zip(&self.damping_vertex) {
-            for r in 0..3 {
-                o[r] += block[3 * r] * d[0] + block[3 * r + 1] * d[1] + block[3 * r + 2] * d[2];
-            }
+            *o = (glam::DVec3::from(*o) + crate::math::unvec9(block) * glam::DVec3::from(*d)).to_array();
         }
         hessian_product::couplings(&self.friction_couplings, &dx, out);
         let mut value = 0.5 * vector::dot(&dx, out);

@@ -133,7 +133,7 @@ impl Scratch {
         let mut sums = vec![(DMat3::ZERO, DVec3::ZERO); group_count];
         for ((&g, block), r) in groups.iter().zip(vertex_blocks).zip(&self.r) {
             if let Some((e, s)) = sums.get_mut(g as usize) {
-                *e += DMat3::from_cols_array(block).transpose();
+                *e += crate::math::unvec9(block);
                 *s += DVec3::from(*r);
             }
         }
@@ -143,7 +143,7 @@ impl Scratch {
             .collect();
         for ((&g, block), (x, r)) in groups.iter().zip(vertex_blocks).zip(x.iter_mut().zip(&mut self.r)) {
             let Some(Some(t)) = steps.get(g as usize) else { continue };
-            let moved = DMat3::from_cols_array(block).transpose() * *t;
+            let moved = crate::math::unvec9(block) * *t;
             *x = (DVec3::from(*x) + *t).to_array();
             *r = (DVec3::from(*r) - moved).to_array();
         }

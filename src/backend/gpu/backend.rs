@@ -1836,14 +1836,13 @@ impl Stages for GpuBackend {
             // either sign; sticking friction makes c 1e11 N/m and more, and an explicit guess
             // flung 2 km along n by a collider's force got -5e10 J of damping energy from it,
             // which made it the best guess by far (docs/perf/gpu.md).
+            // Factored in the world's axes and turned: R^T D R = (R^T F) (R^T F)^T.
             let buffers = &self.buffers;
-            let per_vertex: Vec<f32> = (matrix.vertex_blocks.iter().enumerate())
-                .flat_map(|(v, b)| {
-                    let turn = glam::DMat3::from_quat(buffers.turn_of(v));
-                    let block = turn.transpose() * glam::DMat3::from_cols_array(b).transpose() * turn;
-                    crate::math::psd_factor(&block).transpose().to_cols_array().map(|c| c as f32)
-                })
-                .collect();
+            let per_vertex: Vec<[f32; 9]> = crate::math::per_vertex(matrix.vertex_blocks.len(), |v| {
+                let factor = crate::math::psd_factor(&crate::math::unvec9(&matrix.vertex_blocks[v]));
+                let turn = glam::DMat3::from_quat(buffers.turn_of(v));
+                crate::math::vec9(&(turn.transpose() * factor)).map(|c| c as f32)
+            });
             let factors = self.buffers.scratch.named("damping_vertex_factors");
             self.recording.upload(&self.context, factors, bytemuck::cast_slice(&per_vertex));
             let mut linear: Vec<f32> = (matrix.vertex_linear.iter().enumerate())

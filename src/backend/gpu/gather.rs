@@ -386,7 +386,7 @@ mod tests {
             energy += 0.5 * d.dot(DVec3::from(rayleigh_force[v]) + vertex[v] * d) - b.dot(d) + linear[v][3];
             gradient[v] = (DVec3::from(gradient[v]) + force).to_array();
             own[v] = (DVec3::from(own[v]) - vertex_force).to_array();
-            let block = vertex[v].transpose().to_cols_array();
+            let block = crate::math::vec9(&vertex[v]);
             (0..9).for_each(|k| vertex_blocks[v][k] += block[k]);
         }
         // The device: Rayleigh's matrix assembled from the same element blocks, the factors.
@@ -398,7 +398,7 @@ mod tests {
         rig.stages.assemble.queue(&rig.context, &mut rig.rec, &groups, &rig.buffers, target).unwrap();
         let factors: Vec<f32> = vertex
             .iter()
-            .flat_map(|d| crate::math::psd_factor(d).transpose().to_cols_array().map(|c| c as f32))
+            .flat_map(|d| crate::math::vec9(&crate::math::psd_factor(d)).map(|c| c as f32))
             .collect();
         rig.upload(3, "damping_vertex_factors", &factors);
         rig.upload(3, "damping_linear", &to_f32(linear.as_flattened()));

@@ -3,7 +3,7 @@
 // springs, the lagged damping and self-contact's records (shared/couplings) — and the gather
 // of element corner gradients into vertex gradients. The twin of src/backend/cpu/gather.rs. One invocation per vertex; per
 // workgroup it writes, in fixed tree order, the partial sums
-// (vertex energy, |grad|^2, force scale, squared noise magnitude).
+// (vertex energy, |grad|^2, force scale, squared noise floor).
 //
 // The lagged damping (Rayleigh, ether drag, friction) is one block-sparse matrix D on the
 // Hessian's pattern, built at the start of the step, and per-vertex linear terms (b, c) of the
@@ -120,6 +120,8 @@ struct Params {
 
 // `params.rhs`: the right-hand side and its vertex terms' part.
 const RHS_AND_VERTEX_TERMS: u32 = 2u;
+// f32's relative precision, 2^-23: the noise floor's unit.
+const PRECISION: f32 = 1.1920929e-7;
 // `params.damped`: with Rayleigh's matrix.
 const DAMPED_RAYLEIGH: u32 = 2u;
 
@@ -333,7 +335,7 @@ fn damping_factor(v: u32) -> mat3x3<f32> {
     ));
 }
 
-// (energy, |g|^2, force scale, squared noise magnitude) of vertex v; writes its gradient and block
+// (energy, |g|^2, force scale, squared noise floor) of vertex v; writes its gradient and block
 // when asked (else only the energy counts).
 fn vertex(v: u32) -> vec4<f32> {
     // Displacements (x, x_n) and where the vertex is.
@@ -497,8 +499,11 @@ fn vertex(v: u32) -> vec4<f32> {
     let local = frame.reach + max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
     let far = max(abs(position.x), max(abs(position.y), abs(position.z)));
     // Squared: the vertices' roundings are independent, so they add as a root sum of
-    // squares, not as the worst case of all in one direction.
-    let noise = (forces - absolute) * local + absolute * far;
+    // squares, not as the worst case of all in one direction. Scaled to f32's precision
+    // (a power of two, exact) before squaring: unscaled, a stiff bar's explicit guess 600 m
+    // off (forces 1e18 N) squared past f32's range, the floor came out infinite, and every
+    // step of its Newton solve counted as flat, so the solve ended there, 'converged'.
+    let noise = PRECISION * ((forces - absolute) * local + absolute * far);
     return vec4<f32>(energy, dot(acc, acc), forces, noise * noise);
 }
 

@@ -117,7 +117,7 @@ fn after_solve(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) {
         search.gradient_norm = sqrt(linearization.y);
         search.force_scale = linearization.z;
-        search.noise_floor = PRECISION * sqrt(linearization.w);
+        search.noise_floor = sqrt(linearization.w);
         // Of the direction `start_search` makes.
         search.slope = total.x * search.scale;
         search.direction_norm = sqrt(total.y) * search.scale;

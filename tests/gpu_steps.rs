@@ -960,3 +960,53 @@ fn a_light_cloth_stuck_in_a_capsule_by_friction_steps_as_on_the_cpu() {
     assert!(apart < 0.1, "{apart} m apart");
     assert!((on_gpu - on_cpu).abs() < 0.01 * on_cpu, "{on_gpu} J against {on_cpu} J");
 }
+
+/// A pinned bar of 3.2e10 Pa fixed corotated flesh with a 100 Pa StVK end, squashed to 0.3
+/// and let go under A-search at h = 0.5 s, converged to 1e-3 N (found by comparing the
+/// backends on random scenes, the energy-controlled integrators where both converge). The
+/// release turns 5e7 J of strain into 900 m/s, so the second step's predictions lie 450 m
+/// out, where the pinned bar is stretched 4 500-fold: objective 3.5e20 J against the start's
+/// 2.9e7 J, forces 1e18 N. The CPU's Newton comes back from there in 34 iterations. The
+/// GPU's noise floor, forces times positions squared in f32, overflowed to infinity, so its
+/// first step already counted as flat and the solve ended there, 'converged', 616 m out with
+/// 2.8e20 J. The gather now scales the noise to f32's precision before squaring it.
+#[test]
+fn a_stiff_bar_whose_prediction_flies_far_steps_as_on_the_cpu() {
+    if !gpu_available() {
+        return;
+    }
+    let size = [0.1, 0.2, 0.2];
+    let scene = |backend| {
+        let material_at = move |c: [f64; 3]| match c[0] > 0.5 * size[0] {
+            true => Material::stvk(100.0, 0.2),
+            false => Material::fixed_corotated(3.2e10, 0.2),
+        };
+        let builder = Simulation::builder()
+            .tet_body_graded(TetMesh::bar([1, 2, 2], size), material_at, 2300.0)
+            .dt(0.5)
+            .gravity([0.0, -9.81, 0.0])
+            .integrator(Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None })
+            .solver(Solver::newton().tolerance(1e-3).max_iterations(100))
+            .pin(|p| p[0] == 0.0);
+        let mut sim = common::on_backend(builder, backend).build().unwrap();
+        let squashed: Vec<[f64; 3]> =
+            sim.positions().iter().map(|p| [0.3 * p[0], 0.3 * p[1], 0.55 * p[2]]).collect();
+        sim.set_state(&squashed, &vec![[0.0; 3]; squashed.len()]).unwrap();
+        let target = 0.56 * sim.energy().total;
+        sim.set_energy_target(target).unwrap();
+        sim
+    };
+    let (mut cpu, mut gpu) = (scene(Backend::Cpu), scene(Backend::Gpu));
+    for step in 0..2 {
+        let (done, stats) = (cpu.step().unwrap(), gpu.step().unwrap());
+        let (apart, _) = common::worst_difference(cpu.positions(), gpu.positions());
+        let (on_cpu, on_gpu) = (cpu.energy().total, gpu.energy().total);
+        println!(
+            "step {step}: {apart:.2e} m apart, {on_gpu:.6e} J against the CPU's {on_cpu:.6e} J, {} and {} iterations",
+            done.iterations, stats.iterations
+        );
+        assert!(done.converged && stats.converged, "step {step}: {done:?}, {stats:?}");
+        assert!(apart < 1e-3, "step {step}: {apart} m apart");
+        assert!((on_gpu - on_cpu).abs() < 1e-6 * on_cpu, "step {step}: {on_gpu} J against {on_cpu} J");
+    }
+}

@@ -686,8 +686,9 @@ impl GpuBackend {
         Linearization {
             gradient_norm: sums[1].sqrt(),
             force_scale: sums[2],
-            // The device works in f32: its objective is known to f32 resolution.
-            noise_floor: f32::EPSILON as f64 * sums[3].sqrt(),
+            // The device works in f32: its objective is known to f32 resolution (the gather
+            // scales its noise by it).
+            noise_floor: sums[3].sqrt(),
             gradient_floor: f32::EPSILON as f64 * sums[2],
             model_error: None,
         }

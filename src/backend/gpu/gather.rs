@@ -1,7 +1,7 @@
 //! Stage `gather` (`shaders/gather.wgsl`), the GPU twin of `backend/cpu/gather.rs`: the vertex
 //! terms (inertia, gravity, collider penalties, handles, lagged damping) and the gather of
 //! element corner gradients into vertex gradients, with per-workgroup sums (vertex energy,
-//! |grad|^2, force scale, noise magnitude).
+//! |grad|^2, force scale, squared noise floor).
 
 use encase::ShaderType;
 

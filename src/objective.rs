@@ -76,6 +76,49 @@ pub struct StepProblem<'a> {
     pub damping_weight: f64,
 }
 
+/// Where the step objective's floor lies, and how far above it the step's start is.
+///
+/// Gravity is the one term of `E` unbounded below, and with the inertia it makes a quadratic:
+/// on a free vertex, `m/(2h^2) |x - y|^2 - a m g . x = m/(2h^2) |x - y - a h^2 g|^2 - a m g . y -
+/// a^2 h^2 m |g|^2 / 2`, with `a = sum_q c_q theta_q`; the nodes' other share of gravity,
+/// `b = sum_q c_q (1 - theta_q)`, weighs the start, and a pinned vertex stays there. Every
+/// other term (elasticity, contact, handles, self-contact, the damping) is zero or above. So
+/// `G >= floor` everywhere, and `G - floor` says how far up the objective a state is, wherever
+/// the body is. The start's height, `m/(2h^2) |x_n - y - a h^2 g|^2` summed plus
+/// `(a + b) (E(x_n) + g . M x_n)`, takes its potential `E(x_n)` less gravity's share; it
+/// leaves out the lagged damping's constants (zero or above), so it is a lower bound.
+pub(crate) fn floor_and_start_height(
+    model: &Model,
+    start: &[[f64; 3]],
+    target: &[[f64; 3]],
+    nodes: &[Node],
+    dt: f64,
+    start_potential: f64,
+) -> (f64, f64) {
+    let g = DVec3::from(model.gravity);
+    let a: f64 = nodes.iter().map(|q| q.weight * q.theta).sum();
+    let b: f64 = nodes.iter().map(|q| q.weight * (1.0 - q.theta)).sum();
+    let free = |v: usize| !model.pinned[v];
+    let floor = crate::math::sum_per_vertex(start.len(), |v| {
+        let (m, x) = (model.masses[v], DVec3::from(start[v]));
+        match free(v) {
+            true => {
+                -m * (0.5 * a * a * dt * dt * g.length_squared()
+                    + a * g.dot(DVec3::from(target[v]))
+                    + b * g.dot(x))
+            }
+            false => -(a + b) * m * g.dot(x),
+        }
+    });
+    let inertia = crate::math::sum_per_vertex(start.len(), |v| {
+        let (m, x) = (model.masses[v], DVec3::from(start[v]));
+        let lowest = DVec3::from(target[v]) + a * dt * dt * g;
+        if free(v) { 0.5 * m / (dt * dt) * (x - lowest).length_squared() } else { 0.0 }
+    });
+    let weight = crate::math::sum_per_vertex(start.len(), |v| model.masses[v] * g.dot(DVec3::from(start[v])));
+    (floor, inertia + (a + b) * (start_potential + weight))
+}
+
 /// Where a step's nodes put a part as a rigid body: its centre of mass from `from` (in
 /// `StepProblem::rigid_shape`) to `to`, its shape there turned about it by `turn`.
 #[derive(Clone, Copy, Debug, PartialEq)]

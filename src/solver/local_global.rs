@@ -58,6 +58,8 @@ impl NonlinearSolver for LocalGlobal<'_> {
                 ..Default::default()
             },
             invalid_start: false,
+            // Its objective is the projective one, not the step's `G`.
+            end_objective: None,
         }
     }
 }

@@ -161,6 +161,7 @@ impl NonlinearSolver for MixedFem<'_> {
         if (initial - end).is_finite() {
             report.objective_decrease = initial - end;
         }
+        report.end_objective = Some(end);
         if settings.record_objectives {
             report.objectives.push(objectives);
         }

@@ -27,6 +27,16 @@ pub struct PhaseTimes {
     pub line_search: Duration,
 }
 
+impl PhaseTimes {
+    /// Adds another solve's times, phase by phase.
+    pub(crate) fn add(&mut self, other: &PhaseTimes) {
+        self.evaluate += other.evaluate;
+        self.linear_solve += other.linear_solve;
+        self.local_solve += other.local_solve;
+        self.line_search += other.line_search;
+    }
+}
+
 /// What a minimization did, whichever solver did it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SolveReport {
@@ -54,6 +64,8 @@ pub struct SolveReport {
     pub times: PhaseTimes,
     /// The solve started from a guess the backend chose, and no guess had a finite objective.
     pub(crate) invalid_start: bool,
+    /// `G` at the returned iterate, where the solver knows it (Newton, mixed FEM).
+    pub(crate) end_objective: Option<f64>,
 }
 
 impl SolveReport {
@@ -73,11 +85,9 @@ impl SolveReport {
         self.stalled |= other.stalled;
         self.gradient_norm = other.gradient_norm;
         self.objective_decrease += other.objective_decrease;
+        self.end_objective = other.end_objective;
         self.objectives.extend(other.objectives);
-        self.times.evaluate += other.times.evaluate;
-        self.times.linear_solve += other.times.linear_solve;
-        self.times.local_solve += other.times.local_solve;
-        self.times.line_search += other.times.line_search;
+        self.times.add(&other.times);
     }
 }
 

@@ -298,5 +298,6 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
     if (initial_value - value).is_finite() {
         report.objective_decrease = initial_value - value;
     }
+    report.end_objective = Some(value);
     report
 }

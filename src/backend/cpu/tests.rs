@@ -437,3 +437,49 @@ fn the_coarse_correction_cuts_a_large_bodys_iterations() {
         "10K-tet block, relative residual {tolerance}: Jacobi {jacobi} CG iterations, with the coarse correction {coarse}"
     );
 }
+
+/// `G` stays above the objective's floor everywhere, and the step's start lies as high above
+/// it as `floor_and_start_height` says from the start's potential (no damping here: its
+/// constants are what the height leaves out). Every material, pins, springs, penalty colliders,
+/// handles, gravity; backward Euler's node and an AVF-like pair.
+#[test]
+fn the_objective_stays_above_its_floor() {
+    use crate::objective::floor_and_start_height;
+    let pair = [Node { weight: 2.0 / 3.0, theta: 0.5 }, Node { weight: 1.0 / 12.0, theta: 1.0 }];
+    for (k, make) in MATERIALS.iter().enumerate() {
+        for nodes in [&Node::POTENTIAL[..], &pair[..]] {
+            let model = Arc::new(mixed_model(make(1e5, 0.3)));
+            let mut rng = ChaCha8Rng::seed_from_u64(k as u64);
+            let pin = |mut x: Vec<[f64; 3]>, start: &[[f64; 3]]| {
+                for v in 0..x.len() {
+                    if model.pinned[v] {
+                        x[v] = start[v];
+                    }
+                }
+                x
+            };
+            let start = perturbed(&model.rest, 0.01, &mut rng);
+            let target = pin(perturbed(&model.rest, 0.05, &mut rng), &start);
+            let dt = 1.0 / 30.0;
+            let mut backend = CpuBackend::new(model.clone());
+            backend.set_anchors(&[Anchor { vertex: 5, stiffness: 700.0, position: [0.2, 0.3, 0.1] }]);
+            backend.begin_step(StepProblem::undamped(&start, &target, nodes, dt, 1.0));
+            let potential = backend.potential(&start);
+            let (floor, height) = floor_and_start_height(&model, &start, &target, nodes, dt, potential);
+            backend.set_iterate(&start);
+            let at_start = backend.objective();
+            let rounding = 1e-12 * (at_start.abs() + floor.abs());
+            assert!(
+                (at_start - floor - height).abs() <= rounding,
+                "{k}: G(start) - floor {} against the height {height}",
+                at_start - floor
+            );
+            for trial in 1..=20 {
+                let x = pin(perturbed(&start, 0.02 * trial as f64, &mut rng), &start);
+                backend.set_iterate(&x);
+                let value = backend.objective();
+                assert!(value >= floor - rounding, "{k}, trial {trial}: G {value} under the floor {floor}");
+            }
+        }
+    }
+}

@@ -404,3 +404,47 @@ fn a_squashed_free_steel_cube_steps_without_exploding() {
         }
     }
 }
+
+/// A free bar of 1.1e11 Pa stable neo-Hookean flesh with a 5.9e4 Pa StVK end, squashed to a
+/// third, one backward-Euler step of mixed FEM capped at 5 iterations (found by comparing the
+/// backends on random scenes). SQP's merit lets `G` rise on the way; on the GPU its f32
+/// directions came out 50 times too long and the capped step ended 14 m out, the energy 4e10
+/// J from 2.8e8 J, where the CPU's moved 0.07 m and kept 209 J. A mixed solve that raised `G`
+/// and ended more than ten times as high above the objective's floor as the step's start
+/// (46 times here) now gives the step to Newton, whose line search lowers `G` itself.
+#[test]
+fn a_capped_step_never_ends_above_where_it_started() {
+    let cells = [3usize, 2, 2];
+    let size = cells.map(|c| 0.1 * c as f64);
+    let mut ends = Vec::new();
+    for backend in backends() {
+        let material_at = move |c: [f64; 3]| match c[0] > 0.5 * size[0] {
+            true => Material::stvk(5.85e4, 0.33),
+            false => Material::stable_neo_hookean(1.14e11, 0.33),
+        };
+        let builder = Simulation::builder()
+            .tet_body_graded(TetMesh::bar(cells, size), material_at, 2235.0)
+            .dt(0.0175)
+            .gravity([0.0, -9.81, 0.0])
+            .integrator(Integrator::BackwardEuler)
+            .solver(Solver::mixed_fem().max_iterations(5));
+        let mut sim = common::on_backend(builder, backend).build().unwrap();
+        let squashed: Vec<[f64; 3]> =
+            sim.positions().iter().map(|p| [0.594 * p[0], 0.569 * p[1], 0.315 * p[2]]).collect();
+        sim.set_state(&squashed, &vec![[0.0; 3]; squashed.len()]).unwrap();
+        let before = sim.energy().total;
+        let stats = sim.step().unwrap();
+        let after = sim.energy().total;
+        let (moved, _) = worst_difference(sim.positions(), &squashed);
+        println!(
+            "{backend:?}: {before:.4e} J -> {after:.4e} J, moved {moved:.3} m ({} iterations)",
+            stats.iterations
+        );
+        assert!(after < 1e-3 * before, "{backend:?}: {before:e} J -> {after:e} J");
+        ends.push(sim.positions().to_vec());
+    }
+    if let [cpu, gpu] = &ends[..] {
+        let (apart, _) = worst_difference(cpu, gpu);
+        assert!(apart < 0.05, "the GPU's step ended {apart} m from the CPU's");
+    }
+}

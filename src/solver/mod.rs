@@ -351,6 +351,11 @@ impl Solver {
         !matches!(self.kind, SolverKind::LocalGlobal { .. })
     }
 
+    /// Newton with these settings (tolerance, caps, linear solver, Hessian policy).
+    pub(crate) fn as_newton(&self) -> Solver {
+        Solver { kind: SolverKind::Newton, ..self.clone() }
+    }
+
     /// The element Hessians Newton linearizes with first at every iterate.
     pub(crate) fn base_projection(&self) -> crate::material::Projection {
         match self.hessian {

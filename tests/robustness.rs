@@ -160,26 +160,10 @@ fn simulations_stepped_on_several_threads_at_once_match_alone() {
 /// the step's start.
 #[test]
 fn a_violent_release_whose_predictions_fly_far_steps_from_its_start() {
-    let size = [0.1, 0.2, 0.2];
     for backend in common::backends() {
         for youngs in [3.2e11, 3.2e13] {
-            let material_at = move |c: [f64; 3]| match c[0] > 0.5 * size[0] {
-                true => Material::stvk(100.0, 0.2),
-                false => Material::fixed_corotated(youngs, 0.2),
-            };
-            let builder = Simulation::builder()
-                .tet_body_graded(TetMesh::bar([1, 2, 2], size), material_at, 2300.0)
-                .dt(0.5)
-                .gravity([0.0, -9.81, 0.0])
-                .integrator(Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None })
-                .solver(Solver::newton().tolerance(1e-3).max_iterations(100))
-                .pin(|p| p[0] == 0.0);
-            let mut sim = common::on_backend(builder, backend).build().unwrap();
-            let squashed: Vec<[f64; 3]> =
-                sim.positions().iter().map(|p| [0.3 * p[0], 0.3 * p[1], 0.55 * p[2]]).collect();
-            sim.set_state(&squashed, &vec![[0.0; 3]; squashed.len()]).unwrap();
-            let target = 0.56 * sim.energy().total;
-            sim.set_energy_target(target).unwrap();
+            let mut sim = common::squash_released_bar(youngs, backend);
+            let target = sim.energy().target;
             for step in 0..2 {
                 let stats = sim.step().unwrap();
                 let reach = sim

@@ -276,13 +276,13 @@ pub(crate) struct Solved {
     pub dissipated: f64,
 }
 
-/// What the integrators use to take a step: the backend, the solver and the step's input.
 /// How many times as high above the objective's floor as the step's start a solve may end
 /// before the step solves again from the start (`Stepper::solve_again`).
 const FAR_UP: f64 = 1e6;
 /// The same for a mixed-FEM solve that raised its objective, which Newton then takes.
 const SQP_FAR_UP: f64 = 10.0;
 
+/// What the integrators use to take a step: the backend, the solver and the step's input.
 pub(crate) struct Stepper<'a> {
     pub stages: &'a mut dyn Stages,
     pub model: &'a Model,

@@ -464,7 +464,7 @@ impl Stepper<'_> {
     ///   3.2e13 Pa it did not in 100, and the step ended 446 m out with 4e17 J against the
     ///   start's 3e10 J; on a GPU, whose f32 squares of forces beyond 1.8e19 N overflow, it
     ///   made no iteration at all from 3.2e11 Pa up (tests/robustness.rs). Of the test
-    ///   suite's 11 289 solves, 70 end above their start, capped ones that keep the motion
+    ///   suite's 11 289 solves, 72 end above their start, capped ones that keep the motion
     ///   among them, and all but the absurd ones (1e17 times and more) at most 1e5 times as
     ///   high.
     /// - Mixed FEM that raised `G` and ended more than [`SQP_FAR_UP`] times as high: Newton,

@@ -110,13 +110,14 @@ pub(crate) fn floor_and_start_height(
             false => -(a + b) * m * g.dot(x),
         }
     });
-    let inertia = crate::math::sum_per_vertex(start.len(), |v| {
+    // The start's inertia about the floor's minimum, and gravity's share of its potential.
+    let height = crate::math::sum_per_vertex(start.len(), |v| {
         let (m, x) = (model.masses[v], DVec3::from(start[v]));
         let lowest = DVec3::from(target[v]) + a * dt * dt * g;
-        if free(v) { 0.5 * m / (dt * dt) * (x - lowest).length_squared() } else { 0.0 }
+        let inertia = if free(v) { 0.5 * m / (dt * dt) * (x - lowest).length_squared() } else { 0.0 };
+        inertia + (a + b) * m * g.dot(x)
     });
-    let weight = crate::math::sum_per_vertex(start.len(), |v| model.masses[v] * g.dot(DVec3::from(start[v])));
-    (floor, inertia + (a + b) * (start_potential + weight))
+    (floor, height + (a + b) * start_potential)
 }
 
 /// Where a step's nodes put a part as a rigid body: its centre of mass from `from` (in

@@ -778,7 +778,7 @@ impl Simulation {
                 acceleration: &acceleration,
             },
             damping: &damping,
-            start_energy: self.energy.total,
+            start_energy: self.energy,
             report: SolveReport::empty(),
         };
         // Alg. 1 of the A-search paper updates the target first, so that the state after

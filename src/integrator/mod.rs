@@ -292,8 +292,9 @@ pub(crate) struct Stepper<'a> {
     pub input: StepInput<'a>,
     /// The lagged damping of every solve of this step.
     pub damping: &'a LaggedDamping,
-    /// The total energy `H(x_n, v_n)` of the state the step starts from (the driver keeps it).
-    pub start_energy: f64,
+    /// The energies of the state the step starts from, `H(x_n, v_n)` and its parts (the driver
+    /// keeps them).
+    pub start_energy: crate::sim::EnergyReport,
     /// Solver statistics summed over the step's solves.
     pub report: SolveReport,
 }
@@ -477,14 +478,13 @@ impl Stepper<'_> {
     fn solve_again(&self, plan: &Plan, report: &SolveReport) -> Option<Solver> {
         let end = report.end_objective?;
         let input = &self.input;
-        let potential = self.start_energy - kinetic_energy(self.model, input.velocities);
         let (floor, height) = crate::objective::floor_and_start_height(
             self.model,
             input.positions,
             &plan.target,
             &plan.nodes,
             input.dt,
-            potential,
+            self.start_energy.potential,
         );
         // Rounding's share: G's own sums, at the magnitudes of its terms.
         let slack = 1e-6 * (end.abs() + floor.abs());

@@ -52,7 +52,7 @@ fn candidates(stepper: &mut Stepper<'_>, states: &[State], target: f64) -> Vec<C
 }
 
 pub(crate) fn step(stepper: &mut Stepper<'_>, epsilon: f64, target: f64) -> Result<Outcome> {
-    let band = epsilon * stepper.start_energy.abs();
+    let band = epsilon * stepper.start_energy.total.abs();
     let midpoint = stepper.implicit(&ImplicitMidpoint, None, Role::Solve)?;
     // A solve's result comes with its dissipation, and (on a GPU) with its potential.
     let solved = |stepper: &mut Stepper<'_>, x: &[[f64; 3]], v: &[[f64; 3]], dissipated: f64| {

@@ -961,23 +961,32 @@ fn a_light_cloth_stuck_in_a_capsule_by_friction_steps_as_on_the_cpu() {
     assert!((on_gpu - on_cpu).abs() < 0.01 * on_cpu, "{on_gpu} J against {on_cpu} J");
 }
 
-/// A pinned bar of 3.2e10 Pa fixed corotated flesh with a 100 Pa StVK end, squashed to 0.3
-/// and let go under A-search at h = 0.5 s, converged to 1e-3 N (found by comparing the
-/// backends on random scenes, the energy-controlled integrators where both converge). The
-/// release turns 5e7 J of strain into 900 m/s, so the second step's predictions lie 450 m
-/// out, where the pinned bar is stretched 4 500-fold: objective 3.5e20 J against the start's
-/// 2.9e7 J, forces 1e18 N. The CPU's Newton comes back from there in 34 iterations. The
-/// GPU's noise floor, forces times positions squared in f32, overflowed to infinity, so its
-/// first step already counted as flat and the solve ended there, 'converged', 616 m out with
-/// 2.8e20 J. The gather now scales the noise to f32's precision before squaring it.
+/// A pinned bar of 3.2e10 Pa, squashed to 0.3 and let go under A-search at h = 0.5 s,
+/// converged to 1e-3 N (a scene found by comparing the backends on random scenes). The release
+/// turns its strain into hundreds of m/s, so the second step's predictions lie hundreds of
+/// metres out, and Newton comes back from there. The GPU steps where the CPU does: 1e-8 m
+/// apart on lavapipe, and 3e-6 m with the start moved 1e-9 to 1e-6 m.
+///
+/// The scene as found had a 100 Pa StVK end. Its positions are not determined in f32: moving
+/// the start 1e-8 m moved the GPU's second step 0.05-0.17 m (the CPU's 1e-6 m; on an H200 the
+/// unmoved scene ended 0.13 m apart). The end's soft mode takes forces of a few newtons, the
+/// f32 rounding of the bar's forces. With ends of 1e4-1e8 Pa the CPU's own step jumped 0.075
+/// m between two minima for a 1e-9 m move. The overflow of the noise floor that the scene
+/// found is tested at the gather (`the_noise_floor_stays_finite_at_huge_forces_far_out`).
+///
+/// A-search's energy on the GPU is known to about 1e-3 here, not f32's 1e-7: its alpha is
+/// the root of `q alpha^2 / 2 = target - ...`, and `q = |dv|^2_M` comes from the difference
+/// of the potential's forces at the two ends of the step, each rounded in f32 at 1e8 N, whose
+/// difference is 1e4 times smaller. Moving the start 1e-9 m moved the GPU's `q` by 3e-4, its
+/// alpha from 0.99993 to a clipped 1.0, and its energy by 9e-4.
 #[test]
 fn a_stiff_bar_whose_prediction_flies_far_steps_as_on_the_cpu() {
     if !gpu_available() {
         return;
     }
     let (mut cpu, mut gpu) = (
-        common::squash_released_bar(3.2e10, Backend::Cpu),
-        common::squash_released_bar(3.2e10, Backend::Gpu),
+        common::squash_released_bar_with_end(3.2e10, 3.2e10, Backend::Cpu),
+        common::squash_released_bar_with_end(3.2e10, 3.2e10, Backend::Gpu),
     );
     for step in 0..2 {
         let (done, stats) = (cpu.step().unwrap(), gpu.step().unwrap());
@@ -989,6 +998,6 @@ fn a_stiff_bar_whose_prediction_flies_far_steps_as_on_the_cpu() {
         );
         assert!(done.converged && stats.converged, "step {step}: {done:?}, {stats:?}");
         assert!(apart < 1e-3, "step {step}: {apart} m apart");
-        assert!((on_gpu - on_cpu).abs() < 1e-6 * on_cpu, "step {step}: {on_gpu} J against {on_cpu} J");
+        assert!((on_gpu - on_cpu).abs() < 1e-2 * on_cpu, "step {step}: {on_gpu} J against {on_cpu} J");
     }
 }

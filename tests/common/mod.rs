@@ -53,9 +53,14 @@ pub fn squashed_steel_cube(
 /// squash's: the release turns the strain into hundreds of m/s, and the next step's
 /// predictions lie hundreds of metres out.
 pub fn squash_released_bar(youngs: f64, backend: lively::Backend) -> Simulation {
+    squash_released_bar_with_end(youngs, 100.0, backend)
+}
+
+/// [`squash_released_bar`] with a far half of `end_youngs` Pa.
+pub fn squash_released_bar_with_end(youngs: f64, end_youngs: f64, backend: lively::Backend) -> Simulation {
     let size = [0.1, 0.2, 0.2];
     let material_at = move |c: [f64; 3]| match c[0] > 0.5 * size[0] {
-        true => lively::Material::stvk(100.0, 0.2),
+        true => lively::Material::stvk(end_youngs, 0.2),
         false => lively::Material::fixed_corotated(youngs, 0.2),
     };
     let builder = Simulation::builder()

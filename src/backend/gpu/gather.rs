@@ -546,6 +546,39 @@ mod tests {
         assert!((far_floor - near_floor).abs() <= 1e-3 * near_floor, "{far_floor:e} vs {near_floor:e}");
     }
 
+    /// The noise floor of `G` stays finite, and grows with the forces, where the forces and
+    /// the displacements are far beyond a body's: a stiff bar's explicit guess 450 m out
+    /// stretched it 4 500-fold (1e18 N). The floor's squares, unscaled, passed f32's range
+    /// there: it came out infinite, every line search counted its step as flat, and the GPU's
+    /// Newton solve 'converged' at its first iterate, 616 m from the CPU's. Here a 3.2e10 Pa
+    /// body's iterate lies 450 m out (corner forces up to 1e7 N), and the corner forces are
+    /// then scaled 1e10-fold: the floor grows with them (measured 0.994e10-fold; the vertex
+    /// terms, unscaled, make the rest). Unscaled squares: 8e10 J, then infinite.
+    #[test]
+    fn the_noise_floor_stays_finite_at_huge_forces_far_out() {
+        let Some(context) = context() else { return };
+        let mut model = (*linear_model(Material::fixed_corotated(3.2e10, 0.2))).clone();
+        model.colliders.clear();
+        let model = Arc::new(model);
+        let (x, start) = random_state(&model, 21);
+        let far: Vec<[f64; 3]> = x.iter().map(|p| [p[0] + 450.0, p[1], p[2]]).collect();
+        let floor = |scale: f64| {
+            let mut cpu = reference(&model, &far, &start, Projection::None);
+            cpu.corners.iter_mut().for_each(|f| *f = f.map(|c| c * scale));
+            let largest = cpu.corners.iter().flatten().fold(0.0f64, |a, c| a.max(c.abs()));
+            let sums = gather_sums(&mut Rig::new(&context, &model), &model, &far, &start, &cpu, false);
+            (sums[3].sqrt(), largest)
+        };
+        let ((low, low_force), (high, high_force)) = (floor(1.0), floor(1e10));
+        println!(
+            "noise floors {low:.3e} J at forces up to {low_force:.1e} N, {high:.3e} J at {high_force:.1e} N"
+        );
+        assert!(high_force > 1e17, "the forces reach {high_force:e} N");
+        assert!(high.is_finite() && low > 0.0, "noise floors {low:e} and {high:e}");
+        let growth = high / low;
+        assert!((growth / 1e10 - 1.0).abs() < 1e-2, "the floor grew {growth:e}-fold");
+    }
+
     /// Gathers at `x` (from `start`, towards `cpu.target`) from the CPU twin's element
     /// outputs on `rig`, and assembles after when asked; the sums of the gather's partials,
     /// with the host's share of the vertex energy (gravity at the reference positions, the

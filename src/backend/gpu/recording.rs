@@ -32,6 +32,10 @@ pub struct DeviceCounts {
     /// recorded passes for the driver (their barriers included). Part of `wait` where a
     /// readback submits.
     pub encode: std::time::Duration,
+    /// Host time spent handing finished command buffers and the dispatch parameters to the
+    /// queue (`write_buffer` and `submit`, where the driver takes them). Part of `wait` where
+    /// a readback submits.
+    pub submit: std::time::Duration,
     /// Command buffers submitted to the queue.
     pub submissions: u64,
     /// Times the host waited for results (each maps one staging buffer).
@@ -60,6 +64,7 @@ impl DeviceCounts {
             wait: self.wait.saturating_sub(earlier.wait),
             record: self.record.saturating_sub(earlier.record),
             encode: self.encode.saturating_sub(earlier.encode),
+            submit: self.submit.saturating_sub(earlier.submit),
         }
     }
 }
@@ -311,15 +316,18 @@ impl Recording {
         self.end_pass();
         let Some(encoder) = self.encoder.take() else { return };
         self.pending_dispatches = 0;
+        let started = std::time::Instant::now();
         if !self.params.is_empty() {
             self.counts.uploaded += self.params.len() as u64;
             context.queue.write_buffer(&self.arena, 0, &self.params);
             self.params.clear();
         }
-        let started = std::time::Instant::now();
+        let finishing = std::time::Instant::now();
         let buffer = encoder.finish();
-        self.counts.encode += started.elapsed();
+        let submitting = std::time::Instant::now();
+        self.counts.encode += submitting - finishing;
         context.queue.submit([buffer]);
+        self.counts.submit += (finishing - started) + submitting.elapsed();
         self.counts.submissions += 1;
     }
 

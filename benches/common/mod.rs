@@ -40,13 +40,14 @@ pub struct StepTimes {
     pub stats: lively::StepStats,
 }
 
-/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`, which counts up to the
-/// call; `/proc/thread-self/schedstat`, read before, lags by up to a scheduler tick, and read
-/// 0.04-0.13 ms for H200 steps that recorded 0.5 ms of dispatches). A step's wall time less
-/// its device `wait` is not all the host's work: the thread may also sleep in the driver
-/// (lavapipe runs a submission's kernels on its own threads while the submitting one blocks)
-/// or wait for a core. Its CPU time is what the host computed itself (lively, wgpu, and the
-/// driver's recording).
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`, counted up to the
+/// call). A step's wall time less its device `wait` is not all the host's work: the thread may
+/// also sleep in the driver (lavapipe runs a submission's kernels on its own threads while the
+/// submitting one blocks) or wait for a core. Its CPU time is what the host computed itself
+/// (lively, wgpu, and the driver's recording). On the lent H200 machines it read 0.01-0.02 ms
+/// a step, less than the 0.03-0.35 ms of wall time the same steps spent recording alone, and
+/// `/proc/thread-self/schedstat`, read before, 0.04-0.13 ms: those machines' kernels do not
+/// count a thread's time finely, and the figure means nothing there.
 fn thread_cpu_time() -> Option<std::time::Duration> {
     let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `time` is a valid, writable timespec for the call's duration.

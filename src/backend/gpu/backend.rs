@@ -1574,12 +1574,12 @@ impl GpuBackend {
         let mut last = None;
         for k in 0..=request.iterations {
             // What is recorded so far goes to the device while the host records the next
-            // iterations, in parts that double: on an H200 the 15K-tet bar's 10-iteration
-            // steps went from 8.5-10.1 to 6.3-6.8 ms when each iteration was submitted (745
-            // dispatches then, whose recording and encoding the device had waited for). With
-            // the direct step's 3 dispatches an iteration, a submission each cost more than
-            // it saved (see docs/perf/local-global.md).
-            self.recording.submit_part(&self.context);
+            // iteration: on an H200 the 15K-tet bar's 10-iteration steps went from 8.5-10.1
+            // to 6.3-6.8 ms (745 dispatches, whose recording and encoding the device had
+            // waited for), the 164K-tet cube's from 20-24 to 17-20 ms. (Submitting in parts
+            // that double, 2 submissions instead of 11 for the direct step's 34 dispatches,
+            // measured no faster: docs/perf/local-global.md, 2026-11-30.)
+            self.recording.submit(&self.context);
             if tally.statuses.len() == STATUS_BATCH || tally.energies.len() + 1 == MAX_BATCH {
                 self.read_tally(&mut tally, &[])?;
             }

@@ -513,12 +513,47 @@ fn dense_quad(row: u32, quad: u32, k: u32) -> vec3<f32> {
     return vec3<f32>(dot(m, dense_x[k]), dot(m, dense_y[k]), dot(m, dense_z[k]));
 }
 
+// Loads the tile of columns from quad `first` on (`count` quads) into the workgroup's arrays:
+// E's columns of b or r - alpha Ap, or (`own`) of b's vertex terms' part.
+fn load_dense_tile(lid: u32, first: u32, count: u32, alpha: f32, from_rhs: bool, own: bool) {
+    for (var k = lid; k < count; k += WORKGROUP) {
+        let c = 4u * (first + k);
+        let e0 = tile_column(c, alpha, from_rhs, own);
+        let e1 = tile_column(c + 1u, alpha, from_rhs, own);
+        let e2 = tile_column(c + 2u, alpha, from_rhs, own);
+        let e3 = tile_column(c + 3u, alpha, from_rhs, own);
+        dense_x[k] = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
+        dense_y[k] = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
+        dense_z[k] = vec4<f32>(e0.z, e1.z, e2.z, e3.z);
+        dense_groups[k] = dense_group_byte(c) | dense_group_byte(c + 1u) << 8u
+            | dense_group_byte(c + 2u) << 16u | dense_group_byte(c + 3u) << 24u;
+    }
+}
+
+// Column c of E (b or r - alpha Ap), or (`own`) of b's vertex terms' part (the gather's
+// `vertex_rhs`): zero in the contact set and past the last vertex.
+fn tile_column(c: u32, alpha: f32, from_rhs: bool, own: bool) -> vec3<f32> {
+    if (!own) {
+        return dense_column(c, alpha, from_rhs);
+    }
+    if (c >= params.vertex_count || in_contact(c)) {
+        return vec3<f32>(0.0);
+    }
+    return vec3<f32>(vertex_rhs[3u * c], vertex_rhs[3u * c + 1u], vertex_rhs[3u * c + 2u]);
+}
+
 // The workgroup's rows of E S^-1 E times b or r - alpha Ap: each invocation returns the row
 // it serves in `row_of` on lane 0, zero past the last row and in the contact set (whose rows
 // take Jacobi's). S^-1's rows are `dense_stride()` floats apart, so that they are read a vec4
 // at a time, and here a row's lanes are consecutive invocations (not `row_of`'s), so that a
 // warp reads each row's span contiguously. Every invocation must call it.
-fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f32> {
+// With `own_translation` (the direct solve, of b) a free part's translation, u_g u_g^T b / e_g,
+// sums b's vertex terms' part, not b: the elements' forces in b sum to zero over the part in
+// exact arithmetic, and in f32 to their rounding, which for a stiff body is far more than the
+// rest (see the split below). From b, a free steel-stiff cube's first global step ended
+// 0.19 m from the CPU's with one lane a row, and with the 16 of a small body on hardware its local/global
+// solve diverged, G from 6e8 to 2e21 J.
+fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool, own_translation: bool) -> vec3<f32> {
     let n = params.vertex_count;
     let lanes = params.lanes;
     let at = slot * rows_at_once() + lid / lanes;
@@ -533,21 +568,11 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
     var columns = vec3<f32>(0.0);
     let g = select(0xffu, dense_group_byte(v), v < n);
     let translating = params.translation == 0u && params.translation_groups > 0u;
+    let own = translating && own_translation;
     for (var first = 0u; first < quads; first += DENSE_TILE_QUADS) {
         let count = min(DENSE_TILE_QUADS, quads - first);
         workgroupBarrier();
-        for (var k = lid; k < count; k += WORKGROUP) {
-            let c = 4u * (first + k);
-            let e0 = dense_column(c, alpha, from_rhs);
-            let e1 = dense_column(c + 1u, alpha, from_rhs);
-            let e2 = dense_column(c + 2u, alpha, from_rhs);
-            let e3 = dense_column(c + 3u, alpha, from_rhs);
-            dense_x[k] = vec4<f32>(e0.x, e1.x, e2.x, e3.x);
-            dense_y[k] = vec4<f32>(e0.y, e1.y, e2.y, e3.y);
-            dense_z[k] = vec4<f32>(e0.z, e1.z, e2.z, e3.z);
-            dense_groups[k] = dense_group_byte(c) | dense_group_byte(c + 1u) << 8u
-                | dense_group_byte(c + 2u) << 16u | dense_group_byte(c + 3u) << 24u;
-        }
+        load_dense_tile(lid, first, count, alpha, from_rhs, false);
         workgroupBarrier();
         if (multiplies) {
             // Four loads in flight per invocation: the product is bound by their latency.
@@ -558,13 +583,23 @@ fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool) -> vec3<f
                 let c = dense_quad(row, first + k + 2u * lanes, k + 2u * lanes);
                 let d = dense_quad(row, first + k + 3u * lanes, k + 3u * lanes);
                 acc += (a + b) + (c + d);
-                if (translating) {
+                if (translating && !own) {
                     columns += (tile_sum(k, g) + tile_sum(k + lanes, g)) + (tile_sum(k + 2u * lanes, g) + tile_sum(k + 3u * lanes, g));
                 }
             }
             for (; k < count; k += lanes) {
                 acc += dense_quad(row, first + k, k);
-                if (translating) {
+                if (translating && !own) {
+                    columns += tile_sum(k, g);
+                }
+            }
+        }
+        if (own) {
+            workgroupBarrier();
+            load_dense_tile(lid, first, count, 0.0, true, true);
+            workgroupBarrier();
+            if (multiplies) {
+                for (var k = lane; k < count; k += lanes) {
                     columns += tile_sum(k, g);
                 }
             }
@@ -868,7 +903,7 @@ fn setup(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
 fn setup_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = workgroup_slot(group, groups);
     start_warm(lid);
-    let inverse_z = dense_rows_product(lid, slot, 0.0, true);
+    let inverse_z = dense_rows_product(lid, slot, 0.0, true, false);
     setup_rows(groups, lid, slot, row_of(slot, lid), inverse_z);
 }
 
@@ -1118,7 +1153,7 @@ fn update_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
     }
     var inverse_z = vec3<f32>(0.0);
     if (workgroupUniformLoad(&dense_wanted) != 0u) {
-        inverse_z = dense_rows_product(lid, slot, step.alpha, false);
+        inverse_z = dense_rows_product(lid, slot, step.alpha, false, false);
     }
     update_rows(lid, slot, row, step, inverse_z);
 }
@@ -1194,7 +1229,7 @@ fn solve_dense(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups)
     let solving = workgroupUniformLoad(&dense_wanted) != 0u;
     var z = vec3<f32>(0.0);
     if (solving) {
-        z = dense_rows_product(lid, slot, 0.0, true);
+        z = dense_rows_product(lid, slot, 0.0, true, true);
     }
     if (row.v < params.vertex_count && row.lane == 0u) {
         for (var c = 0u; c < 3u; c++) {

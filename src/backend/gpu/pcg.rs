@@ -1121,6 +1121,12 @@ mod tests {
             for seed in 0..3u64 {
                 let b = random_rhs(&model, seed);
                 rig.upload(3, "rhs", &to_f32(b.as_flattened()));
+                // The direct solve takes a free part's translation from b's vertex terms,
+                // whose sum over the part is b's (the elements' forces sum to zero): this b is
+                // all vertex terms.
+                if free_bars > 0 {
+                    rig.upload(3, "vertex_rhs", &to_f32(b.as_flattened()));
+                }
                 let mut iterations = Vec::new();
                 // The loop with each inverse, and (free, where S^-1 is the matrix's own) the
                 // direct solve by S^-1.

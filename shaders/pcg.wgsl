@@ -550,9 +550,9 @@ fn tile_column(c: u32, alpha: f32, from_rhs: bool, own: bool) -> vec3<f32> {
 // With `own_translation` (the direct solve, of b) a free part's translation, u_g u_g^T b / e_g,
 // sums b's vertex terms' part, not b: the elements' forces in b sum to zero over the part in
 // exact arithmetic, and in f32 to their rounding, which for a stiff body is far more than the
-// rest (see the split below). From b, a free steel-stiff cube's first global step ended
-// 0.19 m from the CPU's with one lane a row, and with the 16 of a small body on hardware its local/global
-// solve diverged, G from 6e8 to 2e21 J.
+// rest (see the split below). From b, a free steel-stiff cube's first global step ended 0.19 m
+// from the CPU's with one lane a row, and with the 16 of a small body on hardware its
+// local/global solve diverged, G from 6e8 to 2e21 J.
 fn dense_rows_product(lid: u32, slot: u32, alpha: f32, from_rhs: bool, own_translation: bool) -> vec3<f32> {
     let n = params.vertex_count;
     let lanes = params.lanes;

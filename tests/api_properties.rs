@@ -483,8 +483,8 @@ proptest! {
     #![proptest_config(common::property_config(32))]
     /// The GPU follows the CPU under every integrator where both converge ([`follows`]). Found
     /// this way: a stiff bar released from a squash whose predictions lay 450 m out, where the
-    /// GPU's noise floor overflowed f32 (tests/gpu_steps.rs) and, stiffer, where neither
-    /// backend's Newton came back (tests/robustness.rs).
+    /// GPU's noise floor overflowed f32 (tested at the gather, src/backend/gpu/gather.rs) and,
+    /// stiffer, where neither backend's Newton came back (tests/robustness.rs).
     #[test]
     fn the_gpu_follows_the_cpu_where_both_converge(case in converged_case()) {
         if common::gpu().is_some() {

@@ -186,3 +186,39 @@ fn a_violent_release_whose_predictions_fly_far_steps_from_its_start() {
         }
     }
 }
+
+/// The violent release's second step under a fixed budget of 2 Newton x 40 CG iterations
+/// (run whole by the backend, on a GPU in one submission). From the release's 900 m/s, the
+/// budget's two iterations from the predictions ended 600 m (3.2e9 Pa) to 1 500 km (3.2e13
+/// Pa) out on the CPU and 170 m to 24 km out on the GPU, with 1e16-1e29 J against a target of
+/// 3e6-3e10 J: a budget that ends that far above the objective's floor now spends itself
+/// again from the step's start, as a solve does (`Stepper::solve_again`).
+#[test]
+fn a_budgeted_step_after_a_violent_release_does_not_fly_off() {
+    for backend in common::backends() {
+        for youngs in [3.2e9, 3.2e13] {
+            let mut released = common::squash_released_bar(youngs, backend);
+            released.step().unwrap();
+            let budget = lively::Solver::newton().budget(2, 40);
+            let mut sim = common::squash_released_bar_solved_by(youngs, 100.0, budget, backend);
+            sim.set_state(released.positions(), released.velocities()).unwrap();
+            let target = released.energy().target;
+            sim.set_energy_target(target).unwrap();
+            let stats = sim.step().unwrap();
+            let reach = sim
+                .positions()
+                .iter()
+                .map(|p| p.iter().map(|c| c * c).sum::<f64>().sqrt())
+                .fold(0.0, f64::max);
+            let total = sim.energy().total;
+            println!(
+                "{backend:?}, {youngs:e} Pa: {} iterations, reach {reach:.4} m, energy {total:.6e} J against {target:.6e}",
+                stats.iterations
+            );
+            assert!(reach < 0.3, "{backend:?}, {youngs:e} Pa: a vertex {reach} m out");
+            assert!(total <= 1.01 * target, "{backend:?}, {youngs:e} Pa: {total} J against {target} J");
+            // Both budgets were spent.
+            assert_eq!(stats.iterations, 4, "{backend:?}, {youngs:e} Pa: {stats:?}");
+        }
+    }
+}

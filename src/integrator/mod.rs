@@ -366,15 +366,32 @@ impl Stepper<'_> {
         guesses.extend(rigid.as_deref());
         guesses.extend(warm_start);
         // A fixed budget is run whole by the backend: on a GPU with one readback,
-        // the step's start the fallback guess.
+        // the step's start the fallback guess; run again from the start where it ends
+        // absurdly far up (`solve_again`).
         let with_fallback: Vec<&[[f64; 3]]> = guesses.iter().copied().chain([input.positions]).collect();
         if let Some(request) = crate::solver::newton::budget_request(self.solver, &with_fallback) {
             let started = std::time::Instant::now();
-            let solve = self.stages.budget_solve(&request);
+            let mut solve = self.stages.budget_solve(&request);
             if solve.guess.is_none() {
                 return Err(no_valid_guess());
             }
             let mut report = crate::solver::newton::budget_report(self.solver, &solve);
+            // The start as the guess and as the fallback (a budget's last guess).
+            let from_start = [input.positions, input.positions];
+            let second = match !report.converged && self.solve_again(&plan, &report).is_some() {
+                true => crate::solver::newton::budget_request(self.solver, &from_start)
+                    .map(|request| self.stages.budget_solve(&request)),
+                false => None,
+            };
+            if let Some(second) = second.filter(|second| second.guess.is_some()) {
+                let again = crate::solver::newton::budget_report(self.solver, &second);
+                report = SolveReport {
+                    iterations: report.iterations + again.iterations,
+                    linear_iterations: report.linear_iterations + again.linear_iterations,
+                    ..again
+                };
+                solve = second;
+            }
             report.times.linear_solve = started.elapsed();
             self.report.accumulate(report);
             let v = scheme.velocity(input, &solve.x);

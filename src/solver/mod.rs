@@ -272,7 +272,10 @@ impl Solver {
     /// the initial guesses, and along each direction the longest of the step lengths
     /// `1, 1/2, 1/4, 1/8, 1/64` with Armijo's decrease (`2` where that decreases the objective
     /// further; none, keeping the iterate, where no length does, and the next iteration's
-    /// lengths then go on from 1/128) — so that a GPU step is one readback.
+    /// lengths then go on from 1/128) — so that a GPU step is one readback. A step whose
+    /// budget ends absurdly far up its objective (more than a million times as high above
+    /// its floor as the step's start: predictions flung hundreds of metres by a violent
+    /// state) spends the budget once more from the start, and costs twice as much.
     /// With contact, AVF, implicit midpoint and Newmark refuse a budget (their velocities keep
     /// an unconverged solve's error, which grew without bound at impacts). Combined with [`wall_time`](Self::wall_time), the host
     /// drives it iteration by iteration instead, to watch the clock.

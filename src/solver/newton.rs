@@ -68,6 +68,7 @@ pub(crate) fn budget_report(settings: &Solver, solve: &crate::backend::BudgetSol
         stalled: solve.stalled || !solve.gradient_norm.is_finite(),
         gradient_norm: solve.gradient_norm,
         objective_decrease: if decrease.is_finite() { decrease } else { 0.0 },
+        end_objective: Some(solve.objective),
         ..SolveReport::default()
     }
 }

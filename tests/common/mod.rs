@@ -67,6 +67,17 @@ pub fn squash_released_bar(youngs: f64, backend: lively::Backend) -> Simulation 
 
 /// [`squash_released_bar`] with a far half of `end_youngs` Pa.
 pub fn squash_released_bar_with_end(youngs: f64, end_youngs: f64, backend: lively::Backend) -> Simulation {
+    let solver = lively::Solver::newton().tolerance(1e-3).max_iterations(100);
+    squash_released_bar_solved_by(youngs, end_youngs, solver, backend)
+}
+
+/// [`squash_released_bar_with_end`] solved by `solver`.
+pub fn squash_released_bar_solved_by(
+    youngs: f64,
+    end_youngs: f64,
+    solver: lively::Solver,
+    backend: lively::Backend,
+) -> Simulation {
     let size = [0.1, 0.2, 0.2];
     let material_at = move |c: [f64; 3]| match c[0] > 0.5 * size[0] {
         true => lively::Material::stvk(end_youngs, 0.2),
@@ -77,7 +88,7 @@ pub fn squash_released_bar_with_end(youngs: f64, end_youngs: f64, backend: livel
         .dt(0.5)
         .gravity([0.0, -9.81, 0.0])
         .integrator(Integrator::ASearch { alpha_min: 0.0, alpha_max: 1.0, decay: None })
-        .solver(lively::Solver::newton().tolerance(1e-3).max_iterations(100))
+        .solver(solver)
         .pin(|p| p[0] == 0.0);
     let mut sim = on_backend(builder, backend).build().expect("valid scene");
     let squashed: Vec<[f64; 3]> =

@@ -379,7 +379,8 @@ fn flesh_with_inclusions(linear: lively::LinearSolver) {
 /// backends. On the GPU the local/global matrix's inverse would precondition their CG (FSAI
 /// and its coarse correction here, on lavapipe); for a body this stiff its translations came
 /// back garbled from CG's f32 products, and the mixed step ended at 2e23 J (4e8 J before the
-/// inverses were split along the translations): such bodies take Jacobi's. Their Jacobi
+/// inverses were split along the translations): such bodies take Jacobi's where the inverse
+/// is FSAI's (tests/gpu_steps.rs has a smaller cube on the dense inverse). Their Jacobi
 /// solves then lost the step's translation, one step of gravity (0.704 J against the CPU's
 /// 0.651); split along the translations they end within 1.2e-4 of the CPU's energy.
 #[test]

@@ -166,11 +166,7 @@ fn a_violent_release_whose_predictions_fly_far_steps_from_its_start() {
             let target = sim.energy().target;
             for step in 0..2 {
                 let stats = sim.step().unwrap();
-                let reach = sim
-                    .positions()
-                    .iter()
-                    .map(|p| p.iter().map(|c| c * c).sum::<f64>().sqrt())
-                    .fold(0.0, f64::max);
+                let reach = reach(&sim);
                 let total = sim.energy().total;
                 println!(
                     "{backend:?}, {youngs:e} Pa, step {step}: {} iterations, reach {reach:.4} m, energy {total:.6e} J against {target:.6e}",
@@ -185,6 +181,11 @@ fn a_violent_release_whose_predictions_fly_far_steps_from_its_start() {
             }
         }
     }
+}
+
+/// How far the farthest vertex is from the origin (m).
+fn reach(sim: &Simulation) -> f64 {
+    sim.positions().iter().map(|p| p.iter().map(|c| c * c).sum::<f64>().sqrt()).fold(0.0, f64::max)
 }
 
 /// The violent release's second step under a fixed budget of 2 Newton x 40 CG iterations
@@ -205,11 +206,7 @@ fn a_budgeted_step_after_a_violent_release_does_not_fly_off() {
             let target = released.energy().target;
             sim.set_energy_target(target).unwrap();
             let stats = sim.step().unwrap();
-            let reach = sim
-                .positions()
-                .iter()
-                .map(|p| p.iter().map(|c| c * c).sum::<f64>().sqrt())
-                .fold(0.0, f64::max);
+            let reach = reach(&sim);
             let total = sim.energy().total;
             println!(
                 "{backend:?}, {youngs:e} Pa: {} iterations, reach {reach:.4} m, energy {total:.6e} J against {target:.6e}",

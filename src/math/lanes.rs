@@ -6,7 +6,7 @@
 //! - [`Lanes`], a plain array whose operations are loops the compiler vectorizes as it can.
 //!   Compiled for AVX2 it still packs many of them two lanes at a time or not at all, and
 //!   moves values between registers and the stack around them;
-//! - [`avx::Avx`], one AVX register, whose operations are the instructions themselves. On the
+//! - `avx::Avx`, one AVX register, whose operations are the instructions themselves. On the
 //!   15 000-tet local/global bar it took the local step from 17.1 to 12.6 ms (two cores).
 //!
 //! Everything here is `#[inline(always)]`, so that it is compiled with the target features of
@@ -24,7 +24,7 @@ pub type Vec3s<L> = [L; 3];
 pub type Mat3s<L> = [Vec3s<L>; 3];
 
 /// `N` f64 values carried through the same arithmetic, one per lane: [`Lanes`] on every
-/// machine, [`avx::Avx`] inside kernels compiled for AVX2. Both round every operation as
+/// machine, `avx::Avx` inside kernels compiled for AVX2. Both round every operation as
 /// f64 does (no fused multiply-add), so a kernel gives the same bits on either.
 pub trait Lane<const N: usize>:
     Copy

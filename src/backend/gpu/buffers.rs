@@ -5,7 +5,7 @@
 //!
 //! Positions on the device (the iterate `x`, the step's start `x_start` and inertial target
 //! `target_positions`, `aux` and `x_saved`) are displacements from a reference: the rest shape,
-//! each part turned and moved by a pose that follows it ([`Frame`]), each displacement in its
+//! each part turned and moved by a pose that follows it (`Frame`), each displacement in its
 //! part's axes. f32 quantizes absolute positions of ~1 m to ~6e-8 m, which shape gradients of
 //! ~20/m turn into strain noise of ~1e-6 and a gradient noise floor far above Newton's
 //! tolerances; displacements of millimetres are stored ~1000x finer. The host converts in f64
@@ -100,7 +100,7 @@ pub struct GpuBuffers {
     /// The model's self-contact, where it has it (its buffers exist as placeholders without).
     pub self_contact: Option<super::self_contact::SelfContactLayout>,
     /// The free parts' translation groups (`Model::translation_groups`; 0: none free), and
-    /// the chunks their vertices are summed in ([`translation_chunks`]).
+    /// the chunks their vertices are summed in (`translation_chunks`).
     pub translation_groups: u32,
     pub translation_chunks: u32,
     /// What the displacements are measured from.
@@ -594,7 +594,7 @@ impl GpuBuffers {
         }
     }
 
-    /// The displacements of `positions` in f32, each in its part's axes ([`Frame`]).
+    /// The displacements of `positions` in f32, each in its part's axes (`Frame`).
     pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<[f32; 3]> {
         crate::math::per_vertex(positions.len(), |v| {
             self.frame.displacement(v, DVec3::from(positions[v])).as_vec3().to_array()
@@ -614,7 +614,7 @@ impl GpuBuffers {
         self.frame.pose(v).turn
     }
 
-    /// Fits anew the poses of the parts that `problem` evaluates off them ([`Frame`]) and
+    /// Fits anew the poses of the parts that `problem` evaluates off them (`Frame`) and
     /// records their upload; returns the poses before, when some moved. Displacements
     /// already on the device are then stale: a step uploads its start and target after this.
     pub fn rebase(

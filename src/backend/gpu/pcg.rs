@@ -232,7 +232,7 @@ pub fn dense_fits(limits: &wgpu::Limits, vertex_count: usize, translation_groups
 }
 
 /// The floats between the rows of a dense inverse on the device: the vertex count and one
-/// (the row's `1 / e_g`, see [`dense_inverse`](crate::backend::projective::dense_inverse))
+/// (the row's `1 / e_g`, see `backend::projective::dense_inverse`)
 /// rounded up to a multiple of four, so that the loop reads the rows a vec4 at a time.
 pub fn dense_stride(vertex_count: usize) -> usize {
     (vertex_count + 1).next_multiple_of(4)

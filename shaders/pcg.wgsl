@@ -1294,8 +1294,9 @@ fn settle_solve(group: vec3<u32>, groups: vec3<u32>, lid: u32, rr: f32) {
 // much softer than the rest that f32 products A p of a p holding them are round-off:
 // steel-stiff cubes' local/global steps left them metres off, and their Newton steps lost
 // gravity's pull (a free cube of E 1e9 Pa fell 2 m where it should fall 5). Local/global's
-// explicit inverses leave their translation out (the dense one in a split Newton or mixed-FEM
-// solve too); Jacobi's holds too little of it to matter.
+// explicit inverses leave their translation out (as do the dense one and the coarse
+// correction in a split Newton or mixed-FEM solve); FSAI's G^T G, local, does not resolve a
+// body's translation, and Jacobi's holds too little of it to matter.
 // U^T b sums the elements' forces, zero in exact arithmetic, with the vertex terms': the
 // step's translation is t' = E^-1 U^T b', b' the vertex terms' part of b (the gather's
 // `vertex_rhs`), while `deflate` takes C t out of b with t from the whole b, so that the

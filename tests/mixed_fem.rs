@@ -376,13 +376,13 @@ fn flesh_with_inclusions(linear: lively::LinearSolver) {
 
 /// A free steel-stiff cube of 0.1 m, 24x12x12 cells, E 1e11 Pa, squashed to 0.3 of its size,
 /// one backward-Euler step at 1/30 s: mixed FEM and Newton lose nearly all the energy on both
-/// backends. On the GPU the local/global matrix's inverse would precondition their CG (FSAI
+/// backends. On the GPU the local/global matrix's inverse preconditions their CG (FSAI
 /// and its coarse correction here, on lavapipe); for a body this stiff its translations came
 /// back garbled from CG's f32 products, and the mixed step ended at 2e23 J (4e8 J before the
-/// inverses were split along the translations): such bodies take Jacobi's where the inverse
-/// is FSAI's (tests/gpu_steps.rs has a smaller cube on the dense inverse). Their Jacobi
-/// solves then lost the step's translation, one step of gravity (0.704 J against the CPU's
-/// 0.651); split along the translations they end within 1.2e-4 of the CPU's energy.
+/// inverses were split along the translations). Such bodies took Jacobi's, whose solves then
+/// lost the step's translation, one step of gravity (0.704 J against the CPU's 0.651). Their
+/// solves are now split along the translations, which the inverses then leave out: they end
+/// within 1.2e-4 of the CPU's energy.
 #[test]
 fn a_squashed_free_steel_cube_steps_without_exploding() {
     for (name, solver) in [("mixed FEM", Solver::mixed_fem()), ("Newton", Solver::newton())] {

@@ -1455,16 +1455,6 @@ impl GpuBackend {
         }
         let a = projective::stiffness_weight(&self.nodes);
         if !self.newton_inverse_ready {
-            self.prepare_inverse()?;
-            // A body that loses its translations there is split along them. FSAI's inverse
-            // holds translations, which CG's f32 products then garbled (a squashed steel
-            // cube's mixed-FEM step ended at 2e23 J: docs/perf/local-global.md), so such a
-            // body keeps Jacobi's; the dense inverse leaves them out of a split solve, as in
-            // the local/global step (a squashed free steel cube of 729 vertices: 78-83 CG
-            // iterations a step instead of Jacobi's 230-277).
-            if self.loses_translations(a) && !self.dense_inverse() {
-                return Ok(self.split_translations(PcgParams { preconditioner: JACOBI, ..params }));
-            }
             self.upload_inverse(a)?;
             let n = self.buffers.vertex_count;
             let none;
@@ -1478,6 +1468,14 @@ impl GpuBackend {
             rec.upload(c, scratch.named("contact_flags"), bytemuck::cast_slice(flags));
             self.newton_inverse_ready = true;
         }
+        // A body that loses its translations in CG's f32 products is split along them, as
+        // Jacobi's solves always are; the inverses leave the translations out of a split
+        // solve (the dense one's translation term, the coarse correction's translation
+        // modes). Unsplit, their translations came back garbled (a squashed steel cube's
+        // mixed-FEM step ended at 2e23 J: docs/perf/local-global.md), and such bodies had
+        // taken Jacobi's, split: a squashed free steel cube took 230-646 CG iterations a step
+        // at 729-1 377 vertices (dense inverse) where it takes 78-86 now, and 1 064 at 9 261
+        // (FSAI) where it takes 211 (docs/perf/gpu.md).
         let params = self.with_inverse(params, self.newton_contact.iter().any(|&flag| flag != 0));
         Ok(match self.loses_translations(a) {
             true => self.split_translations(params),
@@ -1485,23 +1483,16 @@ impl GpuBackend {
         })
     }
 
-    /// Whether the local/global matrix's inverse is dense (not FSAI's).
-    fn dense_inverse(&self) -> bool {
-        self.inverse.as_ref().is_some_and(|inverse| inverse.preconditioner() == DENSE)
-    }
-
     /// `params` of a Newton or mixed-FEM solve, split along the translations of the model's
-    /// free parts (`PcgParams::translation`, `Model::translation_groups`) where it
-    /// preconditions by Jacobi or by the dense inverse (which then leaves the translations
-    /// out): their matrix's translations are then their vertex blocks
+    /// free parts (`PcgParams::translation`, `Model::translation_groups`): their matrix's
+    /// translations are then their vertex blocks
     /// (the damping's among them), which the split solves exactly, where f32 products by the
     /// matrix lose them once a part is stiff at its step (a free cube of E 1e8 Pa, 1.25-2.5
     /// cm cells, fell 10 % slower than on the CPU, one of E 1e10 Pa a tenth as fast). Left
     /// out: the projection contact model, whose matrix holds its pressed vertices still
     /// along their normals, and self-contact, whose couplings the vertex blocks leave out.
     fn split_translations(&self, params: PcgParams) -> PcgParams {
-        let splits = (params.preconditioner == JACOBI || params.preconditioner == DENSE)
-            && params.translation_groups > 0
+        let splits = params.translation_groups > 0
             && !self.model.contact.is_projection()
             && self.groups.self_contact.is_none();
         PcgParams { translation: if splits { SPLIT_BLOCKS } else { 0 }, ..params }

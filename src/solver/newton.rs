@@ -183,10 +183,16 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             report.round_off = true;
             break;
         }
-        if flat_step.take().is_some() && gradient_norm > ROUND_OFF_PROGRESS * previous_gradient {
+        if flat_step.take().is_some()
+            && gradient_norm > ROUND_OFF_PROGRESS * previous_gradient
+            && gradient_norm <= GRADIENT_NOISE_MARGIN * status.gradient_floor
+        {
             // The flat step lowered the gradient, but by less than Newton ever does above the
-            // noise floor (quadratically, or ~0.55 per iteration on projected Hessians): keep
-            // it and stop. On an f32 GPU this saves the iterations that chased the noise.
+            // noise floor (quadratically, or ~0.55 per iteration on projected Hessians), and
+            // the gradient is near its noise: keep it and stop. On an f32 GPU this saves the
+            // iterations that chased the noise. Far above its noise the step was flat only
+            // because `G` was too large to show it (a stiff bar flung at h = 0.5 s: `G`
+            // 9.4e20 J, a Newton step lowering it by 1e9 J), and Newton goes on.
             report.round_off = true;
             break;
         }

@@ -15,7 +15,10 @@ use crate::backend::{DirectionRequest, MixedDirection, Stages};
 use crate::material::Projection;
 
 /// After a step that changed the merit only at round-off, the factor by which the gradient
-/// norm must fall for the solver to go on (as Newton's).
+/// norm must fall for the solver to go on (as Newton's). Unlike Newton's, the stop needs no
+/// gradient near `Linearization::gradient_floor`: on the GPU a mixed solve's gradient stays
+/// far above that floor at its round-off, and with the condition a squashed free steel cube
+/// of 24x12x12 cells took 48 iterations and 1 890 CG instead of 11 and 187 (the same end).
 const ROUND_OFF_PROGRESS: f64 = 0.8;
 /// The relative residual of a budgeted solve (as Newton's).
 const BUDGET_TOLERANCE: f64 = 1e-6;

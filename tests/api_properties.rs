@@ -632,3 +632,45 @@ fn a_flat_step_far_above_the_gradients_noise_does_not_end_the_solve() {
         follows(&check(&case, Backend::Cpu).unwrap(), &check(&case, Backend::Gpu).unwrap(), true).unwrap();
     }
 }
+
+/// Seed 47's neighbour: the same bar squashed and kicked otherwise. A-1's velocity correction
+/// of its second step leaves it moving at 2e10 m/s, its pins holding it. The GPU's frame put
+/// the pinned bar at its inertial target, 9e9 m off, where f32 rounded its displacements to
+/// hundreds of metres and its gather's noise floor hid every Newton step: its third step ended
+/// 512 m from the CPU's.
+#[test]
+fn a_pinned_bar_thrown_absurdly_fast_keeps_its_gpu_frame_at_its_pins() {
+    let case = Case {
+        body: Body::Bar {
+            cells: [2, 1, 2],
+            model: MaterialModel::Arap,
+            youngs: 69119344457.07657,
+            poisson: 0.3593952112397713,
+            density: 584.49947692748,
+            inclusion: Some((MaterialModel::Corotated, 6.257516394604147e11)),
+        },
+        cloth_beside: false,
+        integrator: Integrator::A1,
+        dt: 0.5,
+        solver: SolverChoice::Newton {
+            tolerance: 1e-3,
+            max_iterations: 100,
+            linear: LinearSolver::Pcg,
+            hessian: HessianPolicy::ProjectOnNegativeCurvature,
+        },
+        damping: None,
+        pin_below: Some(0.0),
+        contact: None,
+        collider_motion: [0.0; 3],
+        self_collision: None,
+        squash: [0.3, 1.0369078457588832, 0.3],
+        kick: (1258212118053739634, 2.8090896247491326),
+        handle: None,
+        release_at: 0,
+        target: None,
+        steps: 3,
+    };
+    if common::gpu().is_some() {
+        follows(&check(&case, Backend::Cpu).unwrap(), &check(&case, Backend::Gpu).unwrap(), true).unwrap();
+    }
+}

@@ -271,8 +271,10 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         timed(&mut report.times.line_search, t);
         if trace {
             eprintln!(
-                "it {} |g| {gradient_norm:.3e} G {value:.12e} cg {} neg {} proj {:?} slope {:.3e} |d| {:.3e} step {step:?}",
+                "it {} |g| {gradient_norm:.3e} (noise {:.2e}) G {value:.12e} (noise {:.2e}) cg {} neg {} proj {:?} slope {:.3e} |d| {:.3e} step {step:?}",
                 report.iterations,
+                status.gradient_floor,
+                status.noise_floor,
                 direction.iterations,
                 direction.negative_curvature,
                 projection,

@@ -283,8 +283,8 @@ impl Frame {
     /// shape (a least-squares rigid fit of the probes), carried on by the part's rigid step
     /// (`StepProblem::rigid_steps`, the nodes' placement that the rigid guess takes). A
     /// translation of the first probe alone where the part may not turn, its probes do not
-    /// span space, or it has no rigid step (a part some pin holds: then `theta` of the way
-    /// to the target).
+    /// span space, or it has no rigid step: then `theta` of the way to the target, or its
+    /// start for a part some pin holds.
     fn fit(&self, p: usize, probes: &Probes, heading: &Heading) -> (DVec3, DQuat) {
         let rest = |v: usize| DVec3::from(self.rest[v]);
         let current = self.poses[p];
@@ -292,6 +292,11 @@ impl Frame {
         let step = heading.steps.get(self.groups[p] as usize).copied().flatten();
         let placed = match step {
             Some(step) => heading.shape(centre) + step.to - step.from,
+            // A part some pin holds stays within its reach of pins that never leave the start.
+            // Its inertial target can lie anywhere: A-1's velocity correction once sent a
+            // stiff pinned bar's 9e9 m off, its displacements then rounded to hundreds of
+            // metres, and its gather's noise floor hid every Newton step.
+            None if self.groups[p] == NO_GROUP => heading.start(centre),
             None => heading.start(centre) + (heading.target(centre) - heading.start(centre)) * heading.theta,
         };
         let translated = (placed - current.turn * rest(centre), current.turn);
@@ -912,6 +917,39 @@ mod tests {
         frame.poses = turned;
         frame.turns = false;
         assert!(rebase(&mut frame, &x).is_none());
+    }
+
+    /// A pinned bar whose inertial target lies 9e9 m off (A-1's velocity correction of a stiff
+    /// bar at a long step put it there) keeps its pose where its pins hold it: at its start.
+    /// Its displacements stay of its own size, and f32 rounds them finely. Pins moved to a new
+    /// start take the pose with them.
+    #[test]
+    fn a_pinned_parts_pose_stays_at_its_start_whatever_its_target() {
+        let mut model = Model::empty([0.0; 3]);
+        let mesh = TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]);
+        model.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
+        for v in 0..model.rest.len() {
+            model.pinned[v] = model.rest[v][0] == 0.0;
+        }
+        let (mut frame, parts) = frame_of(&model);
+        let reach = frame.probes[0].as_ref().unwrap().reach;
+        let rest: Vec<DVec3> = model.rest.iter().map(|&p| DVec3::from(p)).collect();
+        let rebase = |frame: &mut Frame, start: &[DVec3], target: DVec3| {
+            let at: Vec<[f64; 3]> = start.iter().map(|p| p.to_array()).collect();
+            let targets: Vec<[f64; 3]> = start.iter().map(|&p| (p + target).to_array()).collect();
+            let steps = parts.steps(&model.masses, &at, &at, &targets, &at, 1.0);
+            assert!(steps.iter().all(Option::is_none), "a pinned bar has no rigid step");
+            frame.rebase(&Heading { start: &at, target: &targets, steps: &steps, shape: &at, theta: 1.0 })
+        };
+        assert!(rebase(&mut frame, &rest, DVec3::new(-9.3e9, -6.7e9, 500.0)).is_none());
+        assert_eq!(frame.poses[0], PartPose::REST);
+        // The pins moved 3 m (between steps, as a user moves them): the pose follows the start.
+        let moved = DVec3::new(3.0, -7.0, 2.0);
+        let start: Vec<DVec3> = rest.iter().map(|&p| p + moved).collect();
+        assert!(rebase(&mut frame, &start, DVec3::new(1e9, 0.0, 0.0)).is_some());
+        assert_eq!(frame.poses[0].offset, moved.as_vec3().as_dvec3());
+        let worst = (0..rest.len()).map(|v| frame.displacement(v, start[v]).length()).fold(0.0, f64::max);
+        assert!(worst < 1e-6 * reach, "displacements {worst:e} m at the start");
     }
 
     /// The frame of `model`'s parts, and its free parts.

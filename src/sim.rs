@@ -715,7 +715,7 @@ impl Simulation {
                 self.colliders.len()
             )));
         };
-        let moved = collider.translated(glam::DVec3::from(translation));
+        let moved = collider.translated(translation);
         if let Some(floor) = self.model.contact.floor() {
             let (pinned, positions) = (&self.model.pinned, &self.state.positions);
             if let Some((v, _)) =

@@ -1,7 +1,8 @@
 //! Property tests of the public API (proptest): random combinations of bodies (one or two,
 //! with one material or two by region), integrator, solver, damping, pins, a collider (moved
 //! every step) and its contact model, self-collision, a handle (moved, then released) and
-//! energy targets, built and stepped from squashed, kicked starts. Whatever the combination:
+//! energy targets, built and stepped from squashed, kicked starts, some placed up to 10 km
+//! from the origin. Whatever the combination:
 //! - building and stepping never panic;
 //! - a step that returns `Ok` leaves a finite state;
 //! - a step that returns `Err` leaves the state as it was (DESIGN §7);
@@ -68,6 +69,9 @@ struct Case {
     self_collision: Option<SelfCollision>,
     /// Scale of the start positions about the origin, per axis.
     squash: [f64; 3],
+    /// Where the scene is placed: a horizontal move (m) of the squashed start and of the
+    /// collider, up to 10 km, as a game world places its bodies.
+    shift: [f64; 3],
     /// Random velocity (m/s) of every vertex, drawn from this seed and scale.
     kick: (u64, f64),
     /// A handle on the last vertex, moved by this offset every step, with this stiffness.
@@ -179,6 +183,8 @@ prop_compose! {
         self_collision in prop::option::weighted(0.2, (log_uniform(1e3, 1e9), 0.0f64..0.5)
             .prop_map(|(stiffness, friction)| SelfCollision { stiffness, friction })),
         squash in [0.3f64..1.3, 0.3..1.3, 0.3..1.3],
+        shift in prop_oneof![3 => Just([0.0; 3]), 1 => (log_uniform(1.0, 1e4), 0.0..std::f64::consts::TAU)
+            .prop_map(|(distance, angle)| [distance * angle.cos(), 0.0, distance * angle.sin()])],
         kick in (any::<u64>(), prop_oneof![Just(0.0), log_uniform(1e-2, 30.0)]),
         (handle, release_at) in (prop::option::of((point(0.05), log_uniform(1e1, 1e7))), 0usize..8),
         target in prop::option::of(0.0f64..3.0),
@@ -186,7 +192,7 @@ prop_compose! {
     ) -> Case {
         Case {
             body, cloth_beside, integrator, dt, solver, damping, pin_below, contact, collider_motion,
-            self_collision, squash, kick, handle, release_at, target, steps,
+            self_collision, squash, shift, kick, handle, release_at, target, steps,
         }
     }
 }
@@ -252,7 +258,7 @@ fn builder(case: &Case) -> SimulationBuilder {
         builder = builder.pin(move |p| p[0] <= fraction * length + 1e-9);
     }
     if let Some((collider, model)) = &case.contact {
-        builder = builder.collider(collider.clone()).contact_model(*model);
+        builder = builder.collider(collider.translated(case.shift)).contact_model(*model);
     }
     if let Some(settings) = case.self_collision {
         builder = builder.self_collision(settings);
@@ -311,7 +317,7 @@ fn check(case: &Case, backend: Backend) -> Result<Trajectory, TestCaseError> {
     // must leave the rest state.
     let before = snapshot(&sim);
     let start: Vec<[f64; 3]> =
-        sim.positions().iter().map(|p| [0, 1, 2].map(|c| p[c] * case.squash[c])).collect();
+        sim.positions().iter().map(|p| [0, 1, 2].map(|c| p[c] * case.squash[c] + case.shift[c])).collect();
     let kick = random_vectors(case.kick.0, start.len(), case.kick.1);
     if sim.set_state(&start, &kick).is_err() {
         prop_assert_eq!(&snapshot(&sim), &before, "a refused state changed the simulation");
@@ -520,6 +526,7 @@ fn a_budgeted_step_does_not_start_from_an_absurd_explicit_guess() {
         collider_motion: [0.0; 3],
         self_collision: None,
         squash: [1.075, 0.3, 0.3],
+        shift: [0.0; 3],
         kick: (46386026, 12.67),
         handle: None,
         release_at: 0,
@@ -574,6 +581,7 @@ fn a_halved_flat_step_that_inverts_a_tet_is_taken_back() {
         collider_motion: [0.0; 3],
         self_collision: None,
         squash: [0.3271192170991349, 0.4715569928183574, 0.7110608766914802],
+        shift: [0.0; 3],
         kick: (17739023377625545262, 0.45176791295002244),
         handle: None,
         release_at: 0,
@@ -622,6 +630,7 @@ fn a_flat_step_far_above_the_gradients_noise_does_not_end_the_solve() {
         collider_motion: [0.0; 3],
         self_collision: None,
         squash: [0.3, 0.3, 0.3],
+        shift: [0.0; 3],
         kick: (17309910, 0.0),
         handle: None,
         release_at: 0,
@@ -664,6 +673,7 @@ fn a_pinned_bar_thrown_absurdly_fast_keeps_its_gpu_frame_at_its_pins() {
         collider_motion: [0.0; 3],
         self_collision: None,
         squash: [0.3, 1.0369078457588832, 0.3],
+        shift: [0.0; 3],
         kick: (1258212118053739634, 2.8090896247491326),
         handle: None,
         release_at: 0,

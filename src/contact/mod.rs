@@ -283,8 +283,11 @@ impl Collider {
         Ok(())
     }
 
-    /// The collider moved by `t` (m); a plane moves along its normal only.
-    pub(crate) fn translated(&self, t: DVec3) -> Collider {
+    /// The collider moved by `offset` (m), to place a shape built about the origin; a plane
+    /// moves along its normal only. [`Simulation::move_collider`](crate::Simulation::move_collider)
+    /// moves one of a running scene (a kinematic collider).
+    pub fn translated(&self, offset: [f64; 3]) -> Collider {
+        let t = DVec3::from(offset);
         let add = |p: &[f64; 3]| (DVec3::from(*p) + t).to_array();
         let shape = match &self.shape {
             Shape::Plane { normal, offset } => {
@@ -593,6 +596,35 @@ mod tests {
     use super::*;
 
     const BARRIER: ContactModel = ContactModel::Barrier { distance: 0.01, stiffness: 1e4 };
+
+    /// A translated collider is the same shape moved: its signed distance and normal at a
+    /// point moved with it are the original's, for every analytic shape (a plane's normal
+    /// need not be unit length).
+    #[test]
+    fn a_translated_collider_is_the_same_shape_moved() {
+        let mut rng = ChaCha8Rng::seed_from_u64(29);
+        let shapes = [
+            Collider::plane([0.3, 2.0, -0.5], 0.4),
+            Collider::sphere([0.1, -0.2, 0.3], 0.25),
+            Collider::cuboid([0.2, 0.1, -0.1], [0.3, 0.05, 0.2]),
+            Collider::capsule([-0.2, 0.0, 0.1], [0.3, 0.2, -0.1], 0.08),
+        ];
+        for shape in shapes {
+            let offset =
+                [rng.random_range(-2e3..2e3), rng.random_range(-5.0..5.0), rng.random_range(-2e3..2e3)];
+            let moved = shape.translated(offset);
+            for _ in 0..20 {
+                let x = DVec3::new(
+                    rng.random_range(-0.6..0.6),
+                    rng.random_range(-0.6..0.6),
+                    rng.random_range(-0.6..0.6),
+                );
+                let (at, there) = (shape.distance(x), moved.distance(x + DVec3::from(offset)));
+                assert!((at.phi - there.phi).abs() < 1e-9, "{shape:?} at {x}: {} / {}", at.phi, there.phi);
+                assert!(at.normal.distance(there.normal) < 1e-9, "{shape:?} at {x}");
+            }
+        }
+    }
 
     /// The barrier's derivatives are its energy's, it vanishes with them at the activation
     /// distance (C2), and it is infinite on the surface.

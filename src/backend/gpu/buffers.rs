@@ -293,9 +293,9 @@ impl Frame {
         let placed = match step {
             Some(step) => heading.shape(centre) + step.to - step.from,
             // A part some pin holds stays within its reach of pins that never leave the start.
-            // Its inertial target can lie anywhere: A-1's velocity correction once sent a
-            // stiff pinned bar's 9e9 m off, its displacements then rounded to hundreds of
-            // metres, and its gather's noise floor hid every Newton step.
+            // Its inertial target can lie anywhere (A-1's velocity correction once put a stiff
+            // pinned bar's 9e9 m off): a frame there rounded the bar's displacements to
+            // hundreds of metres, and the gather's noise floor hid every Newton step.
             None if self.groups[p] == NO_GROUP => heading.start(centre),
             None => heading.start(centre) + (heading.target(centre) - heading.start(centre)) * heading.theta,
         };

@@ -311,23 +311,18 @@ fn cube_on_platform(mu: f64, backend: lively::Backend) -> Simulation {
     sim
 }
 
-fn centroid(sim: &Simulation) -> [f64; 3] {
-    let n = sim.positions().len() as f64;
-    std::array::from_fn(|c| sim.positions().iter().map(|p| p[c]).sum::<f64>() / n)
-}
-
 /// A platform rising at 0.3 m/s lifts the cube with it, and the work it does is booked in the
 /// energy ledger.
 #[test]
 fn a_rising_platform_lifts_what_rests_on_it_and_books_its_work() {
     let rise = 0.3 * H;
     let mut sim = cube_on_platform(0.0, lively::Backend::Cpu);
-    let (before, added) = (centroid(&sim), sim.ledger().added());
+    let (before, added) = (common::centroid(&sim), sim.ledger().added());
     for _ in 0..30 {
         sim.move_collider(0, [0.0, rise, 0.0]).unwrap();
         sim.step().unwrap();
     }
-    let lifted = centroid(&sim)[1] - before[1];
+    let lifted = common::centroid(&sim)[1] - before[1];
     println!(
         "the platform rose {:.3} m, the cube {lifted:.4} m; booked {:.3} J",
         30.0 * rise,
@@ -357,14 +352,14 @@ fn a_sliding_platform_carries_what_rests_on_it_by_friction() {
     let mut carried = Vec::new();
     for mu in [0.8, 0.0] {
         let mut sim = cube_on_platform(mu, lively::Backend::Cpu);
-        let (before, added) = (centroid(&sim), sim.ledger().added());
+        let (before, added) = (common::centroid(&sim), sim.ledger().added());
         let mut height = f64::INFINITY;
         for _ in 0..30 {
             sim.move_collider(0, [speed * H, 0.0, 0.0]).unwrap();
             sim.step().unwrap();
             height = height.min(lowest(&sim));
         }
-        let moved = centroid(&sim)[0] - before[0];
+        let moved = common::centroid(&sim)[0] - before[0];
         let velocity = mean(sim.velocities().iter().map(|v| v[0]));
         let kinetic = 0.5 * DENSITY * SIDE.powi(3) * velocity * velocity;
         println!(

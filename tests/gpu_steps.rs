@@ -467,11 +467,8 @@ fn a_squashed_steel_cube_keeps_its_preconditioner_split_along_its_translations()
                 let mut gpu = common::squashed_steel_cube_on(cells, solver.clone(), place);
                 let stats = gpu.step().unwrap();
                 let (apart, _) = common::worst_difference(cpu.positions(), gpu.positions());
-                let centre = |sim: &Simulation| {
-                    let n = sim.positions().len() as f64;
-                    [0, 1, 2].map(|c| sim.positions().iter().map(|p| p[c]).sum::<f64>() / n)
-                };
-                let (moved, _) = common::worst_difference(&[centre(&cpu)], &[centre(&gpu)]);
+                let (moved, _) =
+                    common::worst_difference(&[common::centroid(&cpu)], &[common::centroid(&gpu)]);
                 let energy = (gpu.energy().total - cpu.energy().total).abs() / cpu.energy().total;
                 println!(
                     "{shape}, {cells:?}, {name}: {} iterations, {} CG; from the CPU's: the centre {moved:.2e} m, \
@@ -892,10 +889,6 @@ fn a_light_free_bar_with_a_rigid_inclusion_steps_from_a_squash() {
         sim.set_state(&start, &still).unwrap();
         sim
     };
-    let centroid = |sim: &Simulation| {
-        let n = sim.positions().len() as f64;
-        [0, 1, 2].map(|c| sim.positions().iter().map(|p| p[c]).sum::<f64>() / n)
-    };
     for (cells, size) in [([1, 1, 1], [0.1; 3]), ([26, 8, 8], [0.26, 0.08, 0.08])] {
         let bar = (cells, size);
         let (mut cpu, mut gpu) = (scene(bar, Backend::Cpu), scene(bar, Backend::Gpu));
@@ -903,7 +896,7 @@ fn a_light_free_bar_with_a_rigid_inclusion_steps_from_a_squash() {
         for step in 0..2 {
             cpu.step().unwrap();
             gpu.step().unwrap_or_else(|e| panic!("{cells:?}, step {step}: {e}"));
-            let (on_cpu, on_gpu) = (centroid(&cpu), centroid(&gpu));
+            let (on_cpu, on_gpu) = (common::centroid(&cpu), common::centroid(&gpu));
             let apart = (0..3).map(|c| (on_cpu[c] - on_gpu[c]).abs()).fold(0.0, f64::max);
             println!(
                 "{cells:?}, step {step}: centroid {on_gpu:.4?} on the GPU, {apart:.1e} m from the CPU's"

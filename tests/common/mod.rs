@@ -136,6 +136,12 @@ pub fn thrown_cube_by(
     sim
 }
 
+/// The mean of the simulation's vertex positions.
+pub fn centroid(sim: &lively::Simulation) -> [f64; 3] {
+    let n = sim.positions().len() as f64;
+    std::array::from_fn(|c| sim.positions().iter().map(|p| p[c]).sum::<f64>() / n)
+}
+
 /// Largest `|a - b|` over all coordinates, with the vertex where it happens.
 pub fn worst_difference(a: &[[f64; 3]], b: &[[f64; 3]]) -> (f64, usize) {
     a.iter()

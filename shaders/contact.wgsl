@@ -116,7 +116,7 @@ fn vertex_bound(v: u32) -> f32 {
     let frame = part_frame(v);
     var bound = 1.0;
     for (var c = 0u; c < params.collider_count && bound > 0.0; c++) {
-        bound = min(bound, path_bound(colliders[c], frame, at, d, bound));
+        bound = min(bound, path_bound(part_collider(frame, c), frame, at, d, bound));
     }
     return bound;
 }
@@ -161,11 +161,11 @@ fn stop_at_contact(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgro
     }
     var t = 1.0;
     for (var c = 0u; c < params.collider_count; c++) {
-        t = min(t, path_bound(colliders[c], frame, origin, d, t));
+        t = min(t, path_bound(part_collider(frame, c), frame, origin, d, t));
     }
     var stop = origin + d * t;
     for (var c = 0u; c < params.collider_count; c++) {
-        let at = distance_in(colliders[c], frame, stop);
+        let at = distance_in(part_collider(frame, c), frame, stop);
         if (at.phi < 0.0) {
             stop -= at.normal * at.phi;
         }
@@ -217,7 +217,7 @@ fn contact_set(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups)
     for (var q = 0u; q < params.node_count && !member; q++) {
         let at = at_node(v, q);
         for (var c = 0u; c < params.collider_count && !member; c++) {
-            member = distance_in(colliders[c], frame, at).phi <= 0.0;
+            member = distance_in(part_collider(frame, c), frame, at).phi <= 0.0;
         }
     }
     member = member && pinned[v] == 0u;
@@ -240,7 +240,7 @@ fn bound_outside(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroup
             for (var q = 0u; q < params.node_count; q++) {
                 let at = at_node(v, q);
                 for (var c = 0u; c < params.collider_count; c++) {
-                    own = min(own, path_bound(colliders[c], frame, at, d * node_theta(q), own));
+                    own = min(own, path_bound(part_collider(frame, c), frame, at, d * node_theta(q), own));
                 }
             }
         }

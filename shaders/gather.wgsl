@@ -153,8 +153,10 @@ fn node(q: u32) -> vec2<f32> {
 
 // The conservative potential of vertex v at z = at + d, `at` its rest position and `d` its
 // displacement, both in the axes of its part's frame `f` (gravity, penalties, handles): its
-// value, and in those axes its gradient and Hessian; its force magnitude, and the part of it
-// from terms of the absolute position (colliders, handles). Gravity's value is weighed
+// value, and in those axes its gradient and Hessian; its force magnitude, the part of it
+// from terms whose rounding does not scale with the displacement (colliders, handles), and
+// those terms' forces times the size of the numbers they are formed from (`rounding`: the
+// point from the part's offset, the collider's own, the handle's). Gravity's value is weighed
 // against `d` alone (turned into the world's axes); the host adds its value at the
 // reference positions in f64 (`GpuBuffers::reference_gravity_energy`): summed from absolute
 // positions in f32, a body 1 km up carried 0.1 J of noise per 200 kg in every energy, which
@@ -165,15 +167,18 @@ struct Potential {
     hessian: mat3x3<f32>,
     forces: f32,
     absolute: f32,
+    rounding: f32,
 }
 
 fn potential(v: u32, f: PartFrame, at: vec3<f32>, d: vec3<f32>) -> Potential {
     let z = at + d;
     let weight = unturned(f.turn, masses[v] * vec3<f32>(params.gravity_x, params.gravity_y, params.gravity_z));
-    var out = Potential(-dot(weight, d), -weight, mat3x3<f32>(), length(weight), 0.0);
+    var out = Potential(-dot(weight, d), -weight, mat3x3<f32>(), length(weight), 0.0, 0.0);
     let k = params.contact_stiffness;
+    let size = largest(z);
     for (var c = 0u; c < params.collider_count && k > 0.0; c++) {
-        let d = distance_in(colliders[c], f, z);
+        let collider = part_collider(f, c);
+        let d = distance_in(collider, f, z);
         // The quadratic penalty's curvature counts on the surface too (`ContactModel::active`).
         if (d.phi < 0.0 || (d.phi == 0.0 && params.cubic == 0u)) {
             // k phi^2 / 2, or the cubic k |phi|^3 (the CPU twin's `ContactModel::energy` and
@@ -190,6 +195,7 @@ fn potential(v: u32, f: PartFrame, at: vec3<f32>, d: vec3<f32>) -> Potential {
             out.gradient += d.normal * first;
             out.forces += abs(first);
             out.absolute += abs(first);
+            out.rounding += abs(first) * max(size, collider_scale(collider));
             // Along the normal the penalty's own curvature; across it the surface's curvature
             // times the slope (<= 0 on convex shapes), which the projection drops.
             out.hessian += outer3(d.normal, d.normal) * second;
@@ -200,12 +206,14 @@ fn potential(v: u32, f: PartFrame, at: vec3<f32>, d: vec3<f32>) -> Potential {
     }
     for (var i = anchor_offsets[v]; i < anchor_offsets[v + 1u]; i++) {
         let spring = anchors[i];
-        // The handle's position in the part's axes.
-        let stretch = z - unturned(f.turn, spring.xyz - f.offset);
+        // The handle's position in the part's axes (the host placed it from the part's
+        // offset).
+        let stretch = z - unturned(f.turn, spring.xyz);
         out.value += 0.5 * spring.w * dot(stretch, stretch);
         out.gradient += stretch * spring.w;
         out.forces += spring.w * length(stretch);
         out.absolute += spring.w * length(stretch);
+        out.rounding += spring.w * length(stretch) * max(size, largest(spring.xyz));
         out.hessian += IDENTITY3 * spring.w;
     }
     return out;
@@ -215,11 +223,13 @@ fn potential(v: u32, f: PartFrame, at: vec3<f32>, d: vec3<f32>) -> Potential {
 // (the twin of `ContactModel::energy` and `derivatives`): infinite energy inside a collider,
 // where its derivatives are left out (no iterate is ever there).
 fn barrier(f: PartFrame, z: vec3<f32>) -> Potential {
-    var out = Potential(0.0, vec3<f32>(0.0), mat3x3<f32>(), 0.0, 0.0);
+    var out = Potential(0.0, vec3<f32>(0.0), mat3x3<f32>(), 0.0, 0.0, 0.0);
     let reach = params.barrier_distance;
     let k = params.barrier_stiffness;
+    let size = largest(z);
     for (var c = 0u; c < params.collider_count; c++) {
-        let d = distance_in(colliders[c], f, z);
+        let collider = part_collider(f, c);
+        let d = distance_in(collider, f, z);
         if (d.phi <= 0.0) {
             out.value = bitcast<f32>(0x7f800000u);
         } else if (d.phi < reach) {
@@ -230,6 +240,8 @@ fn barrier(f: PartFrame, z: vec3<f32>) -> Potential {
             out.value -= k * gap * gap * log_ratio;
             out.gradient += d.normal * first;
             out.forces += abs(first);
+            out.absolute += abs(first);
+            out.rounding += abs(first) * max(size, collider_scale(collider));
             out.hessian += outer3(d.normal, d.normal) * second;
             if (params.exact_hessian != 0u) {
                 out.hessian += d.hessian * first;
@@ -376,8 +388,10 @@ fn vertex(v: u32) -> vec4<f32> {
     var acc = inertia;
     var block = IDENTITY3 * mass;
     var forces = length(inertia);
-    // The forces of terms of the absolute position (their noise grows with it).
+    // The forces of the terms whose rounding does not scale with the displacement, and that
+    // rounding's scale times them.
     var absolute = 0.0;
+    var rounding = 0.0;
     for (var q = 0u; q < params.node_count; q++) {
         let cw = node(q);
         let u = potential(v, frame, at, xv * cw.y + start * (1.0 - cw.y));
@@ -386,6 +400,7 @@ fn vertex(v: u32) -> vec4<f32> {
         block += u.hessian * (cw.x * cw.y * cw.y);
         forces += u.forces * cw.x * cw.y;
         absolute += u.absolute * cw.x * cw.y;
+        rounding += u.rounding * cw.x * cw.y;
     }
     if (params.barrier_stiffness > 0.0) {
         let w = params.end_weight;
@@ -394,7 +409,8 @@ fn vertex(v: u32) -> vec4<f32> {
         acc += b.gradient * w;
         block += b.hessian * w;
         forces += b.forces * w;
-        absolute += b.forces * w;
+        absolute += b.absolute * w;
+        rounding += b.rounding * w;
     }
     // The vertex terms' gradient: acc less the elements' forces and the damping's stiffness
     // part, which sum to zero over a free part.
@@ -447,6 +463,9 @@ fn vertex(v: u32) -> vec4<f32> {
     block += contact.block;
     forces += contact.forces;
     absolute += contact.forces;
+    // Self-contact keeps every part in the world's axes: its terms round with the position.
+    let position = in_world(frame, at + xv);
+    rounding += contact.forces * largest(position);
     // Four corners' loads are issued before their sums (in the same order as one at a time):
     // one by one, each corner's two dependent loads made the pass a chain of latencies, about
     // 15 us on an H200 whatever the body's size.
@@ -489,21 +508,19 @@ fn vertex(v: u32) -> vec4<f32> {
     }
     store_gradient(v, acc, own);
     store_block(v, block);
-    // G's noise floor: forces times the size of what rounds under them. The terms of absolute
-    // positions round with the position; the others (inertia, gravity, elasticity, damping)
-    // with the displacement from the reference, or with the part's reach (its size, a
-    // conservative bound for its elements' own rounding). Counted from absolute positions
-    // everywhere, a body 1 km from the origin took any step that raised G by less than about
-    // 5 J per 200 kg as flat.
-    let position = in_world(frame, at + xv);
-    let local = frame.reach + max(abs(xv.x), max(abs(xv.y), abs(xv.z)));
-    let far = max(abs(position.x), max(abs(position.y), abs(position.z)));
+    // G's noise floor: forces times the size of what rounds under them. The terms of
+    // colliders, handles and self-contact round with the numbers they are formed from
+    // (`rounding`); the others (inertia, gravity, elasticity, damping) with the displacement
+    // from the reference, or with the part's reach (its size, a conservative bound for its
+    // elements' own rounding). Counted from absolute positions everywhere, a body 1 km from
+    // the origin took any step that raised G by less than about 5 J per 200 kg as flat.
+    let local = frame.reach + largest(xv);
     // Squared: the vertices' roundings are independent, so they add as a root sum of
     // squares, not as the worst case of all in one direction. Scaled to f32's precision
     // (a power of two, exact) before squaring: unscaled, a stiff bar's explicit guess 600 m
     // off (forces 1e18 N) squared past f32's range, the floor came out infinite, and every
     // step of its Newton solve counted as flat, so the solve ended there, 'converged'.
-    let noise = PRECISION * ((forces - absolute) * local + absolute * far);
+    let noise = PRECISION * ((forces - absolute) * local + rounding);
     return vec4<f32>(energy, dot(acc, acc), forces, noise * noise);
 }
 

@@ -126,21 +126,46 @@ fn collider_distance(c: Collider, x: vec3<f32>) -> Distance {
     }
 }
 
+// The collider `c` as the part frame `f` sees it: the host packs each collider per part,
+// moved by minus the part's offset (`GpuCollider::pack`).
+fn part_collider(f: PartFrame, c: u32) -> Collider {
+    return colliders[f.part * params.collider_count + c];
+}
+
+// The largest magnitude among v's components.
+fn largest(v: vec3<f32>) -> f32 {
+    return max(abs(v.x), max(abs(v.y), abs(v.z)));
+}
+
+// The size of the numbers a collider's distance is formed from, besides the point's: what its
+// rounding scales with (a plane's offset; a centre, ends or origin; half extents, a radius, a
+// grid's spacing).
+fn collider_scale(c: Collider) -> f32 {
+    var scale = abs(c.a.w);
+    if (c.kind != PLANE) {
+        scale = max(scale, largest(c.a.xyz));
+    }
+    if (c.kind == CUBOID || c.kind == CAPSULE) {
+        scale = max(scale, largest(c.b.xyz));
+    }
+    return scale;
+}
+
 // A vertex this close to a collider rests on it (the projection model): the CPU twin's
-// `RESTING_GAP` of 1e-9 m, or a few f32 roundings of the position, which is all that f32
-// resolves (positions are stopped on a surface only to that).
+// `RESTING_GAP` of 1e-9 m, or a few f32 roundings of the world position, as the CPU twin
+// counts them (`contact::resting_gap`), so that the twins agree on who rests.
 const RESTING_GAP: f32 = 1e-9;
 const RESTING_ROUNDINGS: f32 = 4.0;
 
 fn resting_gap(x: vec3<f32>) -> f32 {
-    let extent = max(abs(x.x), max(abs(x.y), abs(x.z)));
-    return max(RESTING_GAP, RESTING_ROUNDINGS * 1.1920929e-7 * extent);
+    return max(RESTING_GAP, RESTING_ROUNDINGS * 1.1920929e-7 * largest(x));
 }
 
-// The distance to a collider from the point z of a part's axes (shared/frame), its normal and
-// Hessian in those axes.
+// The distance to the collider `c` (as the part frame `f` sees it, `part_collider`) from the
+// point z of the part's axes, its normal and Hessian in those axes: measured from the part's
+// offset, so that f32 rounds the point as finely as z.
 fn distance_in(c: Collider, f: PartFrame, z: vec3<f32>) -> Distance {
-    let d = collider_distance(c, in_world(f, z));
+    let d = collider_distance(c, turned(f.turn, z));
     return Distance(d.phi, unturned(f.turn, d.normal), unturned_matrix(f.turn, d.hessian));
 }
 
@@ -148,10 +173,10 @@ fn distance_in(c: Collider, f: PartFrame, z: vec3<f32>) -> Distance {
 // of part frame f rests on, or w = 0. The importing shader declares `colliders` and
 // `collider_count` in its parameters.
 fn resting_normal(f: PartFrame, z: vec3<f32>) -> vec4<f32> {
-    let x = in_world(f, z);
-    let gap = resting_gap(x);
+    let x = turned(f.turn, z);
+    let gap = resting_gap(f.offset + x);
     for (var c = 0u; c < params.collider_count; c++) {
-        let d = collider_distance(colliders[c], x);
+        let d = collider_distance(part_collider(f, c), x);
         if (d.phi <= gap) {
             return vec4<f32>(unturned(f.turn, normalize(d.normal)), 1.0);
         }

@@ -1877,7 +1877,7 @@ impl Stages for GpuBackend {
     fn set_anchors(&mut self, anchors: &[Anchor]) {
         self.potential_at.forget();
         self.anchors = Anchors::new(self.model.vertex_count(), anchors);
-        if super::gather::write_anchors(&self.context, &mut self.recording, &mut self.buffers, anchors) {
+        if self.buffers.set_anchors(&self.context, &mut self.recording, anchors) {
             let result = self.rebind();
             self.settle(result, ());
         }
@@ -1886,12 +1886,7 @@ impl Stages for GpuBackend {
     fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
         self.potential_at.forget();
         self.colliders = colliders.to_vec();
-        // Same count and kinds, so the packed list has the same size: written in place, the
-        // bind groups over it stay valid. Grid samples do not move (their offset is packed).
-        let (packed, _) = super::gather::GpuCollider::pack(colliders);
-        if let Some(buffer) = self.buffers.model.get("colliders") {
-            self.context.queue.write_buffer(buffer, 0, bytemuck::cast_slice(&packed));
-        }
+        self.buffers.set_colliders(&self.context, &mut self.recording, colliders);
     }
 
     fn dissipation(&mut self) -> f64 {

@@ -9,8 +9,9 @@
 //! part's axes. f32 quantizes absolute positions of ~1 m to ~6e-8 m, which shape gradients of
 //! ~20/m turn into strain noise of ~1e-6 and a gradient noise floor far above Newton's
 //! tolerances; displacements of millimetres are stored ~1000x finer. The host converts in f64
-//! on the way in and out; the shaders that need absolute positions (gravity, colliders,
-//! handles, self-contact) place `rest` with the part's pose (`frame_offsets`);
+//! on the way in and out. What lives in the world (gravity, colliders, handles) the shaders
+//! see through the part's pose (`frame_offsets`): colliders and handles the host has placed
+//! from each part's offset, in f64; self-contact alone places `rest` with the pose.
 //! `positions` holds the published state's absolute positions, for drawing.
 
 use super::context::GpuContext;
@@ -18,7 +19,8 @@ use super::gather::GpuCollider;
 use super::pcg::{INVERSE_FACTORS, InverseSlots, PcgStatus};
 use super::recording::Recording;
 use super::stage::WORKGROUP;
-use crate::backend::topology::{NO_GROUP, Topology};
+use crate::backend::Anchor;
+use crate::backend::topology::{Anchors, NO_GROUP, Topology};
 use crate::material::MaterialModel;
 use crate::math::outer;
 use crate::mesh::SpringKind;
@@ -105,6 +107,12 @@ pub struct GpuBuffers {
     pub translation_chunks: u32,
     /// What the displacements are measured from.
     frame: Frame,
+    /// The colliders and handles in the world's coordinates, and each collider's first grid
+    /// sample: the device holds them as each part's frame sees them, written anew when a pose
+    /// moves.
+    colliders: Vec<crate::contact::Collider>,
+    first_samples: Vec<u32>,
+    anchors: Anchors,
     anchor_capacity: usize,
 }
 
@@ -357,6 +365,11 @@ impl Frame {
 
     /// The poses as the shaders read them: per part, the offset with the part's reach (the
     /// gather's noise floor), then the turn.
+    /// Each part's offset: where its frame's origin lies in the world.
+    fn origins(&self) -> Vec<DVec3> {
+        self.poses.iter().map(|pose| pose.offset).collect()
+    }
+
     fn device_poses(&self) -> Vec<[f32; 4]> {
         let reach = |p: usize| self.probes[p].as_ref().map_or(0.0, |probes| probes.reach as f32);
         let mut out = Vec::with_capacity(2 * self.poses.len());
@@ -418,7 +431,8 @@ impl GpuBuffers {
         m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
         let frame = Frame::new(model, &groups);
         m.set("frame_parts", c.storage("frame_parts", &frame.part_of));
-        let (colliders, sdf_values) = GpuCollider::pack(&model.colliders);
+        let (first_samples, sdf_values) = GpuCollider::samples(&model.colliders);
+        let colliders = GpuCollider::pack(&model.colliders, &first_samples, &frame.origins());
         m.set("colliders", c.storage("colliders", &colliders));
         m.set("sdf_values", c.storage("sdf_values", &sdf_values));
         m.set("corner_offsets", c.storage("corner_offsets", &topology.corner_offsets));
@@ -585,6 +599,9 @@ impl GpuBuffers {
             translation_groups,
             translation_chunks,
             frame,
+            colliders: model.colliders.clone(),
+            first_samples,
+            anchors: Anchors::default(),
             anchor_capacity: 1,
         }
     }
@@ -665,9 +682,72 @@ impl GpuBuffers {
         self.upload_poses(context, recording);
     }
 
+    /// Records the upload of the poses and of what the parts' frames see from them: the
+    /// colliders and the handles' positions.
     fn upload_poses(&self, context: &GpuContext, recording: &mut Recording) {
         let poses = self.frame.device_poses();
         recording.upload(context, self.state.named("frame_offsets"), bytemuck::cast_slice(&poses));
+        self.upload_colliders(context, recording);
+        self.upload_anchors(context, recording);
+    }
+
+    /// Moves the colliders (the same count and kinds, so their buffer keeps its size and the
+    /// bind groups over it stay valid; grid samples do not move) and records their upload.
+    pub fn set_colliders(
+        &mut self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        colliders: &[crate::contact::Collider],
+    ) {
+        self.colliders = colliders.to_vec();
+        self.upload_colliders(context, recording);
+    }
+
+    fn upload_colliders(&self, context: &GpuContext, recording: &mut Recording) {
+        if self.colliders.is_empty() {
+            return;
+        }
+        let packed = GpuCollider::pack(&self.colliders, &self.first_samples, &self.frame.origins());
+        recording.upload(context, self.model.named("colliders"), bytemuck::cast_slice(&packed));
+    }
+
+    /// Sets the handles and records their upload; true when their buffer was replaced (bind
+    /// groups over it must be rebuilt).
+    pub fn set_anchors(
+        &mut self,
+        context: &GpuContext,
+        recording: &mut Recording,
+        anchors: &[Anchor],
+    ) -> bool {
+        self.anchors = Anchors::new(self.vertex_count, anchors);
+        let offsets = if self.anchors.offsets.is_empty() {
+            vec![0u32; self.vertex_count + 1]
+        } else {
+            self.anchors.offsets.clone()
+        };
+        // Work recorded before keeps the old buffer (wgpu holds it until that work is done).
+        let grown = self.reserve_anchors(context, self.anchors.springs.len());
+        recording.upload(context, self.state.named("anchor_offsets"), bytemuck::cast_slice(&offsets));
+        self.upload_anchors(context, recording);
+        grown
+    }
+
+    /// The handles' held positions as their vertices' frames see them (less the part's offset,
+    /// in f64, then rounded; see [`GpuCollider::pack`]), with their stiffness.
+    fn upload_anchors(&self, context: &GpuContext, recording: &mut Recording) {
+        if self.anchors.springs.is_empty() {
+            return;
+        }
+        let mut springs = Vec::with_capacity(self.anchors.springs.len());
+        for v in 0..self.vertex_count {
+            let origin = self.frame.pose(v).offset;
+            let range = self.anchors.offsets[v] as usize..self.anchors.offsets[v + 1] as usize;
+            springs.extend(self.anchors.springs[range].iter().map(|(k, p)| {
+                let p = (*p - origin).as_vec3();
+                [p.x, p.y, p.z, *k as f32]
+            }));
+        }
+        recording.upload(context, self.state.named("anchors"), bytemuck::cast_slice(&springs));
     }
 
     /// Grows the handle buffer to hold `count` springs; true when it was replaced (bind groups

@@ -10,8 +10,6 @@ use super::buffers::GpuBuffers;
 use super::context::GpuContext;
 use super::recording::{Recording, Staged};
 use super::stage::{Bound, WgStage};
-use crate::backend::Anchor;
-use crate::backend::topology::Anchors;
 use crate::error::Result;
 use crate::model::Model;
 use glam::DVec3;
@@ -106,35 +104,62 @@ pub struct GpuCollider {
 }
 
 impl GpuCollider {
-    /// The colliders, and the samples of their signed-distance grids one after another.
-    pub fn pack(colliders: &[crate::contact::Collider]) -> (Vec<GpuCollider>, Vec<f32>) {
-        use crate::contact::Shape;
-        let f = |v: [f64; 3], w: f64| [v[0] as f32, v[1] as f32, v[2] as f32, w as f32];
-        let mut sdf_values = Vec::new();
-        let packed = colliders
+    /// The samples of the colliders' signed-distance grids one after another, and each
+    /// collider's first sample among them (0 for the analytic shapes).
+    pub fn samples(colliders: &[crate::contact::Collider]) -> (Vec<u32>, Vec<f32>) {
+        let mut values = Vec::new();
+        let first = colliders
             .iter()
             .map(|collider| {
-                let offset = sdf_values.len() as u32;
-                let (kind, a, b) = match &collider.shape {
-                    Shape::Plane { normal, offset } => {
-                        let length = glam::DVec3::from(*normal).length();
-                        (0, f(normal.map(|c| c / length), offset / length), [0.0; 4])
-                    }
-                    Shape::Sphere { center, radius } => (1, f(*center, *radius), [0.0; 4]),
-                    Shape::Cuboid { center, half_extents } => (2, f(*center, 0.0), f(*half_extents, 0.0)),
-                    Shape::Capsule { a, b, radius } => (3, f(*a, *radius), f(*b, 0.0)),
-                    Shape::Sdf { grid, offset } => {
-                        sdf_values.extend(grid.values().iter().map(|&v| v as f32));
-                        // The sample counts travel as the bits of b.xyz.
-                        let counts = grid.counts().map(|n| f32::from_bits(n as u32));
-                        let origin: [f64; 3] = std::array::from_fn(|c| grid.origin()[c] + offset[c]);
-                        (4, f(origin, grid.spacing()), [counts[0], counts[1], counts[2], 0.0])
-                    }
-                };
-                GpuCollider { a, b, kind, offset, pad: [0; 2] }
+                let first = values.len() as u32;
+                if let crate::contact::Shape::Sdf { grid, .. } = &collider.shape {
+                    values.extend(grid.values().iter().map(|&v| v as f32));
+                }
+                first
             })
             .collect();
-        (packed, sdf_values)
+        (first, values)
+    }
+
+    /// The colliders as each part's frame sees them (part-major): moved by minus the part's
+    /// offset (`origins`), in f64, and only then rounded. The shaders place a vertex at
+    /// `turn z` from its part's offset, a number of the part's size, where `offset + turn z`
+    /// would round to the world's: 1 mm 10 km out, which a stiff penalty turns into forces
+    /// (a cube on a capsule 100 m out ended 3 mm from the CPU's; 2e-7 m at the origin).
+    pub fn pack(
+        colliders: &[crate::contact::Collider],
+        first_samples: &[u32],
+        origins: &[DVec3],
+    ) -> Vec<GpuCollider> {
+        origins
+            .iter()
+            .flat_map(|origin| {
+                colliders.iter().zip(first_samples).map(|(collider, &first)| {
+                    GpuCollider::packed(&collider.translated((-*origin).to_array()), first)
+                })
+            })
+            .collect()
+    }
+
+    fn packed(collider: &crate::contact::Collider, first_sample: u32) -> GpuCollider {
+        use crate::contact::Shape;
+        let f = |v: [f64; 3], w: f64| [v[0] as f32, v[1] as f32, v[2] as f32, w as f32];
+        let (kind, a, b) = match &collider.shape {
+            Shape::Plane { normal, offset } => {
+                let length = DVec3::from(*normal).length();
+                (0, f(normal.map(|c| c / length), offset / length), [0.0; 4])
+            }
+            Shape::Sphere { center, radius } => (1, f(*center, *radius), [0.0; 4]),
+            Shape::Cuboid { center, half_extents } => (2, f(*center, 0.0), f(*half_extents, 0.0)),
+            Shape::Capsule { a, b, radius } => (3, f(*a, *radius), f(*b, 0.0)),
+            Shape::Sdf { grid, offset } => {
+                // The sample counts travel as the bits of b.xyz.
+                let counts = grid.counts().map(|n| f32::from_bits(n as u32));
+                let origin: [f64; 3] = std::array::from_fn(|c| grid.origin()[c] + offset[c]);
+                (4, f(origin, grid.spacing()), [counts[0], counts[1], counts[2], 0.0])
+            }
+        };
+        GpuCollider { a, b, kind, offset: first_sample, pad: [0; 2] }
     }
 }
 
@@ -249,29 +274,6 @@ pub fn stage_batch_partials(
 ) -> Result<Staged> {
     let partials = buffers.scratch.named("gather_partials");
     recording.stage(context, partials, 16 * (members as u64) * buffers.vertex_workgroups() as u64)
-}
-
-/// Uploads the handle springs, grouped by vertex (the CPU gather's grouping, in f32); true
-/// when the handle buffer was replaced and bind groups must be rebuilt.
-pub fn write_anchors(
-    context: &GpuContext,
-    recording: &mut Recording,
-    buffers: &mut GpuBuffers,
-    anchors: &[Anchor],
-) -> bool {
-    let grouped = Anchors::new(buffers.vertex_count, anchors);
-    let offsets = if grouped.offsets.is_empty() {
-        vec![0u32; buffers.vertex_count + 1]
-    } else {
-        grouped.offsets.clone()
-    };
-    let springs: Vec<[f32; 4]> =
-        grouped.springs.iter().map(|(k, p)| [p.x as f32, p.y as f32, p.z as f32, *k as f32]).collect();
-    // Work recorded before keeps the old buffer (wgpu holds it until that work is done).
-    let grown = buffers.reserve_anchors(context, springs.len());
-    recording.upload(context, buffers.state.named("anchor_offsets"), bytemuck::cast_slice(&offsets));
-    recording.upload(context, buffers.state.named("anchors"), bytemuck::cast_slice(&springs));
-    grown
 }
 
 #[cfg(test)]

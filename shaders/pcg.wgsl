@@ -79,7 +79,7 @@ struct Params {
     partial_count: u32,
     max_iterations: u32,
     // Relative residual to reach; with `forcing` 1 it is computed from the linearization
-    // (see `forcing_term`).
+    // (see `forcing_term`), and this is its cap.
     tolerance: f32,
     forcing: u32,
     // Newton's gradient tolerance (N): at or below it there is nothing to solve.
@@ -1015,7 +1015,8 @@ fn starting_scalars(lid: u32, sums: vec2<f32>, bb: f32) -> Scalars {
     let gather = gathered_sums(lid);
     var tolerance = params.tolerance;
     if (params.forcing != 0u) {
-        tolerance = forcing_term(sqrt(gather.y), gather.z);
+        // `tolerance` is then the cap Newton sets (`DirectionRequest::forcing_cap`).
+        tolerance = min(forcing_term(sqrt(gather.y), gather.z), params.tolerance);
     }
     let done = sums.x == 0.0 || within_gradient_tolerance(gather);
     return Scalars(sums.y, sums.x, tolerance * tolerance * bb, tolerance, 0u, select(RUNNING, CONVERGED, done), 0u, 0u, 0.0);

@@ -916,8 +916,14 @@ fn a_light_free_bar_with_a_rigid_inclusion_steps_from_a_squash() {
 /// placed the cloth's frame there: displacements of 5e5 m in f32 resolve 3 cm. Its solve
 /// stalled 0.36 m from the CPU's, at 1 123 J of potential against 0.04 J. The prediction now
 /// moves a free part by inertia and gravity alone. The GPU then stops at f32's round-off (the
-/// handle's 2.3e6 N/m times the positions' rounding is a tenth of a newton, on soft springs),
-/// measured 0.9-1.3 cm from the CPU's converged step, its energy within 0.5 % of the CPU's.
+/// handle's 2.3e6 N/m times the positions' rounding is a tenth of a newton, on soft springs).
+/// Handle moves of 21-32 mm a step showed a second failure: where Newton's forcing term asked
+/// a relative residual of 1/2, one CG iteration met it by resolving the handle's vertex, and
+/// the GPU's full steps lowered the gradient by 1-3 % each until the 40-iteration cap, 0.2 m
+/// from the CPU at 5 times its energy (3 of 12 moves; 1-3 cm in others). Newton now tightens
+/// the forcing term after a full step that made little progress (far above the gradient's
+/// noise): over the 12 moves and their three steps the GPU ends at most 1.2-3.9 mm from the
+/// CPU, its energy within 0.11 %.
 #[test]
 fn a_light_cloth_on_a_stiff_handle_steps_as_on_the_cpu() {
     if !gpu_available() {
@@ -934,21 +940,28 @@ fn a_light_cloth_on_a_stiff_handle_steps_as_on_the_cpu() {
         let handle = sim.add_handle(sim.positions().len() - 1, 2.3e6).unwrap();
         (sim, handle)
     };
-    let ((mut cpu, cpu_handle), (mut gpu, gpu_handle)) = (scene(Backend::Cpu), scene(Backend::Gpu));
-    for step in 0..3 {
-        for (sim, handle) in [(&mut cpu, cpu_handle), (&mut gpu, gpu_handle)] {
-            let p = sim.positions()[sim.handle_vertex(handle).unwrap()];
-            sim.move_handle(handle, [p[0] + 0.027, p[1], p[2]]).unwrap();
+    // Moves that ended 0.2 m, 3 cm and 3 cm from the CPU before the forcing term's cap.
+    for moved in [0.022, 0.027, 0.032] {
+        let ((mut cpu, cpu_handle), (mut gpu, gpu_handle)) = (scene(Backend::Cpu), scene(Backend::Gpu));
+        for step in 0..3 {
+            for (sim, handle) in [(&mut cpu, cpu_handle), (&mut gpu, gpu_handle)] {
+                let p = sim.positions()[sim.handle_vertex(handle).unwrap()];
+                sim.move_handle(handle, [p[0] + moved, p[1], p[2]]).unwrap();
+            }
+            let (done, stats) = (cpu.step().unwrap(), gpu.step().unwrap());
+            let (apart, _) = common::worst_difference(cpu.positions(), gpu.positions());
+            let (on_cpu, on_gpu) = (cpu.energy().total, gpu.energy().total);
+            println!(
+                "moved {moved} m, step {step}: {apart:.2e} m apart, {on_gpu:.6e} J against the CPU's \
+                 {on_cpu:.6e} J ({:?}, {:?})",
+                done.outcome, stats.outcome
+            );
+            assert!(apart < 0.01, "moved {moved} m, step {step}: {apart} m apart");
+            assert!(
+                (on_gpu - on_cpu).abs() < 0.005 * on_cpu,
+                "moved {moved} m, step {step}: {on_gpu} J against {on_cpu} J"
+            );
         }
-        let (done, stats) = (cpu.step().unwrap(), gpu.step().unwrap());
-        let (apart, _) = common::worst_difference(cpu.positions(), gpu.positions());
-        let (on_cpu, on_gpu) = (cpu.energy().total, gpu.energy().total);
-        println!(
-            "step {step}: {apart:.2e} m apart, {on_gpu:.6e} J against the CPU's {on_cpu:.6e} J ({:?}, {:?})",
-            done.outcome, stats.outcome
-        );
-        assert!(apart < 0.02, "step {step}: {apart} m apart");
-        assert!((on_gpu - on_cpu).abs() < 0.01 * on_cpu, "step {step}: {on_gpu} J against {on_cpu} J");
     }
 }
 

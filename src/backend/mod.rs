@@ -114,7 +114,7 @@ fn sufficient_residual(gradient_norm: f64, gradient_tolerance: f64) -> f64 {
 /// above the tolerance instead, and cost another Hessian and solve to remove it.
 pub(crate) fn solve_tolerance(linearization: &Linearization, request: &DirectionRequest<'_>) -> f64 {
     let (gradient, tolerance) = (linearization.gradient_norm, request.gradient_tolerance);
-    let forcing = forcing_term(gradient, tolerance, linearization.force_scale);
+    let forcing = forcing_term(gradient, tolerance, linearization.force_scale).min(request.forcing_cap);
     let predicted = match (linearization.model_error, request.previous_gradient_norm) {
         (Some(error), Some(previous)) if previous > 0.0 => error * (gradient / previous).powi(2),
         _ => f64::INFINITY,
@@ -150,6 +150,9 @@ pub struct DirectionRequest<'a> {
     /// `|grad G|` at the last iterate, when the iterate is its full Newton step: with the
     /// linearization's model error it predicts convergence (see `solve_tolerance`).
     pub previous_gradient_norm: Option<f64>,
+    /// The loosest relative residual the forcing term may ask for (1: no bound). Newton
+    /// tightens it where full steps along its loose solves stop reducing the gradient.
+    pub forcing_cap: f64,
 }
 
 /// Where a solve starts: the initial guess of lowest objective.
@@ -534,6 +537,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
             candidates: &alphas,
             likely_converged: false,
             previous_gradient_norm: None,
+            forcing_cap: 1.0,
         });
         // Within the tolerance: the rest of the budget would leave the iterate as it is.
         let Some(mut direction) = found.direction else { break };
@@ -624,6 +628,7 @@ mod tests {
             candidates: &[],
             likely_converged: false,
             previous_gradient_norm: previous,
+            forcing_cap: 1.0,
         };
         let at = |gradient_norm, model_error| Linearization {
             gradient_norm,

@@ -54,6 +54,7 @@ impl NonlinearSolver for MixedFem<'_> {
                 candidates: &[],
                 likely_converged: false,
                 previous_gradient_norm: None,
+                forcing_cap: 1.0,
             };
             let t = Instant::now();
             let mut result = stages.mixed_direction(&request);

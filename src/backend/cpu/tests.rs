@@ -287,6 +287,7 @@ fn solve_request(solver: LinearSolver) -> crate::backend::DirectionRequest<'stat
         candidates: &[],
         likely_converged: false,
         previous_gradient_norm: None,
+        forcing_cap: 1.0,
     }
 }
 

@@ -577,6 +577,16 @@ impl GpuBackend {
         self.decide(Decision::Energy { slot: first, count: at.members() })
     }
 
+    /// The solve of a Newton or mixed-FEM direction: to the request's relative residual, or
+    /// to the forcing term the device computes from the linearization, within the request's
+    /// cap (`tolerance` carries the cap where `forcing` is set).
+    fn direction_pcg_params(&self, request: &DirectionRequest<'_>) -> PcgParams {
+        PcgParams {
+            tolerance: request.relative_tolerance.unwrap_or(request.forcing_cap) as f32,
+            ..self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations)
+        }
+    }
+
     fn pcg_params(
         &self,
         request_tolerance: Option<f64>,
@@ -587,7 +597,7 @@ impl GpuBackend {
             vertex_count: self.buffers.vertex_count as u32,
             partial_count: self.buffers.vertex_workgroups(),
             max_iterations: max_iterations as u32,
-            tolerance: request_tolerance.unwrap_or(0.0) as f32,
+            tolerance: request_tolerance.unwrap_or(1.0) as f32,
             forcing: request_tolerance.is_none() as u32,
             gradient_tolerance: gradient_tolerance as f32,
             surface_count: self.buffers.self_contact.as_ref().map_or(0, |l| l.surface_count as u32),
@@ -848,7 +858,7 @@ impl GpuBackend {
         self.recording.submit(&self.context);
         let pcg = self.preconditioned(
             request.solver,
-            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
+            self.direction_pcg_params(request),
             request.relative_tolerance.is_some(),
         )?;
         let chunk = self.first_chunk(pcg.max_iterations);
@@ -917,7 +927,7 @@ impl GpuBackend {
         self.recording.submit(&self.context);
         let params = self.preconditioned(
             request.solver,
-            self.pcg_params(request.relative_tolerance, request.gradient_tolerance, request.max_iterations),
+            self.direction_pcg_params(request),
             request.relative_tolerance.is_some(),
         )?;
         let alphas = &request.candidates[..request.candidates.len().min(MAX_BATCH)];

@@ -150,6 +150,7 @@ mod tests {
             candidates: &[],
             likely_converged: false,
             previous_gradient_norm: None,
+            forcing_cap: 1.0,
         }
     }
 

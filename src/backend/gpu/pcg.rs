@@ -24,7 +24,7 @@ pub struct PcgParams {
     /// The gather's partial count (for the forcing term).
     pub partial_count: u32,
     pub max_iterations: u32,
-    /// Relative residual to reach (unless `forcing`).
+    /// Relative residual to reach; with `forcing`, the cap of the forcing term.
     pub tolerance: f32,
     /// 1: the relative tolerance is Newton's forcing term of the last gather.
     pub forcing: u32,

@@ -215,6 +215,7 @@ fn a_retreat_goes_back_along_the_step_taken_on_both_engines() {
         candidates: &[],
         likely_converged: false,
         previous_gradient_norm: None,
+        forcing_cap: 1.0,
     };
     let mut cpu = CpuBackend::new(model.clone());
     let mut gpu = super::GpuBackend::new(context, model.clone()).unwrap();
@@ -304,6 +305,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         candidates: &alphas,
         likely_converged,
         previous_gradient_norm: None,
+        forcing_cap: 1.0,
     };
     let mut continued = 0;
     // Newton iterations in lockstep: the forcing term tightens, so the solves lengthen.

@@ -1,12 +1,13 @@
 // Where a vertex's displacement is measured from (gpu/buffers.rs, `Frame`): vertex v of part p,
-// with rest position X and displacement u, lies at c_p + R_p (X + u). The displacements are in
-// the part's own axes, so that a part that turns as a whole keeps them small: every stage of
-// the elements, inertia and the solves sees X + u alone (they are the same in any axes);
-// gravity, colliders and handles, which live in the world's, go through the frame: turned
-// into the part's axes, and placed from the part's offset (the host moves the colliders and
-// handles by minus it, in f64, so that no position of the world's size is rounded here). Per part,
-// `frame_offsets` holds (c_p, the part's reach) and then R_p as a unit quaternion (xyz, w).
-// The importer declares `frame_offsets` and `frame_parts`.
+// with rest position X (about the part's own centre, in the `rest` buffer) and displacement u,
+// lies at c_p + R_p (X + u). The displacements are in the part's own axes, so that a part that
+// turns as a whole keeps them small: every stage of the elements, inertia and the solves sees
+// X + u alone (they are the same in any axes); gravity, colliders and handles, which live in
+// the world's, go through the frame: turned into the part's axes, and placed from the part's
+// offset (the host moves the colliders and handles by minus it, in f64, so that no position of
+// the world's size is rounded here). Per part, `frame_offsets` holds (c_p, the part's reach)
+// and then R_p as a unit quaternion (xyz, w). The importer declares `frame_offsets` and
+// `frame_parts`.
 
 struct PartFrame {
     offset: vec3<f32>,

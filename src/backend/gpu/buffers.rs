@@ -117,8 +117,10 @@ pub struct GpuBuffers {
 }
 
 /// Where the device's displacements are measured from: each part (the vertices the elements
-/// connect, `Model::parts`) has a pose of its own, its rest shape turned and moved as a
-/// whole, and vertex `v` lies at `offset + turn (rest_v + u_v)`: its displacement `u_v` is
+/// connect, `Model::parts`) has a pose of its own, its rest shape (about the part's own
+/// centre where it was modelled away from the origin; the first pose places it) turned and
+/// moved as a whole, and vertex `v` lies at
+/// `offset + turn (rest_v + u_v)`: its displacement `u_v` is
 /// in the part's own axes (`frame_offsets`; shaders/shared/frame.wgsl). Elements, inertia and
 /// the solves see `rest + u` alone, which are the same in any axes; the shaders turn what
 /// lives in the world's axes (gravity, colliders, handles) into the part's, and the host
@@ -171,8 +173,6 @@ pub struct PartPose {
 }
 
 impl PartPose {
-    pub const REST: PartPose = PartPose { offset: DVec3::ZERO, turn: DQuat::IDENTITY };
-
     /// The pose as the shaders read it (the host's is the same, in f64).
     pub fn rounded(offset: DVec3, turn: DQuat) -> PartPose {
         PartPose { offset: offset.as_vec3().as_dvec3(), turn: turn.as_quat().as_dquat().normalize() }
@@ -246,16 +246,32 @@ impl Frame {
                 (reach[p] > 0.0).then_some(Probes { vertices, reach: reach[p] })
             })
             .collect();
+        // The rest shape of a part modelled away from the origin (further than its reach) is
+        // held about the part's centre (rounded to f32, so that the pose that places it is
+        // exact): the device adds displacements to these, and a cube modelled 10 km out held
+        // rest positions that f32 rounds to 1 mm, and rested on a collider 0.9 mm from the
+        // CPU (3e-8 m with its centre taken out). Nearer, the rounding is the part's own size
+        // either way, and the rest shape stays as modelled.
+        let centres: Vec<DVec3> = (0..parts)
+            .map(|p| {
+                let (sum, count) = sums[p];
+                let centre = sum / count.max(1) as f64;
+                let away = centre.abs().max_element() > reach[p];
+                if away { centre.as_vec3().as_dvec3() } else { DVec3::ZERO }
+            })
+            .collect();
+        let rest: Vec<[f64; 3]> =
+            (0..model.rest.len()).map(|v| (point(v) - centres[part_of[v] as usize]).to_array()).collect();
         let mut rest_moments = vec![DVec3::ZERO; parts];
         let mut part_masses = vec![0.0; parts];
         for (v, (&p, &m)) in part_of.iter().zip(&model.masses).enumerate() {
-            rest_moments[p as usize] += point(v) * m;
+            rest_moments[p as usize] += DVec3::from(rest[v]) * m;
             part_masses[p as usize] += m;
         }
         Frame {
-            rest: model.rest.clone(),
+            rest,
             part_of,
-            poses: vec![PartPose::REST; parts],
+            poses: centres.iter().map(|&offset| PartPose { offset, turn: DQuat::IDENTITY }).collect(),
             probes,
             turns: model.self_collision.is_none(),
             groups: part_groups,
@@ -428,8 +444,8 @@ impl GpuBuffers {
         m.set("translation_groups", c.storage("translation_groups", &groups));
         let (chunks, translation_chunks) = self::translation_chunks(&groups, translation_groups);
         m.set("translation_chunks", c.storage("translation_chunks", &chunks));
-        m.set("rest", c.storage("rest", &to_f32(model.rest.as_flattened())));
         let frame = Frame::new(model, &groups);
+        m.set("rest", c.storage("rest", &to_f32(frame.rest.as_flattened())));
         m.set("frame_parts", c.storage("frame_parts", &frame.part_of));
         let (first_samples, sdf_values) = GpuCollider::samples(&model.colliders);
         let colliders = GpuCollider::pack(&model.colliders, &first_samples, &frame.origins());
@@ -930,7 +946,7 @@ mod tests {
         }
     }
 
-    use super::{Frame, Heading, PartPose, REPOSE_FRACTION};
+    use super::{Frame, Heading, REPOSE_FRACTION};
     use crate::integrator::rigid_guess::FreeParts;
     use crate::material::Material;
     use crate::mesh::TetMesh;
@@ -954,7 +970,11 @@ mod tests {
             let steps = parts.steps(&model.masses, &at, &at, &at, &at, 1.0);
             frame.rebase(&Heading { start: &at, target: &at, steps: &steps, shape: &at, theta: 1.0 })
         };
-        assert_eq!(frame.poses, vec![PartPose::REST; 2]);
+        let initial = frame.poses.clone();
+        // Each bar's rest shape about its own centre, the pose placing it there.
+        for v in 0..model.rest.len() {
+            assert!(frame.position(v, DVec3::ZERO).distance(DVec3::from(model.rest[v])) < 1e-15);
+        }
         let each = mesh.vertex_count();
         // The bar's centre is a vertex; its corners lie sqrt(0.06) m from it.
         let (probe, reach) = frame.probes[1].as_ref().map(|p| (p.vertices[0], p.reach)).unwrap();
@@ -965,12 +985,14 @@ mod tests {
         let mut x: Vec<DVec3> =
             (0..rest.len()).map(|v| rest[v] + if v < each { small } else { far }).collect();
         assert!(rebase(&mut frame, &x).is_some());
-        assert_eq!(frame.poses[0], PartPose::REST);
-        // The move, rounded to f32 as the shaders add it (this one is exact in f32).
-        assert_eq!(frame.poses[1].offset, far.as_vec3().as_dvec3());
+        assert_eq!(frame.poses[0], initial[0]);
+        // The move, rounded to f32 as the shaders add it: what is left of the displacements is
+        // the rounding of an offset of 8 m (5e-7 m).
+        let moved = initial[1].offset + far;
+        assert_eq!(frame.poses[1].offset, moved.as_vec3().as_dvec3());
         for v in each..rest.len() {
-            assert!(frame.displacement(v, x[v]).length() < 1e-12, "vertex {v}");
-            assert!(frame.position(v, DVec3::ZERO).distance(x[v]) < 1e-12, "vertex {v}");
+            assert!(frame.displacement(v, x[v]).length() < 1e-6, "vertex {v}");
+            assert!(frame.position(v, DVec3::ZERO).distance(x[v]) < 1e-6, "vertex {v}");
         }
         assert!(rebase(&mut frame, &x).is_none());
         // A quarter turn about the bar's centre moves the probe nowhere, and the pose turns.
@@ -1012,6 +1034,7 @@ mod tests {
             model.pinned[v] = model.rest[v][0] == 0.0;
         }
         let (mut frame, parts) = frame_of(&model);
+        let initial = frame.poses[0];
         let reach = frame.probes[0].as_ref().unwrap().reach;
         let rest: Vec<DVec3> = model.rest.iter().map(|&p| DVec3::from(p)).collect();
         let rebase = |frame: &mut Frame, start: &[DVec3], target: DVec3| {
@@ -1022,14 +1045,52 @@ mod tests {
             frame.rebase(&Heading { start: &at, target: &targets, steps: &steps, shape: &at, theta: 1.0 })
         };
         assert!(rebase(&mut frame, &rest, DVec3::new(-9.3e9, -6.7e9, 500.0)).is_none());
-        assert_eq!(frame.poses[0], PartPose::REST);
+        assert_eq!(frame.poses[0], initial);
         // The pins moved 3 m (between steps, as a user moves them): the pose follows the start.
         let moved = DVec3::new(3.0, -7.0, 2.0);
         let start: Vec<DVec3> = rest.iter().map(|&p| p + moved).collect();
         assert!(rebase(&mut frame, &start, DVec3::new(1e9, 0.0, 0.0)).is_some());
-        assert_eq!(frame.poses[0].offset, moved.as_vec3().as_dvec3());
+        assert_eq!(frame.poses[0].offset, (initial.offset + moved).as_vec3().as_dvec3());
         let worst = (0..rest.len()).map(|v| frame.displacement(v, start[v]).length()).fold(0.0, f64::max);
         assert!(worst < 1e-6 * reach, "displacements {worst:e} m at the start");
+    }
+
+    /// A bar modelled 10 km out holds its rest shape about its centre, which its first pose
+    /// places exactly: the rest positions the device adds displacements to are of the bar's
+    /// size, and f32 rounds them as finely as at the origin. A bar modelled at the origin
+    /// keeps its rest shape as modelled.
+    #[test]
+    fn a_part_modelled_far_away_is_held_about_its_centre() {
+        let mesh = TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]);
+        let far = DVec3::new(1e4, 5e3, -7e3);
+        let moved: Vec<[f64; 3]> =
+            mesh.positions().iter().map(|&p| (DVec3::from(p) + far).to_array()).collect();
+        let mut model = Model::empty([0.0; 3]);
+        model.add_tet_body(&mesh, &[Material::stvk(1e4, 0.3)], 1000.0).unwrap();
+        model
+            .add_tet_body(
+                &TetMesh::new(moved, mesh.tets().to_vec()).unwrap(),
+                &[Material::stvk(1e4, 0.3)],
+                1000.0,
+            )
+            .unwrap();
+        let (frame, _) = frame_of(&model);
+        let each = mesh.vertex_count();
+        assert_eq!(frame.poses[0].offset, DVec3::ZERO);
+        assert_eq!(frame.poses[1].offset, (far + DVec3::new(0.2, 0.1, 0.1)).as_vec3().as_dvec3());
+        for v in 0..model.rest.len() {
+            let rest = DVec3::from(frame.rest[v]);
+            if v < each {
+                assert_eq!(frame.rest[v], model.rest[v]);
+            } else {
+                assert!(rest.abs().max_element() <= 0.2 + 1e-3, "vertex {v}: {rest}");
+            }
+            // Placed where it was modelled, to f64's rounding of 10 km.
+            assert!(
+                frame.position(v, DVec3::ZERO).distance(DVec3::from(model.rest[v])) < 1e-11,
+                "vertex {v}"
+            );
+        }
     }
 
     /// The frame of `model`'s parts, and its free parts.

@@ -463,8 +463,9 @@ fn vertex(v: u32) -> vec4<f32> {
     block += contact.block;
     forces += contact.forces;
     absolute += contact.forces;
-    // Self-contact keeps every part in the world's axes: its terms round with the position.
-    let position = in_world(frame, at + xv);
+    // Self-contact keeps every part in the world's axes and measures from the first part's
+    // offset (shaders/self_contact.wgsl): its terms round with the position from there.
+    let position = frame.offset - frame_offsets[0].xyz + turned(frame.turn, at + xv);
     rounding += contact.forces * largest(position);
     // Four corners' loads are issued before their sums (in the same order as one at a time):
     // one by one, each corner's two dependent loads made the pass a chain of latencies, about

@@ -83,7 +83,11 @@ fn node(q: u32) -> vec2<f32> {
 // Vertex u at quadrature position theta: theta x + (1 - theta) x_n.
 fn position(u: u32, theta: f32) -> vec3<f32> {
     let i = 3u * u;
-    let at = vec3<f32>(rest[i], rest[i + 1u], rest[i + 2u]) + frame_offsets[2u * frame_parts[u]].xyz;
+    // From the first part's offset: under self-contact every part keeps the world's axes, and
+    // the offsets are f32 values, whose differences are exact where parts meet. From the
+    // world's origin, positions 10 km out rounded to 1 mm, twice the cubes' contact depth.
+    let part = frame_offsets[2u * frame_parts[u]].xyz - frame_offsets[0].xyz;
+    let at = vec3<f32>(rest[i], rest[i + 1u], rest[i + 2u]) + part;
     let moved = vec3<f32>(x[i], x[i + 1u], x[i + 2u]);
     let start = vec3<f32>(x_start[i], x_start[i + 1u], x_start[i + 2u]);
     return at + moved * theta + start * (1.0 - theta);

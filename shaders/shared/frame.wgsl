@@ -37,8 +37,3 @@ fn unturned_matrix(q: vec4<f32>, m: mat3x3<f32>) -> mat3x3<f32> {
     let r = mat3x3<f32>(turned(q, vec3<f32>(1.0, 0.0, 0.0)), turned(q, vec3<f32>(0.0, 1.0, 0.0)), turned(q, vec3<f32>(0.0, 0.0, 1.0)));
     return transpose(r) * m * r;
 }
-
-// The world position of the point z = X + u of the part's axes.
-fn in_world(f: PartFrame, z: vec3<f32>) -> vec3<f32> {
-    return f.offset + turned(f.turn, z);
-}

@@ -24,7 +24,6 @@ use super::pcg::{
 use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
-use crate::backend::topology::Anchors;
 use crate::backend::{
     Anchor, BudgetRequest, BudgetSolve, DirectionReport, DirectionRequest, LinearSolver, Linearization,
     LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, Start, projective,
@@ -123,11 +122,6 @@ pub struct GpuBackend {
     last_cg: u32,
     solve_lengths: Vec<u32>,
     previous_solve_lengths: Vec<u32>,
-    /// The handles, as the host keeps them for the local/global matrix.
-    anchors: Anchors,
-    /// The colliders as they are this step, as the host keeps them for the local/global
-    /// matrix (the device has them packed).
-    colliders: Vec<crate::contact::Collider>,
     /// The local/global matrix's vertex diagonal for the current step (empty until a solve
     /// asks for it), its least entry at a free vertex, and the step's damping matrix it is
     /// made from.
@@ -228,7 +222,6 @@ impl GpuBackend {
             let groups = Groups::new(&context, &stages, &recording, &model, &buffers)?;
             Ok((stages, buffers, recording, groups))
         })?;
-        let colliders = model.colliders.clone();
         let neo_hookean =
             |m: &crate::material::Elastic| m.model() == crate::material::MaterialModel::NeoHookean;
         let potential_has_an_edge = model.contact.is_barrier() || model.tet_material.iter().any(neo_hookean);
@@ -251,8 +244,6 @@ impl GpuBackend {
             last_cg: FIRST_CHUNK,
             solve_lengths: Vec::new(),
             previous_solve_lengths: Vec::new(),
-            anchors: Anchors::default(),
-            colliders,
             projective_diagonal: Vec::new(),
             lightest_diagonal: 0.0,
             step_damping: None,
@@ -343,7 +334,7 @@ impl GpuBackend {
             return Ok(());
         }
         let (c, rec) = (&self.context, &mut self.recording);
-        let colliders = self.colliders.len();
+        let colliders = self.buffers.colliders().len();
         self.stages.contact.queue(c, rec, &self.groups.contact, &self.buffers, entry, colliders, 1.0)
     }
 
@@ -355,7 +346,7 @@ impl GpuBackend {
             return std::borrow::Cow::Borrowed(x);
         }
         let mut x = x.to_vec();
-        crate::contact::stop_at_contact(&self.colliders, &self.model.pinned, &self.start, &mut x);
+        crate::contact::stop_at_contact(self.buffers.colliders(), &self.model.pinned, &self.start, &mut x);
         std::borrow::Cow::Owned(x)
     }
 
@@ -363,7 +354,7 @@ impl GpuBackend {
     /// collider.
     fn path_blocked(&self, x: &[[f64; 3]]) -> bool {
         self.model.contact.is_barrier()
-            && !crate::contact::path_clear(&self.colliders, &self.model.pinned, &self.start, x)
+            && !crate::contact::path_clear(self.buffers.colliders(), &self.model.pinned, &self.start, x)
     }
 
     /// Under the barrier, records the bound on the step along the direction (see
@@ -373,7 +364,7 @@ impl GpuBackend {
             return Ok(None);
         }
         let (c, rec) = (&self.context, &mut self.recording);
-        let colliders = self.colliders.len();
+        let colliders = self.buffers.colliders().len();
         let staged = self.stages.contact.step_bound(
             c,
             rec,
@@ -1356,8 +1347,13 @@ impl GpuBackend {
     fn prepare_inverse(&mut self) -> Result<()> {
         if self.projective_diagonal.is_empty() {
             let damping = self.step_damping.as_ref();
-            self.projective_diagonal =
-                projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, damping);
+            self.projective_diagonal = projective::vertex_diagonal(
+                &self.model,
+                self.buffers.anchors(),
+                self.inv_h2,
+                &self.nodes,
+                damping,
+            );
             let free =
                 self.projective_diagonal.iter().zip(&self.model.pinned).filter(|(_, pinned)| !**pinned);
             self.lightest_diagonal = free.map(|(&d, _)| d).fold(f64::INFINITY, f64::min);
@@ -1399,8 +1395,13 @@ impl GpuBackend {
             if steady {
                 damped
             } else {
-                undamped =
-                    projective::vertex_diagonal(&self.model, &self.anchors, self.inv_h2, &self.nodes, None);
+                undamped = projective::vertex_diagonal(
+                    &self.model,
+                    self.buffers.anchors(),
+                    self.inv_h2,
+                    &self.nodes,
+                    None,
+                );
                 &undamped
             }
         } else {
@@ -1516,7 +1517,8 @@ impl GpuBackend {
 
     /// Records the contact stage's local/global `entry` (`contact_set`, `bound_outside`).
     fn record_contact_set(&mut self, entry: &'static str, nodes: &[Node], stiffness: f64) -> Result<()> {
-        let params = ContactParams::local_global(&self.buffers, self.colliders.len(), nodes, stiffness);
+        let params =
+            ContactParams::local_global(&self.buffers, self.buffers.colliders().len(), nodes, stiffness);
         let (c, rec) = (&self.context, &mut self.recording);
         self.stages.contact.dispatch(c, rec, &self.groups.contact, entry, &params)
     }
@@ -1548,7 +1550,7 @@ impl GpuBackend {
         let diagonal: Vec<f32> = self.projective_diagonal.iter().map(|&d| d as f32).collect();
         // With penalty colliders the contact set changes the diagonal at every iterate
         // (`projective::LocalContact::grow_set`), from the base uploaded here.
-        let contact = projective::has_penalty_contact(&self.model, &self.colliders);
+        let contact = projective::has_penalty_contact(&self.model, self.buffers.colliders());
         // Where the dense inverse is of this very matrix (no lagged damping, no moved handles) and
         // nothing touches a collider, a global step multiplies by it in one dispatch: CG's one
         // iteration would take alpha = 1 along the same direction, in four.
@@ -1833,8 +1835,8 @@ impl Stages for GpuBackend {
         self.rayleigh = self.step_damping.as_ref().is_some_and(|d| d.stiffness_scale > 0.0);
         self.friction = false;
         // The penalty contacts whose rows the inverse leaves to Jacobi in Newton's solves.
-        if projective::has_penalty_contact(&self.model, &self.colliders) {
-            let set = projective::contact_set(&self.model, &self.colliders, &problem);
+        if projective::has_penalty_contact(&self.model, self.buffers.colliders()) {
+            let set = projective::contact_set(&self.model, self.buffers.colliders(), &problem);
             self.newton_contact = set.iter().map(|&member| member as u32).collect();
         } else {
             self.newton_contact.clear();
@@ -1886,7 +1888,6 @@ impl Stages for GpuBackend {
 
     fn set_anchors(&mut self, anchors: &[Anchor]) {
         self.potential_at.forget();
-        self.anchors = Anchors::new(self.model.vertex_count(), anchors);
         if self.buffers.set_anchors(&self.context, &mut self.recording, anchors) {
             let result = self.rebind();
             self.settle(result, ());
@@ -1895,7 +1896,6 @@ impl Stages for GpuBackend {
 
     fn set_colliders(&mut self, colliders: &[crate::contact::Collider]) {
         self.potential_at.forget();
-        self.colliders = colliders.to_vec();
         self.buffers.set_colliders(&self.context, &mut self.recording, colliders);
     }
 
@@ -2115,7 +2115,7 @@ impl Stages for GpuBackend {
 
     fn pressing_forces(&mut self) -> Vec<f64> {
         // Friction is what reads them.
-        if !self.model.contact.is_projection() || self.colliders.iter().all(|c| c.friction <= 0.0) {
+        if !self.model.contact.is_projection() || self.buffers.colliders().iter().all(|c| c.friction <= 0.0) {
             return Vec::new();
         }
         let n = self.buffers.vertex_count;

@@ -32,27 +32,13 @@ const WARM_UP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The wall times of steps from one state: their median and the fastest (on a shared machine
 /// the fastest is the steadiest figure of the code's own cost), the median of the CPU time the
-/// stepping thread used (where the OS says), and the stats of the last.
+/// stepping thread used (`StepTimings::thread_cpu`, where the OS says), and the stats of the
+/// last.
 pub struct StepTimes {
     pub median: std::time::Duration,
     pub fastest: std::time::Duration,
     pub thread_cpu: Option<std::time::Duration>,
     pub stats: lively::StepStats,
-}
-
-/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`, counted up to the
-/// call). A step's wall time less its device `wait` is not all the host's work: the thread may
-/// also sleep in the driver (lavapipe runs a submission's kernels on its own threads while the
-/// submitting one blocks) or wait for a core. Its CPU time is what the host computed itself
-/// (lively, wgpu, and the driver's recording). On the lent H200 machines it read 0.01-0.02 ms
-/// a step, less than the 0.03-0.35 ms of wall time the same steps spent recording alone, and
-/// `/proc/thread-self/schedstat`, read before, 0.04-0.13 ms: those machines' kernels do not
-/// count a thread's time finely, and the figure means nothing there.
-fn thread_cpu_time() -> Option<std::time::Duration> {
-    let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `time` is a valid, writable timespec for the call's duration.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) };
-    (status == 0).then(|| std::time::Duration::new(time.tv_sec as u64, time.tv_nsec as u32))
 }
 
 /// [`StepTimes`] of `runs` steps from the simulation's state (restored after each), after
@@ -69,14 +55,10 @@ pub fn step_times(sim: &mut Simulation, runs: usize) -> StepTimes {
     let mut stats = lively::StepStats::default();
     for _ in 0..runs {
         sim.set_state(&x, &v).expect("restore");
-        // Taken outside the timed part.
-        let cpu_before = thread_cpu_time();
         let started = std::time::Instant::now();
         stats = sim.step().expect("benchmark step");
         times.push(started.elapsed());
-        if let (Some(before), Some(after)) = (cpu_before, thread_cpu_time()) {
-            cpu_times.push(after.saturating_sub(before));
-        }
+        cpu_times.extend(stats.timings.thread_cpu);
     }
     sim.set_state(&x, &v).expect("restore");
     times.sort();

@@ -127,8 +127,11 @@ impl Renderer {
                 "triangle {t:?} refers to a vertex past the {vertex_count} drawn"
             )));
         }
-        let (source, _, _) =
-            crate::backend::gpu::shaders::module("render", crate::backend::gpu::shaders::Reductions::Tree)?;
+        let (source, _, _) = crate::backend::gpu::shaders::module(
+            "render",
+            crate::backend::gpu::shaders::Reductions::Tree,
+            false,
+        )?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("render"),
             source: wgpu::ShaderSource::Wgsl(source.into()),

@@ -251,6 +251,48 @@ fn steps_summed_by_the_tree_match_the_cpu() {
     }
 }
 
+/// Devices with immediates take the stages' parameters in the command stream; others (and
+/// applications' devices opened without them) from a uniform arena each submission fills.
+/// The kernels compute the same either way: whole steps on one device — Newton with contact,
+/// handles and damping, local/global and mixed FEM — end in the same bits.
+#[test]
+fn parameters_as_immediates_or_from_the_arena_step_to_the_same_bits() {
+    use lively::backend::gpu::GpuContext;
+    if !gpu_available() {
+        return;
+    }
+    let shared = common::gpu().unwrap();
+    println!("the shared context takes parameters as immediates: {}", shared.params_in_immediates());
+    let arena = std::sync::Arc::new(GpuContext::new().unwrap().with_params_in_arena());
+    assert!(!arena.params_in_immediates());
+    fn bar(solver: Solver, context: std::sync::Arc<GpuContext>) -> Simulation {
+        let builder = Simulation::builder()
+            .tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), Material::corotated(5e4, 0.3), 1000.0)
+            .gravity([0.0, -9.81, 0.0])
+            .integrator(Integrator::Stabilized { epsilon: 0.01 })
+            .solver(solver)
+            .pin(|p| p[0] < 1e-9)
+            .backend(Backend::Gpu)
+            .gpu_context(context);
+        builder.build().unwrap()
+    }
+    type Scene = fn(std::sync::Arc<GpuContext>) -> Simulation;
+    let scenes: [(&str, Scene); 3] = [
+        ("Newton with contact", |c| contact_scene_on(Integrator::BackwardEuler, Some(c))),
+        ("local/global", |c| bar(Solver::local_global(10), c)),
+        ("mixed FEM", |c| bar(Solver::mixed_fem(), c)),
+    ];
+    for (name, scene) in scenes {
+        let mut immediates = scene(shared.clone());
+        let mut in_arena = scene(arena.clone());
+        for step in 0..4 {
+            immediates.step().unwrap();
+            in_arena.step().unwrap();
+            assert_eq!(immediates.positions(), in_arena.positions(), "{name}, step {step}");
+        }
+    }
+}
+
 #[test]
 fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() {
     if !gpu_available() {

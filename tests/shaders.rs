@@ -19,9 +19,9 @@ fn every_stage_composes_and_validates() {
     assert!(!STAGES.is_empty());
     for stage in STAGES {
         for reductions in REDUCTIONS {
-            let (_, parsed, _) = module(stage, reductions).unwrap_or_else(|e| panic!("{e}"));
+            let (_, parsed, _) = module(stage, reductions, false).unwrap_or_else(|e| panic!("{e}"));
             assert!(!parsed.entry_points.is_empty(), "{stage} has no entry point");
-            let source = compose(stage, reductions).unwrap();
+            let source = compose(stage, reductions, false).unwrap();
             // Imports are expanded: no directive reaches naga.
             assert!(!source.contains("#import"));
             // The subgroup sums replace the tree wherever the stage sums.
@@ -32,20 +32,46 @@ fn every_stage_composes_and_validates() {
     }
 }
 
+/// Where the device has immediates, every stage's parameters are immediate data: the same
+/// struct, of the Rust side's size and within the room the context asks for, and no binding
+/// left in group 0.
+#[test]
+fn every_stage_takes_its_parameters_as_immediates_too() {
+    use lively::backend::gpu::PARAMS_BYTES;
+    for stage in STAGES {
+        let (source, parsed, _) =
+            module(stage, Reductions::Subgroup(32), true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(source.contains("var<immediate> params: Params;"), "{stage}");
+        let table = reflect(&parsed).unwrap();
+        assert!(table.iter().all(|b| b.group > 0), "{stage} still binds group 0");
+        let mut layouter = naga::proc::Layouter::default();
+        layouter.update(parsed.to_ctx()).unwrap();
+        let sizes: Vec<u32> = parsed
+            .global_variables
+            .iter()
+            .filter(|(_, var)| var.space == naga::AddressSpace::Immediate)
+            .map(|(_, var)| layouter[var.ty].size)
+            .collect();
+        let rust = params_size(stage).unwrap_or_else(|| panic!("no parameter struct for {stage}"));
+        assert_eq!(sizes, vec![rust as u32], "{stage}");
+        assert!(rust as u32 <= PARAMS_BYTES, "{stage}: {rust} bytes of parameters");
+    }
+}
+
 #[test]
 fn subgroup_sums_know_their_subgroup_size() {
-    let source = compose("pcg", Reductions::Subgroup(32)).unwrap();
+    let source = compose("pcg", Reductions::Subgroup(32), false).unwrap();
     assert_eq!(source.matches("const SUBGROUP: u32 = 32u;").count(), 1);
-    assert!(!compose("pcg", Reductions::Tree).unwrap().contains("SUBGROUP"));
+    assert!(!compose("pcg", Reductions::Tree, false).unwrap().contains("SUBGROUP"));
     // The check of where subgroups sit, run once per context, validates too.
-    let (_, parsed, _) = module("subgroups", Reductions::Tree).unwrap_or_else(|e| panic!("{e}"));
+    let (_, parsed, _) = module("subgroups", Reductions::Tree, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(parsed.entry_points.len(), 1);
 }
 
 #[test]
 fn binding_tables_follow_the_convention_and_parameters_match_rust() {
     for stage in STAGES {
-        let (_, parsed, _) = module(stage, Reductions::Tree).unwrap();
+        let (_, parsed, _) = module(stage, Reductions::Tree, false).unwrap();
         let table = reflect(&parsed).unwrap();
         assert!(!table.is_empty(), "{stage} binds nothing");
         for binding in &table {
@@ -73,7 +99,7 @@ fn binding_tables_follow_the_convention_and_parameters_match_rust() {
         names.dedup();
         assert_eq!(names.len(), table.len(), "{stage} binds a name twice");
         // No vec3 in storage arrays (their 16-byte stride differs from the Rust layout).
-        let source = compose(stage, Reductions::Tree).unwrap();
+        let source = compose(stage, Reductions::Tree, false).unwrap();
         for line in source.lines().filter(|l| l.contains("var<storage")) {
             assert!(!line.contains("vec3"), "{stage}: {line}");
         }
@@ -87,7 +113,7 @@ fn binding_tables_follow_the_convention_and_parameters_match_rust() {
 #[test]
 fn entry_points_bind_what_they_use() {
     for &stage in STAGES {
-        let (_, parsed, info) = module(stage, Reductions::Tree).unwrap();
+        let (_, parsed, info) = module(stage, Reductions::Tree, false).unwrap();
         let table: Vec<(u32, u32)> = reflect(&parsed).unwrap().iter().map(|b| (b.group, b.binding)).collect();
         let entries = entry_bindings(&parsed, &info);
         assert!(!entries.is_empty(), "{stage}: no entry points");
@@ -96,7 +122,7 @@ fn entry_points_bind_what_they_use() {
             assert!(used.contains(&(0, 0)), "{stage}/{entry} does not read its parameters");
         }
     }
-    let (_, pcg, info) = module("pcg", Reductions::Tree).unwrap();
+    let (_, pcg, info) = module("pcg", Reductions::Tree, false).unwrap();
     let declared = reflect(&pcg).unwrap().len();
     let entries = entry_bindings(&pcg, &info);
     let used = |entry: &str| entries.iter().find(|(name, _)| name == entry).unwrap().1.clone();

@@ -103,7 +103,8 @@ pub fn runs(default: usize) -> usize {
 /// (`LIVELY_BENCH_MAX_TETS`, else everything on hardware and `software_max_tets` on a software
 /// adapter such as lavapipe), the steps per median, and the device's name for the tables, with
 /// how its stages make workgroup sums (`LIVELY_BENCH_REDUCTIONS=tree` keeps the tree where the
-/// device has subgroups, to compare the two on one device).
+/// device has subgroups, to compare the two on one device) and take their parameters
+/// (`LIVELY_BENCH_PARAMS=arena` keeps the uniform arena where the device has immediates).
 pub struct GpuBench {
     pub context: std::sync::Arc<lively::backend::gpu::GpuContext>,
     pub max_tets: usize,
@@ -115,9 +116,12 @@ impl GpuBench {
     /// `None`, with the reason printed, where there is no adapter.
     pub fn new(software_max_tets: usize) -> Option<GpuBench> {
         let tree = std::env::var("LIVELY_BENCH_REDUCTIONS").as_deref() == Ok("tree");
+        let arena = std::env::var("LIVELY_BENCH_PARAMS").as_deref() == Ok("arena");
         let context = match lively::backend::gpu::GpuContext::new() {
-            Ok(context) if tree => std::sync::Arc::new(context.with_tree_reductions()),
-            Ok(context) => std::sync::Arc::new(context),
+            Ok(context) => {
+                let context = if tree { context.with_tree_reductions() } else { context };
+                std::sync::Arc::new(if arena { context.with_params_in_arena() } else { context })
+            }
             Err(e) => {
                 eprintln!("no GPU adapter ({e}); nothing to compare");
                 return None;
@@ -129,10 +133,11 @@ impl GpuBench {
             .unwrap_or(if context.software { software_max_tets } else { usize::MAX });
         let runs = runs(if context.software { 3 } else { 11 });
         let device = format!(
-            "{}{}, {:?} sums",
+            "{}{}, {:?} sums, parameters {}",
             context.adapter,
             if context.software { " (software)" } else { "" },
-            context.reductions()
+            context.reductions(),
+            if context.params_in_immediates() { "as immediates" } else { "from the arena" }
         );
         Some(GpuBench { context, max_tets, runs, device })
     }

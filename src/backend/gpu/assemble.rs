@@ -33,7 +33,7 @@ pub struct WgAssemble(pub(crate) WgStage);
 /// The assembly bound to one model's buffers: into the Newton matrix `blocks`, and into the
 /// damping matrix (reading a placeholder where the damping input would be).
 pub struct AssembleGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     newton: Bound,
     damping: Bound,
     workgroups: u32,

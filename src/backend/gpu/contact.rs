@@ -60,7 +60,7 @@ pub struct WgContact(pub(crate) WgStage);
 
 /// The contact stage bound to one model's buffers.
 pub struct ContactGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     groups: Bound,
     workgroups: u32,
 }

@@ -34,6 +34,9 @@ pub struct GpuContext {
     profile: std::sync::Mutex<Profile>,
     /// How the stages make workgroup sums: through subgroups where the device allows.
     reductions: Reductions,
+    /// Whether the stages take their parameters as immediate data (see
+    /// [`params_in_immediates`](Self::params_in_immediates)).
+    immediates: bool,
     /// The stages' pipelines, compiled once for every simulation on this context.
     stages: std::sync::Mutex<Option<std::sync::Arc<super::WgStages>>>,
 }
@@ -64,6 +67,10 @@ struct Profile {
     pending: Vec<&'static str>,
     totals: Vec<PassTime>,
 }
+
+/// Room for the largest stage's parameters (the gather's, 108 bytes): Vulkan's guaranteed
+/// push-constant size.
+pub const PARAMS_BYTES: u32 = 128;
 
 impl GpuContext {
     /// Picks the highest-performance adapter and opens a device with that adapter's own
@@ -129,17 +136,29 @@ impl GpuContext {
             profiling: Default::default(),
             profile: Default::default(),
             reductions: Reductions::Tree,
+            immediates: false,
             stages: Default::default(),
         };
         Ok(context.with_chosen_reductions())
     }
 
     /// The features of `adapter` the stages use where it has them: subgroups, for their
-    /// workgroup sums (see [`reductions`](Self::reductions)), and timestamp queries, for
+    /// workgroup sums (see [`reductions`](Self::reductions)), immediates, for their parameters
+    /// ([`params_in_immediates`](Self::params_in_immediates)), and timestamp queries, for
     /// [`start_profiling`](Self::start_profiling). An application that opens its own device
     /// for [`from_device`](Self::from_device) asks for these too.
     pub fn wanted_features(adapter: &wgpu::Adapter) -> wgpu::Features {
-        (adapter.features() & wgpu::Features::TIMESTAMP_QUERY) | super::subgroups::wanted(adapter)
+        (adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::IMMEDIATES))
+            | super::subgroups::wanted(adapter)
+    }
+
+    /// Whether the stages take their parameters as immediate data (push constants), set in
+    /// the command stream at each dispatch, rather than from a uniform arena that each
+    /// submission fills with `write_buffer`: where the device has immediates of
+    /// [`PARAMS_BYTES`]. A `write_buffer` makes and later frees a staging buffer; on the
+    /// development VM (lavapipe) that was a fifth of a local/global step's host time.
+    pub fn params_in_immediates(&self) -> bool {
+        self.immediates
     }
 
     /// Wraps the application's own device and queue (e.g. its renderer's). Its stages sum
@@ -162,15 +181,19 @@ impl GpuContext {
             profiling: Default::default(),
             profile: Default::default(),
             reductions: Reductions::Tree,
+            immediates: false,
             stages: Default::default(),
         }
         .with_chosen_reductions()
     }
 
-    /// The context with its stages' sums through subgroups where its device allows.
+    /// The context with its stages' sums through subgroups, and their parameters in immediate
+    /// data, where its device allows.
     fn with_chosen_reductions(mut self) -> GpuContext {
         let widths = super::pcg::workgroup_widths(&self.device.limits());
         self.reductions = super::subgroups::reductions(&self, &widths);
+        self.immediates = self.device.features().contains(wgpu::Features::IMMEDIATES)
+            && self.device.limits().max_immediate_size >= PARAMS_BYTES;
         self
     }
 
@@ -183,6 +206,14 @@ impl GpuContext {
     /// has subgroups: for tests of that path, and for comparing the two on one device.
     pub fn with_tree_reductions(mut self) -> GpuContext {
         self.reductions = Reductions::Tree;
+        self.stages = Default::default();
+        self
+    }
+
+    /// This context with its stages' parameters in the uniform arena even where the device
+    /// has immediates: for tests of that path, and for comparing the two on one device.
+    pub fn with_params_in_arena(mut self) -> GpuContext {
+        self.immediates = false;
         self.stages = Default::default();
         self
     }

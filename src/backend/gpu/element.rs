@@ -90,7 +90,7 @@ pub struct ElementGroups {
     vertex_count: u32,
     partial_count: u32,
     runs: Vec<Run>,
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     /// Reading the iterate, the auxiliary positions, and a batch of positions.
     iterate: Bound,
     aux: Bound,

@@ -168,7 +168,7 @@ pub struct WgGather(pub(crate) WgStage);
 
 /// The gather bound to one model's buffers.
 pub struct GatherGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     iterate: Bound,
     aux: Bound,
     batch: Bound,

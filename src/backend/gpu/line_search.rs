@@ -56,7 +56,7 @@ pub struct WgLineSearch(pub(crate) WgStage);
 
 /// The line-search stage bound to one model's buffers.
 pub struct LineSearchGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     groups: Bound,
     base: LineSearchParams,
 }

@@ -17,7 +17,7 @@ pub struct WgLocal(pub(crate) WgStage);
 
 /// The local stage bound to one model's buffers (the iterate).
 pub struct LocalGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     iterate: Bound,
 }
 

@@ -22,7 +22,7 @@ pub struct WgMixed(pub(crate) WgStage);
 /// The mixed stage bound to one model's buffers, with the element and gather stages bound to
 /// the displacement formulation's corner gradients.
 pub struct MixedGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     iterate: Bound,
     /// The springs' gradients into `displacement_corners`.
     pub displacement_elements: ElementGroups,

@@ -31,7 +31,7 @@ mod subgroups;
 pub mod vector;
 
 pub use backend::GpuBackend;
-pub use context::{GpuContext, PassTime};
+pub use context::{GpuContext, PARAMS_BYTES, PassTime};
 pub use recording::DeviceCounts;
 
 use crate::error::Result;

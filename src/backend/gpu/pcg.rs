@@ -507,7 +507,7 @@ pub const LOOP_RING: u64 = 256;
 /// but the loop's, and for `product` and `update`, each with the ring it is dispatched from
 /// bound to a placeholder.
 pub struct PcgGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     parity: [Bound; 2],
     product: [Bound; 2],
     update: [Bound; 2],

@@ -45,7 +45,8 @@ pub struct DeviceCounts {
     /// Compute dispatches recorded, including the CG loop's indirect ones, which dispatch no
     /// workgroups once their solve has stopped.
     pub dispatches: u64,
-    /// Bytes written from the host into device buffers (uploads and dispatch parameters).
+    /// Bytes written from the host into device buffers: uploads, and the dispatch parameters
+    /// where they go through the uniform arena (not where they are immediate data).
     pub uploaded: u64,
     /// Bytes read back to the host.
     pub downloaded: u64,
@@ -98,6 +99,10 @@ pub enum Grid<'a> {
     Indirect(&'a wgpu::Buffer, u64),
 }
 
+/// A stage's parameter group (0) over the recording's arena; none where the device takes
+/// parameters as immediate data.
+pub type ParamGroup = Option<wgpu::BindGroup>;
+
 /// Recorded, not yet submitted GPU work and its parameter and staging buffers.
 pub struct Recording {
     encoder: Option<wgpu::CommandEncoder>,
@@ -143,8 +148,9 @@ impl Recording {
         }
     }
 
-    /// Bind group 0 of `stage`: the parameter arena, one slot per dispatch.
-    pub fn param_group(&self, context: &GpuContext, stage: &WgStage) -> wgpu::BindGroup {
+    /// Bind group 0 of `stage`: the parameter arena, one slot per dispatch; none where the
+    /// parameters are immediate data.
+    pub fn param_group(&self, context: &GpuContext, stage: &WgStage) -> ParamGroup {
         stage.param_group(context, &self.arena)
     }
 
@@ -195,13 +201,14 @@ impl Recording {
     }
 
     /// Records a dispatch of `kernel` over `workgroups` workgroups with its groups of `bound`
-    /// after the parameter group (at `param_offset`). Dispatches share the open pass; when
+    /// after its parameters (the slot at `param_offset`: bound through the parameter group, or
+    /// set as immediate data where there is none). Dispatches share the open pass; when
     /// profiling, each gets a pass of its own with timestamps.
     pub fn dispatch(
         &mut self,
         context: &GpuContext,
         kernel: Kernel<'_>,
-        param_group: &wgpu::BindGroup,
+        param_group: &ParamGroup,
         param_offset: u32,
         bound: &Bound,
         workgroups: u32,
@@ -214,7 +221,7 @@ impl Recording {
         &mut self,
         context: &GpuContext,
         kernel: Kernel<'_>,
-        param_group: &wgpu::BindGroup,
+        param_group: &ParamGroup,
         param_offset: u32,
         bound: &Bound,
         grid: Grid<'_>,
@@ -235,7 +242,13 @@ impl Recording {
         let profiled = context.is_profiling();
         let pass = self.pass.as_mut().expect("a pass was opened above");
         pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, param_group, &[param_offset]);
+        match param_group {
+            Some(group) => pass.set_bind_group(0, group, &[param_offset]),
+            None => {
+                let at = param_offset as usize;
+                pass.set_immediates(0, &self.params[at..at + kernel.stage.immediate_bytes() as usize]);
+            }
+        }
         for (g, group) in bound.groups_for(kernel.entry).enumerate() {
             pass.set_bind_group(g as u32 + 1, group, &[]);
         }
@@ -318,8 +331,10 @@ impl Recording {
         self.pending_dispatches = 0;
         let started = std::time::Instant::now();
         if !self.params.is_empty() {
-            self.counts.uploaded += self.params.len() as u64;
-            context.queue.write_buffer(&self.arena, 0, &self.params);
+            if !context.params_in_immediates() {
+                self.counts.uploaded += self.params.len() as u64;
+                context.queue.write_buffer(&self.arena, 0, &self.params);
+            }
             self.params.clear();
         }
         let finishing = std::time::Instant::now();

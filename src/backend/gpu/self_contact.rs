@@ -132,7 +132,7 @@ pub struct WgSelfContact(pub(crate) WgStage);
 
 /// The stage bound to one model's buffers, at the iterate and at the auxiliary positions.
 pub struct SelfContactGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     iterate: Bound,
     aux: Bound,
     layout: SelfContactLayout,

@@ -60,8 +60,12 @@ pub enum Reductions {
 
 /// The composed stage `name`, parsed and validated by naga, with what validation found (the
 /// globals each entry point uses).
-pub fn module(name: &str, reductions: Reductions) -> Result<(String, naga::Module, naga::valid::ModuleInfo)> {
-    let source = compose(name, reductions)?;
+pub fn module(
+    name: &str,
+    reductions: Reductions,
+    immediates: bool,
+) -> Result<(String, naga::Module, naga::valid::ModuleInfo)> {
+    let source = compose(name, reductions, immediates)?;
     let module = naga::front::wgsl::parse_str(&source)
         .map_err(|e| Error::Unsupported(format!("shader {name}: {}", e.emit_to_string(&source))))?;
     let info =
@@ -125,17 +129,27 @@ fn source(name: &str) -> Result<&'static str> {
         .ok_or_else(|| Error::Unsupported(format!("no shader named {name:?}")))
 }
 
-/// The stage `name` with its imports expanded in place and its workgroup sums made as
-/// `reductions` says. (Naga takes subgroup operations without WGSL's `enable subgroups;`,
-/// which it does not parse yet; the device's feature is what allows them.)
-pub fn compose(name: &str, reductions: Reductions) -> Result<String> {
+/// The stage `name` with its imports expanded in place, its workgroup sums made as
+/// `reductions` says, and its parameters (`params`) in immediate data where `immediates`,
+/// else in a uniform block (group 0). (Naga takes subgroup operations without WGSL's
+/// `enable subgroups;`, which it does not parse yet; the device's feature is what allows them.)
+pub fn compose(name: &str, reductions: Reductions, immediates: bool) -> Result<String> {
     let mut included = Vec::new();
     let mut out = String::new();
-    expand(name, reductions, &mut included, &mut out)?;
+    expand(name, reductions, immediates, &mut included, &mut out)?;
     Ok(out)
 }
 
-fn expand(name: &str, reductions: Reductions, included: &mut Vec<String>, out: &mut String) -> Result<()> {
+/// How every stage declares its parameters in WGSL: a uniform block, group 0, binding 0.
+const UNIFORM_PARAMS: &str = "@group(0) @binding(0) var<uniform> params: Params;";
+
+fn expand(
+    name: &str,
+    reductions: Reductions,
+    immediates: bool,
+    included: &mut Vec<String>,
+    out: &mut String,
+) -> Result<()> {
     if included.iter().any(|n| n == name) {
         return Ok(());
     }
@@ -149,7 +163,10 @@ fn expand(name: &str, reductions: Reductions, included: &mut Vec<String>, out: &
     };
     for line in source(name)?.lines() {
         match line.trim().strip_prefix("#import ") {
-            Some(import) => expand(import.trim(), reductions, included, out)?,
+            Some(import) => expand(import.trim(), reductions, immediates, included, out)?,
+            None if immediates && line.trim() == UNIFORM_PARAMS => {
+                out.push_str("var<immediate> params: Params;\n")
+            }
             None => {
                 out.push_str(line);
                 out.push('\n');

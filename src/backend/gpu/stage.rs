@@ -22,8 +22,11 @@ type Constants = Vec<(&'static str, f64)>;
 pub struct WgStage {
     name: &'static str,
     table: Vec<Binding>,
-    /// The parameters' layout (group 0), the same for every entry point.
-    params: wgpu::BindGroupLayout,
+    /// The parameters' layout (group 0), the same for every entry point; none where they are
+    /// immediate data.
+    params: Option<wgpu::BindGroupLayout>,
+    /// The bytes of the parameters as immediate data (0 where they are a uniform block).
+    immediate_bytes: u32,
     /// Per group 1..: the distinct sets of bindings the entry points use, with their layouts.
     sets: Vec<Vec<(Vec<u32>, wgpu::BindGroupLayout)>>,
     /// Per entry point: its set in each group 1.. (shared with every `Bound`), and its pipeline
@@ -53,6 +56,19 @@ impl Bound {
     }
 }
 
+/// The size of the immediate data `module` declares (its `params`), rounded up to whole words.
+fn immediate_size(module: &naga::Module) -> Result<u32> {
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).map_err(|e| Error::Unsupported(format!("shader layout: {e}")))?;
+    Ok(module
+        .global_variables
+        .iter()
+        .filter(|(_, var)| var.space == naga::AddressSpace::Immediate)
+        .map(|(_, var)| layouter[var.ty].size.next_multiple_of(4))
+        .max()
+        .unwrap_or(0))
+}
+
 /// One entry point of a stage, specialized by override constants, and how its passes are
 /// named in profiles.
 #[derive(Clone, Copy)]
@@ -67,7 +83,9 @@ impl WgStage {
     /// Composes stage `name`, reads its bindings and builds their layouts.
     pub fn new(context: &GpuContext, name: &'static str) -> Result<WgStage> {
         let device = &context.device;
-        let (source, parsed, info) = module(name, context.reductions())?;
+        let immediates = context.params_in_immediates();
+        let (source, parsed, info) = module(name, context.reductions(), immediates)?;
+        let immediate_bytes = if immediates { immediate_size(&parsed)? } else { 0 };
         let table = reflect(&parsed)?;
         let uses = entry_bindings(&parsed, &info);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -102,7 +120,7 @@ impl WgStage {
         };
         let groups = table.iter().map(|b| b.group + 1).max().unwrap_or(1);
         let all_params: Vec<u32> = table.iter().filter(|b| b.group == 0).map(|b| b.binding).collect();
-        let params = layout_of(0, &all_params);
+        let params = (!immediates).then(|| layout_of(0, &all_params));
         let mut sets: Vec<Vec<(Vec<u32>, wgpu::BindGroupLayout)>> = (1..groups).map(|_| Vec::new()).collect();
         let mut entry_sets = Vec::new();
         let mut layouts = Vec::new();
@@ -121,18 +139,28 @@ impl WgStage {
                 };
                 chosen.push(index);
             }
-            let mut refs: Vec<Option<&wgpu::BindGroupLayout>> = vec![Some(&params)];
+            let mut refs: Vec<Option<&wgpu::BindGroupLayout>> = vec![params.as_ref()];
             refs.extend(chosen.iter().enumerate().map(|(g, &set)| Some(&sets[g][set].1)));
             let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
                 label: Some(name),
                 bind_group_layouts: &refs,
-                immediate_size: 0,
+                immediate_size: immediate_bytes,
             });
             entry_sets.push((entry, chosen));
             layouts.push(layout);
         }
         let entry_sets = std::sync::Arc::new(entry_sets);
-        Ok(WgStage { name, table, params, sets, entry_sets, layouts, module, pipelines: Default::default() })
+        Ok(WgStage {
+            name,
+            table,
+            params,
+            immediate_bytes,
+            sets,
+            entry_sets,
+            layouts,
+            module,
+            pipelines: Default::default(),
+        })
     }
 
     /// The pipeline of `entry` with `constants`, compiled on first use.
@@ -174,11 +202,18 @@ impl WgStage {
         Kernel { stage: self, entry, constants: &[], label: if entry == "main" { self.name } else { entry } }
     }
 
-    /// The parameter group (0) over a recording's arena, one slot bound per dispatch.
-    pub fn param_group(&self, context: &GpuContext, arena: &wgpu::Buffer) -> wgpu::BindGroup {
-        context.device.create_bind_group(&wgpu::BindGroupDescriptor {
+    /// The bytes of the stage's parameters as immediate data; 0 where they are a uniform block.
+    pub fn immediate_bytes(&self) -> u32 {
+        self.immediate_bytes
+    }
+
+    /// The parameter group (0) over a recording's arena, one slot bound per dispatch; none
+    /// where the parameters are immediate data.
+    pub fn param_group(&self, context: &GpuContext, arena: &wgpu::Buffer) -> Option<wgpu::BindGroup> {
+        let layout = self.params.as_ref()?;
+        Some(context.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(self.name),
-            layout: &self.params,
+            layout,
             entries: &[wgpu::BindGroupEntry {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -187,7 +222,7 @@ impl WgStage {
                     size: std::num::NonZeroU64::new(super::recording::PARAM_SLOT),
                 }),
             }],
-        })
+        }))
     }
 
     /// Bind groups 1.. (those after the parameters), each binding the buffer `resolve`

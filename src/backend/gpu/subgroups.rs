@@ -43,7 +43,7 @@ pub(crate) fn reductions(context: &GpuContext, widths: &[u32]) -> Reductions {
 /// assume, else 0.
 fn placement(context: &GpuContext, width: u32) -> crate::error::Result<Vec<u32>> {
     let device = &context.device;
-    let source = compose("subgroups", Reductions::Tree)?;
+    let source = compose("subgroups", Reductions::Tree, false)?;
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("subgroups"),
         source: wgpu::ShaderSource::Wgsl(source.into()),

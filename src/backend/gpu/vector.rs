@@ -48,7 +48,7 @@ pub struct WgVector(pub(crate) WgStage);
 
 /// The vector stage bound to one model's buffers.
 pub struct VectorGroups {
-    param: wgpu::BindGroup,
+    param: super::recording::ParamGroup,
     groups: Bound,
     vertex_count: usize,
 }

@@ -263,8 +263,11 @@ fn parameters_as_immediates_or_from_the_arena_step_to_the_same_bits() {
     }
     let shared = common::gpu().unwrap();
     println!("the shared context takes parameters as immediates: {}", shared.params_in_immediates());
-    let arena = std::sync::Arc::new(GpuContext::new().unwrap().with_params_in_arena());
+    let mut arena = GpuContext::new().unwrap().with_params_in_arena();
+    // Shaped as the shared context (LIVELY_TEST_SHAPE), so that only the parameters differ.
+    arena.software = shared.software;
     assert!(!arena.params_in_immediates());
+    let arena = std::sync::Arc::new(arena);
     fn bar(solver: Solver, context: std::sync::Arc<GpuContext>) -> Simulation {
         let builder = Simulation::builder()
             .tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), Material::corotated(5e4, 0.3), 1000.0)

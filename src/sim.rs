@@ -122,9 +122,6 @@ pub struct EnergyReport {
     pub target: f64,
 }
 
-/// The threads the CPU stages run on. Steps run *inside* this pool, so the calling thread
-/// sleeps instead of competing with spinning workers for the cores (on a 2-core machine that
-/// contention cost a third of every step).
 /// The CPU time the calling thread has used, where the platform counts it.
 #[cfg(target_os = "linux")]
 fn thread_cpu_time() -> Option<Duration> {
@@ -139,6 +136,9 @@ fn thread_cpu_time() -> Option<Duration> {
     None
 }
 
+/// The threads the CPU stages run on. Steps run *inside* this pool, so the calling thread
+/// sleeps instead of competing with spinning workers for the cores (on a 2-core machine that
+/// contention cost a third of every step).
 fn worker_pool() -> &'static rayon::ThreadPool {
     static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {

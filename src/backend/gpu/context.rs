@@ -139,7 +139,7 @@ impl GpuContext {
             immediates: false,
             stages: Default::default(),
         };
-        Ok(context.with_chosen_reductions())
+        Ok(context.with_device_choices())
     }
 
     /// The features of `adapter` the stages use where it has them: subgroups, for their
@@ -184,12 +184,12 @@ impl GpuContext {
             immediates: false,
             stages: Default::default(),
         }
-        .with_chosen_reductions()
+        .with_device_choices()
     }
 
     /// The context with its stages' sums through subgroups, and their parameters in immediate
     /// data, where its device allows.
-    fn with_chosen_reductions(mut self) -> GpuContext {
+    fn with_device_choices(mut self) -> GpuContext {
         let widths = super::pcg::workgroup_widths(&self.device.limits());
         self.reductions = super::subgroups::reductions(&self, &widths);
         self.immediates = self.device.features().contains(wgpu::Features::IMMEDIATES)

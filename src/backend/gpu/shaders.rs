@@ -97,6 +97,20 @@ pub fn reflect(module: &naga::Module) -> Result<Vec<Binding>> {
     Ok(table)
 }
 
+/// The size of the immediate data `module` declares (its `params`, where composed with
+/// immediates), rounded up to whole words; 0 where it declares none.
+pub fn immediate_size(module: &naga::Module) -> Result<u32> {
+    let mut layouter = naga::proc::Layouter::default();
+    layouter.update(module.to_ctx()).map_err(|e| Error::Unsupported(format!("shader layout: {e}")))?;
+    Ok(module
+        .global_variables
+        .iter()
+        .filter(|(_, var)| var.space == naga::AddressSpace::Immediate)
+        .map(|(_, var)| layouter[var.ty].size.next_multiple_of(4))
+        .max()
+        .unwrap_or(0))
+}
+
 /// An entry point's name and the bindings (group, binding) it uses.
 pub type EntryBindings = (String, Vec<(u32, u32)>);
 

@@ -5,7 +5,7 @@
 //! buffer name: a buffer has the same name in Rust and in every shader that binds it.
 
 use super::context::GpuContext;
-use super::shaders::{Binding, BindingKind, entry_bindings, module, reflect};
+use super::shaders::{Binding, BindingKind, entry_bindings, immediate_size, module, reflect};
 use crate::error::{Error, Result};
 
 /// Invocations per workgroup in every stage (`WORKGROUP` in the shaders).
@@ -56,19 +56,6 @@ impl Bound {
     }
 }
 
-/// The size of the immediate data `module` declares (its `params`), rounded up to whole words.
-fn immediate_size(module: &naga::Module) -> Result<u32> {
-    let mut layouter = naga::proc::Layouter::default();
-    layouter.update(module.to_ctx()).map_err(|e| Error::Unsupported(format!("shader layout: {e}")))?;
-    Ok(module
-        .global_variables
-        .iter()
-        .filter(|(_, var)| var.space == naga::AddressSpace::Immediate)
-        .map(|(_, var)| layouter[var.ty].size.next_multiple_of(4))
-        .max()
-        .unwrap_or(0))
-}
-
 /// One entry point of a stage, specialized by override constants, and how its passes are
 /// named in profiles.
 #[derive(Clone, Copy)]
@@ -85,7 +72,7 @@ impl WgStage {
         let device = &context.device;
         let immediates = context.params_in_immediates();
         let (source, parsed, info) = module(name, context.reductions(), immediates)?;
-        let immediate_bytes = if immediates { immediate_size(&parsed)? } else { 0 };
+        let immediate_bytes = immediate_size(&parsed)?;
         let table = reflect(&parsed)?;
         let uses = entry_bindings(&parsed, &info);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {

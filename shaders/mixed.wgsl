@@ -35,8 +35,10 @@
 @group(3) @binding(2) var<storage, read_write> displacement_corners: array<vec4<f32>>;
 @group(3) @binding(3) var<storage, read_write> element_blocks: array<vec4<f32>>;
 @group(3) @binding(4) var<storage, read_write> mixed_linearization: array<f32>;
-// The position step of the condensed system (PCG's solution).
-@group(3) @binding(5) var<storage, read> direction: array<f32>;
+// The position step of the condensed system (PCG's solution). Only read here, but declared
+// read_write as everywhere: it is a range of the arena that the stages bind for writing
+// (`GpuBuffers::pack`), and one dispatch may not bind one buffer both ways.
+@group(3) @binding(5) var<storage, read_write> direction: array<f32>;
 
 // The condensed blocks' stretch curvature: exact (Projection::None) or its non-negative part.
 override EXACT_CURVATURE: bool = false;

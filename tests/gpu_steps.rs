@@ -174,6 +174,25 @@ fn contact_scene_on(
     sim
 }
 
+/// `gpu_memory` is what one simulation holds, each arena of ranges counted once: two
+/// simulations of one model on one context hold the same, and the second does not add to the
+/// first's (the context's running total did, and counted a buffer moved into the arena twice).
+#[test]
+fn each_simulation_reports_the_device_memory_it_holds() {
+    if !gpu_available() {
+        return;
+    }
+    let context = common::gpu().unwrap();
+    let first = contact_scene_on(Integrator::BackwardEuler, Some(context.clone()));
+    let held = first.gpu_memory().expect("a GPU simulation reports its memory");
+    let second = contact_scene_on(Integrator::BackwardEuler, Some(context));
+    assert_eq!(first.gpu_memory(), Some(held));
+    assert_eq!(second.gpu_memory(), Some(held));
+    // 64 vertices and 162 tets: kilobytes of vectors and matrices, not megabytes.
+    println!("{held} bytes held");
+    assert!((10_000..4_000_000).contains(&held), "{held} bytes");
+}
+
 #[test]
 fn contact_handles_and_damping_step_on_the_gpu_like_on_the_cpu() {
     if !gpu_available() {

@@ -188,10 +188,11 @@ pub fn device_work(times: &StepTimes) -> String {
     let thread_cpu =
         times.thread_cpu.map_or(String::new(), |t| format!(", thread cpu {:.2}", t.as_secs_f64() * 1e3));
     format!(
-        "  {} subm {} readbacks {} dispatches, host record {:.2} ms, encode {:.2}, submit {:.2}, wait {:.2}{thread_cpu}, {:.2} / {:.2} MB up / down",
+        "  {} subm {} readbacks {} dispatches ({} writable buffers), host record {:.2} ms, encode {:.2}, submit {:.2}, wait {:.2}{thread_cpu}, {:.2} / {:.2} MB up / down",
         d.submissions,
         d.readbacks,
         d.dispatches,
+        d.writable_buffers,
         d.record.as_secs_f64() * 1e3,
         d.encode.as_secs_f64() * 1e3,
         d.submit.as_secs_f64() * 1e3,

@@ -217,8 +217,9 @@ impl GpuBackend {
     pub fn new(context: Arc<GpuContext>, model: Arc<Model>) -> Result<GpuBackend> {
         let (stages, buffers, recording, groups) = context.guarded(|| {
             let stages = context.stages()?;
-            let buffers = GpuBuffers::new(&context, &model, super::element::partial_count(&model));
-            let recording = Recording::new(&context, staging_bytes(&model));
+            let mut buffers = GpuBuffers::new(&context, &model, super::element::partial_count(&model));
+            let mut recording = Recording::new(&context, staging_bytes(&model));
+            buffers.pack(&context, &mut recording);
             let groups = Groups::new(&context, &stages, &recording, &model, &buffers)?;
             Ok((stages, buffers, recording, groups))
         })?;
@@ -265,8 +266,9 @@ impl GpuBackend {
         })
     }
 
-    /// Rebuilds the bind groups after a buffer was replaced.
+    /// Packs the arena anew and rebuilds the bind groups after a buffer was replaced.
     fn rebind(&mut self) -> Result<()> {
+        self.buffers.pack(&self.context, &mut self.recording);
         self.groups = Groups::new(&self.context, &self.stages, &self.recording, &self.model, &self.buffers)?;
         Ok(())
     }
@@ -2267,7 +2269,7 @@ impl Stages for GpuBackend {
     }
 
     fn device_memory(&self) -> Option<u64> {
-        Some(self.context.allocated_bytes())
+        Some(self.buffers.held_bytes())
     }
 
     fn device_counts(&self) -> Option<DeviceCounts> {
@@ -2279,7 +2281,7 @@ impl Stages for GpuBackend {
     }
 
     fn positions_buffer(&self) -> Option<&wgpu::Buffer> {
-        self.buffers.state.get("positions")
+        self.buffers.state.get("positions").map(|span| &span.buffer)
     }
 }
 

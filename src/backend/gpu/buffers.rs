@@ -1,7 +1,9 @@
 //! The device buffers of one model, grouped by lifetime as the shaders' bind groups are:
 //! `GpuModel` (group 1: what never changes in a run), `GpuState` (group 2: positions and
 //! handles) and `GpuScratch` (group 3: per-iteration work). Each buffer is known by the name
-//! the shaders give it; stages bind them by that name.
+//! the shaders give it; stages bind them by that name. A name is a [`BufferSpan`]: a buffer
+//! of its own, or, for the solvers' read-write vectors (`ARENA`), a range of one arena, so
+//! that a dispatch binds few distinct buffers for writing.
 //!
 //! Positions on the device (the iterate `x`, the step's start `x_start` and inertial target
 //! `target_positions`, `aux` and `x_saved`) are displacements from a reference: the rest shape,
@@ -38,26 +40,103 @@ pub const GUESSES: usize = 5;
 pub const BATCH: usize = super::line_search::CANDIDATES;
 const _: () = assert!(GUESSES <= BATCH);
 
+/// The buffers that share one arena ([`GpuBuffers::pack`]), by group and name. wgpu tracks
+/// every buffer a dispatch binds, and records a barrier for each writable one, at every
+/// dispatch, on the host; ranges of one buffer count once. A CG iteration's kernels bound 14
+/// writable buffers each and now bind 3, and encoding them takes 30 % less host time on the
+/// development VM (docs/perf/gpu.md). A member must be declared `read_write` by every stage
+/// that binds it, since one dispatch may not bind a buffer both for reading only and for
+/// writing (`WgStage::bind` refuses it), and no dispatch may take its arguments from one.
+/// So not here: `p_even` and `p_odd`, which the loop reads and writes by turns; the corner
+/// gradients (the mixed solver's `displacement_corners` too), which the gather only reads;
+/// and the loop's dispatch rings.
+const ARENA: &[(u32, &str)] = &[
+    (2, "rotations"),
+    (2, "stretch"),
+    (2, "mixed_rotations"),
+    (3, "direction"),
+    (3, "rhs"),
+    (3, "r"),
+    (3, "z"),
+    (3, "ap"),
+    (3, "inverse_diagonal"),
+    (3, "residual_partials"),
+    (3, "curvature_partials"),
+    (3, "scalars_even"),
+    (3, "scalars_odd"),
+    (3, "fsai_y"),
+    (3, "warm_partials"),
+    (3, "earlier_direction"),
+    (3, "earlier_product"),
+    (3, "pipelined_vectors"),
+    (3, "coarse_restricted"),
+    (3, "coarse_partials"),
+    (3, "translation_partials"),
+    (3, "translation"),
+    (3, "rhs_saved"),
+    (3, "gradient"),
+    (3, "x_start"),
+    (3, "coupling_counts"),
+    (3, "search"),
+    (3, "mixed_linearization"),
+];
+
+/// The bytes a stage binds under one name: a buffer of its own, or a range of the arena
+/// that holds the loop's read-write buffers ([`GpuBuffers::pack`]).
+#[derive(Clone, Debug)]
+pub struct BufferSpan {
+    pub buffer: wgpu::Buffer,
+    pub offset: u64,
+    size: u64,
+}
+
+impl BufferSpan {
+    /// All of `buffer`.
+    pub fn whole(buffer: wgpu::Buffer) -> BufferSpan {
+        let size = buffer.size();
+        BufferSpan { buffer, offset: 0, size }
+    }
+
+    /// Its length in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The span as a binding.
+    pub fn binding(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: std::num::NonZeroU64::new(self.size),
+        })
+    }
+}
+
 /// Device buffers of one lifetime, by name.
 #[derive(Default)]
-pub struct NamedBuffers(Vec<(&'static str, wgpu::Buffer)>);
+pub struct NamedBuffers(Vec<(&'static str, BufferSpan)>);
 
 impl NamedBuffers {
     /// The buffer called `name`.
-    pub fn get(&self, name: &str) -> Option<&wgpu::Buffer> {
+    pub fn get(&self, name: &str) -> Option<&BufferSpan> {
         self.0.iter().find(|(n, _)| *n == name).map(|(_, b)| b)
     }
 
     /// Adds `buffer` as `name`, replacing one of that name.
     pub(crate) fn set(&mut self, name: &'static str, buffer: wgpu::Buffer) {
+        self.place(name, BufferSpan::whole(buffer));
+    }
+
+    /// Binds `name` to `span`, replacing what it was.
+    fn place(&mut self, name: &'static str, span: BufferSpan) {
         match self.0.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = buffer,
-            None => self.0.push((name, buffer)),
+            Some(slot) => slot.1 = span,
+            None => self.0.push((name, span)),
         }
     }
 
     /// The buffer called `name`, which the backend created.
-    pub(crate) fn named(&self, name: &str) -> &wgpu::Buffer {
+    pub(crate) fn named(&self, name: &str) -> &BufferSpan {
         self.get(name).unwrap_or_else(|| panic!("the GPU backend creates a buffer called {name:?}"))
     }
 }
@@ -623,13 +702,64 @@ impl GpuBuffers {
     }
 
     /// The buffer called `name` in bind group `group` (1 model, 2 state, 3 scratch).
-    pub fn resolve(&self, group: u32, name: &str) -> Option<&wgpu::Buffer> {
+    pub fn resolve(&self, group: u32, name: &str) -> Option<&BufferSpan> {
+        self.group(group)?.get(name)
+    }
+
+    fn group(&self, group: u32) -> Option<&NamedBuffers> {
         match group {
-            1 => self.model.get(name),
-            2 => self.state.get(name),
-            3 => self.scratch.get(name),
+            1 => Some(&self.model),
+            2 => Some(&self.state),
+            3 => Some(&self.scratch),
             _ => None,
         }
+    }
+
+    fn group_mut(&mut self, group: u32) -> Option<&mut NamedBuffers> {
+        match group {
+            1 => Some(&mut self.model),
+            2 => Some(&mut self.state),
+            3 => Some(&mut self.scratch),
+            _ => None,
+        }
+    }
+
+    /// Moves the buffers of `ARENA` into one arena, each a range of it, and records the copy
+    /// of what they hold (after the recorded work). Bind groups over them must be made again.
+    /// A CG iteration's kernel then tracks 3 writable buffers where it tracked 14.
+    pub fn pack(&mut self, context: &GpuContext, recording: &mut Recording) {
+        let limits = context.device.limits();
+        let align = limits.min_storage_buffer_offset_alignment as u64;
+        let mut places = Vec::new();
+        let mut end = 0u64;
+        for &(group, name) in ARENA {
+            let Some(span) = self.resolve(group, name) else { continue };
+            let at = end.next_multiple_of(align);
+            // A member the arena has no room for stays a buffer of its own.
+            if at + span.size() <= limits.max_buffer_size {
+                places.push((group, name, at));
+                end = at + span.size();
+            }
+        }
+        let arena = context.scratch::<u8>("arena", end as usize);
+        for (group, name, at) in places {
+            let group = self.group_mut(group).expect("ARENA names groups 1-3");
+            let source = group.named(name).clone();
+            let target = BufferSpan { buffer: arena.clone(), offset: at, size: source.size() };
+            recording.copy(context, &source, &target, 0, source.size());
+            group.place(name, target);
+        }
+    }
+
+    /// Bytes of the buffers held, each arena once.
+    pub fn held_bytes(&self) -> u64 {
+        let mut held: Vec<&wgpu::Buffer> = Vec::new();
+        for (_, span) in self.model.0.iter().chain(&self.state.0).chain(&self.scratch.0) {
+            if !held.contains(&&span.buffer) {
+                held.push(&span.buffer);
+            }
+        }
+        held.iter().map(|b| b.size()).sum()
     }
 
     /// The displacements of `positions` in f32, each in its part's axes (`Frame`).

@@ -312,7 +312,7 @@ impl GpuContext {
         encoder.resolve_query_set(&queries.set, 0..count, &queries.resolved, 0);
         self.queue.submit([encoder.finish()]);
         let ticks: Vec<u64> =
-            bytemuck::pod_collect_to_vec(&self.download(&queries.resolved, 8 * count as u64)?);
+            bytemuck::pod_collect_to_vec(&self.download(&queries.resolved, 0, 8 * count as u64)?);
         if let Ok(mut profile) = self.profile.lock() {
             for (pass, pair) in pending.iter().zip(ticks.chunks_exact(2)) {
                 let seconds = pair[1].saturating_sub(pair[0]) as f64 * queries.nanoseconds_per_tick * 1e-9;
@@ -421,11 +421,11 @@ impl GpuContext {
     }
 
     /// Waits for the queue and copies the first `size` bytes of `buffer` out.
-    pub(crate) fn read_bytes(&self, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    pub(crate) fn read_bytes(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
         if size == 0 {
             return Ok(Vec::new());
         }
-        let bytes = self.download(buffer, size)?;
+        let bytes = self.download(buffer, offset, size)?;
         self.collect_times()?;
         Ok(bytes)
     }
@@ -437,7 +437,7 @@ impl GpuContext {
 
     /// The first `size` bytes of `buffer` through a staging buffer of its own (waits for the
     /// queue).
-    fn download(&self, buffer: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    fn download(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size,
@@ -446,7 +446,7 @@ impl GpuContext {
         });
         let mut encoder =
             self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("readback") });
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, size);
+        encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
         self.map(&staging, size)
     }

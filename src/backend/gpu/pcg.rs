@@ -1241,6 +1241,34 @@ mod tests {
 
     /// Lanes fill about 2^17 invocations on hardware: 16 for small bodies, fewer as they grow,
     /// one for a million tets and on a software adapter.
+    /// The loop's read-write buffers are ranges of one arena (`GpuBuffers::pack`): each kernel
+    /// of a CG iteration binds at most three buffers for writing (the arena, the `p` it
+    /// writes, a dispatch ring), which wgpu tracks and barriers at every dispatch; each bound
+    /// 6-15 before. A stage that would bind the arena both for reading only and for writing
+    /// is refused, naming the two.
+    #[test]
+    fn the_loops_kernels_bind_the_arena_and_few_other_writable_buffers() {
+        let Some(context) = context() else { return };
+        let model = linear_model(Material::stable_neo_hookean(2e4, 0.4));
+        let rig = Rig::new(&context, &model);
+        let arena = &rig.buffers.scratch.named("r").buffer;
+        for name in ["z", "ap", "rhs", "direction", "scalars_even", "scalars_odd"] {
+            assert!(rig.buffers.scratch.named(name).buffer == *arena, "{name} is not in the arena");
+        }
+        assert!(rig.buffers.scratch.named("p_even").buffer != *arena);
+        let groups = rig.stages.pcg.bind(&rig.context, &rig.rec, &rig.buffers).unwrap();
+        let loop_kernels = ["first_product", "product", "update", "update_dense", "coarse_prolong", "finish"];
+        for bound in groups.parity.iter().chain(&groups.product).chain(&groups.update) {
+            for entry in loop_kernels {
+                let (_, writable) = bound.groups_for(entry);
+                assert!(writable <= 3, "{entry} binds {writable} buffers for writing");
+            }
+        }
+        let refused = rig.stages.gather.bind_corners(&rig.context, &rig.rec, &rig.buffers, "rhs");
+        let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("read-only") && message.contains("corner_gradients"), "{message}");
+    }
+
     #[test]
     fn lanes_shrink_as_bodies_grow() {
         use super::lanes_for;

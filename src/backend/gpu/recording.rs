@@ -9,6 +9,7 @@
 use encase::ShaderType;
 use encase::internal::WriteInto;
 
+use super::buffers::BufferSpan;
 use super::context::GpuContext;
 use super::stage::{Bound, Kernel, WgStage};
 use crate::error::{Error, Result};
@@ -45,6 +46,10 @@ pub struct DeviceCounts {
     /// Compute dispatches recorded, including the CG loop's indirect ones, which dispatch no
     /// workgroups once their solve has stopped.
     pub dispatches: u64,
+    /// Distinct buffers bound for writing, summed over the dispatches: wgpu tracks each at
+    /// every dispatch and records a barrier for it, host work that `encode` times (a range of
+    /// an arena counts as its arena, `GpuBuffers::pack`).
+    pub writable_buffers: u64,
     /// Bytes written from the host into device buffers: uploads, and the dispatch parameters
     /// where they go through the uniform arena (not where they are immediate data).
     pub uploaded: u64,
@@ -60,6 +65,7 @@ impl DeviceCounts {
             readbacks: self.readbacks - earlier.readbacks,
             passes: self.passes - earlier.passes,
             dispatches: self.dispatches - earlier.dispatches,
+            writable_buffers: self.writable_buffers - earlier.writable_buffers,
             uploaded: self.uploaded - earlier.uploaded,
             downloaded: self.downloaded - earlier.downloaded,
             wait: self.wait.saturating_sub(earlier.wait),
@@ -96,7 +102,7 @@ pub struct Staged {
 /// + 12` of a buffer hold when the device reaches it.
 pub enum Grid<'a> {
     Workgroups(u32),
-    Indirect(&'a wgpu::Buffer, u64),
+    Indirect(&'a BufferSpan, u64),
 }
 
 /// A stage's parameter group (0) over the recording's arena; none where the device takes
@@ -249,12 +255,16 @@ impl Recording {
                 pass.set_immediates(0, &self.params[at..at + kernel.stage.immediate_bytes() as usize]);
             }
         }
-        for (g, group) in bound.groups_for(kernel.entry).enumerate() {
+        let (groups, writable) = bound.groups_for(kernel.entry);
+        for (g, group) in groups.enumerate() {
             pass.set_bind_group(g as u32 + 1, group, &[]);
         }
+        self.counts.writable_buffers += writable as u64;
         match grid {
             Grid::Workgroups(workgroups) => context.dispatch(pass, workgroups),
-            Grid::Indirect(arguments, offset) => pass.dispatch_workgroups_indirect(arguments, offset),
+            Grid::Indirect(arguments, offset) => {
+                pass.dispatch_workgroups_indirect(&arguments.buffer, arguments.offset + offset)
+            }
         }
         self.counts.dispatches += 1;
         self.pending_dispatches += 1;
@@ -267,15 +277,16 @@ impl Recording {
 
     /// Writes `data` into `buffer` after the recorded work (before it when nothing is
     /// pending, straight through the queue).
-    pub fn upload(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, data: &[u8]) {
+    pub fn upload(&mut self, context: &GpuContext, buffer: &BufferSpan, data: &[u8]) {
         self.upload_at(context, buffer, 0, data);
     }
 
     /// [`upload`](Self::upload) into `buffer` from byte `offset` on.
-    pub fn upload_at(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+    pub fn upload_at(&mut self, context: &GpuContext, span: &BufferSpan, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
+        let (buffer, offset) = (&span.buffer, span.offset + offset);
         self.counts.uploaded += data.len() as u64;
         if !self.is_pending() {
             context.queue.write_buffer(buffer, offset, data);
@@ -296,18 +307,19 @@ impl Recording {
     pub fn copy(
         &mut self,
         context: &GpuContext,
-        source: &wgpu::Buffer,
-        target: &wgpu::Buffer,
+        source: &BufferSpan,
+        target: &BufferSpan,
         offset: u64,
         bytes: u64,
     ) {
         self.end_pass();
-        self.encoder(context).copy_buffer_to_buffer(source, 0, target, offset, bytes);
+        let (from, to) = (source.offset, target.offset + offset);
+        self.encoder(context).copy_buffer_to_buffer(&source.buffer, from, &target.buffer, to, bytes);
     }
 
     /// Records a copy of the first `bytes` of `buffer`, as they are at this point of the
     /// recording, into the staging buffer for the next [`read`](Self::read).
-    pub fn stage(&mut self, context: &GpuContext, buffer: &wgpu::Buffer, bytes: u64) -> Result<Staged> {
+    pub fn stage(&mut self, context: &GpuContext, span: &BufferSpan, bytes: u64) -> Result<Staged> {
         let size = bytes.next_multiple_of(4);
         if self.staged + size > self.staging_capacity {
             return Err(Error::DeviceLost(format!(
@@ -319,7 +331,7 @@ impl Recording {
         let offset = self.staged;
         self.end_pass();
         let staging = self.staging.clone();
-        self.encoder(context).copy_buffer_to_buffer(buffer, 0, &staging, offset, bytes);
+        self.encoder(context).copy_buffer_to_buffer(&span.buffer, span.offset, &staging, offset, bytes);
         self.staged += size;
         Ok(Staged { offset, size: bytes })
     }
@@ -368,7 +380,7 @@ impl Recording {
     pub fn read_buffer<T: bytemuck::Pod>(
         &mut self,
         context: &GpuContext,
-        buffer: &wgpu::Buffer,
+        span: &BufferSpan,
         len: usize,
     ) -> Result<Vec<T>> {
         debug_assert_eq!(self.staged, 0, "staged results would be left unread");
@@ -377,7 +389,7 @@ impl Recording {
         self.parts = 0;
         self.counts.readbacks += 1;
         self.counts.downloaded += (std::mem::size_of::<T>() * len) as u64;
-        let bytes = context.read_bytes(buffer, (std::mem::size_of::<T>() * len) as u64);
+        let bytes = context.read_bytes(&span.buffer, span.offset, (std::mem::size_of::<T>() * len) as u64);
         self.counts.wait += started.elapsed();
         let bytes = bytes?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))

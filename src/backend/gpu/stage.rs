@@ -1,9 +1,11 @@
 //! `WgStage`: a composed shader module, its bind-group layouts — built from the binding table
 //! naga reads off the composed source, so bindings are written once, in WGSL — and its
 //! compute pipelines. Group 0, the parameters, is a slot of the recording's uniform arena,
-//! bound at a dynamic offset per dispatch; groups 1-3 (model, state, scratch) are bound by
-//! buffer name: a buffer has the same name in Rust and in every shader that binds it.
+//! bound at a dynamic offset per dispatch, where they are not immediate data; groups 1-3
+//! (model, state, scratch) are bound by buffer name: a buffer has the same name in Rust and in
+//! every shader that binds it, and may be a range of an arena (`GpuBuffers::pack`).
 
+use super::buffers::BufferSpan;
 use super::context::GpuContext;
 use super::shaders::{Binding, BindingKind, entry_bindings, immediate_size, module, reflect};
 use crate::error::{Error, Result};
@@ -38,21 +40,25 @@ pub struct WgStage {
 }
 
 /// A stage's bind groups 1.. over one choice of buffers: one group per distinct set of
-/// bindings, and for each entry point the groups it is dispatched with.
+/// bindings, and for each entry point the groups it is dispatched with and how many distinct
+/// buffers they bind for writing.
 pub struct Bound {
     groups: Vec<Vec<wgpu::BindGroup>>,
     entries: std::sync::Arc<Vec<(String, Vec<usize>)>>,
+    writable: Vec<u32>,
 }
 
 impl Bound {
-    /// The groups 1.. that `entry` is dispatched with, in order.
-    pub fn groups_for<'a>(&'a self, entry: &str) -> impl Iterator<Item = &'a wgpu::BindGroup> {
-        let (_, sets) = self
+    /// The groups 1.. that `entry` is dispatched with, in order, and the distinct buffers they
+    /// bind for writing.
+    pub fn groups_for<'a>(&'a self, entry: &str) -> (impl Iterator<Item = &'a wgpu::BindGroup>, u32) {
+        let index = self
             .entries
             .iter()
-            .find(|(name, _)| name == entry)
+            .position(|(name, _)| name == entry)
             .unwrap_or_else(|| panic!("no entry point {entry:?} in this stage"));
-        sets.iter().zip(&self.groups).map(|(&set, groups)| &groups[set])
+        let sets = &self.entries[index].1;
+        (sets.iter().zip(&self.groups).map(|(&set, groups)| &groups[set]), self.writable[index])
     }
 }
 
@@ -213,33 +219,62 @@ impl WgStage {
     }
 
     /// Bind groups 1.. (those after the parameters), each binding the buffer `resolve`
-    /// gives for its name in that group; an unknown name is an error naming it.
+    /// gives for its name in that group; an unknown name is an error naming it, and so is an
+    /// entry point that would bind one buffer (ranges of an arena) both for reading only and
+    /// for writing, which a dispatch may not.
     pub fn bind<'b>(
         &self,
         context: &GpuContext,
-        resolve: impl Fn(u32, &str) -> Option<&'b wgpu::Buffer>,
+        resolve: impl Fn(u32, &str) -> Option<&'b BufferSpan>,
     ) -> Result<Bound> {
+        let resolved = |group: u32, b: &Binding| {
+            resolve(group, &b.name).ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "stage {} binds {:?} in group {group}, which no buffer is called",
+                    self.name, b.name
+                ))
+            })
+        };
+        let bindings = |group: u32, set: &'_ [u32]| -> Vec<&Binding> {
+            self.table.iter().filter(|b| b.group == group && set.contains(&b.binding)).collect()
+        };
+        let mut writable = Vec::new();
+        for (entry, sets) in self.entry_sets.iter() {
+            let mut uses: Vec<(&wgpu::Buffer, bool, &str)> = Vec::new();
+            for (&set, (group_sets, group)) in sets.iter().zip(self.sets.iter().zip(1u32..)) {
+                for b in bindings(group, &group_sets[set].0) {
+                    let writes = matches!(b.kind, BindingKind::Storage { read_only: false });
+                    let buffer = &resolved(group, b)?.buffer;
+                    if let Some((_, _, other)) = uses.iter().find(|(u, w, _)| *u == buffer && *w != writes) {
+                        return Err(Error::Unsupported(format!(
+                            "{}::{entry} binds {:?} and {other:?} from one buffer, one of them read-only",
+                            self.name, b.name
+                        )));
+                    }
+                    uses.push((buffer, writes, &b.name));
+                }
+            }
+            let mut distinct: Vec<&wgpu::Buffer> = Vec::new();
+            for &(buffer, _, _) in uses.iter().filter(|u| u.1) {
+                if !distinct.contains(&buffer) {
+                    distinct.push(buffer);
+                }
+            }
+            writable.push(distinct.len() as u32);
+        }
         let groups = self
             .sets
             .iter()
             .zip(1u32..)
             .map(|(sets, group)| {
                 sets.iter()
-                    .map(|(bindings, layout)| {
-                        let entries = self
-                            .table
-                            .iter()
-                            .filter(|b| b.group == group && bindings.contains(&b.binding))
+                    .map(|(set, layout)| {
+                        let entries = bindings(group, set)
+                            .into_iter()
                             .map(|b| {
-                                let buffer = resolve(group, &b.name).ok_or_else(|| {
-                                    Error::Unsupported(format!(
-                                        "stage {} binds {:?} in group {group}, which no buffer is called",
-                                        self.name, b.name
-                                    ))
-                                })?;
                                 Ok(wgpu::BindGroupEntry {
                                     binding: b.binding,
-                                    resource: buffer.as_entire_binding(),
+                                    resource: resolved(group, b)?.binding(),
                                 })
                             })
                             .collect::<Result<Vec<_>>>()?;
@@ -252,6 +287,6 @@ impl WgStage {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Bound { groups, entries: self.entry_sets.clone() })
+        Ok(Bound { groups, entries: self.entry_sets.clone(), writable })
     }
 }

@@ -80,7 +80,7 @@ fn placement(context: &GpuContext, width: u32) -> crate::error::Result<Vec<u32>>
         pass.dispatch_workgroups(1, 1, 1);
     }
     context.queue.submit([encoder.finish()]);
-    let read = context.read_bytes(&placement, bytes)?;
+    let read = context.read_bytes(&placement, 0, bytes)?;
     Ok(read.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
 }
 

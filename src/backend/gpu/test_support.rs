@@ -257,8 +257,9 @@ pub(crate) struct Rig {
 impl Rig {
     pub fn new(context: &Arc<GpuContext>, model: &Arc<Model>) -> Rig {
         let stages = context.stages().unwrap();
-        let buffers = GpuBuffers::new(context, model, super::element::partial_count(model));
-        let rec = Recording::new(context, 1 << 16);
+        let mut buffers = GpuBuffers::new(context, model, super::element::partial_count(model));
+        let mut rec = Recording::new(context, 1 << 16);
+        buffers.pack(context, &mut rec);
         Rig { context: context.clone(), stages, buffers, rec, model: model.clone() }
     }
 

@@ -689,7 +689,7 @@ fn contexts_made_and_dropped_in_turn_keep_finding_the_gpu() {
     for k in 0..40 {
         let context = super::GpuContext::new().unwrap_or_else(|e| panic!("context {k}: {e}"));
         let buffer = context.storage("probe", &[1.0f32, 2.0, 3.0]);
-        let read: Vec<f32> = bytemuck::pod_collect_to_vec(&context.read_bytes(&buffer, 12).unwrap());
+        let read: Vec<f32> = bytemuck::pod_collect_to_vec(&context.read_bytes(&buffer, 0, 12).unwrap());
         assert_eq!(read, [1.0, 2.0, 3.0], "context {k}");
     }
 }

@@ -272,21 +272,25 @@ fn steps_summed_by_the_tree_match_the_cpu() {
 
 /// Devices with immediates take the stages' parameters in the command stream; others (and
 /// applications' devices opened without them) from a uniform arena each submission fills.
-/// The kernels compute the same either way: whole steps on one device — Newton with contact,
+/// And the solvers' read-write buffers are ranges of one arena, or apart on request. The
+/// kernels compute the same every way: whole steps on one device — Newton with contact,
 /// handles and damping, local/global and mixed FEM — end in the same bits.
 #[test]
-fn parameters_as_immediates_or_from_the_arena_step_to_the_same_bits() {
+fn parameters_and_buffer_layouts_step_to_the_same_bits() {
     use lively::backend::gpu::GpuContext;
     if !gpu_available() {
         return;
     }
     let shared = common::gpu().unwrap();
     println!("the shared context takes parameters as immediates: {}", shared.params_in_immediates());
-    let mut arena = GpuContext::new().unwrap().with_params_in_arena();
-    // Shaped as the shared context (LIVELY_TEST_SHAPE), so that only the parameters differ.
-    arena.software = shared.software;
+    // Shaped as the shared context (LIVELY_TEST_SHAPE), so that only the one choice differs.
+    let shaped = |mut context: GpuContext| {
+        context.software = shared.software;
+        std::sync::Arc::new(context)
+    };
+    let arena = shaped(GpuContext::new().unwrap().with_params_in_arena());
     assert!(!arena.params_in_immediates());
-    let arena = std::sync::Arc::new(arena);
+    let separate = shaped(GpuContext::new().unwrap().with_separate_buffers());
     fn bar(solver: Solver, context: std::sync::Arc<GpuContext>) -> Simulation {
         let builder = Simulation::builder()
             .tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), Material::corotated(5e4, 0.3), 1000.0)
@@ -304,13 +308,25 @@ fn parameters_as_immediates_or_from_the_arena_step_to_the_same_bits() {
         ("local/global", |c| bar(Solver::local_global(10), c)),
         ("mixed FEM", |c| bar(Solver::mixed_fem(), c)),
     ];
-    for (name, scene) in scenes {
-        let mut immediates = scene(shared.clone());
-        let mut in_arena = scene(arena.clone());
-        for step in 0..4 {
-            immediates.step().unwrap();
-            in_arena.step().unwrap();
-            assert_eq!(immediates.positions(), in_arena.positions(), "{name}, step {step}");
+    for (variant, context) in [("parameters from the arena", arena), ("buffers apart", separate)] {
+        for (name, scene) in scenes {
+            let mut reference = scene(shared.clone());
+            let mut other = scene(context.clone());
+            for step in 0..4 {
+                let packed = reference.step().unwrap().device.unwrap();
+                let apart = other.step().unwrap().device.unwrap();
+                assert_eq!(reference.positions(), other.positions(), "{name}, {variant}, step {step}");
+                if variant == "buffers apart" {
+                    // The same dispatches, binding more distinct buffers for writing.
+                    assert_eq!(packed.dispatches, apart.dispatches, "{name}, step {step}");
+                    assert!(
+                        packed.writable_buffers < apart.writable_buffers,
+                        "{name}, step {step}: {} writable buffers in the arena, {} apart",
+                        packed.writable_buffers,
+                        apart.writable_buffers
+                    );
+                }
+            }
         }
     }
 }

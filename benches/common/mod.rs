@@ -104,7 +104,9 @@ pub fn runs(default: usize) -> usize {
 /// adapter such as lavapipe), the steps per median, and the device's name for the tables, with
 /// how its stages make workgroup sums (`LIVELY_BENCH_REDUCTIONS=tree` keeps the tree where the
 /// device has subgroups, to compare the two on one device) and take their parameters
-/// (`LIVELY_BENCH_PARAMS=arena` keeps the uniform arena where the device has immediates).
+/// (`LIVELY_BENCH_PARAMS=arena` keeps the uniform arena where the device has immediates), and
+/// where its buffers lie (`LIVELY_BENCH_BUFFERS=separate` keeps every buffer apart, none in
+/// the solvers' arena).
 pub struct GpuBench {
     pub context: std::sync::Arc<lively::backend::gpu::GpuContext>,
     pub max_tets: usize,
@@ -117,10 +119,12 @@ impl GpuBench {
     pub fn new(software_max_tets: usize) -> Option<GpuBench> {
         let tree = std::env::var("LIVELY_BENCH_REDUCTIONS").as_deref() == Ok("tree");
         let arena = std::env::var("LIVELY_BENCH_PARAMS").as_deref() == Ok("arena");
+        let separate = std::env::var("LIVELY_BENCH_BUFFERS").as_deref() == Ok("separate");
         let context = match lively::backend::gpu::GpuContext::new() {
             Ok(context) => {
                 let context = if tree { context.with_tree_reductions() } else { context };
-                std::sync::Arc::new(if arena { context.with_params_in_arena() } else { context })
+                let context = if arena { context.with_params_in_arena() } else { context };
+                std::sync::Arc::new(if separate { context.with_separate_buffers() } else { context })
             }
             Err(e) => {
                 eprintln!("no GPU adapter ({e}); nothing to compare");

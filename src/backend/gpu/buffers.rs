@@ -727,7 +727,11 @@ impl GpuBuffers {
     /// Moves the buffers of `ARENA` into one arena, each a range of it, and records the copy
     /// of what they hold (after the recorded work). Bind groups over them must be made again.
     /// A CG iteration's kernel then tracks 3 writable buffers where it tracked 14.
+    /// Nothing where the context keeps buffers apart (`GpuContext::with_separate_buffers`).
     pub fn pack(&mut self, context: &GpuContext, recording: &mut Recording) {
+        if !context.buffer_arena {
+            return;
+        }
         let limits = context.device.limits();
         let align = limits.min_storage_buffer_offset_alignment as u64;
         let mut places = Vec::new();

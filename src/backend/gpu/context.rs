@@ -37,6 +37,9 @@ pub struct GpuContext {
     /// Whether the stages take their parameters as immediate data (see
     /// [`params_in_immediates`](Self::params_in_immediates)).
     immediates: bool,
+    /// Whether the solvers' read-write buffers are ranges of one arena (see
+    /// [`with_separate_buffers`](Self::with_separate_buffers)).
+    pub(crate) buffer_arena: bool,
     /// The stages' pipelines, compiled once for every simulation on this context.
     stages: std::sync::Mutex<Option<std::sync::Arc<super::WgStages>>>,
 }
@@ -137,6 +140,7 @@ impl GpuContext {
             profile: Default::default(),
             reductions: Reductions::Tree,
             immediates: false,
+            buffer_arena: true,
             stages: Default::default(),
         };
         Ok(context.with_device_choices())
@@ -182,6 +186,7 @@ impl GpuContext {
             profile: Default::default(),
             reductions: Reductions::Tree,
             immediates: false,
+            buffer_arena: true,
             stages: Default::default(),
         }
         .with_device_choices()
@@ -215,6 +220,14 @@ impl GpuContext {
     pub fn with_params_in_arena(mut self) -> GpuContext {
         self.immediates = false;
         self.stages = Default::default();
+        self
+    }
+
+    /// This context with every buffer of its simulations apart, none in the arena that the
+    /// solvers' read-write buffers otherwise share (`GpuBuffers::pack`): for comparing the two
+    /// on one device.
+    pub fn with_separate_buffers(mut self) -> GpuContext {
+        self.buffer_arena = false;
         self
     }
 

@@ -188,8 +188,8 @@ fn each_simulation_reports_the_device_memory_it_holds() {
     let second = contact_scene_on(Integrator::BackwardEuler, Some(context));
     assert_eq!(first.gpu_memory(), Some(held));
     assert_eq!(second.gpu_memory(), Some(held));
-    // 64 vertices and 162 tets: kilobytes of vectors and matrices, not megabytes.
     println!("{held} bytes held");
+    // 64 vertices and 162 tets: kilobytes of vectors and matrices, not megabytes.
     assert!((10_000..4_000_000).contains(&held), "{held} bytes");
 }
 

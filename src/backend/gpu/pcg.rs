@@ -1239,8 +1239,6 @@ mod tests {
         }
     }
 
-    /// Lanes fill about 2^17 invocations on hardware: 16 for small bodies, fewer as they grow,
-    /// one for a million tets and on a software adapter.
     /// The loop's read-write buffers are ranges of one arena (`GpuBuffers::pack`): each kernel
     /// of a CG iteration binds at most three buffers for writing (the arena, the `p` it
     /// writes, a dispatch ring), which wgpu tracks and barriers at every dispatch; each bound
@@ -1269,6 +1267,8 @@ mod tests {
         assert!(message.contains("read-only") && message.contains("corner_gradients"), "{message}");
     }
 
+    /// Lanes fill about 2^17 invocations on hardware: 16 for small bodies, fewer as they grow,
+    /// one for a million tets and on a software adapter.
     #[test]
     fn lanes_shrink_as_bodies_grow() {
         use super::lanes_for;

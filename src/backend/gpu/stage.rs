@@ -245,22 +245,19 @@ impl WgStage {
                 for b in bindings(group, &group_sets[set].0) {
                     let writes = matches!(b.kind, BindingKind::Storage { read_only: false });
                     let buffer = &resolved(group, b)?.buffer;
-                    if let Some((_, _, other)) = uses.iter().find(|(u, w, _)| *u == buffer && *w != writes) {
-                        return Err(Error::Unsupported(format!(
-                            "{}::{entry} binds {:?} and {other:?} from one buffer, one of them read-only",
-                            self.name, b.name
-                        )));
+                    match uses.iter().find(|(u, _, _)| *u == buffer) {
+                        Some((_, w, other)) if *w != writes => {
+                            return Err(Error::Unsupported(format!(
+                                "{}::{entry} binds {:?} and {other:?} from one buffer, one of them read-only",
+                                self.name, b.name
+                            )));
+                        }
+                        Some(_) => {}
+                        None => uses.push((buffer, writes, &b.name)),
                     }
-                    uses.push((buffer, writes, &b.name));
                 }
             }
-            let mut distinct: Vec<&wgpu::Buffer> = Vec::new();
-            for &(buffer, _, _) in uses.iter().filter(|u| u.1) {
-                if !distinct.contains(&buffer) {
-                    distinct.push(buffer);
-                }
-            }
-            writable.push(distinct.len() as u32);
+            writable.push(uses.iter().filter(|(_, writes, _)| *writes).count() as u32);
         }
         let groups = self
             .sets

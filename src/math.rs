@@ -50,8 +50,19 @@ pub(crate) fn per_chunk<T: Send, F: Fn(std::ops::Range<usize>) -> T + Sync + Sen
 /// `sum_v f(v)`, summed in fixed chunks of vertices and then in chunk order: the same bits
 /// whatever the thread count.
 pub(crate) fn sum_per_vertex<F: Fn(usize) -> f64 + Sync + Send>(n: usize, f: F) -> f64 {
-    let partials = per_chunk(n, |vertices| vertices.map(&f).sum::<f64>());
-    partials.iter().sum()
+    sums_per_vertex(n, |v| [f(v)])[0]
+}
+
+/// Several sums over the vertices in one pass, each summed as [`sum_per_vertex`] sums (the
+/// same bits as `K` passes): a large body's host passes are bound by memory, not by flops.
+pub(crate) fn sums_per_vertex<const K: usize, F: Fn(usize) -> [f64; K] + Sync + Send>(
+    n: usize,
+    f: F,
+) -> [f64; K] {
+    let partials = per_chunk(n, |vertices| {
+        vertices.map(&f).fold([-0.0; K], |sums, terms| std::array::from_fn(|k| sums[k] + terms[k]))
+    });
+    partials.iter().fold([-0.0; K], |sums, chunk| std::array::from_fn(|k| sums[k] + chunk[k]))
 }
 
 /// A 9x9 matrix acting on `vec(F)`, with `F[i][j]` stored at index `3 * i + j` (row-major).
@@ -427,6 +438,25 @@ mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    /// Sums made together in one pass are the bits of the same sums made one pass each, over
+    /// more vertices than a chunk and a part of one.
+    #[test]
+    fn sums_in_one_pass_are_the_bits_of_separate_passes() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let n = 2 * VERTEX_CHUNK + 123;
+        let values: Vec<[f64; 2]> =
+            (0..n).map(|_| [rng.random_range(-1e3..1e3), rng.random_range(-1.0..1.0)]).collect();
+        let [first, second] = sums_per_vertex(n, |v| values[v]);
+        assert_eq!(first.to_bits(), sum_per_vertex(n, |v| values[v][0]).to_bits());
+        assert_eq!(second.to_bits(), sum_per_vertex(n, |v| values[v][1]).to_bits());
+        // The chunks' sums in chunk order, each in vertex order.
+        let chunked: f64 = (0..n)
+            .step_by(VERTEX_CHUNK)
+            .map(|s| values[s..(s + VERTEX_CHUNK).min(n)].iter().map(|v| v[0]).sum::<f64>())
+            .sum();
+        assert_eq!(first.to_bits(), chunked.to_bits());
+    }
 
     fn random_matrix(rng: &mut ChaCha8Rng) -> DMat3 {
         DMat3::from_cols_array(&std::array::from_fn(|_| rng.random_range(-2.0..2.0)))

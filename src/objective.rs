@@ -98,24 +98,17 @@ pub(crate) fn floor_and_start_height(
     let g = DVec3::from(model.gravity);
     let a: f64 = nodes.iter().map(|q| q.weight * q.theta).sum();
     let b: f64 = nodes.iter().map(|q| q.weight * (1.0 - q.theta)).sum();
-    let free = |v: usize| !model.pinned[v];
-    let floor = crate::math::sum_per_vertex(start.len(), |v| {
-        let (m, x) = (model.masses[v], DVec3::from(start[v]));
-        match free(v) {
-            true => {
-                -m * (0.5 * a * a * dt * dt * g.length_squared()
-                    + a * g.dot(DVec3::from(target[v]))
-                    + b * g.dot(x))
-            }
-            false => -(a + b) * m * g.dot(x),
+    // Both sums in one pass over the vertices.
+    let [floor, height] = crate::math::sums_per_vertex(start.len(), |v| {
+        let (m, x, y) = (model.masses[v], DVec3::from(start[v]), DVec3::from(target[v]));
+        if model.pinned[v] {
+            return [-(a + b) * m * g.dot(x), (a + b) * m * g.dot(x)];
         }
-    });
-    // The start's inertia about the floor's minimum, and gravity's share of its potential.
-    let height = crate::math::sum_per_vertex(start.len(), |v| {
-        let (m, x) = (model.masses[v], DVec3::from(start[v]));
-        let lowest = DVec3::from(target[v]) + a * dt * dt * g;
-        let inertia = if free(v) { 0.5 * m / (dt * dt) * (x - lowest).length_squared() } else { 0.0 };
-        inertia + (a + b) * m * g.dot(x)
+        let floor = -m * (0.5 * a * a * dt * dt * g.length_squared() + a * g.dot(y) + b * g.dot(x));
+        // The start's inertia about the floor's minimum, and gravity's share of its potential.
+        let lowest = y + a * dt * dt * g;
+        let height = 0.5 * m / (dt * dt) * (x - lowest).length_squared() + (a + b) * m * g.dot(x);
+        [floor, height]
     });
     (floor, height + (a + b) * start_potential)
 }

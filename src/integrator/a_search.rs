@@ -7,7 +7,7 @@
 //! converge (see `step`).
 
 use super::backward_euler::BackwardEuler;
-use super::{Outcome, Stepper, combine, kinetic_energy};
+use super::{Outcome, Stepper, combine, kinetic_energy_of};
 use crate::error::Result;
 use crate::solver::Role;
 
@@ -32,17 +32,18 @@ pub(crate) fn step(stepper: &mut Stepper<'_>, clip: Option<(f64, f64)>, target: 
         _ if !stepper.report.converged => 0.0,
         None => 1.0,
         Some((alpha_min, alpha_max)) => {
-            // P(x) + 1/2 |w|^2 - alpha w.M dv + alpha^2/2 |dv|^2 = target - dissipated
-            let quadratic = 2.0 * kinetic_energy(model, &dv);
-            let linear: f64 = w
-                .iter()
-                .zip(&dv)
-                .zip(&model.masses)
-                .map(|((w, d), m)| m * (w[0] * d[0] + w[1] * d[1] + w[2] * d[2]))
-                .sum();
-            let constant = stepper.stages.potential(&solved.x) + kinetic_energy(model, &w)
-                - (target - solved.dissipated);
-            nearest_root(0.5 * quadratic, -linear, constant).clamp(alpha_min, alpha_max)
+            // P(x) + 1/2 |w|^2 - alpha w.M dv + alpha^2/2 |dv|^2 = target - dissipated, the
+            // sums in one pass.
+            let [half_quadratic, linear, kinetic] = crate::math::sums_per_vertex(w.len(), |v| {
+                let (m, w, d) = (model.masses[v], w[v], dv[v]);
+                [
+                    kinetic_energy_of(m, d),
+                    m * (w[0] * d[0] + w[1] * d[1] + w[2] * d[2]),
+                    kinetic_energy_of(m, w),
+                ]
+            });
+            let constant = stepper.stages.potential(&solved.x) + kinetic - (target - solved.dissipated);
+            nearest_root(half_quadratic, -linear, constant).clamp(alpha_min, alpha_max)
         }
     };
     let v = combine([(1.0, &w), (-alpha, &dv)]);

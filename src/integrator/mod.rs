@@ -532,12 +532,15 @@ fn no_valid_guess() -> Error {
     )
 }
 
+/// `1/2 m |v|^2`: one vertex's share of [`kinetic_energy`].
+pub(crate) fn kinetic_energy_of(m: f64, v: [f64; 3]) -> f64 {
+    0.5 * m * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
+}
+
 /// `1/2 v^T M v`.
 pub(crate) fn kinetic_energy(model: &Model, v: &[[f64; 3]]) -> f64 {
     let m = &model.masses;
-    crate::math::sum_per_vertex(v.len(), |i| {
-        0.5 * m[i] * (v[i][0] * v[i][0] + v[i][1] * v[i][1] + v[i][2] * v[i][2])
-    })
+    crate::math::sum_per_vertex(v.len(), |i| kinetic_energy_of(m[i], v[i]))
 }
 
 /// `(1 - alpha) a + alpha b`, per vertex; at the ends `a` or `b` itself, with nothing of the

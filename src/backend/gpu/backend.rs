@@ -1049,12 +1049,7 @@ impl GpuBackend {
         crate::math::fill_per_vertex(&mut remembered.x, |v| x[v]);
         remembered.gradient.resize(x.len(), [0.0; 3]);
         // In the world's axes: the device's are its parts' (`Frame`).
-        let buffers = &self.buffers;
-        crate::math::fill_per_vertex(&mut remembered.gradient, |v| {
-            let local =
-                glam::DVec3::new(values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64);
-            (buffers.turn_of(v) * local).to_array()
-        });
+        self.buffers.to_world(&values, &mut remembered.gradient);
         remembered.potential = potential;
         remembered
     }
@@ -1709,11 +1704,9 @@ impl GpuBackend {
 
     /// Vectors per vertex in its part's axes, in the world's.
     fn world_axes(&self, values: Vec<f32>) -> Vec<f32> {
-        let turn = |v: usize| self.buffers.turn_of(v);
-        let vector = |v: usize| {
-            glam::DVec3::new(values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64)
-        };
-        (0..self.buffers.vertex_count).flat_map(|v| (turn(v) * vector(v)).as_vec3().to_array()).collect()
+        let mut world = vec![[0.0; 3]; self.buffers.vertex_count];
+        self.buffers.to_world(&values, &mut world);
+        world.iter().flat_map(|a| a.map(|c| c as f32)).collect()
     }
 
     /// Solves PCG in one workgroup only for bodies of at most `vertices` (0: never).

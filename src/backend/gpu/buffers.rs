@@ -160,6 +160,11 @@ pub(crate) fn material_id(model: MaterialModel) -> u32 {
     }
 }
 
+/// Vertex `v`'s vector of `values`, three floats a vertex, in f64.
+fn vector_at(values: &[f32], v: usize) -> DVec3 {
+    DVec3::new(values[3 * v] as f64, values[3 * v + 1] as f64, values[3 * v + 2] as f64)
+}
+
 fn to_f32(values: &[f64]) -> Vec<f32> {
     values.iter().map(|&v| v as f32).collect()
 }
@@ -259,6 +264,46 @@ impl PartPose {
 
     fn place(&self, rest: DVec3) -> DVec3 {
         self.offset + self.turn * rest
+    }
+}
+
+/// A part's pose as the host applies it to every vertex of a vector: the turn as matrices (a
+/// quaternion's rotation takes twice the flops), and none where the part has not turned. The
+/// host converts several vectors of the state a step, and at 100K tets those passes were
+/// a third of its own time in a budget step (docs/perf/gpu.md).
+struct Placement {
+    offset: DVec3,
+    /// The turn and its inverse; `None` for the identity.
+    turn: Option<(DMat3, DMat3)>,
+}
+
+impl Placement {
+    fn of(pose: &PartPose) -> Placement {
+        let turn = (pose.turn != DQuat::IDENTITY).then(|| {
+            let m = DMat3::from_quat(pose.turn);
+            (m, m.transpose())
+        });
+        Placement { offset: pose.offset, turn }
+    }
+
+    /// `a`, in the part's axes, in the world's.
+    fn to_world(&self, a: DVec3) -> DVec3 {
+        self.turn.map_or(a, |(turn, _)| turn * a)
+    }
+
+    /// `a`, in the world's axes, in the part's.
+    fn to_part(&self, a: DVec3) -> DVec3 {
+        self.turn.map_or(a, |(_, inverse)| inverse * a)
+    }
+
+    /// The displacement, in the part's axes, of a vertex at rest at `rest` that is at `x`.
+    fn displacement(&self, rest: DVec3, x: DVec3) -> DVec3 {
+        self.to_part(x - self.offset) - rest
+    }
+
+    /// Where a vertex at rest at `rest` is when displaced by `u`.
+    fn position(&self, rest: DVec3, u: DVec3) -> DVec3 {
+        self.offset + self.to_world(rest + u)
     }
 }
 
@@ -371,15 +416,21 @@ impl Frame {
         &self.poses[self.part_of[v] as usize]
     }
 
+    /// Each part's placement, indexed as `poses`.
+    fn placements(&self) -> Vec<Placement> {
+        self.poses.iter().map(Placement::of).collect()
+    }
+
     /// Vertex `v`'s displacement at the absolute position `x`, in its part's axes.
+    #[cfg(test)]
     fn displacement(&self, v: usize, x: DVec3) -> DVec3 {
-        let pose = self.pose(v);
-        pose.turn.inverse() * (x - pose.offset) - DVec3::from(self.rest[v])
+        Placement::of(self.pose(v)).displacement(DVec3::from(self.rest[v]), x)
     }
 
     /// Vertex `v`'s absolute position at the displacement `u`.
+    #[cfg(test)]
     fn position(&self, v: usize, u: DVec3) -> DVec3 {
-        self.pose(v).place(DVec3::from(self.rest[v]) + u)
+        Placement::of(self.pose(v)).position(DVec3::from(self.rest[v]), u)
     }
 
     /// The pose of part `p` where the step will evaluate it: its pose in the rigid steps'
@@ -768,16 +819,27 @@ impl GpuBuffers {
 
     /// The displacements of `positions` in f32, each in its part's axes (`Frame`).
     pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<[f32; 3]> {
+        let (frame, placements) = (&self.frame, self.frame.placements());
         crate::math::per_vertex(positions.len(), |v| {
-            self.frame.displacement(v, DVec3::from(positions[v])).as_vec3().to_array()
+            let at = &placements[frame.part_of[v] as usize];
+            at.displacement(DVec3::from(frame.rest[v]), DVec3::from(positions[v])).as_vec3().to_array()
         })
     }
 
     /// The positions of `displacements`, in f64.
     pub fn positions(&self, displacements: &[f32], out: &mut [[f64; 3]]) {
+        let (frame, placements) = (&self.frame, self.frame.placements());
         crate::math::fill_per_vertex(out, |v| {
-            let u = &displacements[3 * v..3 * v + 3];
-            self.frame.position(v, DVec3::new(u[0] as f64, u[1] as f64, u[2] as f64)).to_array()
+            let at = &placements[frame.part_of[v] as usize];
+            at.position(DVec3::from(frame.rest[v]), vector_at(displacements, v)).to_array()
+        });
+    }
+
+    /// Vectors per vertex in its part's axes (`values`, three floats a vertex), in the world's.
+    pub fn to_world(&self, values: &[f32], out: &mut [[f64; 3]]) {
+        let (frame, placements) = (&self.frame, self.frame.placements());
+        crate::math::fill_per_vertex(out, |v| {
+            placements[frame.part_of[v] as usize].to_world(vector_at(values, v)).to_array()
         });
     }
 
@@ -1090,11 +1152,34 @@ mod tests {
         }
     }
 
-    use super::{Frame, Heading, REPOSE_FRACTION};
+    use super::{Frame, Heading, PartPose, Placement, REPOSE_FRACTION};
     use crate::integrator::rigid_guess::FreeParts;
     use crate::material::Material;
     use crate::mesh::TetMesh;
     use crate::model::Model;
+
+    /// The host's passes turn by matrices: they place and measure vertices as the pose's
+    /// quaternion does, to f64's round-off, and where a part has not turned exactly as its
+    /// offset alone.
+    #[test]
+    fn placements_turn_as_the_poses_quaternions_do() {
+        let axis = DVec3::new(1.0, 2.0, -0.5).normalize();
+        let turned =
+            PartPose { offset: DVec3::new(3.0, -7.0, 2.0), turn: glam::DQuat::from_axis_angle(axis, 0.7) };
+        let (rest, u, a) =
+            (DVec3::new(0.3, -0.2, 0.45), DVec3::new(1e-3, -2e-3, 5e-4), DVec3::new(-2.0, 0.5, 9.0));
+        let at = Placement::of(&turned);
+        let x = turned.offset + turned.turn * (rest + u);
+        assert!(at.position(rest, u).distance(x) < 1e-15 * x.length());
+        assert!(at.displacement(rest, x).distance(u) < 1e-15 * x.length());
+        assert!(at.to_world(a).distance(turned.turn * a) < 1e-15 * a.length());
+        assert!(at.to_part(turned.turn * a).distance(a) < 1e-15 * a.length());
+        let still = PartPose { offset: DVec3::new(0.25, 1.5, -4.0), turn: glam::DQuat::IDENTITY };
+        let at = Placement::of(&still);
+        assert_eq!(at.position(rest, u), still.offset + (rest + u));
+        assert_eq!(at.displacement(rest, x), (x - still.offset) - rest);
+        assert_eq!((at.to_world(a), at.to_part(a)), (a, a));
+    }
 
     /// Two bars, each a part with a pose of its own: the one moved or turned further than a
     /// fraction of its reach gets the motion as its pose, so that its displacements are what

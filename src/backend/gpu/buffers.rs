@@ -269,8 +269,8 @@ impl PartPose {
 
 /// A part's pose as the host applies it to every vertex of a vector: the turn as matrices (a
 /// quaternion's rotation takes twice the flops), and none where the part has not turned. The
-/// host converts several vectors of the state a step, and at 100K tets those passes were
-/// a third of its own time in a budget step (docs/perf/gpu.md).
+/// host converts several vectors of the state a step: at 100K tets, over half of its passes
+/// over the vertices in a budget step (docs/perf/gpu.md).
 struct Placement {
     offset: DVec3,
     /// The turn and its inverse; `None` for the identity.

@@ -1683,7 +1683,8 @@ impl GpuBackend {
         let blocks = b.blocks_from_slots(&slots);
         // A row's blocks join vertices of one part: they turn with the row's vertex.
         let rows = crate::backend::topology::Topology::new(&self.model).row_offsets;
-        let turn = |v: usize| glam::DMat3::from_quat(b.turn_of(v));
+        let turns = b.turns();
+        let turn = |v: usize| turns.turn(v);
         let mut world = Vec::with_capacity(blocks.len());
         for v in 0..b.vertex_count {
             for block in blocks[9 * rows[v] as usize..9 * rows[v + 1] as usize].chunks(9) {
@@ -1851,17 +1852,16 @@ impl Stages for GpuBackend {
             // flung 2 km along n by a collider's force got -5e10 J of damping energy from it,
             // which made it the best guess by far (docs/perf/gpu.md).
             // Factored in the world's axes and turned: R^T D R = (R^T F) (R^T F)^T.
-            let buffers = &self.buffers;
+            let turns = self.buffers.turns();
             let per_vertex: Vec<[f32; 9]> = crate::math::per_vertex(matrix.vertex_blocks.len(), |v| {
                 let factor = crate::math::psd_factor(&crate::math::unvec9(&matrix.vertex_blocks[v]));
-                let turn = glam::DMat3::from_quat(buffers.turn_of(v));
-                crate::math::vec9(&(turn.transpose() * factor)).map(|c| c as f32)
+                crate::math::vec9(&(turns.turn(v).transpose() * factor)).map(|c| c as f32)
             });
             let factors = self.buffers.scratch.named("damping_vertex_factors");
             self.recording.upload(&self.context, factors, bytemuck::cast_slice(&per_vertex));
             let mut linear: Vec<f32> = (matrix.vertex_linear.iter().enumerate())
                 .flat_map(|(v, l)| {
-                    let b = buffers.turn_of(v).inverse() * glam::DVec3::new(l[0], l[1], l[2]);
+                    let b = turns.turn(v).transpose() * glam::DVec3::new(l[0], l[1], l[2]);
                     [b.x as f32, b.y as f32, b.z as f32, l[3] as f32]
                 })
                 .collect();

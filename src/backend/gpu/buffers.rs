@@ -307,6 +307,24 @@ impl Placement {
     }
 }
 
+/// Every part's placement, looked up by vertex: made once for a pass over the vertices.
+pub(crate) struct Placements<'a> {
+    part_of: &'a [u32],
+    parts: Vec<Placement>,
+}
+
+impl Placements<'_> {
+    fn at(&self, v: usize) -> &Placement {
+        &self.parts[self.part_of[v] as usize]
+    }
+
+    /// The turn of vertex `v`'s part: `a` in the part's axes is `turn a` in the world's, and
+    /// `a` in the world's is `turn^T a` in the part's.
+    pub(crate) fn turn(&self, v: usize) -> DMat3 {
+        self.at(v).turn.map_or(DMat3::IDENTITY, |(turn, _)| turn)
+    }
+}
+
 /// The vertices a part's pose is fitted to — the one nearest its rest centroid first, then
 /// the outermost along each axis — and the part's reach around the first.
 struct Probes {
@@ -416,9 +434,9 @@ impl Frame {
         &self.poses[self.part_of[v] as usize]
     }
 
-    /// Each part's placement, indexed as `poses`.
-    fn placements(&self) -> Vec<Placement> {
-        self.poses.iter().map(Placement::of).collect()
+    /// Each part's placement, looked up by vertex.
+    fn placements(&self) -> Placements<'_> {
+        Placements { part_of: &self.part_of, parts: self.poses.iter().map(Placement::of).collect() }
     }
 
     /// Vertex `v`'s displacement at the absolute position `x`, in its part's axes.
@@ -819,33 +837,30 @@ impl GpuBuffers {
 
     /// The displacements of `positions` in f32, each in its part's axes (`Frame`).
     pub fn displacements(&self, positions: &[[f64; 3]]) -> Vec<[f32; 3]> {
-        let (frame, placements) = (&self.frame, self.frame.placements());
+        let (rest, placements) = (&self.frame.rest, self.frame.placements());
         crate::math::per_vertex(positions.len(), |v| {
-            let at = &placements[frame.part_of[v] as usize];
-            at.displacement(DVec3::from(frame.rest[v]), DVec3::from(positions[v])).as_vec3().to_array()
+            let at = placements.at(v);
+            at.displacement(DVec3::from(rest[v]), DVec3::from(positions[v])).as_vec3().to_array()
         })
     }
 
     /// The positions of `displacements`, in f64.
     pub fn positions(&self, displacements: &[f32], out: &mut [[f64; 3]]) {
-        let (frame, placements) = (&self.frame, self.frame.placements());
+        let (rest, placements) = (&self.frame.rest, self.frame.placements());
         crate::math::fill_per_vertex(out, |v| {
-            let at = &placements[frame.part_of[v] as usize];
-            at.position(DVec3::from(frame.rest[v]), vector_at(displacements, v)).to_array()
+            placements.at(v).position(DVec3::from(rest[v]), vector_at(displacements, v)).to_array()
         });
     }
 
     /// Vectors per vertex in its part's axes (`values`, three floats a vertex), in the world's.
     pub fn to_world(&self, values: &[f32], out: &mut [[f64; 3]]) {
-        let (frame, placements) = (&self.frame, self.frame.placements());
-        crate::math::fill_per_vertex(out, |v| {
-            placements[frame.part_of[v] as usize].to_world(vector_at(values, v)).to_array()
-        });
+        let placements = self.frame.placements();
+        crate::math::fill_per_vertex(out, |v| placements.at(v).to_world(vector_at(values, v)).to_array());
     }
 
-    /// The turn of vertex `v`'s part: `a` in the world's axes is `turn^-1 a` in the part's.
-    pub fn turn_of(&self, v: usize) -> DQuat {
-        self.frame.pose(v).turn
+    /// The parts' turns, looked up by vertex (`Placements::turn`).
+    pub(crate) fn turns(&self) -> Placements<'_> {
+        self.frame.placements()
     }
 
     /// Fits anew the poses of the parts that `problem` evaluates off them (`Frame`) and

@@ -129,7 +129,7 @@ mod tests {
                 let (corners, _) = WgElement::read_outputs(&rig.context, &mut rig.rec, &rig.buffers).unwrap();
                 let energy_error = (energy - cpu_energy).abs() / cpu_energy.abs();
                 // In the axes of the body (one part).
-                let turn = rig.buffers.turn_of(0).inverse();
+                let turn = rig.buffers.turns().turn(0).transpose();
                 let cpu_corners: Vec<f64> =
                     cpu_corners.iter().flat_map(|&g| (turn * glam::DVec3::from(g)).to_array()).collect();
                 let (g_error, g_at) = worst(&corners, &cpu_corners);

@@ -85,7 +85,8 @@ impl Reference {
     /// holds it where the parts are turned; the target and the sums stay the world's.
     pub fn in_part_axes(&self, model: &Model, buffers: &GpuBuffers) -> Reference {
         use glam::{DMat3, DVec3};
-        let turn = |v: u32| DMat3::from_quat(buffers.turn_of(v as usize));
+        let turns = buffers.turns();
+        let turn = |v: u32| turns.turn(v as usize);
         let vector = |v: u32, a: &[f64; 3]| (turn(v).transpose() * DVec3::from(*a)).to_array();
         let block = |v: u32, b: &[f64; 9]| {
             let r = turn(v);
@@ -302,7 +303,8 @@ impl Rig {
 
     /// World vectors (directions) in the axes of each vertex's part, in f32.
     pub fn in_part_axes(&self, world: &[[f64; 3]]) -> Vec<f32> {
-        let turned = |v: usize| self.buffers.turn_of(v).inverse() * glam::DVec3::from(world[v]);
+        let turns = self.buffers.turns();
+        let turned = |v: usize| turns.turn(v).transpose() * glam::DVec3::from(world[v]);
         (0..world.len()).flat_map(|v| turned(v).as_vec3().to_array()).collect()
     }
 

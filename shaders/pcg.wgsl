@@ -653,9 +653,9 @@ fn direction_at(u: u32, beta: f32, first: bool) -> vec3<f32> {
     return z3(u) + beta * p_in3(u);
 }
 
-// The vector `product_share` multiplies (`multiplied`): p formed on the fly (`product`), p
-// itself (`solve_small`), the last or earlier solution (the warm start), or the pipelined
-// loop's u = P r (its start) and m = P w (in `p_in`).
+// The vector `product_share` multiplies (`multiplied`): p formed on the fly (`product`), p in
+// workgroup memory (`solve_small`), the last or earlier solution (the warm start), or the
+// pipelined loop's u = P r (its start) and m = P w (in `p_in`).
 const P_ON_THE_FLY: u32 = 0u;
 const P_ITSELF: u32 = 1u;
 const LAST_SOLUTION: u32 = 2u;
@@ -668,7 +668,7 @@ var<private> coupled_first: bool;
 
 fn coupled_vector(u: u32) -> vec3<f32> {
     switch multiplied {
-        case P_ITSELF: { return p_out3(u); }
+        case P_ITSELF: { return p_small3(u); }
         case LAST_SOLUTION: { return direction3(u); }
         case EARLIER_SOLUTION: { return earlier_direction3(u); }
         case PRECONDITIONED_RESIDUAL: { return z3(u); }
@@ -1666,12 +1666,36 @@ fn pipelined(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) g
 
 // The whole solve in one workgroup (Jacobi, from zero), for bodies small enough that
 // dispatches, not arithmetic, would bound the multi-workgroup loop: the same algorithm and
-// stopping rules (setup, the
-// start's checks, then product and update per iteration), the rows walked in sweeps of
-// INVOCATIONS / lanes, per-vertex work strided over the invocations, reductions through
-// workgroup memory, and the status written to `scalars_out` as `finish` writes it. Dispatch
-// it with one workgroup.
+// stopping rules (setup, the start's checks, then product and update per iteration), the rows
+// walked in SMALL_SWEEPS sweeps of INVOCATIONS / lanes, and the status written to
+// `scalars_out` as `finish` writes it. Dispatch it with one workgroup.
+// Between the start and the end nothing goes through device memory but the matrix: each row's
+// vectors (r, p, the direction, Ap, the inverse diagonal) stay in the registers of the
+// invocation that serves it as lane 0 (`SmallRow`), and p, which the neighbours' products read,
+// goes through workgroup memory (`p_small`). So an iteration waits on no store to device
+// memory and no storage barrier, only on the matrix's loads and the reductions' barriers.
 var<workgroup> carry_on: u32;
+
+// The sweeps that cover the one-workgroup solve's rows, at most MAX_SMALL_SWEEPS, and p there,
+// three floats a row for SMALL_FLOATS / 3 rows (one elsewhere, where nothing reads it; the host
+// sets both for the solve's pipeline, `SmallSolve` in src/backend/gpu/pcg.rs).
+const MAX_SMALL_SWEEPS: u32 = 8u;
+override SMALL_SWEEPS: u32 = 1u;
+override SMALL_FLOATS: u32 = 3u;
+var<workgroup> p_small: array<f32, SMALL_FLOATS>;
+
+fn p_small3(v: u32) -> vec3<f32> {
+    return vec3<f32>(p_small[3u * v], p_small[3u * v + 1u], p_small[3u * v + 2u]);
+}
+
+// A row of the one-workgroup solve, in the registers of the invocation that serves it.
+struct SmallRow {
+    r: vec3<f32>,
+    p: vec3<f32>,
+    direction: vec3<f32>,
+    ap: vec3<f32>,
+    inverse: vec3<f32>,
+}
 
 // The split's translations (t and t', or the stray one), every group's, in this workgroup
 // alone (each invocation must call it).
@@ -1709,14 +1733,24 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
     for (var v = lid; v < n; v += INVOCATIONS) {
         partial += setup_row(v, vec3<f32>(0.0));
     }
-    for (var v = lid; v < n; v += INVOCATIONS) {
-        for (var c = 0u; c < 3u; c++) {
-            p_out[3u * v + c] = z[3u * v + c];
-        }
-    }
     let sums = workgroup_sum(lid, vec4<f32>(partial, 0.0, 0.0)).xy;
     let start = starting_scalars(lid, sums, sums.x);
     storageBarrier();
+    // Each invocation takes the rows it serves as lane 0 into registers, p = z.
+    var serves: array<Row, MAX_SMALL_SWEEPS>;
+    var rows: array<SmallRow, MAX_SMALL_SWEEPS>;
+    for (var s = 0u; s < SMALL_SWEEPS; s++) {
+        let row = row_of(s, lid);
+        serves[s] = row;
+        if (row.v < n && row.lane == 0u) {
+            let inverse = vec3<f32>(inverse_diagonal[3u * row.v], inverse_diagonal[3u * row.v + 1u], inverse_diagonal[3u * row.v + 2u]);
+            let rv = r3(row.v);
+            rows[s] = SmallRow(rv, inverse * rv, vec3<f32>(0.0), vec3<f32>(0.0), inverse);
+            for (var c = 0u; c < 3u; c++) {
+                p_small[3u * row.v + c] = rows[s].p[c];
+            }
+        }
+    }
     var state = start.state;
     let threshold_squared = start.threshold_squared;
     var rz = start.rz;
@@ -1726,23 +1760,21 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
         carry_on = u32(state == RUNNING && params.max_iterations > 0u);
     }
     loop {
+        // (A barrier: p's stores in workgroup memory are seen from here on.)
         if (workgroupUniformLoad(&carry_on) == 0u) {
             break;
         }
         // Ap and p.Ap.
         var curvature = 0.0;
-        for (var sweep = 0u; sweep * rows_at_once() < n; sweep++) {
-            let row = row_of(sweep, lid);
+        for (var s = 0u; s < SMALL_SWEEPS; s++) {
+            let row = serves[s];
             let acc = row_product(lid, row);
             if (row.v < n && row.lane == 0u) {
-                for (var c = 0u; c < 3u; c++) {
-                    ap[3u * row.v + c] = acc[c];
-                }
-                curvature += dot(p_out3(row.v), acc);
+                rows[s].ap = acc;
+                curvature += dot(rows[s].p, acc);
             }
         }
         curvature = workgroup_sum(lid, vec4<f32>(curvature, 0.0, 0.0, 0.0)).x;
-        storageBarrier();
         iterations += 1u;
         if (!(curvature > 0.0)) {
             state = select(NEGATIVE_LATER, NEGATIVE_FIRST, iterations == 1u);
@@ -1750,8 +1782,13 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
             // direction += alpha p, r -= alpha Ap, z = P r.
             let alpha = rz / curvature;
             var sums = vec2<f32>(0.0);
-            for (var v = lid; v < n; v += INVOCATIONS) {
-                sums += update_row(v, alpha);
+            for (var s = 0u; s < SMALL_SWEEPS; s++) {
+                if (serves[s].v < n && serves[s].lane == 0u) {
+                    rows[s].direction += alpha * rows[s].p;
+                    rows[s].r -= alpha * rows[s].ap;
+                    let rv = rows[s].r;
+                    sums += vec2<f32>(dot(rv, rv), dot(rv, rows[s].inverse * rv));
+                }
             }
             let total = workgroup_sum(lid, vec4<f32>(sums, 0.0, 0.0));
             rr = total.x;
@@ -1763,18 +1800,38 @@ fn solve_small(@builtin(local_invocation_index) lid: u32) {
                 // p = z + beta p.
                 let beta = total.y / rz;
                 rz = total.y;
-                for (var v = lid; v < n; v += INVOCATIONS) {
-                    for (var c = 0u; c < 3u; c++) {
-                        p_out[3u * v + c] = z[3u * v + c] + beta * p_out[3u * v + c];
+                for (var s = 0u; s < SMALL_SWEEPS; s++) {
+                    let v = serves[s].v;
+                    if (v < n && serves[s].lane == 0u) {
+                        rows[s].p = rows[s].inverse * rows[s].r + beta * rows[s].p;
+                        for (var c = 0u; c < 3u; c++) {
+                            p_small[3u * v + c] = rows[s].p[c];
+                        }
                     }
                 }
             }
         }
-        storageBarrier();
         if (lid == 0u) {
             carry_on = u32(state == RUNNING);
         }
     }
+    // The rows' vectors back to device memory, as the loop leaves them.
+    for (var s = 0u; s < SMALL_SWEEPS; s++) {
+        let v = serves[s].v;
+        if (v < n && serves[s].lane == 0u) {
+            let row = rows[s];
+            let zv = row.inverse * row.r;
+            for (var c = 0u; c < 3u; c++) {
+                let i = 3u * v + c;
+                direction[i] = row.direction[c];
+                r[i] = row.r[c];
+                z[i] = zv[c];
+                p_out[i] = row.p[c];
+                ap[i] = row.ap[c];
+            }
+        }
+    }
+    storageBarrier();
     if (params.translation != 0u && state != NEGATIVE_FIRST) {
         translations_in_workgroup(lid, true);
     }

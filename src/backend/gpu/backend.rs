@@ -642,7 +642,7 @@ impl GpuBackend {
 
     /// Whether this body's Jacobi solves run in one workgroup.
     fn solved_in_one_workgroup(&self) -> bool {
-        self.buffers.vertex_count <= self.small_solve_vertices.unwrap_or(self.groups.pcg.small_vertex_limit())
+        self.groups.pcg.solves_in_one_workgroup(self.small_solve_vertices)
     }
 
     /// Records a PCG solve: for a body of at most the small-solve limit the whole solve in

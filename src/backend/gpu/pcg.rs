@@ -182,8 +182,9 @@ impl SmallSolve {
     /// dispatches (about 19 us with Jacobi on an H200) however small the body; one
     /// workgroup's cost grows with the rows each invocation walks. On the H200, with 1 024
     /// invocations, Jacobi took 12.8 us a CG iteration at 330 vertices and 44 us at 2 541
-    /// (the loop's equal near 770); with 256, 17.9 us at 330. A software adapter has no
-    /// dispatch latency to save, and keeps the 2 048 vertices the limit was before these
+    /// (the loop's equal near 770); with 256, 17.9 us at 330. (Measured before the solve kept
+    /// its vectors in registers and workgroup memory; not measured since.) A software adapter
+    /// has no dispatch latency to save, and keeps the 2 048 vertices the limit was before these
     /// measurements, so that the tests' bodies run both forms. It runs Jacobi only: the
     /// local/global matrix's inverses (FSAI, dense) run in the loop, where with the dense one
     /// a solve takes one or a few CG iterations, and FSAI serves bodies too large for it.
@@ -195,7 +196,42 @@ impl SmallSolve {
     pub fn fits(&self, context: &GpuContext) -> bool {
         allows(&context.device.limits(), self.invocations)
     }
+
+    /// The sweeps of `invocations / lanes` rows that cover `vertex_count` rows
+    /// (`SMALL_SWEEPS` in the shader).
+    pub fn sweeps(&self, vertex_count: usize) -> u32 {
+        (vertex_count.div_ceil((self.invocations / self.lanes) as usize) as u32).max(1)
+    }
+
+    /// The floats of workgroup memory its `p` takes for a body of `vertex_count` vertices
+    /// (`SMALL_FLOATS`): three a row of its sweeps.
+    fn p_floats(&self, vertex_count: usize) -> u32 {
+        3 * self.sweeps(vertex_count) * (self.invocations / self.lanes)
+    }
+
+    /// Whether a device whose workgroups hold `workgroup_bytes` runs this shape's solve of a
+    /// body of `vertex_count` vertices: at most [`MAX_SMALL_SWEEPS`] sweeps, and `p` beside the
+    /// reduction's `vec4` per invocation and a flag.
+    pub fn holds(&self, workgroup_bytes: u32, vertex_count: usize) -> bool {
+        self.sweeps(vertex_count) <= MAX_SMALL_SWEEPS
+            && 16 * self.invocations + 16 + 4 * self.p_floats(vertex_count) <= workgroup_bytes
+    }
+
+    /// The override constants of its pipeline for a body of `vertex_count` vertices.
+    fn constants(&self, vertex_count: usize) -> [(&'static str, f64); 3] {
+        [
+            ("INVOCATIONS", self.invocations as f64),
+            ("SMALL_SWEEPS", self.sweeps(vertex_count) as f64),
+            ("SMALL_FLOATS", self.p_floats(vertex_count) as f64),
+        ]
+    }
 }
+
+/// The most sweeps of a one-workgroup solve (`MAX_SMALL_SWEEPS` in `shaders/pcg.wgsl`): each
+/// invocation keeps the vectors of a row a sweep in registers. The limit of a software
+/// adapter (2 048 vertices in 256 invocations, one lane) takes all 8; a hardware GPU's bodies
+/// take one.
+const MAX_SMALL_SWEEPS: u32 = 8;
 
 /// How many inverses of the local/global matrix stay on the device at once: a stabilized
 /// step alternates two step weights, and before they stayed, a 15K-tet bar's step uploaded
@@ -518,21 +554,26 @@ pub struct PcgGroups {
     workgroups: u32,
     /// The chunks the translation groups' sums take a workgroup each (`GpuBuffers`).
     translation_chunks: u32,
-    /// The one-workgroup solve's shape, and its pipeline's override.
+    /// The one-workgroup solve's shape, and its pipeline's overrides.
     small: SmallSolve,
-    small_constants: [(&'static str, f64); 1],
+    small_constants: [(&'static str, f64); 3],
+    vertex_count: usize,
+    /// The device's workgroup memory (bytes).
+    workgroup_bytes: u32,
 }
 
 impl PcgGroups {
-    /// The largest body whose Jacobi solves run in one workgroup.
-    pub fn small_vertex_limit(&self) -> usize {
-        self.small.vertex_limit()
+    /// Whether the model's Jacobi solves run in one workgroup where its body has at most
+    /// `limit` vertices (none: as many as the shape is faster for), and the device holds them.
+    pub fn solves_in_one_workgroup(&self, limit: Option<usize>) -> bool {
+        self.vertex_count <= limit.unwrap_or(self.small.vertex_limit())
+            && self.small.holds(self.workgroup_bytes, self.vertex_count)
     }
 
     /// Gives the one-workgroup solve this shape (one the device [fits](SmallSolve::fits)).
     pub fn shape_small(&mut self, small: SmallSolve) {
         self.small = small;
-        self.small_constants = [("INVOCATIONS", small.invocations as f64)];
+        self.small_constants = small.constants(self.vertex_count);
     }
 }
 
@@ -597,7 +638,9 @@ impl WgPcg {
             workgroups: (buffers.vertex_count as u32 * lanes).div_ceil(super::stage::WORKGROUP),
             translation_chunks: buffers.translation_chunks,
             small: SmallSolve { invocations: super::stage::WORKGROUP, lanes: 1, software: context.software },
-            small_constants: [("INVOCATIONS", 0.0)],
+            small_constants: [("INVOCATIONS", 0.0); 3],
+            vertex_count: buffers.vertex_count,
+            workgroup_bytes: context.device.limits().max_compute_workgroup_storage_size,
         };
         groups.shape_small(SmallSolve::for_body(context, buffers.vertex_count));
         Ok(groups)
@@ -703,7 +746,7 @@ impl WgPcg {
     }
 
     /// Records a whole solve in one dispatch of one workgroup (`solve_small`), for bodies of
-    /// at most [`PcgGroups::small_vertex_limit`]; returns where its status will be.
+    /// which [`PcgGroups::solves_in_one_workgroup`]; returns where its status will be.
     pub fn solve_small(
         &self,
         context: &GpuContext,
@@ -713,6 +756,7 @@ impl WgPcg {
         params: PcgParams,
     ) -> Result<Staged> {
         debug_assert_eq!(params.preconditioner, JACOBI, "the one-workgroup solve takes Jacobi only");
+        debug_assert!(groups.small.holds(groups.workgroup_bytes, groups.vertex_count), "{:?}", groups.small);
         let params = PcgParams { lanes: groups.small.lanes, ..params };
         let kernel = Kernel { constants: &groups.small_constants, ..self.0.kernel("solve_small") };
         Self::solve_in_a_dispatch(context, recording, groups, buffers, params, kernel, 1)
@@ -947,9 +991,10 @@ mod tests {
     }
 
     /// The one-workgroup solve's shapes the tests run, those the device fits of: the stages'
-    /// workgroup, and 1 024 invocations with one, two and eight lanes per row.
+    /// workgroup with one lane per row, and with sixteen (16 rows a sweep: the tests' 39-vertex
+    /// bodies take three sweeps), and 1 024 invocations with one, two and eight lanes per row.
     fn small_shapes(context: &crate::backend::gpu::GpuContext) -> Vec<SmallSolve> {
-        [(256, 1), (1024, 1), (1024, 2), (1024, 8)]
+        [(256, 1), (256, 16), (1024, 1), (1024, 2), (1024, 8)]
             .into_iter()
             .map(|(invocations, lanes)| SmallSolve { invocations, lanes, software: context.software })
             .filter(|shape| shape.fits(context))
@@ -1281,6 +1326,27 @@ mod tests {
         assert_eq!(lanes_for(0, false), 16);
     }
 
+    /// A one-workgroup solve takes a body whose sweeps keep their rows in registers (at most
+    /// eight) and whose `p` fits in workgroup memory beside the reduction; the shapes the
+    /// backend chooses hold the bodies they are chosen for.
+    #[test]
+    fn one_workgroup_solves_hold_what_the_device_allows() {
+        let software = SmallSolve { invocations: 256, lanes: 1, software: true };
+        // lavapipe's 32 KiB: 2 048 vertices take 8 sweeps and 4 096 + 16 + 24 576 bytes.
+        assert_eq!(software.sweeps(2048), 8);
+        assert!(software.holds(32_768, 2048));
+        assert!(!software.holds(32_768, 2049), "nine sweeps");
+        assert!(!software.holds(16_384, 2048), "WebGPU's least workgroup memory");
+        assert!(software.holds(16_384, 768) && !software.holds(16_384, 769), "three sweeps, not four");
+        assert_eq!(software.vertex_limit(), 2048);
+        for n in [1, 63, 64, 330, 513, 768] {
+            let lanes = super::lanes_filling(1024, n, false);
+            let wide = SmallSolve { invocations: 1024, lanes, software: false };
+            assert_eq!(wide.sweeps(n), 1, "{n} vertices, {lanes} lanes");
+            assert!(wide.holds(49_152, n) && n <= wide.vertex_limit(), "{n} vertices");
+        }
+    }
+
     /// The one-workgroup solve runs the same algorithm as the two-dispatch loop, whatever the
     /// loop's lanes per row: on the same system, the same iteration count (to a couple, from
     /// the other summation order in f32) and solution, the same limit, and negative curvature
@@ -1296,7 +1362,8 @@ mod tests {
         let n = 3 * model.vertex_count();
         let shapes = small_shapes(&context);
         // lavapipe and the NVIDIA GPUs measured allow 1 024 invocations.
-        assert_eq!(shapes.len(), 4, "the test device runs only {shapes:?}");
+        assert_eq!(shapes.len(), 5, "the test device runs only {shapes:?}");
+        assert_eq!(shapes[1].sweeps(model.vertex_count()), 3, "{:?}", shapes[1]);
         let mut wholes = Vec::new();
         for &shape in &shapes {
             let whole = solve_small(&mut rig, 1e-4, 2000, shape);

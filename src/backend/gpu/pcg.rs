@@ -146,13 +146,18 @@ pub struct SmallSolve {
 const WIDE_SOLVE: u32 = 1024;
 
 /// Whether a device of `limits` runs a one-workgroup solve of `invocations`: the stages'
-/// WORKGROUP always; more where the workgroup may be that large and hold the reduction's
-/// `vec4` per invocation, and a flag.
+/// WORKGROUP always; more where the workgroup may be that large and hold its reduction.
 fn allows(limits: &wgpu::Limits, invocations: u32) -> bool {
     invocations == super::stage::WORKGROUP
         || (limits.max_compute_invocations_per_workgroup >= invocations
             && limits.max_compute_workgroup_size_x >= invocations
-            && limits.max_compute_workgroup_storage_size >= 16 * invocations + 16)
+            && limits.max_compute_workgroup_storage_size >= reduction_bytes(invocations))
+}
+
+/// The workgroup memory of a one-workgroup solve's reduction: a `vec4` per invocation, and a
+/// flag.
+fn reduction_bytes(invocations: u32) -> u32 {
+    16 * invocations + 16
 }
 
 /// The workgroup widths the stages run at on a device of `limits`: WORKGROUP, and the widest
@@ -211,10 +216,10 @@ impl SmallSolve {
 
     /// Whether a device whose workgroups hold `workgroup_bytes` runs this shape's solve of a
     /// body of `vertex_count` vertices: at most [`MAX_SMALL_SWEEPS`] sweeps, and `p` beside the
-    /// reduction's `vec4` per invocation and a flag.
+    /// reduction.
     pub fn holds(&self, workgroup_bytes: u32, vertex_count: usize) -> bool {
         self.sweeps(vertex_count) <= MAX_SMALL_SWEEPS
-            && 16 * self.invocations + 16 + 4 * self.p_floats(vertex_count) <= workgroup_bytes
+            && reduction_bytes(self.invocations) + 4 * self.p_floats(vertex_count) <= workgroup_bytes
     }
 
     /// The override constants of its pipeline for a body of `vertex_count` vertices.

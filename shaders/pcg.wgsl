@@ -257,9 +257,6 @@ fn z3(v: u32) -> vec3<f32> {
 fn p_in3(v: u32) -> vec3<f32> {
     return vec3<f32>(p_in[3u * v], p_in[3u * v + 1u], p_in[3u * v + 2u]);
 }
-fn p_out3(v: u32) -> vec3<f32> {
-    return vec3<f32>(p_out[3u * v], p_out[3u * v + 1u], p_out[3u * v + 2u]);
-}
 fn ap3(v: u32) -> vec3<f32> {
     return vec3<f32>(ap[3u * v], ap[3u * v + 1u], ap[3u * v + 2u]);
 }

@@ -272,7 +272,8 @@ fn steps_summed_by_the_tree_match_the_cpu() {
 
 /// Devices with immediates take the stages' parameters in the command stream; others (and
 /// applications' devices opened without them) from a uniform arena each submission fills.
-/// And the solvers' read-write buffers are ranges of one arena, or apart on request. The
+/// And the solvers' read-write buffers are ranges of one arena, or apart on request; and
+/// workers finish the command buffers in order, or each recording thread its own. The
 /// kernels compute the same every way: whole steps on one device — Newton with contact,
 /// handles and damping, local/global and mixed FEM — end in the same bits.
 #[test]
@@ -291,6 +292,9 @@ fn parameters_and_buffer_layouts_step_to_the_same_bits() {
     let arena = shaped(GpuContext::new().unwrap().with_params_in_arena());
     assert!(!arena.params_in_immediates());
     let separate = shaped(GpuContext::new().unwrap().with_separate_buffers());
+    let inline = shaped(GpuContext::new().unwrap().with_encoder_threads(0));
+    assert_eq!(inline.encoder_threads(), 0);
+    println!("the shared context finishes command buffers on {} workers", shared.encoder_threads());
     fn bar(solver: Solver, context: std::sync::Arc<GpuContext>) -> Simulation {
         let builder = Simulation::builder()
             .tet_body(TetMesh::bar([4, 2, 2], [0.4, 0.2, 0.2]), Material::corotated(5e4, 0.3), 1000.0)
@@ -308,7 +312,9 @@ fn parameters_and_buffer_layouts_step_to_the_same_bits() {
         ("local/global", |c| bar(Solver::local_global(10), c)),
         ("mixed FEM", |c| bar(Solver::mixed_fem(), c)),
     ];
-    for (variant, context) in [("parameters from the arena", arena), ("buffers apart", separate)] {
+    let variants =
+        [("parameters from the arena", arena), ("buffers apart", separate), ("finished inline", inline)];
+    for (variant, context) in variants {
         for (name, scene) in scenes {
             let mut reference = scene(shared.clone());
             let mut other = scene(context.clone());
@@ -316,6 +322,11 @@ fn parameters_and_buffer_layouts_step_to_the_same_bits() {
                 let packed = reference.step().unwrap().device.unwrap();
                 let apart = other.step().unwrap().device.unwrap();
                 assert_eq!(reference.positions(), other.positions(), "{name}, {variant}, step {step}");
+                if variant == "finished inline" {
+                    // The same submissions, finished on the stepping thread.
+                    assert_eq!(packed.dispatches, apart.dispatches, "{name}, step {step}");
+                    assert_eq!(packed.submissions, apart.submissions, "{name}, step {step}");
+                }
                 if variant == "buffers apart" {
                     // The same dispatches, binding more distinct buffers for writing.
                     assert_eq!(packed.dispatches, apart.dispatches, "{name}, step {step}");

@@ -106,7 +106,8 @@ pub fn runs(default: usize) -> usize {
 /// device has subgroups, to compare the two on one device) and take their parameters
 /// (`LIVELY_BENCH_PARAMS=arena` keeps the uniform arena where the device has immediates), and
 /// where its buffers lie (`LIVELY_BENCH_BUFFERS=separate` keeps every buffer apart, none in
-/// the solvers' arena).
+/// the solvers' arena), and who finishes its command buffers (`LIVELY_BENCH_ENCODING=inline`:
+/// the stepping thread, not the context's workers).
 pub struct GpuBench {
     pub context: std::sync::Arc<lively::backend::gpu::GpuContext>,
     pub max_tets: usize,
@@ -120,10 +121,12 @@ impl GpuBench {
         let tree = std::env::var("LIVELY_BENCH_REDUCTIONS").as_deref() == Ok("tree");
         let arena = std::env::var("LIVELY_BENCH_PARAMS").as_deref() == Ok("arena");
         let separate = std::env::var("LIVELY_BENCH_BUFFERS").as_deref() == Ok("separate");
+        let inline = std::env::var("LIVELY_BENCH_ENCODING").as_deref() == Ok("inline");
         let context = match lively::backend::gpu::GpuContext::new() {
             Ok(context) => {
                 let context = if tree { context.with_tree_reductions() } else { context };
                 let context = if arena { context.with_params_in_arena() } else { context };
+                let context = if inline { context.with_encoder_threads(0) } else { context };
                 std::sync::Arc::new(if separate { context.with_separate_buffers() } else { context })
             }
             Err(e) => {
@@ -137,11 +140,12 @@ impl GpuBench {
             .unwrap_or(if context.software { software_max_tets } else { usize::MAX });
         let runs = runs(if context.software { 3 } else { 11 });
         let device = format!(
-            "{}{}, {:?} sums, parameters {}",
+            "{}{}, {:?} sums, parameters {}, command buffers finished by {} workers",
             context.adapter,
             if context.software { " (software)" } else { "" },
             context.reductions(),
-            if context.params_in_immediates() { "as immediates" } else { "from the arena" }
+            if context.params_in_immediates() { "as immediates" } else { "from the arena" },
+            context.encoder_threads()
         );
         Some(GpuBench { context, max_tets, runs, device })
     }

@@ -1921,8 +1921,10 @@ impl Stages for GpuBackend {
             self.buffers.state.named("positions"),
             bytemuck::cast_slice(&positions),
         );
-        // Drawn by the application's own work: submit it now rather than at the next readback.
-        self.recording.submit(&self.context);
+        // Drawn by the application's own work: in the queue before this returns, not at the
+        // next readback.
+        let submitted = self.recording.submit_now(&self.context);
+        self.settle(submitted, ());
     }
 
     fn read_iterate(&mut self, out: &mut [[f64; 3]]) {

@@ -3,6 +3,7 @@
 use wgpu::util::DeviceExt;
 
 use super::shaders::Reductions;
+use super::submissions::Finishers;
 use crate::error::{Error, Result};
 
 /// A device and queue for the GPU stages.
@@ -42,6 +43,8 @@ pub struct GpuContext {
     pub(crate) buffer_arena: bool,
     /// The stages' pipelines, compiled once for every simulation on this context.
     stages: std::sync::Mutex<Option<std::sync::Arc<super::WgStages>>>,
+    /// The workers that finish the simulations' command buffers while they record more.
+    finishers: Finishers,
 }
 
 /// GPU time spent in one kind of compute pass, from timestamp queries.
@@ -142,6 +145,7 @@ impl GpuContext {
             immediates: false,
             buffer_arena: true,
             stages: Default::default(),
+            finishers: Finishers::default(),
         };
         Ok(context.with_device_choices())
     }
@@ -188,6 +192,7 @@ impl GpuContext {
             immediates: false,
             buffer_arena: true,
             stages: Default::default(),
+            finishers: Finishers::default(),
         }
         .with_device_choices()
     }
@@ -229,6 +234,25 @@ impl GpuContext {
     pub fn with_separate_buffers(mut self) -> GpuContext {
         self.buffer_arena = false;
         self
+    }
+
+    /// This context with `threads` workers to finish its command buffers (`submissions.rs`);
+    /// none finishes each on the thread that recorded it, as before there were workers: for
+    /// comparing the two on one device.
+    pub fn with_encoder_threads(mut self, threads: usize) -> GpuContext {
+        self.finishers = Finishers::new(threads);
+        self
+    }
+
+    /// The workers that finish command buffers for this context's recordings.
+    pub(crate) fn finishers(&self) -> &Finishers {
+        &self.finishers
+    }
+
+    /// How many workers finish command buffers while the simulations record more (none: each
+    /// recording thread finishes its own).
+    pub fn encoder_threads(&self) -> usize {
+        self.finishers.threads()
     }
 
     /// The stages' pipelines on this device, compiled by the first simulation that asks.

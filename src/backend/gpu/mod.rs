@@ -28,6 +28,7 @@ pub mod self_contact;
 pub mod shaders;
 mod stage;
 mod subgroups;
+mod submissions;
 pub mod vector;
 
 pub use backend::GpuBackend;

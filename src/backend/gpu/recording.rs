@@ -4,7 +4,9 @@
 //! at a dynamic offset, and results the host needs are copied into one staging buffer as the
 //! work is recorded. A readback submits what is pending (a fixed-budget step and a
 //! local/global solve also submit each iteration as it is recorded, so that the device starts
-//! early), so a Newton iteration is one readback however many stages it runs.
+//! early), so a Newton iteration is one readback however many stages it runs. Parts submitted
+//! before a readback are finished for the driver on the context's workers, in order
+//! (`submissions.rs`), while this thread records the next.
 
 use encase::ShaderType;
 use encase::internal::WriteInto;
@@ -12,6 +14,7 @@ use encase::internal::WriteInto;
 use super::buffers::BufferSpan;
 use super::context::GpuContext;
 use super::stage::{Bound, Kernel, WgStage};
+use super::submissions::{Part, Submissions};
 use crate::error::{Error, Result};
 
 /// Bytes of one parameter slot: every stage's parameter block fits, and it is the largest
@@ -30,12 +33,13 @@ pub struct DeviceCounts {
     /// tracking of each).
     pub record: std::time::Duration,
     /// Host time spent finishing command encoders, where wgpu validates and encodes the
-    /// recorded passes for the driver (their barriers included). Part of `wait` where a
-    /// readback submits.
+    /// recorded passes for the driver (their barriers included): on the context's workers for
+    /// parts submitted before a readback, where it overlaps the recording; on the recording
+    /// thread, inside `wait`, for the last.
     pub encode: std::time::Duration,
     /// Host time spent handing finished command buffers and the dispatch parameters to the
-    /// queue (`write_buffer` and `submit`, where the driver takes them). Part of `wait` where
-    /// a readback submits.
+    /// queue (`write_buffer` and `submit`, where the driver takes them), wherever `encode` was
+    /// spent.
     pub submit: std::time::Duration,
     /// Command buffers submitted to the queue.
     pub submissions: u64,
@@ -81,7 +85,7 @@ impl DeviceCounts {
 /// encodes a command buffer for the driver when it is submitted (about 4 us a dispatch on the
 /// H200's host), and a device waiting for a whole solve's encoding idled through it: 2.5 ms of
 /// the 100K-tet Newton step's 13.9 (docs/perf/gpu.md). In parts, the device runs one while the
-/// host encodes the next; a readback still waits once. Doubling keeps the parts few where the
+/// host records the next (and the context's workers encode it); a readback still waits once. Doubling keeps the parts few where the
 /// device has work queued anyway (a local/global step's iterations, a budgeted step).
 pub const FIRST_PART: u64 = 16;
 
@@ -123,6 +127,8 @@ pub struct Recording {
     pending_dispatches: u32,
     /// Parts submitted by [`submit_part`](Self::submit_part) since the last readback.
     parts: u32,
+    /// Parts handed over to be finished and submitted.
+    submissions: Submissions,
     counts: DeviceCounts,
 }
 
@@ -150,6 +156,7 @@ impl Recording {
             staged: 0,
             pending_dispatches: 0,
             parts: 0,
+            submissions: Submissions::default(),
             counts: DeviceCounts::default(),
         }
     }
@@ -162,7 +169,8 @@ impl Recording {
 
     /// The counts so far.
     pub fn counts(&self) -> DeviceCounts {
-        self.counts
+        let (encode, submit) = self.submissions.times();
+        DeviceCounts { encode, submit, ..self.counts }
     }
 
     /// Whether work is recorded and not yet submitted.
@@ -288,7 +296,9 @@ impl Recording {
         }
         let (buffer, offset) = (&span.buffer, span.offset + offset);
         self.counts.uploaded += data.len() as u64;
-        if !self.is_pending() {
+        // Straight through the queue only after every part recorded before: it writes ahead
+        // of the next submission.
+        if !self.is_pending() && self.submissions.all_submitted() {
             context.queue.write_buffer(buffer, offset, data);
             return;
         }
@@ -336,34 +346,48 @@ impl Recording {
         Ok(Staged { offset, size: bytes })
     }
 
-    /// Submits the recorded work (nothing when none is pending).
+    /// Submits the recorded work (nothing when none is pending): the context's workers finish
+    /// it for the driver and the queue takes it after the work submitted before.
     pub fn submit(&mut self, context: &GpuContext) {
-        self.end_pass();
-        let Some(encoder) = self.encoder.take() else { return };
-        self.pending_dispatches = 0;
-        let started = std::time::Instant::now();
-        if !self.params.is_empty() {
-            if !context.params_in_immediates() {
-                self.counts.uploaded += self.params.len() as u64;
-                context.queue.write_buffer(&self.arena, 0, &self.params);
-            }
-            self.params.clear();
+        if let Some(part) = self.take_part(context) {
+            self.submissions.hand_over(context.finishers(), &context.queue, &self.arena, part);
         }
-        let finishing = std::time::Instant::now();
-        let buffer = encoder.finish();
-        let submitting = std::time::Instant::now();
-        self.counts.encode += submitting - finishing;
-        context.queue.submit([buffer]);
-        self.counts.submit += (finishing - started) + submitting.elapsed();
+    }
+
+    /// Submits the recorded work, finishing it on this thread, and returns once the queue has
+    /// taken it and everything submitted before it (for work that other submissions to the
+    /// queue, not this recording's readbacks, must see).
+    pub fn submit_now(&mut self, context: &GpuContext) -> Result<()> {
+        match self.take_part(context) {
+            Some(part) => self.submissions.submit_here(&context.queue, &self.arena, part),
+            None => self.submissions.wait(),
+        }
+    }
+
+    /// The recorded work as a part for the queue, with the dispatch parameters that go into
+    /// the arena before it.
+    fn take_part(&mut self, context: &GpuContext) -> Option<Part> {
+        self.end_pass();
+        let encoder = self.encoder.take()?;
+        self.pending_dispatches = 0;
         self.counts.submissions += 1;
+        let params = if context.params_in_immediates() {
+            self.params.clear();
+            Vec::new()
+        } else {
+            self.counts.uploaded += self.params.len() as u64;
+            std::mem::take(&mut self.params)
+        };
+        Some(Part { encoder, params })
     }
 
     /// Submits, waits, and returns the staged results in the order they were staged.
     pub fn read(&mut self, context: &GpuContext, staged: &[Staged]) -> Result<Vec<Vec<u8>>> {
         let started = std::time::Instant::now();
-        self.submit(context);
         self.parts = 0;
+        let submitted = self.submit_now(context);
         let used = std::mem::take(&mut self.staged);
+        submitted?;
         if used == 0 {
             return Ok(staged.iter().map(|_| Vec::new()).collect());
         }
@@ -385,8 +409,8 @@ impl Recording {
     ) -> Result<Vec<T>> {
         debug_assert_eq!(self.staged, 0, "staged results would be left unread");
         let started = std::time::Instant::now();
-        self.submit(context);
         self.parts = 0;
+        self.submit_now(context)?;
         self.counts.readbacks += 1;
         self.counts.downloaded += (std::mem::size_of::<T>() * len) as u64;
         let bytes = context.read_bytes(&span.buffer, span.offset, (std::mem::size_of::<T>() * len) as u64);

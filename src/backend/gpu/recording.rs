@@ -85,8 +85,9 @@ impl DeviceCounts {
 /// encodes a command buffer for the driver when it is submitted (about 4 us a dispatch on the
 /// H200's host), and a device waiting for a whole solve's encoding idled through it: 2.5 ms of
 /// the 100K-tet Newton step's 13.9 (docs/perf/gpu.md). In parts, the device runs one while the
-/// host records the next (and the context's workers encode it); a readback still waits once. Doubling keeps the parts few where the
-/// device has work queued anyway (a local/global step's iterations, a budgeted step).
+/// host records the next (and the context's workers encode it); a readback still waits once.
+/// Doubling keeps the parts few where the device has work queued anyway (a local/global step's
+/// iterations, a budgeted step).
 pub const FIRST_PART: u64 = 16;
 
 /// The most submissions [`Recording::submit_part`] adds between two readbacks that record

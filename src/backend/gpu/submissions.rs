@@ -76,13 +76,6 @@ impl Finishers {
     }
 }
 
-/// What the queue needs to take one part: its command encoder and the dispatch parameters
-/// that go into the arena just before it (none where they are immediate data).
-pub struct Part {
-    pub encoder: wgpu::CommandEncoder,
-    pub params: Vec<u8>,
-}
-
 impl Default for Finishers {
     /// As many workers as [`for_cores`](Self::for_cores) gives this host.
     fn default() -> Finishers {
@@ -91,12 +84,21 @@ impl Default for Finishers {
     }
 }
 
+/// What the queue needs to take one part: its command encoder and the dispatch parameters
+/// that go into the arena just before it (none where they are immediate data).
+pub struct Part {
+    pub encoder: wgpu::CommandEncoder,
+    pub params: Vec<u8>,
+}
+
 /// One recording's parts in flight: numbered as they are handed over, submitted by number.
+#[derive(Default)]
 pub struct Submissions {
     handed: u64,
     order: Arc<Order>,
 }
 
+#[derive(Default)]
 struct Order {
     state: Mutex<OrderState>,
     submitted: Condvar,
@@ -111,15 +113,6 @@ struct OrderState {
     encode: Duration,
     submit: Duration,
     failure: Option<String>,
-}
-
-impl Default for Submissions {
-    fn default() -> Submissions {
-        Submissions {
-            handed: 0,
-            order: Arc::new(Order { state: Mutex::default(), submitted: Condvar::new() }),
-        }
-    }
 }
 
 impl Submissions {

@@ -59,9 +59,9 @@ fn scene(cells: [usize; 3], size: [f64; 3], case: &Case, gpu: Option<Arc<GpuCont
 }
 
 /// GPU times of one profiled step from the simulation's state (restored after): one CG
-/// iteration (product + update, a pipelined loop's one dispatch, or a one-workgroup solve's
-/// share), its product (0 in one workgroup or the pipelined loop), one element pass with
-/// Hessian blocks, one energy-only pass, and all passes together (s).
+/// iteration (every pass of the solves' loops over the step's CG iterations), its product
+/// (0 in one workgroup or the pipelined loop), one element pass with Hessian blocks, one
+/// energy-only pass at one position, and all passes together (s).
 struct Profile {
     cg_iteration: f64,
     product: f64,
@@ -70,31 +70,31 @@ struct Profile {
     busy: f64,
 }
 
+/// The passes of a CG loop: a one-workgroup solve, the pipelined loop's iteration, or the
+/// product, the update and the coarse correction. A converged solve's loop is recorded ahead
+/// and runs past the solve's end, dispatching nothing, so these passes outnumber the CG
+/// iterations: their time is divided by the iterations, not by the passes.
+const LOOP_PASSES: [&str; 5] = ["solve_small", "pipelined", "product", "update", "coarse_prolong"];
+
 fn profile(sim: &mut Simulation) -> Option<Profile> {
     let (times, stats) = common::profiled_step(sim)?;
-    let of = |pass: &str| times.iter().find(|t| t.pass == pass).map_or((0.0, 0), |t| (t.seconds, t.count));
-    let per = |pass: &str| {
-        let (seconds, count) = of(pass);
-        seconds / count.max(1) as f64
-    };
-    let hessian = of("element hessian");
-    let projected = of("element projected");
-    // A body solved in one workgroup has no product passes: its CG iteration is the
-    // one-workgroup solves' time over the step's CG iterations.
-    let (small, _) = of("solve_small");
-    let cg_iteration = if small > 0.0 {
-        small / stats.linear_iterations.max(1) as f64
-    } else if of("pipelined").1 > 0 {
-        // A budget's pipelined loop: one dispatch an iteration, no separate product.
-        per("pipelined")
-    } else {
-        per("product") + per("update")
+    let of = |pass: &str| times.iter().find(|t| t.pass == pass);
+    let seconds = |pass: &str| of(pass).map_or(0.0, |t| t.seconds);
+    let per_iteration = |total: f64| total / stats.linear_iterations.max(1) as f64;
+    // Passes that evaluate a batch of positions (line searches' candidates) count one
+    // evaluation a position.
+    let per_evaluation = |passes: &[&str]| {
+        let (total, evaluations) = passes
+            .iter()
+            .filter_map(|pass| of(pass))
+            .fold((0.0, 0), |(s, n), t| (s + t.seconds, n + t.evaluations));
+        total / evaluations.max(1) as f64
     };
     Some(Profile {
-        cg_iteration,
-        product: per("product"),
-        hessian_pass: (hessian.0 + projected.0) / (hessian.1 + projected.1).max(1) as f64,
-        energy_pass: per("element energy"),
+        cg_iteration: per_iteration(LOOP_PASSES.iter().map(|pass| seconds(pass)).sum()),
+        product: per_iteration(seconds("product")),
+        hessian_pass: per_evaluation(&["element hessian", "element projected"]),
+        energy_pass: per_evaluation(&["element energy"]),
         busy: times.iter().map(|t| t.seconds).sum(),
     })
 }

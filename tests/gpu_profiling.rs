@@ -32,7 +32,13 @@ fn timestamp_queries_time_every_pass_of_a_step() {
     let stats = sim.step().unwrap();
     let times = sim.gpu_context().unwrap().pass_times();
     for t in &times {
-        println!("{:>18}: {:>5} passes {:>10.3} ms", t.pass, t.count, t.seconds * 1e3);
+        println!(
+            "{:>18}: {:>5} passes {:>5} evaluations {:>10.3} ms",
+            t.pass,
+            t.count,
+            t.evaluations,
+            t.seconds * 1e3
+        );
     }
     let count = |pass: &str| times.iter().find(|t| t.pass == pass).map_or(0, |t| t.count);
     // Every stage ran and was timed. This small body solves each Newton system in one
@@ -58,6 +64,17 @@ fn timestamp_queries_time_every_pass_of_a_step() {
         }
         assert!(count("product") as usize >= stats.linear_iterations, "{} products", count("product"));
     }
+    // The line searches evaluate their candidates in batches of up to eight positions, each
+    // pass counted as that many evaluations; every other pass evaluates once.
+    for t in &times {
+        if ["element energy", "gather"].contains(&t.pass) {
+            assert!(t.evaluations >= t.count && t.evaluations <= 8 * t.count, "{t:?}");
+        } else {
+            assert_eq!(t.evaluations, t.count, "{t:?}");
+        }
+    }
+    let energy = times.iter().find(|t| t.pass == "element energy").unwrap();
+    assert!(energy.evaluations > energy.count, "no batch of candidates was timed: {energy:?}");
     assert!(times.iter().all(|t| t.seconds.is_finite() && t.seconds >= 0.0));
     assert!(times.iter().map(|t| t.seconds).sum::<f64>() > 0.0);
     assert!(sim.gpu_context().unwrap().pass_times().is_empty(), "pass_times resets");

@@ -86,11 +86,15 @@ pub fn profiled_step(
 }
 
 /// The passes of [`profiled_step`] on one line: GPU busy time, then each label's total (us) and
-/// count.
+/// count (and the positions its batches evaluated, where they are more).
 pub fn pass_line(times: &[lively::backend::gpu::PassTime]) -> String {
     let busy: f64 = times.iter().map(|t| t.seconds).sum();
+    let count = |t: &lively::backend::gpu::PassTime| match t.evaluations == t.count {
+        true => t.count.to_string(),
+        false => format!("{}, {} positions", t.count, t.evaluations),
+    };
     let passes: Vec<String> =
-        times.iter().map(|t| format!("{} {:.0} us ({})", t.pass, t.seconds * 1e6, t.count)).collect();
+        times.iter().map(|t| format!("{} {:.0} us ({})", t.pass, t.seconds * 1e6, count(t))).collect();
     format!("GPU busy {:.2} ms: {}", busy * 1e3, passes.join(", "))
 }
 

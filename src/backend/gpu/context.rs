@@ -56,6 +56,9 @@ pub struct PassTime {
     pub seconds: f64,
     /// How many passes were timed.
     pub count: u64,
+    /// How many evaluations those passes made: a pass over a batch of `k` positions (the
+    /// element stage's energies of line-search candidates) counts `k`, any other pass 1.
+    pub evaluations: u64,
 }
 
 /// Timestamp queries: two per pass, resolved at the next readback.
@@ -69,8 +72,9 @@ struct Queries {
 
 #[derive(Default)]
 struct Profile {
-    /// The labels of the passes whose timestamps await resolution, by query pair.
-    pending: Vec<&'static str>,
+    /// The labels of the passes whose timestamps await resolution, by query pair, with the
+    /// evaluations each made.
+    pending: Vec<(&'static str, u64)>,
     totals: Vec<PassTime>,
 }
 
@@ -310,11 +314,12 @@ impl GpuContext {
         totals
     }
 
-    /// The timestamp writes for a pass labelled `pass`, when profiling (passes beyond the
-    /// query capacity between two readbacks go untimed).
+    /// The timestamp writes for a pass labelled `pass` that makes `evaluations` evaluations,
+    /// when profiling (passes beyond the query capacity between two readbacks go untimed).
     pub(crate) fn timestamp_writes(
         &self,
         pass: &'static str,
+        evaluations: u64,
     ) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
         if !self.profiling.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
@@ -325,7 +330,7 @@ impl GpuContext {
         if 2 * index + 2 > QUERY_CAPACITY {
             return None;
         }
-        profile.pending.push(pass);
+        profile.pending.push((pass, evaluations));
         Some(wgpu::ComputePassTimestampWrites {
             query_set: &queries.set,
             beginning_of_pass_write_index: Some(2 * index),
@@ -351,14 +356,15 @@ impl GpuContext {
         let ticks: Vec<u64> =
             bytemuck::pod_collect_to_vec(&self.download(&queries.resolved, 0, 8 * count as u64)?);
         if let Ok(mut profile) = self.profile.lock() {
-            for (pass, pair) in pending.iter().zip(ticks.chunks_exact(2)) {
+            for (&(pass, evaluations), pair) in pending.iter().zip(ticks.chunks_exact(2)) {
                 let seconds = pair[1].saturating_sub(pair[0]) as f64 * queries.nanoseconds_per_tick * 1e-9;
-                match profile.totals.iter_mut().find(|t| t.pass == *pass) {
+                match profile.totals.iter_mut().find(|t| t.pass == pass) {
                     Some(total) => {
                         total.seconds += seconds;
                         total.count += 1;
+                        total.evaluations += evaluations;
                     }
-                    None => profile.totals.push(PassTime { pass, seconds, count: 1 }),
+                    None => profile.totals.push(PassTime { pass, seconds, count: 1, evaluations }),
                 }
             }
         }

@@ -247,7 +247,14 @@ impl WgElement {
             let kernel =
                 Kernel { stage: &self.0, entry: run.entry, constants: &constants, label: outputs.label() };
             let workgroups = members as u32 * run.count.div_ceil(WORKGROUP);
-            recording.dispatch(context, kernel, &groups.param, offset, bound, workgroups);
+            recording.dispatch_batch(
+                context,
+                kernel,
+                (&groups.param, offset),
+                bound,
+                workgroups,
+                members as u32,
+            );
         }
         Ok(())
     }

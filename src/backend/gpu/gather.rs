@@ -239,7 +239,14 @@ impl WgGather {
             Positions::Batch(_) => &groups.batch,
         };
         let workgroups = members * groups.workgroups;
-        recording.dispatch(context, self.0.kernel("main"), &groups.param, offset, bound, workgroups);
+        recording.dispatch_batch(
+            context,
+            self.0.kernel("main"),
+            (&groups.param, offset),
+            bound,
+            workgroups,
+            members,
+        );
         Ok(())
     }
 }

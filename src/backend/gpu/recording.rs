@@ -228,7 +228,14 @@ impl Recording {
         bound: &Bound,
         workgroups: u32,
     ) {
-        self.dispatch_over(context, kernel, param_group, param_offset, bound, Grid::Workgroups(workgroups));
+        self.record_dispatch(
+            context,
+            kernel,
+            (param_group, param_offset),
+            bound,
+            Grid::Workgroups(workgroups),
+            1,
+        );
     }
 
     /// [`dispatch`](Self::dispatch) over `grid`.
@@ -241,10 +248,37 @@ impl Recording {
         bound: &Bound,
         grid: Grid<'_>,
     ) {
+        self.record_dispatch(context, kernel, (param_group, param_offset), bound, grid, 1);
+    }
+
+    /// [`dispatch`](Self::dispatch) of a pass that evaluates a batch of `members` positions
+    /// (profiling counts it as that many evaluations).
+    pub fn dispatch_batch(
+        &mut self,
+        context: &GpuContext,
+        kernel: Kernel<'_>,
+        (param_group, param_offset): (&ParamGroup, u32),
+        bound: &Bound,
+        workgroups: u32,
+        members: u32,
+    ) {
+        let grid = Grid::Workgroups(workgroups);
+        self.record_dispatch(context, kernel, (param_group, param_offset), bound, grid, members as u64);
+    }
+
+    fn record_dispatch(
+        &mut self,
+        context: &GpuContext,
+        kernel: Kernel<'_>,
+        (param_group, param_offset): (&ParamGroup, u32),
+        bound: &Bound,
+        grid: Grid<'_>,
+        evaluations: u64,
+    ) {
         let started = std::time::Instant::now();
         let label = kernel.label;
         let pipeline = kernel.stage.pipeline(context, kernel.entry, kernel.constants);
-        let timestamps = context.timestamp_writes(label);
+        let timestamps = context.timestamp_writes(label, evaluations);
         if timestamps.is_some() || self.pass.is_none() {
             self.end_pass();
             let pass = self.encoder(context).begin_compute_pass(&wgpu::ComputePassDescriptor {

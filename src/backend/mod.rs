@@ -133,6 +133,11 @@ pub struct DirectionRequest<'a> {
     pub projection: Projection,
     /// Whether to compute a direction at all (not on the final check of an iteration budget).
     pub solve: bool,
+    /// The iterate is likely where the solve ends, though its gradient may be above the
+    /// tolerance (a flat step taken from a gradient at its own noise; see `newton.rs`): a
+    /// backend that solves before the host has seen the gradient may leave the direction out,
+    /// and Newton asks again, with this unset, where it wants one.
+    pub defer_solve: bool,
     /// The linear solver.
     pub solver: LinearSolver,
     /// Newton's gradient tolerance (N): at or below it no direction is computed.
@@ -390,29 +395,12 @@ pub trait Stages: Send {
         tolerance: f64,
         max_iterations: usize,
     ) -> DirectionReport;
-    /// Linearizes at the iterate and, unless `request` says not to or the gradient is within
-    /// its tolerance, computes the Newton direction to the forcing term's relative residual.
-    /// A GPU does all of it, and the line search's first candidates, in one round trip.
+    /// Linearizes at the iterate and, unless `request` says not to (or to defer it) or the
+    /// gradient is within its tolerance, computes the Newton direction to the forcing term's
+    /// relative residual. A GPU does all of it, and the line search's first candidates, in one
+    /// round trip.
     fn newton_direction(&mut self, request: &DirectionRequest<'_>) -> NewtonDirection {
-        let started = std::time::Instant::now();
-        let mut linearization = if request.likely_converged {
-            self.linearize_gradient(request.projection)
-        } else {
-            self.linearize(request.projection)
-        };
-        if request.likely_converged
-            && request.solve
-            && linearization.gradient_norm > request.gradient_tolerance
-        {
-            linearization = self.linearize(request.projection);
-        }
-        let linearize_time = started.elapsed();
-        let direction =
-            (request.solve && linearization.gradient_norm > request.gradient_tolerance).then(|| {
-                let relative = solve_tolerance(&linearization, request);
-                self.solve_direction(request.solver, relative, request.max_iterations)
-            });
-        NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time, objective: None }
+        newton_direction_by_stages(self, request)
     }
     /// A fixed-budget Newton solve from the best of `request.guesses` (see [`BudgetRequest`]).
     /// This engine runs it stage by stage, deciding on the host by the same rule a GPU
@@ -511,6 +499,32 @@ pub trait Stages: Send {
     }
 }
 
+/// [`Stages::newton_direction`] stage by stage: the gradient first where the request expects
+/// no direction to be wanted (likely converged, deferred, or none asked), the Hessian and the
+/// solve only where one is.
+pub(crate) fn newton_direction_by_stages<S: Stages + ?Sized>(
+    stages: &mut S,
+    request: &DirectionRequest<'_>,
+) -> NewtonDirection {
+    let started = std::time::Instant::now();
+    let solves = request.solve && !request.defer_solve;
+    let mut linearization = if request.likely_converged || !solves {
+        stages.linearize_gradient(request.projection)
+    } else {
+        stages.linearize(request.projection)
+    };
+    let wanted = solves && linearization.gradient_norm > request.gradient_tolerance;
+    if wanted && request.likely_converged {
+        linearization = stages.linearize(request.projection);
+    }
+    let linearize_time = started.elapsed();
+    let direction = wanted.then(|| {
+        let relative = solve_tolerance(&linearization, request);
+        stages.solve_direction(request.solver, relative, request.max_iterations)
+    });
+    NewtonDirection { linearization, direction, candidates: Vec::new(), linearize_time, objective: None }
+}
+
 /// A fixed-budget solve run stage by stage, each decision made on the host by the rule a GPU
 /// evaluates on the device (`cpu/line_search.rs`): the CPU's way, and a GPU's for budgets too
 /// large to record whole.
@@ -530,6 +544,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
         let found = stages.newton_direction(&DirectionRequest {
             projection: request.projection,
             solve: true,
+            defer_solve: false,
             solver: request.solver,
             gradient_tolerance: request.gradient_tolerance,
             relative_tolerance: Some(request.relative_tolerance),
@@ -621,6 +636,7 @@ mod tests {
         let request = |previous| DirectionRequest {
             projection: Projection::None,
             solve: true,
+            defer_solve: false,
             solver: LinearSolver::Pcg,
             gradient_tolerance: 1e-6,
             relative_tolerance: None,

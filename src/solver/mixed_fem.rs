@@ -47,6 +47,7 @@ impl NonlinearSolver for MixedFem<'_> {
             let mut request = DirectionRequest {
                 projection: base_projection,
                 solve: report.iterations < settings.max_iterations,
+                defer_solve: false,
                 solver: settings.linear,
                 gradient_tolerance: settings.tolerance,
                 relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),

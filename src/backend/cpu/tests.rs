@@ -280,6 +280,7 @@ fn solve_request(solver: LinearSolver) -> crate::backend::DirectionRequest<'stat
     crate::backend::DirectionRequest {
         projection: Projection::Psd,
         solve: true,
+        defer_solve: false,
         solver,
         gradient_tolerance: 1e-9,
         relative_tolerance: None,

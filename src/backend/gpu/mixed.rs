@@ -143,6 +143,7 @@ mod tests {
         DirectionRequest {
             projection,
             solve: true,
+            defer_solve: false,
             solver: LinearSolver::Pcg,
             gradient_tolerance: 1e-9,
             relative_tolerance: Some(1e-6),

@@ -208,6 +208,7 @@ fn a_retreat_goes_back_along_the_step_taken_on_both_engines() {
     let request = DirectionRequest {
         projection: Projection::Psd,
         solve: true,
+        defer_solve: false,
         solver: LinearSolver::Pcg,
         gradient_tolerance: 1e-9,
         relative_tolerance: Some(1e-4),
@@ -298,6 +299,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     let request = |projection, likely_converged| DirectionRequest {
         projection,
         solve: true,
+        defer_solve: false,
         solver: LinearSolver::Pcg,
         gradient_tolerance: 1e-9,
         relative_tolerance: None,
@@ -316,11 +318,21 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     {
         // With no history four iterations are recorded ahead (`first_chunk`), so the longer
         // solves need more chunks.
+        // Deferred, the request linearizes alone: one round trip and no solve, and the same
+        // request undeferred then solves as if it came first (Newton asks so where it goes on).
+        let before = fused.device_counts().unwrap();
+        let deferred =
+            fused.newton_direction(&DirectionRequest { defer_solve: true, ..request(projection, false) });
+        let deferred_counts = fused.device_counts().unwrap().since(&before);
         fused.forget_solve_length();
         let before = fused.device_counts().unwrap();
         let one = fused.newton_direction(&request(projection, k % 2 == 1));
         let counts = fused.device_counts().unwrap().since(&before);
         let linearization = separate.linearize(projection);
+        assert!(deferred.direction.is_none() && deferred.candidates.is_empty());
+        assert_eq!(deferred.linearization, linearization);
+        assert_eq!(deferred_counts.readbacks, 1, "{projection:?}: {deferred_counts:?}");
+        assert!(deferred_counts.dispatches < counts.dispatches / 2, "{deferred_counts:?} against {counts:?}");
         let tolerance = forcing_term(linearization.gradient_norm, 1e-9, linearization.force_scale);
         let report = separate.solve_direction(LinearSolver::Pcg, tolerance, 1000);
         let values = separate.candidate_objectives(&alphas);

@@ -61,6 +61,10 @@ pub struct StepStats {
     pub linear_iterations: usize,
     /// Newton iterations that used PSD-projected element Hessians.
     pub projected_iterations: usize,
+    /// Newton iterations that linearized twice: a GPU leaves the direction out where the
+    /// solve likely ends (a flat step at the gradient's f32 noise), and solves it on a second
+    /// request where Newton goes on.
+    pub resumed_iterations: usize,
     /// The blend factor of the energy-controlled integrators (negative: forward-Euler side).
     pub alpha: Option<f64>,
     /// Every solve of the step reached its tolerance, or the round-off limit below it
@@ -875,6 +879,7 @@ impl Simulation {
             iterations: report.iterations,
             linear_iterations: report.linear_iterations,
             projected_iterations: report.projected_iterations,
+            resumed_iterations: report.resumed_iterations,
             alpha,
             converged: report.converged,
             round_off: report.round_off,

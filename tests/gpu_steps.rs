@@ -358,12 +358,17 @@ fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() 
             let stats = sim.step().unwrap();
             let device = stats.device.expect("a GPU step counts its device work");
             println!(
-                "{integrator:?}: {} Newton ({} projected), {} CG, alpha {:?}: {device:?}",
-                stats.iterations, stats.projected_iterations, stats.linear_iterations, stats.alpha
+                "{integrator:?}: {} Newton ({} projected, {} resumed), {} CG, alpha {:?}: {device:?}",
+                stats.iterations,
+                stats.projected_iterations,
+                stats.resumed_iterations,
+                stats.linear_iterations,
+                stats.alpha
             );
             // One readback per Newton iteration (its linearization, whole CG solve, dots and
             // first line-search candidates; the first also the initial guesses' pick, made on
-            // the device), one per projected retry, one for the final convergence check, and
+            // the device), one per projected retry, one per iteration whose solve was deferred
+            // and then asked for, one for the final convergence check, and
             // at most one more: the solution with its potential, forces and dissipation when
             // the check's convergence was not foreseen (foreseen, they come with it). The
             // forces at x_n and A-search's correction are the last step's end state, already
@@ -378,19 +383,19 @@ fn a_gpu_step_waits_for_the_device_once_per_newton_iteration_plus_a_fixed_few() 
                 }
                 _ => (1, 0),
             };
-            let bound =
-                (stats.iterations + stats.projected_iterations + solves * (1 + fixed) + blends) as u64;
+            let linearized = stats.iterations + stats.projected_iterations + stats.resumed_iterations;
+            let bound = (linearized + solves * (1 + fixed) + blends) as u64;
             assert!(device.readbacks <= bound, "{integrator:?}: {device:?} > {bound} readbacks");
             // Work is submitted when the host waits for it, and once more per Newton direction:
             // its linearization goes to the device while the host records the solve.
-            let linearized = (stats.iterations + stats.projected_iterations) as u64;
+            let linearized = linearized as u64;
             assert!(device.submissions <= device.readbacks + linearized + 1, "{integrator:?}: {device:?}");
             // This small body solves each system in one workgroup: the dispatches do not grow
             // with the CG iterations (the two-dispatch loop would need two per iteration). About
             // twenty per Newton direction — element pass, gather, assembly, the solve, dots, four
             // candidates — a fixed few per solve (the guesses and their pick, the end state) and
             // a few per blend evaluated (measured: 196 for 8 directions and 71 CG).
-            let directions = stats.iterations + stats.projected_iterations + 1;
+            let directions = stats.iterations + stats.projected_iterations + stats.resumed_iterations + 1;
             let bound = (24 * directions + 32 * solves + 28 * blends) as u64;
             assert!(device.dispatches <= bound, "{integrator:?}: {device:?}");
         }

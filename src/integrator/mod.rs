@@ -449,6 +449,7 @@ impl Stepper<'_> {
             report.iterations += first.iterations;
             report.linear_iterations += first.linear_iterations;
             report.projected_iterations += first.projected_iterations;
+            report.resumed_iterations += first.resumed_iterations;
             report.times.add(&first.times);
         }
         // Local/global iterations lower the projective objective where each global step is

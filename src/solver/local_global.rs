@@ -46,6 +46,7 @@ impl NonlinearSolver for LocalGlobal<'_> {
             iterations: done.iterations,
             linear_iterations: done.linear_iterations,
             projected_iterations: 0,
+            resumed_iterations: 0,
             converged: done.converged,
             round_off: false,
             stalled: done.failed || !done.gradient_norm.is_finite() || !done.objective.is_finite(),

@@ -46,6 +46,9 @@ pub struct SolveReport {
     pub linear_iterations: usize,
     /// Newton iterations that fell back to PSD-projected element Hessians.
     pub projected_iterations: usize,
+    /// Newton iterations whose solve was deferred where the iterate looked final, and then
+    /// asked for: each linearized twice (`DirectionRequest::defer_solve`).
+    pub resumed_iterations: usize,
     /// The gradient norm reached the tolerance.
     pub converged: bool,
     /// Stopped before the tolerance because `G` could not resolve further decrease.
@@ -80,6 +83,7 @@ impl SolveReport {
         self.iterations += other.iterations;
         self.linear_iterations += other.linear_iterations;
         self.projected_iterations += other.projected_iterations;
+        self.resumed_iterations += other.resumed_iterations;
         self.converged &= other.converged || other.round_off;
         self.round_off |= other.round_off;
         self.stalled |= other.stalled;

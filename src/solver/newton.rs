@@ -234,6 +234,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             Some(direction) => (direction, candidates),
             // The solve was deferred, and Newton goes on: the same request, solved this time.
             None if request.defer_solve => {
+                report.resumed_iterations += 1;
                 let t = Instant::now();
                 let again = stages.newton_direction(&DirectionRequest { defer_solve: false, ..request });
                 report.times.evaluate += again.linearize_time;

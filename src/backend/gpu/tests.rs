@@ -316,14 +316,14 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
             .into_iter()
             .enumerate()
     {
-        // With no history four iterations are recorded ahead (`first_chunk`), so the longer
-        // solves need more chunks.
         // Deferred, the request linearizes alone: one round trip and no solve, and the same
         // request undeferred then solves as if it came first (Newton asks so where it goes on).
         let before = fused.device_counts().unwrap();
         let deferred =
             fused.newton_direction(&DirectionRequest { defer_solve: true, ..request(projection, false) });
         let deferred_counts = fused.device_counts().unwrap().since(&before);
+        // With no history four iterations are recorded ahead (`first_chunk`), so the longer
+        // solves need more chunks.
         fused.forget_solve_length();
         let before = fused.device_counts().unwrap();
         let one = fused.newton_direction(&request(projection, k % 2 == 1));

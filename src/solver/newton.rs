@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
-use super::{HessianPolicy, NonlinearSolver, Role, SolveReport, Solver, SolverKind};
+use super::{HessianPolicy, NonlinearSolver, PhaseTimes, Role, SolveReport, Solver, SolverKind};
 use crate::backend::{BudgetRequest, DirectionRequest, NewtonDirection, Stages, solve_tolerance};
 use crate::material::Projection;
 
@@ -86,6 +86,20 @@ pub(crate) fn budget_report(settings: &Solver, solve: &crate::backend::BudgetSol
     }
 }
 
+/// `stages.newton_direction(request)`, its linearization's time added to `times.evaluate` and
+/// the rest (the solve, and a GPU's candidates) to `times.linear_solve`.
+fn timed_direction(
+    stages: &mut dyn Stages,
+    request: &DirectionRequest<'_>,
+    times: &mut PhaseTimes,
+) -> NewtonDirection {
+    let started = Instant::now();
+    let found = stages.newton_direction(request);
+    times.evaluate += found.linearize_time;
+    times.linear_solve += started.elapsed().saturating_sub(found.linearize_time);
+    found
+}
+
 /// Newton's method with the settings of a [`Solver`].
 pub(crate) struct Newton<'a>(pub &'a Solver);
 
@@ -151,11 +165,8 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             previous_gradient_norm: full_step_from.take(),
             forcing_cap,
         };
-        let t = Instant::now();
-        let NewtonDirection { linearization: status, direction, candidates, linearize_time, objective } =
-            stages.newton_direction(&request);
-        report.times.evaluate += linearize_time;
-        report.times.linear_solve += t.elapsed().saturating_sub(linearize_time);
+        let NewtonDirection { linearization: status, direction, candidates, objective, .. } =
+            timed_direction(stages, &request, &mut report.times);
         if start.is_none() && report.iterations == 0 {
             value = objective.unwrap_or_else(|| stages.objective());
             initial_value = value;
@@ -235,10 +246,8 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             // The solve was deferred, and Newton goes on: the same request, solved this time.
             None if request.defer_solve => {
                 report.resumed_iterations += 1;
-                let t = Instant::now();
-                let again = stages.newton_direction(&DirectionRequest { defer_solve: false, ..request });
-                report.times.evaluate += again.linearize_time;
-                report.times.linear_solve += t.elapsed().saturating_sub(again.linearize_time);
+                let undeferred = DirectionRequest { defer_solve: false, ..request };
+                let again = timed_direction(stages, &undeferred, &mut report.times);
                 let Some(direction) = again.direction else { break };
                 (direction, again.candidates)
             }
@@ -256,15 +265,13 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         if direction.negative_curvature && projection == Projection::None {
             projection = Projection::Psd;
             report.projected_iterations += 1;
-            let t = Instant::now();
-            let again = stages.newton_direction(&DirectionRequest {
+            let projected = DirectionRequest {
                 projection,
                 candidates: batch_for(projection),
                 defer_solve: false,
                 ..request
-            });
-            report.times.evaluate += again.linearize_time;
-            report.times.linear_solve += t.elapsed().saturating_sub(again.linearize_time);
+            };
+            let again = timed_direction(stages, &projected, &mut report.times);
             let Some(projected) = again.direction else { break };
             direction = projected;
             known = batch_for(projection).iter().copied().zip(again.candidates).collect();

@@ -900,8 +900,9 @@ impl GpuBackend {
         let lin = self.stage_gather()?;
         // Where the step likely ends here, the state's potential, forces and positions come
         // in the same readback (what the integrator asks next).
-        let ends = request.likely_converged || !request.solve || request.defer_solve;
-        if !request.solve || request.defer_solve {
+        let solves = request.solve && !request.defer_solve;
+        let ends = request.likely_converged || !solves;
+        if !solves {
             let end = self.record_end_state()?;
             let mut staged = vec![lin];
             staged.extend(start);

@@ -133,11 +133,9 @@ pub struct DirectionRequest<'a> {
     pub projection: Projection,
     /// Whether to compute a direction at all (not on the final check of an iteration budget).
     pub solve: bool,
-    /// The iterate is likely where the solve ends, though its gradient may be above the
-    /// tolerance (a flat step taken from a gradient at its own noise; see `newton.rs`): a
-    /// backend that solves before the host has seen the gradient may leave the direction out,
-    /// and Newton asks again, with this unset, where it wants one.
-    pub defer_solve: bool,
+    /// Whether the direction comes with this linearization, or is put off to a request
+    /// that follows.
+    pub deferral: Deferral,
     /// The linear solver.
     pub solver: LinearSolver,
     /// Newton's gradient tolerance (N): at or below it no direction is computed.
@@ -158,6 +156,24 @@ pub struct DirectionRequest<'a> {
     /// The loosest relative residual the forcing term may ask for (1: no bound). Newton
     /// tightens it where full steps along its loose solves stop reducing the gradient.
     pub forcing_cap: f64,
+}
+
+/// When a direction is solved, where the solver likely stops at the iterate it linearizes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Deferral {
+    /// With the linearization.
+    #[default]
+    Solve,
+    /// The iterate is likely where the solve ends, though its gradient may be above the
+    /// tolerance (a flat step taken from a gradient at its own noise; see
+    /// `DEFERRED_SOLVE_NOISE`): a backend that solves before the host has seen the gradient
+    /// may leave the direction out. The solver asks again with [`Deferral::Resume`] where it
+    /// wants one.
+    Defer,
+    /// The same request again, at once (no stage called in between), after a deferred one
+    /// that gave no direction: a backend that kept that linearization may solve from it
+    /// rather than linearize again.
+    Resume,
 }
 
 /// Where a solve starts: the initial guess of lowest objective.
@@ -183,7 +199,8 @@ pub enum Start {
 pub struct NewtonDirection {
     /// The linearization's status.
     pub linearization: Linearization,
-    /// The direction, unless none was asked for or the gradient is within tolerance.
+    /// The direction, unless none was asked for (or it was deferred) or the gradient is
+    /// within tolerance.
     pub direction: Option<DirectionReport>,
     /// `G(x + alpha d)` for the request's candidates, or empty where the backend does not
     /// evaluate them ahead.
@@ -203,7 +220,8 @@ pub struct MixedDirection {
     pub linearization: Linearization,
     /// The position step of the condensed system, with the stretches' step and the
     /// multipliers made alongside: `slope` is the merit's slope along the whole step. `None`
-    /// where no step was asked for or the gradient is within the tolerance.
+    /// where no step was asked for (or it was deferred) or the gradient is within the
+    /// tolerance.
     pub direction: Option<DirectionReport>,
     /// The merit at the iterate, with the new multipliers.
     pub merit: f64,
@@ -507,7 +525,7 @@ pub(crate) fn newton_direction_by_stages<S: Stages + ?Sized>(
     request: &DirectionRequest<'_>,
 ) -> NewtonDirection {
     let started = std::time::Instant::now();
-    let solves = request.solve && !request.defer_solve;
+    let solves = request.solve && request.deferral != Deferral::Defer;
     let mut linearization = if request.likely_converged || !solves {
         stages.linearize_gradient(request.projection)
     } else {
@@ -544,7 +562,7 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
         let found = stages.newton_direction(&DirectionRequest {
             projection: request.projection,
             solve: true,
-            defer_solve: false,
+            deferral: Deferral::Solve,
             solver: request.solver,
             gradient_tolerance: request.gradient_tolerance,
             relative_tolerance: Some(request.relative_tolerance),
@@ -636,7 +654,7 @@ mod tests {
         let request = |previous| DirectionRequest {
             projection: Projection::None,
             solve: true,
-            defer_solve: false,
+            deferral: Deferral::Solve,
             solver: LinearSolver::Pcg,
             gradient_tolerance: 1e-6,
             relative_tolerance: None,

@@ -3,15 +3,18 @@
 //! linearizes, solves the statically condensed system for the positions (with the
 //! constraints' curvature: exact, or where that meets negative curvature or fails to descend,
 //! its positive definite projection), updates stretches and multipliers locally, and
-//! backtracks on a merit function (`backend/cpu/mixed.rs` has the algebra). It converges like Newton — the test is the same
-//! displacement gradient norm — and when stopped early the stretches, which follow rotations
-//! to first order, keep the motion from the damping a capped Newton solve shows.
+//! backtracks on a merit function (`backend/cpu/mixed.rs` has the algebra). It converges like
+//! Newton — the test is the same displacement gradient norm — and when stopped early the
+//! stretches, which follow rotations to first order, keep the motion from the damping a capped
+//! Newton solve shows. As Newton's,
+//! a linearization where the solve likely ends (after a flat step at the gradient's noise)
+//! puts its condensed solve off until the solver has seen that it goes on (`Deferral`).
 
 use std::time::Instant;
 
 use super::line_search::{self, Step};
-use super::{NonlinearSolver, Role, SolveReport, Solver};
-use crate::backend::{DirectionRequest, MixedDirection, Stages};
+use super::{DEFERRED_SOLVE_NOISE, NonlinearSolver, PhaseTimes, Role, SolveReport, Solver};
+use crate::backend::{Deferral, DirectionRequest, MixedDirection, Stages};
 use crate::material::Projection;
 
 /// After a step that changed the merit only at round-off, the factor by which the gradient
@@ -22,6 +25,21 @@ use crate::material::Projection;
 const ROUND_OFF_PROGRESS: f64 = 0.8;
 /// The relative residual of a budgeted solve (as Newton's).
 const BUDGET_TOLERANCE: f64 = 1e-6;
+
+/// `stages.mixed_direction(request)`, its linearization's time added to `times.evaluate`, its
+/// local solves' to `times.local_solve` and the rest (the global solve) to `times.linear_solve`.
+fn timed_direction(
+    stages: &mut dyn Stages,
+    request: &DirectionRequest<'_>,
+    times: &mut PhaseTimes,
+) -> MixedDirection {
+    let started = Instant::now();
+    let found = stages.mixed_direction(request);
+    times.evaluate += found.linearize_time;
+    times.local_solve += found.local_time;
+    times.linear_solve += started.elapsed().saturating_sub(found.linearize_time + found.local_time);
+    found
+}
 
 /// The mixed-FEM SQP solver with the settings of a [`Solver`].
 pub(crate) struct MixedFem<'a>(pub &'a Solver);
@@ -39,6 +57,8 @@ impl NonlinearSolver for MixedFem<'_> {
         let trace = std::env::var_os("LIVELY_TRACE").is_some();
         let mut previous_gradient = f64::INFINITY;
         let mut after_round_off = false;
+        // The iterate is likely where the solve ends (see `DEFERRED_SOLVE_NOISE`).
+        let mut likely_final = false;
         let base_projection = settings.base_projection();
         loop {
             if report.iterations > 0 && settings.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
@@ -47,7 +67,7 @@ impl NonlinearSolver for MixedFem<'_> {
             let mut request = DirectionRequest {
                 projection: base_projection,
                 solve: report.iterations < settings.max_iterations,
-                defer_solve: false,
+                deferral: if likely_final { Deferral::Defer } else { Deferral::Solve },
                 solver: settings.linear,
                 gradient_tolerance: settings.tolerance,
                 relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),
@@ -57,37 +77,10 @@ impl NonlinearSolver for MixedFem<'_> {
                 previous_gradient_norm: None,
                 forcing_cap: 1.0,
             };
-            let t = Instant::now();
-            let mut result = stages.mixed_direction(&request);
-            // The exact curvature can make the condensed system indefinite, or leave a direction
-            // that does not descend on the merit: that iteration takes its non-negative part,
-            // whose system is positive definite and whose directions descend (as Newton projects
-            // on negative curvature).
-            if result.direction.is_some_and(|d| d.negative_curvature || d.slope.is_nan() || d.slope >= 0.0)
-                && request.projection == Projection::None
-            {
-                request.projection = Projection::Psd;
-                let again = stages.mixed_direction(&request);
-                report.projected_iterations += 1;
-                result = MixedDirection {
-                    objective: result.objective,
-                    linearize_time: result.linearize_time + again.linearize_time,
-                    local_time: result.local_time + again.local_time,
-                    ..again
-                };
-            }
-            let MixedDirection {
-                linearization,
-                direction,
-                merit,
-                full_step_merit,
-                linearize_time,
-                local_time,
-                objective,
-            } = result;
+            let mut found = timed_direction(stages, &request, &mut report.times);
             if objectives.is_empty() {
                 if start.is_none() {
-                    initial = objective.unwrap_or_else(|| stages.objective());
+                    initial = found.objective.unwrap_or_else(|| stages.objective());
                 }
                 objectives.push(initial);
                 if initial == f64::INFINITY {
@@ -95,10 +88,7 @@ impl NonlinearSolver for MixedFem<'_> {
                     break;
                 }
             }
-            report.times.evaluate += linearize_time;
-            report.times.local_solve += local_time;
-            report.times.linear_solve += t.elapsed().saturating_sub(linearize_time + local_time);
-            let gradient_norm = linearization.gradient_norm;
+            let gradient_norm = found.linearization.gradient_norm;
             report.gradient_norm = gradient_norm;
             if gradient_norm <= settings.tolerance {
                 report.converged = true;
@@ -117,6 +107,29 @@ impl NonlinearSolver for MixedFem<'_> {
             }
             previous_gradient = gradient_norm;
             report.iterations += 1;
+            if found.direction.is_none() && request.deferral == Deferral::Defer {
+                // The solve was deferred, and the solver goes on: solved from the same
+                // linearization this time.
+                report.resumed_iterations += 1;
+                request.deferral = Deferral::Resume;
+                found = MixedDirection {
+                    linearization: found.linearization,
+                    ..timed_direction(stages, &request, &mut report.times)
+                };
+            }
+            // The exact curvature can make the condensed system indefinite, or leave a direction
+            // that does not descend on the merit: that iteration takes its non-negative part,
+            // whose system is positive definite and whose directions descend (as Newton projects
+            // on negative curvature).
+            if found.direction.is_some_and(|d| d.negative_curvature || d.slope.is_nan() || d.slope >= 0.0)
+                && request.projection == Projection::None
+            {
+                request.projection = Projection::Psd;
+                request.deferral = Deferral::Solve;
+                found = timed_direction(stages, &request, &mut report.times);
+                report.projected_iterations += 1;
+            }
+            let MixedDirection { linearization, direction, merit, full_step_merit, .. } = found;
             let Some(direction) = direction else { break };
             report.linear_iterations += direction.iterations;
             let t = Instant::now();
@@ -136,18 +149,23 @@ impl NonlinearSolver for MixedFem<'_> {
             report.times.line_search += t.elapsed();
             if trace {
                 eprintln!(
-                    "mixed it {} |g| {gradient_norm:.3e} merit {merit:.12e} cg {} slope {:.3e} |dx| {:.3e} step {step:?}",
-                    report.iterations, direction.iterations, direction.slope, direction.norm
+                    "mixed it {} |g| {gradient_norm:.3e} (noise {:.2e}) merit {merit:.12e} cg {} slope {:.3e} |dx| {:.3e} step {step:?}",
+                    report.iterations,
+                    linearization.gradient_floor,
+                    direction.iterations,
+                    direction.slope,
+                    direction.norm
                 );
             }
             match step {
                 Step::Accepted { alpha, .. } => {
                     stages.mixed_advance(alpha);
-                    after_round_off = false;
+                    (after_round_off, likely_final) = (false, false);
                 }
                 Step::RoundOff { .. } => {
                     stages.mixed_advance(1.0);
                     after_round_off = true;
+                    likely_final = gradient_norm <= DEFERRED_SOLVE_NOISE * linearization.gradient_floor;
                 }
                 Step::Failed => {
                     report.stalled = true;

@@ -6,8 +6,10 @@
 use std::time::{Duration, Instant};
 
 use super::line_search::{self, Step};
-use super::{HessianPolicy, NonlinearSolver, PhaseTimes, Role, SolveReport, Solver, SolverKind};
-use crate::backend::{BudgetRequest, DirectionRequest, NewtonDirection, Stages, solve_tolerance};
+use super::{
+    DEFERRED_SOLVE_NOISE, HessianPolicy, NonlinearSolver, PhaseTimes, Role, SolveReport, Solver, SolverKind,
+};
+use crate::backend::{BudgetRequest, Deferral, DirectionRequest, NewtonDirection, Stages, solve_tolerance};
 use crate::material::Projection;
 
 /// Step-length clamp `l` (m): the paper's 10^3, large enough never to bind in practice.
@@ -20,12 +22,6 @@ const ROUND_OFF_PROGRESS: f64 = 0.8;
 /// than taken back. An f32 GPU's solves end at 5-25 times that floor (the stacked cubes of
 /// `tests/self_collision.rs`).
 const GRADIENT_NOISE_MARGIN: f64 = 100.0;
-/// After a flat step taken from a gradient within this many times its noise, the next
-/// linearization asks for its direction only once Newton has seen it goes on
-/// (`DirectionRequest::defer_solve`). Such a step ended the solve 137 times in 161 in a
-/// sample of GPU runs (backward Euler, A-search, BDF2 and midpoint on StVK, stable
-/// neo-Hookean and corotated bars); the direction a GPU solved ahead was thrown away each time.
-const DEFERRED_SOLVE_NOISE: f64 = 2.0;
 /// The shortest part of a flat step that halving tries before taking the step back.
 const SHORTEST_FLAT_STEP: f64 = 0.125;
 /// A full step that leaves the gradient above this fraction of where it started made too
@@ -155,7 +151,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         let request = DirectionRequest {
             projection,
             solve: report.iterations < settings.max_iterations,
-            defer_solve: likely_final,
+            deferral: if likely_final { Deferral::Defer } else { Deferral::Solve },
             solver: settings.linear,
             gradient_tolerance: settings.tolerance,
             relative_tolerance: settings.spend_budget.then_some(BUDGET_TOLERANCE),
@@ -244,9 +240,9 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
         let (mut direction, candidates) = match direction {
             Some(direction) => (direction, candidates),
             // The solve was deferred, and Newton goes on: the same request, solved this time.
-            None if request.defer_solve => {
+            None if request.deferral == Deferral::Defer => {
                 report.resumed_iterations += 1;
-                let undeferred = DirectionRequest { defer_solve: false, ..request };
+                let undeferred = DirectionRequest { deferral: Deferral::Resume, ..request };
                 let again = timed_direction(stages, &undeferred, &mut report.times);
                 let Some(direction) = again.direction else { break };
                 (direction, again.candidates)
@@ -268,7 +264,7 @@ pub(crate) fn minimize(stages: &mut dyn Stages, settings: &Solver, start: Option
             let projected = DirectionRequest {
                 projection,
                 candidates: batch_for(projection),
-                defer_solve: false,
+                deferral: Deferral::Solve,
                 ..request
             };
             let again = timed_direction(stages, &projected, &mut report.times);

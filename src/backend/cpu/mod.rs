@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::topology::Topology;
 use super::{
-    Anchor, DirectionReport, DirectionRequest, LinearSolver, Linearization, LocalGlobalReport,
+    Anchor, Deferral, DirectionReport, DirectionRequest, LinearSolver, Linearization, LocalGlobalReport,
     LocalGlobalRequest, MixedDirection, Stages,
 };
 use crate::material::{Projection, RotationSearch};
@@ -89,6 +89,9 @@ pub struct CpuBackend {
     ahead: Option<(f64, Option<Projection>)>,
     /// The initial guess whose element pass, done for that, the buffers hold.
     guess_ahead: Option<(Vec<[f64; 3]>, Option<Projection>)>,
+    /// A mixed-FEM linearization whose solve was deferred (`Deferral::Defer`), condensed with
+    /// this curvature, with its status: what a resumed request solves from.
+    mixed_deferred: Option<(Projection, Linearization)>,
     /// Under the projection model, the outward normal of the collider each vertex rests on
     /// and is pressed against at the iterate, and the normal force pressing it (empty
     /// otherwise).
@@ -161,6 +164,7 @@ impl CpuBackend {
             expected: None,
             ahead: None,
             guess_ahead: None,
+            mixed_deferred: None,
             state: None,
             state_corners: vec![[0.0; 3]; corners],
             mixed: mixed::MixedElements::default(),
@@ -489,6 +493,41 @@ impl CpuBackend {
             gradient_norm: vector::dot(&self.gradient, &self.gradient).sqrt(),
         }
     }
+
+    /// Mixed FEM's linearization at the iterate (`MixedElements::linearize`, with the
+    /// springs'), condensed as `request` asks: the displacement formulation's status, its
+    /// gradient left in `gradient`.
+    fn mixed_linearize(&mut self, request: &DirectionRequest<'_>) -> Linearization {
+        let node = self.nodes[0];
+        self.evaluated = None;
+        let nt = self.model.tets.len();
+        let (tet_corners, spring_corners) = self.corner_gradients.split_at_mut(4 * nt);
+        let (tet_blocks, spring_blocks) = self.element_blocks.split_at_mut(10 * nt);
+        element::spring_derivatives(
+            &self.model,
+            &self.x,
+            &self.start,
+            &self.nodes,
+            Some(Projection::Psd),
+            spring_corners,
+            spring_blocks,
+        );
+        self.mixed.linearize(
+            &self.model,
+            &self.x,
+            &self.start,
+            node,
+            tet_corners,
+            &mut self.condensed_corners[..4 * nt],
+            tet_blocks,
+            request.solve.then_some(request.projection),
+        );
+        self.condensed_corners[4 * nt..].copy_from_slice(spring_corners);
+        // The displacement formulation's gradient: the convergence test and the merit's slope.
+        let linearization = self.gather(Projection::Psd);
+        self.mixed.leave_at(&self.x, node);
+        linearization
+    }
 }
 
 impl Stages for CpuBackend {
@@ -793,37 +832,21 @@ impl Stages for CpuBackend {
 
     fn mixed_direction(&mut self, request: &DirectionRequest<'_>) -> MixedDirection {
         let started = std::time::Instant::now();
-        let node = self.nodes[0];
-        self.evaluated = None;
-        let nt = self.model.tets.len();
-        let (tet_corners, spring_corners) = self.corner_gradients.split_at_mut(4 * nt);
-        let (tet_blocks, spring_blocks) = self.element_blocks.split_at_mut(10 * nt);
-        element::spring_derivatives(
-            &self.model,
-            &self.x,
-            &self.start,
-            &self.nodes,
-            Some(Projection::Psd),
-            spring_corners,
-            spring_blocks,
-        );
-        self.mixed.linearize(
-            &self.model,
-            &self.x,
-            &self.start,
-            node,
-            tet_corners,
-            &mut self.condensed_corners[..4 * nt],
-            tet_blocks,
-            request.solve.then_some(request.projection),
-        );
-        self.condensed_corners[4 * nt..].copy_from_slice(spring_corners);
-        // The displacement formulation's gradient: the convergence test and the merit's slope.
-        let linearization = self.gather(Projection::Psd);
-        self.mixed.leave_at(&self.x, node);
+        let kept = self.mixed_deferred.take().filter(|(projection, _)| {
+            request.deferral == Deferral::Resume && *projection == request.projection
+        });
+        let linearization = match kept {
+            Some((_, linearization)) => linearization,
+            None => self.mixed_linearize(request),
+        };
         let mut done =
             MixedDirection { linearization, direction: None, merit: f64::NAN, ..Default::default() };
         if !request.solve || linearization.gradient_norm <= request.gradient_tolerance {
+            done.linearize_time = started.elapsed();
+            return done;
+        }
+        if request.deferral == Deferral::Defer {
+            self.mixed_deferred = Some((request.projection, linearization));
             done.linearize_time = started.elapsed();
             return done;
         }
@@ -845,6 +868,7 @@ impl Stages for CpuBackend {
         let local = std::time::Instant::now();
         let mut full = std::mem::take(&mut self.scratch);
         vector::offset(&self.x, 1.0, &self.direction, &mut full);
+        let node = self.nodes[0];
         let tets = self.mixed.local_update(&self.model, (&self.start, node), &self.direction, &full);
         direction.slope = vector::dot(&self.displacement_gradient, &self.direction) + tets.slope;
         done.merit = tets.merit + self.merit_outside_tets(&self.x);

@@ -6,7 +6,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::CpuBackend;
-use crate::backend::{Anchor, LinearSolver, Stages};
+use crate::backend::{Anchor, Deferral, LinearSolver, Stages};
 use crate::contact::Collider;
 use crate::material::{Material, Projection};
 use crate::mesh::{SpringKind, SpringMesh, TetMesh};
@@ -280,7 +280,7 @@ fn solve_request(solver: LinearSolver) -> crate::backend::DirectionRequest<'stat
     crate::backend::DirectionRequest {
         projection: Projection::Psd,
         solve: true,
-        defer_solve: false,
+        deferral: Deferral::Solve,
         solver,
         gradient_tolerance: 1e-9,
         relative_tolerance: None,

@@ -25,8 +25,8 @@ use super::recording::{DeviceCounts, Recording, Staged};
 use super::vector::VectorGroups;
 use super::{Positions, WgStages};
 use crate::backend::{
-    Anchor, BudgetRequest, BudgetSolve, DirectionReport, DirectionRequest, LinearSolver, Linearization,
-    LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, Start, projective,
+    Anchor, BudgetRequest, BudgetSolve, Deferral, DirectionReport, DirectionRequest, LinearSolver,
+    Linearization, LocalGlobalReport, LocalGlobalRequest, NewtonDirection, Stages, Start, projective,
 };
 use crate::error::{Error, Result};
 use crate::material::{Projection, RotationSearch};
@@ -168,6 +168,9 @@ pub struct GpuBackend {
     iterate_read: Option<IterateRead>,
     /// The search record of a start chosen on the device, for the next Newton readback.
     pending_start: Option<Staged>,
+    /// A mixed-FEM linearization whose solve was deferred (`Deferral::Defer`), condensed with
+    /// this curvature, with its status: what a resumed request solves from.
+    mixed_deferred: Option<(Projection, Linearization)>,
     /// Under the barrier, the collision-free bound on the current direction from the
     /// iterate, read with the direction (until either changes).
     step_bound: Option<f64>,
@@ -262,6 +265,7 @@ impl GpuBackend {
             potential_at: PotentialAt::default(),
             iterate_read: None,
             pending_start: None,
+            mixed_deferred: None,
             step_bound: None,
         })
     }
@@ -805,6 +809,28 @@ impl GpuBackend {
         Ok(staged)
     }
 
+    /// Records mixed FEM's linearization at the iterate with the stretch curvature
+    /// `projection`, and the springs' (their projected Hessian and gradient).
+    fn record_mixed_linearization(&mut self, nodes: &[Node], projection: Projection) -> Result<()> {
+        self.mixed_with("linearize", 0.0, projection)?;
+        if self.buffers.spring_count > 0 {
+            let (c, rec) = (&self.context, &mut self.recording);
+            let element = &self.stages.element;
+            element.queue(
+                c,
+                rec,
+                &self.groups.element,
+                Positions::Iterate,
+                nodes,
+                Outputs::ProjectedHessian,
+                true,
+            )?;
+            let groups = &self.groups.mixed.displacement_elements;
+            element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Gradient, true)?;
+        }
+        Ok(())
+    }
+
     /// A mixed-FEM linearization and condensed solve in one readback (more only when the PCG
     /// solve outruns its first recorded chunk), submitted in two parts as Newton's are.
     fn mixed_direction_on_device(
@@ -814,28 +840,23 @@ impl GpuBackend {
         let nodes = self.nodes.clone();
         // A start chosen on the device reports its objective with this readback.
         let start = self.pending_start.take();
-        self.mixed_with("linearize", 0.0, request.projection)?;
-        if self.buffers.spring_count > 0 {
-            let (c, rec) = (&self.context, &mut self.recording);
-            let element = &self.stages.element;
-            element.queue(
-                c,
-                rec,
-                &self.groups.element,
-                Positions::Iterate,
-                &nodes,
-                Outputs::ProjectedHessian,
-                true,
-            )?;
-            let groups = &self.groups.mixed.displacement_elements;
-            element.queue(c, rec, groups, Positions::Iterate, &nodes, Outputs::Gradient, true)?;
+        let kept = (self.mixed_deferred.take()).filter(|(projection, _)| {
+            request.deferral == Deferral::Resume && *projection == request.projection
+        });
+        if kept.is_none() {
+            self.record_mixed_linearization(&nodes, request.projection)?;
         }
-        if !request.solve {
+        let defers = request.deferral == Deferral::Defer;
+        if kept.is_none() && (!request.solve || defers) {
             let mut staged = vec![self.record_displacement_gather(&nodes)?];
             staged.extend(start);
             let results = self.recording.read(&self.context, &staged)?;
+            let linearization = Self::linearization(&results[0]);
+            if defers {
+                self.mixed_deferred = Some((request.projection, linearization));
+            }
             return Ok(crate::backend::MixedDirection {
-                linearization: Self::linearization(&results[0]),
+                linearization,
                 objective: start.map(|_| self.start_objective(&results[1])),
                 ..Default::default()
             });
@@ -900,7 +921,7 @@ impl GpuBackend {
         let lin = self.stage_gather()?;
         // Where the step likely ends here, the state's potential, forces and positions come
         // in the same readback (what the integrator asks next).
-        let solves = request.solve && !request.defer_solve;
+        let solves = request.solve && request.deferral != Deferral::Defer;
         let ends = request.likely_converged || !solves;
         if !solves {
             let end = self.record_end_state()?;

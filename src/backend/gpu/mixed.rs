@@ -107,7 +107,7 @@ mod tests {
     use crate::backend::gpu::test_support::context;
     use crate::backend::gpu::test_support::worst;
     use crate::backend::topology::Topology;
-    use crate::backend::{DirectionRequest, LinearSolver, Stages};
+    use crate::backend::{Deferral, DirectionRequest, LinearSolver, Stages};
     use crate::material::{Material, Projection};
     use crate::mesh::TetMesh;
     use crate::model::Model;
@@ -143,7 +143,7 @@ mod tests {
         DirectionRequest {
             projection,
             solve: true,
-            defer_solve: false,
+            deferral: Deferral::Solve,
             solver: LinearSolver::Pcg,
             gradient_tolerance: 1e-9,
             relative_tolerance: Some(1e-6),
@@ -265,6 +265,74 @@ mod tests {
                 assert!(apart < 1e-6, "{label}: positions after the step differ by {apart:e} m");
                 let second = relative(g.5.linearization.gradient_norm, c.5.linearization.gradient_norm);
                 assert!(second < 1e-4, "{label}: second |g| off by {second:e}");
+            }
+        }
+    }
+
+    /// A solve deferred and then resumed (`Deferral`) gives the bits of the same solve made
+    /// with its linearization, on both twins: the resumed request solves from the
+    /// linearization the deferred one kept, with no second polar decomposition to move the
+    /// stretches' last bits. Checked at a second iterate (multipliers for the curvature, and
+    /// the full step's decompositions kept), with the stretch curvature exact and projected,
+    /// through the line search's merits, the step and the iteration after it.
+    #[test]
+    fn a_deferred_mixed_solve_resumes_to_the_bits_of_an_undeferred_one() {
+        use rand::SeedableRng;
+        let model = pinned_bar(Material::stable_neo_hookean(2e4, 0.3), 1000.0);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut moved = |scale: f64| moved(&model, &mut rng, 0.9, scale);
+        let (start, target, x) = (moved(0.01), moved(0.02), moved(0.02));
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
+        let run = |backend: &mut dyn Stages, projection: Projection, defers: bool| {
+            backend.begin_step(problem);
+            backend.set_iterate(&x);
+            backend.mixed_begin();
+            backend.mixed_direction(&request(Projection::Psd));
+            backend.mixed_advance(1.0);
+            let found = if defers {
+                let deferred = backend
+                    .mixed_direction(&DirectionRequest { deferral: Deferral::Defer, ..request(projection) });
+                assert!(deferred.direction.is_none(), "a deferred request solved");
+                let resumed = backend
+                    .mixed_direction(&DirectionRequest { deferral: Deferral::Resume, ..request(projection) });
+                assert_eq!(resumed.linearization, deferred.linearization);
+                resumed
+            } else {
+                backend.mixed_direction(&request(projection))
+            };
+            let merits = backend.mixed_merits(&[0.5, 1.0]);
+            backend.mixed_advance(1.0);
+            let mut after = vec![[0.0; 3]; x.len()];
+            backend.read_iterate(&mut after);
+            let next = backend.mixed_direction(&request(Projection::Psd));
+            assert!(backend.take_error().is_none());
+            let bits = |values: &[f64]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            (
+                found.linearization,
+                found.direction.expect("a direction"),
+                bits(&[found.merit, found.full_step_merit]),
+                bits(&merits),
+                bits(after.as_flattened()),
+                next.linearization,
+                next.direction.expect("a direction"),
+            )
+        };
+        let context = context();
+        let make = |gpu: bool| -> Box<dyn Stages> {
+            match &context {
+                Some(context) if gpu => {
+                    Box::new(super::super::GpuBackend::new(context.clone(), model.clone()).unwrap())
+                }
+                _ => Box::new(CpuBackend::new(model.clone())),
+            }
+        };
+        let sides = if context.is_some() { &[("CPU", false), ("GPU", true)][..] } else { &[("CPU", false)] };
+        for &(name, gpu) in sides {
+            for projection in [Projection::None, Projection::Psd] {
+                let solved = run(make(gpu).as_mut(), projection, false);
+                let resumed = run(make(gpu).as_mut(), projection, true);
+                assert_eq!(resumed, solved, "{name}, curvature {projection:?}");
             }
         }
     }

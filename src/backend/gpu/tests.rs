@@ -187,7 +187,7 @@ fn vertex_terms_and_damping_match_the_cpu_backend() {
 #[test]
 fn a_retreat_goes_back_along_the_step_taken_on_both_engines() {
     use crate::backend::cpu::CpuBackend;
-    use crate::backend::{DirectionRequest, LinearSolver, Stages};
+    use crate::backend::{Deferral, DirectionRequest, LinearSolver, Stages};
     let Some(context) = context() else { return };
     // A step taken, then a new direction solved where it ended (Newton checks the gradient
     // there before it decides to go back): on each engine a retreat must follow the step
@@ -208,7 +208,7 @@ fn a_retreat_goes_back_along_the_step_taken_on_both_engines() {
     let request = DirectionRequest {
         projection: Projection::Psd,
         solve: true,
-        defer_solve: false,
+        deferral: Deferral::Solve,
         solver: LinearSolver::Pcg,
         gradient_tolerance: 1e-9,
         relative_tolerance: Some(1e-4),
@@ -260,7 +260,7 @@ fn worst_gap(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
 #[test]
 fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     use super::recording::most_parts;
-    use crate::backend::{DirectionRequest, LinearSolver, Stages, forcing_term};
+    use crate::backend::{Deferral, DirectionRequest, LinearSolver, Stages, forcing_term};
     let Some(context) = context() else { return };
     // A pinned bar sagging under gravity from rest: far from the solution at first, then
     // Newton's forcing term tightens and the solves lengthen.
@@ -299,7 +299,7 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
     let request = |projection, likely_converged| DirectionRequest {
         projection,
         solve: true,
-        defer_solve: false,
+        deferral: Deferral::Solve,
         solver: LinearSolver::Pcg,
         gradient_tolerance: 1e-9,
         relative_tolerance: None,
@@ -319,8 +319,8 @@ fn one_round_trip_gives_the_newton_direction_of_the_separate_stages() {
         // Deferred, the request linearizes alone: one round trip and no solve, and the same
         // request undeferred then solves as if it came first (Newton asks so where it goes on).
         let before = fused.device_counts().unwrap();
-        let deferred =
-            fused.newton_direction(&DirectionRequest { defer_solve: true, ..request(projection, false) });
+        let deferred = fused
+            .newton_direction(&DirectionRequest { deferral: Deferral::Defer, ..request(projection, false) });
         let deferred_counts = fused.device_counts().unwrap().since(&before);
         // With no history four iterations are recorded ahead (`first_chunk`), so the longer
         // solves need more chunks.

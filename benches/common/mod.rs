@@ -194,15 +194,17 @@ pub fn on_gpu_or_cpu(
 }
 
 /// A GPU step's device work, for a benchmark's printed line: the counts and host times of the
-/// last of `times`' steps, and the median CPU time of the stepping thread.
+/// last of `times`' steps (with its solves deferred and then resumed, each a readback more),
+/// and the median CPU time of the stepping thread.
 pub fn device_work(times: &StepTimes) -> String {
     let Some(d) = times.stats.device.as_ref() else { return String::new() };
     let thread_cpu =
         times.thread_cpu.map_or(String::new(), |t| format!(", thread cpu {:.2}", t.as_secs_f64() * 1e3));
     format!(
-        "  {} subm {} readbacks {} dispatches ({} writable buffers), host record {:.2} ms, encode {:.2}, submit {:.2}, wait {:.2}{thread_cpu}, {:.2} / {:.2} MB up / down",
+        "  {} subm {} readbacks ({} resumed solves) {} dispatches ({} writable buffers), host record {:.2} ms, encode {:.2}, submit {:.2}, wait {:.2}{thread_cpu}, {:.2} / {:.2} MB up / down",
         d.submissions,
         d.readbacks,
+        times.stats.resumed_iterations,
         d.dispatches,
         d.writable_buffers,
         d.record.as_secs_f64() * 1e3,

@@ -158,7 +158,8 @@ pub struct DirectionRequest<'a> {
     pub forcing_cap: f64,
 }
 
-/// When a direction is solved, where the solver likely stops at the iterate it linearizes.
+/// When a request's direction is solved: with its linearization, or, where the solver likely
+/// stops at the iterate, only once the solver has seen that it goes on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Deferral {
     /// With the linearization.

@@ -215,7 +215,7 @@ impl SmallSolve {
     }
 
     /// Whether a device whose workgroups hold `workgroup_bytes` runs this shape's solve of a
-    /// body of `vertex_count` vertices: at most [`MAX_SMALL_SWEEPS`] sweeps, and `p` beside the
+    /// body of `vertex_count` vertices: at most `MAX_SMALL_SWEEPS` sweeps, and `p` beside the
     /// reduction.
     pub fn holds(&self, workgroup_bytes: u32, vertex_count: usize) -> bool {
         self.sweeps(vertex_count) <= MAX_SMALL_SWEEPS

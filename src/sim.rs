@@ -61,9 +61,10 @@ pub struct StepStats {
     pub linear_iterations: usize,
     /// Newton iterations that used PSD-projected element Hessians.
     pub projected_iterations: usize,
-    /// Newton iterations that linearized twice: where the solve likely ends (after a flat step
+    /// Iterations solved on a second request: where the solve likely ends (after a flat step
     /// at the gradient's noise, as on an f32 GPU) the backend leaves the direction out, and
-    /// solves it on a second request where Newton goes on.
+    /// solves it when the solver goes on (a GPU's Newton linearizes again for it, mixed FEM
+    /// solves from the linearization it kept).
     pub resumed_iterations: usize,
     /// The blend factor of the energy-controlled integrators (negative: forward-Euler side).
     pub alpha: Option<f64>,

@@ -158,6 +158,14 @@ pub struct DirectionRequest<'a> {
     pub forcing_cap: f64,
 }
 
+impl DirectionRequest<'_> {
+    /// Whether this request resumes one deferred with the curvature `deferred_with`, and may
+    /// solve from the linearization that one kept.
+    pub(crate) fn resumes(&self, deferred_with: Projection) -> bool {
+        self.deferral == Deferral::Resume && self.projection == deferred_with
+    }
+}
+
 /// When a request's direction is solved: with its linearization, or, where the solver likely
 /// stops at the iterate, only once the solver has seen that it goes on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -56,7 +56,7 @@ pub struct SolveReport {
     /// Newton iterations that fell back to PSD-projected element Hessians.
     pub projected_iterations: usize,
     /// Iterations whose solve was deferred where the iterate looked final, and then asked
-    /// for ([`Deferral`](crate::backend::Deferral)): a GPU Newton iteration linearizes twice.
+    /// for ([`Deferral`](crate::backend::Deferral)): a second request each.
     pub resumed_iterations: usize,
     /// The gradient norm reached the tolerance.
     pub converged: bool,

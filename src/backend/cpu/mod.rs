@@ -832,9 +832,7 @@ impl Stages for CpuBackend {
 
     fn mixed_direction(&mut self, request: &DirectionRequest<'_>) -> MixedDirection {
         let started = std::time::Instant::now();
-        let kept = self.mixed_deferred.take().filter(|(projection, _)| {
-            request.deferral == Deferral::Resume && *projection == request.projection
-        });
+        let kept = self.mixed_deferred.take().filter(|&(projection, _)| request.resumes(projection));
         let linearization = match kept {
             Some((_, linearization)) => linearization,
             None => self.mixed_linearize(request),

@@ -168,9 +168,9 @@ pub struct GpuBackend {
     iterate_read: Option<IterateRead>,
     /// The search record of a start chosen on the device, for the next Newton readback.
     pending_start: Option<Staged>,
-    /// A mixed-FEM linearization whose solve was deferred (`Deferral::Defer`), condensed with
-    /// this curvature, with its status: what a resumed request solves from.
-    mixed_deferred: Option<(Projection, Linearization)>,
+    /// The curvature of the mixed-FEM linearization whose solve was deferred
+    /// (`Deferral::Defer`), kept in the buffers for a resumed request to solve from.
+    mixed_deferred: Option<Projection>,
     /// Under the barrier, the collision-free bound on the current direction from the
     /// iterate, read with the direction (until either changes).
     step_bound: Option<f64>,
@@ -840,26 +840,22 @@ impl GpuBackend {
         let nodes = self.nodes.clone();
         // A start chosen on the device reports its objective with this readback.
         let start = self.pending_start.take();
-        let kept = (self.mixed_deferred.take()).filter(|(projection, _)| {
-            request.deferral == Deferral::Resume && *projection == request.projection
-        });
-        if kept.is_none() {
+        if !self.mixed_deferred.take().is_some_and(|projection| request.resumes(projection)) {
             self.record_mixed_linearization(&nodes, request.projection)?;
-        }
-        let defers = request.deferral == Deferral::Defer;
-        if kept.is_none() && (!request.solve || defers) {
-            let mut staged = vec![self.record_displacement_gather(&nodes)?];
-            staged.extend(start);
-            let results = self.recording.read(&self.context, &staged)?;
-            let linearization = Self::linearization(&results[0]);
-            if defers {
-                self.mixed_deferred = Some((request.projection, linearization));
+            let defers = request.deferral == Deferral::Defer;
+            if !request.solve || defers {
+                let mut staged = vec![self.record_displacement_gather(&nodes)?];
+                staged.extend(start);
+                let results = self.recording.read(&self.context, &staged)?;
+                if defers {
+                    self.mixed_deferred = Some(request.projection);
+                }
+                return Ok(crate::backend::MixedDirection {
+                    linearization: Self::linearization(&results[0]),
+                    objective: start.map(|_| self.start_objective(&results[1])),
+                    ..Default::default()
+                });
             }
-            return Ok(crate::backend::MixedDirection {
-                linearization,
-                objective: start.map(|_| self.start_objective(&results[1])),
-                ..Default::default()
-            });
         }
         // The condensed system: gather (with the right-hand side), assembly, PCG.
         let params = GatherParams {

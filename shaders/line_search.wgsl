@@ -1,4 +1,4 @@
-// Stage `line_search`: the decisions of a fixed-budget Newton solve, made on the device so
+// Stage `line_search`: the decisions of a fixed-budget Newton or mixed-FEM solve, made on the device so
 // that the host records the whole solve and reads it back once. The twin of
 // src/backend/cpu/line_search.rs (`pick` and `choose`, the same rules in f32), with the
 // reductions that bring its inputs together: `energy` sums an objective's element and
@@ -8,6 +8,7 @@
 // the local/global step's length from the contact stage's bounds.
 
 #import shared/reduce
+#import shared/search
 
 struct Params {
     vertex_count: u32,
@@ -16,34 +17,13 @@ struct Params {
     // The candidate slot `energy` writes (VALUE: the iterate's objective), or the guess
     // `take_guess` loads (PICKED: the one `pick` chose).
     slot: u32,
-    // Halvings (`choose`) or guesses (`pick`).
+    // Halvings (`choose`), guesses (`pick`), or the tets' slope partials `after_solve` adds
+    // (a mixed-FEM direction's).
     count: u32,
     // `choose`: alpha = 2 was evaluated into slot `count`.
     extrapolate: u32,
     // `pick`: the last guess counts only when no other is finite.
     fallback: u32,
-}
-
-// What the solve knows of its iterate and direction; the host stages a copy after every
-// iteration, as its record.
-struct Search {
-    // G at the iterate.
-    value: f32,
-    // The step length taken last.
-    alpha: f32,
-    gradient_norm: f32,
-    force_scale: f32,
-    // The first-order change of G when the positions round (see the gather).
-    noise_floor: f32,
-    // grad G . d and |d|.
-    slope: f32,
-    direction_norm: f32,
-    // The guess taken; NONE when no guess has a finite objective.
-    picked: u32,
-    // What the next direction is scaled by: 1, or after a batch found no decrease, the step
-    // after its last (the host's search would have gone on halving).
-    scale: f32,
-    candidates: array<f32, 8>,
 }
 
 const VALUE: u32 = 0xffffffffu;
@@ -103,7 +83,9 @@ fn energy(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_ind
 
 // After a solve: |grad G|, the force scale and the noise floor of the linearization's gather
 // (its partials are still in place), and the slope and length of the direction from the
-// dots' partials (g.d, d.d, g.g).
+// dots' partials (g.d, d.d, g.g). A mixed-FEM direction's slope also takes the tets' part of
+// the merit's (`params.count` energy partials, from the mixed stage's `local_update`), and is
+// never rescaled: its stretches' step is not linear in the positions'.
 @compute @workgroup_size(WORKGROUP)
 fn after_solve(@builtin(local_invocation_index) lid: u32) {
     var gathered = vec4<f32>(0.0);
@@ -112,14 +94,20 @@ fn after_solve(@builtin(local_invocation_index) lid: u32) {
         gathered += gather_partials[i];
         dots += dot_partials[i];
     }
+    for (var i = lid; i < params.count; i += WORKGROUP) {
+        dots.w += energy_partials[i];
+    }
     let linearization = workgroup_sum(lid, gathered);
     let total = workgroup_sum(lid, dots);
     if (lid == 0u) {
+        if (params.count != 0u) {
+            search.scale = 1.0;
+        }
         search.gradient_norm = sqrt(linearization.y);
         search.force_scale = linearization.z;
         search.noise_floor = sqrt(linearization.w);
         // Of the direction `start_search` makes.
-        search.slope = total.x * search.scale;
+        search.slope = (total.x + total.w) * search.scale;
         search.direction_norm = sqrt(total.y) * search.scale;
     }
 }

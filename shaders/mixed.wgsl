@@ -14,8 +14,11 @@
 //   part), and what the local update and the merit need (`mixed_linearization`);
 // - `local_update`: the step of d and the multipliers from the position step `direction`, and
 //   the tets' part of the merit's slope (energy partials);
-// - `merit`: the tets' part of the merit at the iterate and d + alpha ds (energy partials);
-// - `advance`: d += alpha ds, and the step's multipliers kept as the accepted ones.
+// - `merit`: the tets' part of the merit at the iterate and d + alpha ds (energy partials),
+//   or over a batch of positions at the line search's step lengths (`step_length`);
+// - `advance`: d += alpha ds, and the step's multipliers kept as the accepted ones;
+//   `advance_chosen` the same with the step a budgeted solve chose on the device (none where
+//   it chose none).
 //
 // mixed_linearization holds, per tet e, field f at f T + e: the Jacobian's columns of corners
 // 0-2 (54 = 6 x 9, row-major; corner 3's are minus their sum), the PSD-projected stretch
@@ -26,6 +29,7 @@
 #import shared/material
 #import shared/tets
 #import shared/dispatch
+#import shared/search
 
 @group(2) @binding(2) var<storage, read_write> mixed_rotations: array<vec4<f32>>;
 @group(2) @binding(3) var<storage, read_write> stretch: array<f32>;
@@ -39,6 +43,9 @@
 // read_write as everywhere: it is a range of the arena that the stages bind for writing
 // (`GpuBuffers::pack`), and one dispatch may not bind one buffer both ways.
 @group(3) @binding(5) var<storage, read_write> direction: array<f32>;
+// The budgeted solve's record (`line_search`), for the step it chose. Read only, declared
+// read_write for the same reason as `direction`.
+@group(3) @binding(6) var<storage, read_write> search: Search;
 
 // The condensed blocks' stretch curvature: exact (Projection::None) or its non-negative part.
 override EXACT_CURVATURE: bool = false;
@@ -808,9 +815,14 @@ fn local_update(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups
 
 @compute @workgroup_size(WORKGROUP)
 fn merit(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let e = run_tet(group, groups, lid);
+    // In a batch, member j holds the positions at the line search's j-th step length, and
+    // its stretches take that step too.
+    let slot = run_slot(group, groups);
+    let index = slot * WORKGROUP + lid;
+    let alpha = params.alpha * step_length(member);
     var value = 0.0;
-    if (e != 0xffffffffu) {
+    if (index < params.count && in_batch()) {
+        let e = params.first + index;
         let t = load_tet(e);
         let m = lame(tet_material[e]);
         let cw = node(0u);
@@ -822,7 +834,7 @@ fn merit(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
         var s = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         var gap = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         for (var k = 0u; k < 6u; k++) {
-            s[k] = d[k] + params.alpha * step[k];
+            s[k] = d[k] + alpha * step[k];
             gap[k] = d_x[k] - s[k];
         }
         value = cw.x * t.volume * (stretch_energy_density(sym_matrix(s), m) - dot6(multiplier, gap));
@@ -832,21 +844,34 @@ fn merit(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) group
             value = bitcast<f32>(0x7f800000u);
         }
     }
-    reduce(lid, workgroup_slot(group, groups), value);
+    reduce(lid, slot, value);
+}
+
+// d += alpha ds, and the step's multipliers kept as the accepted ones.
+fn advance_tet(e: u32, alpha: f32) {
+    let d = load_stretch(e);
+    let step = load6(STEP, e);
+    var out = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    for (var k = 0u; k < 6u; k++) {
+        out[k] = d[k] + alpha * step[k];
+    }
+    store_stretch(e, out);
+    store6(ACCEPTED, e, load6(MULTIPLIER, e));
 }
 
 @compute @workgroup_size(WORKGROUP)
 fn advance(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let e = run_tet(group, groups, lid);
-    if (e == 0xffffffffu) {
-        return;
+    if (e != 0xffffffffu) {
+        advance_tet(e, params.alpha);
     }
-    let d = load_stretch(e);
-    let step = load6(STEP, e);
-    var out = Sym6(0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var k = 0u; k < 6u; k++) {
-        out[k] = d[k] + params.alpha * step[k];
+}
+
+@compute @workgroup_size(WORKGROUP)
+fn advance_chosen(@builtin(workgroup_id) group: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let e = run_tet(group, groups, lid);
+    let alpha = search.alpha;
+    if (e != 0xffffffffu && alpha != 0.0) {
+        advance_tet(e, alpha);
     }
-    store_stretch(e, out);
-    store6(ACCEPTED, e, load6(MULTIPLIER, e));
 }

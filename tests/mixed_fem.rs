@@ -94,30 +94,36 @@ fn refuses_what_it_cannot_do() {
 
 /// The GPU's mixed-FEM steps follow the CPU's: a pinned bar of every kind of material
 /// falling (with a mixed stiff part), converged on both.
+/// A bar of 6x2x2 cells, 0.6 m long, corotated 1e7 Pa up to x = 0.2 m and stable
+/// neo-Hookean 1e5 Pa beyond, pinned at x = 0, falling under gravity from rest on `backend`.
+fn graded_bar(backend: Backend, solver: Solver) -> Simulation {
+    let builder = Simulation::builder()
+        .tet_body_graded(
+            TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]),
+            |c| {
+                if c[0] < 0.2 {
+                    Material::corotated(1e7, 0.3)
+                } else {
+                    Material::stable_neo_hookean(1e5, 0.4)
+                }
+            },
+            1000.0,
+        )
+        .gravity([0.0, -9.81, 0.0])
+        .dt(1.0 / 30.0)
+        .integrator(Integrator::BackwardEuler)
+        .solver(solver)
+        .pin(|p| p[0] == 0.0);
+    common::on_backend(builder, backend).build().expect("valid scene")
+}
+
 #[test]
 fn mixed_fem_steps_on_the_gpu_like_on_the_cpu() {
     if common::gpu().is_none() {
         return;
     }
     let run = |backend| {
-        let builder = Simulation::builder()
-            .tet_body_graded(
-                TetMesh::bar([6, 2, 2], [0.6, 0.2, 0.2]),
-                |c| {
-                    if c[0] < 0.2 {
-                        Material::corotated(1e7, 0.3)
-                    } else {
-                        Material::stable_neo_hookean(1e5, 0.4)
-                    }
-                },
-                1000.0,
-            )
-            .gravity([0.0, -9.81, 0.0])
-            .dt(1.0 / 30.0)
-            .integrator(Integrator::BackwardEuler)
-            .solver(Solver::mixed_fem().tolerance(1e-3))
-            .pin(|p| p[0] == 0.0);
-        let mut sim = common::on_backend(builder, backend).build().expect("valid scene");
+        let mut sim = graded_bar(backend, Solver::mixed_fem().tolerance(1e-3));
         let rest = sim.positions().to_vec();
         let (mut iterations, mut device) = (0, None);
         for _ in 0..6 {
@@ -148,6 +154,40 @@ fn mixed_fem_steps_on_the_gpu_like_on_the_cpu() {
         "mixed FEM, 6 steps: GPU vs CPU {difference:.2e} m of {displacement:.3} m; iterations CPU {cpu_iterations}, \
          GPU {gpu_iterations}; device work per step {device:?}"
     );
+    assert!(difference < 1e-6 * displacement.max(1.0) + 1e-6, "{difference} m");
+}
+
+/// A fixed budget (`Solver::budget`) runs the whole mixed-FEM solve on the device: every
+/// step is one readback, and the steps follow the CPU's, whose decisions are made on the host
+/// by the same rule. The graded bar, 3 SQP iterations of 40 CG iterations.
+#[test]
+fn a_budgeted_mixed_step_reads_back_once_and_steps_as_on_the_cpu() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let run = |backend| {
+        let mut sim = graded_bar(backend, Solver::mixed_fem().budget(3, 40));
+        let rest = sim.positions().to_vec();
+        let mut iterations = 0;
+        for _ in 0..8 {
+            let step = sim.step().expect("step");
+            assert!(step.iterations > 0 && step.objective_decrease > 0.0, "{backend:?}: {step:?}");
+            iterations += step.iterations;
+            if let Some(d) = step.device {
+                assert_eq!(d.readbacks, 1, "{d:?}");
+            }
+        }
+        (sim.positions().to_vec(), rest, iterations)
+    };
+    let (cpu, rest, cpu_iterations) = run(Backend::Cpu);
+    let (gpu, _, gpu_iterations) = run(Backend::Gpu);
+    let (difference, _) = worst_difference(&cpu, &gpu);
+    let (displacement, _) = worst_difference(&cpu, &rest);
+    println!(
+        "budgeted mixed FEM (3 x 40), 8 steps: GPU vs CPU {difference:.2e} m of {displacement:.3} m; iterations CPU \
+         {cpu_iterations}, GPU {gpu_iterations}"
+    );
+    assert_eq!(cpu_iterations, gpu_iterations);
     assert!(difference < 1e-6 * displacement.max(1.0) + 1e-6, "{difference} m");
 }
 

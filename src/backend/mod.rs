@@ -299,16 +299,20 @@ pub struct LocalGlobalReport {
     pub linear_solve: std::time::Duration,
 }
 
-/// A fixed-budget Newton solve (`Solver::budget`), asked for whole: every decision in it —
-/// which initial guess, and which step length along each direction — is made by the rule of
-/// `cpu/line_search.rs`, which a GPU evaluates on the device, so that it records the whole
-/// solve, and the state it ends in, with one readback.
+/// A fixed-budget Newton or mixed-FEM solve (`Solver::budget`), asked for whole: every
+/// decision in it — which initial guess, and which step length along each direction — is made
+/// by the rule of `cpu/line_search.rs`, which a GPU evaluates on the device, so that it records
+/// the whole solve, and the state it ends in, with one readback.
 #[derive(Clone, Copy, Debug)]
 pub struct BudgetRequest<'a> {
     /// Initial guesses; the last is a fallback, which competes only when some other puts an
     /// element outside its model's domain (an infinite objective; `cpu::line_search::pick`).
     pub guesses: &'a [&'a [[f64; 3]]],
-    /// Newton iterations (fewer only where the gradient is within the tolerance).
+    /// Mixed FEM's SQP iterations (`Stages::mixed_direction`) instead of Newton's. Its steps
+    /// are chosen on the merit, and never rescaled: the stretches' step is not linear in the
+    /// positions'.
+    pub mixed: bool,
+    /// Newton (or SQP) iterations (fewer only where the gradient is within the tolerance).
     pub iterations: usize,
     /// Exact or PSD-projected element Hessians.
     pub projection: Projection,
@@ -326,13 +330,33 @@ pub struct BudgetRequest<'a> {
     pub extrapolate: bool,
 }
 
+impl BudgetRequest<'_> {
+    /// The request of each of the solve's directions, solved to the budget's relative
+    /// residual within its cap, with the line search's `candidates` (Newton's).
+    fn direction<'c>(&self, candidates: &'c [f64]) -> DirectionRequest<'c> {
+        DirectionRequest {
+            projection: self.projection,
+            solve: true,
+            deferral: Deferral::Solve,
+            solver: self.solver,
+            gradient_tolerance: self.gradient_tolerance,
+            relative_tolerance: Some(self.relative_tolerance),
+            max_iterations: self.max_linear_iterations,
+            candidates,
+            likely_converged: false,
+            previous_gradient_norm: None,
+            forcing_cap: 1.0,
+        }
+    }
+}
+
 /// What a fixed-budget solve did, and where it ended.
 #[derive(Clone, Debug, Default)]
 pub struct BudgetSolve {
     /// The guess it started from; `None` when every guess has an infinite objective (nothing
     /// else is then valid).
     pub guess: Option<usize>,
-    /// Newton iterations that found the gradient above the tolerance.
+    /// Newton (or SQP) iterations that found the gradient above the tolerance.
     pub iterations: usize,
     /// Linear-solver iterations over all of them.
     pub linear_iterations: usize,
@@ -429,7 +453,8 @@ pub trait Stages: Send {
     fn newton_direction(&mut self, request: &DirectionRequest<'_>) -> NewtonDirection {
         newton_direction_by_stages(self, request)
     }
-    /// A fixed-budget Newton solve from the best of `request.guesses` (see [`BudgetRequest`]).
+    /// A fixed-budget Newton or mixed-FEM solve from the best of `request.guesses` (see
+    /// [`BudgetRequest`]).
     /// This engine runs it stage by stage, deciding on the host by the same rule a GPU
     /// evaluates on the device.
     fn budget_solve(&mut self, request: &BudgetRequest<'_>) -> BudgetSolve {
@@ -566,21 +591,12 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
     };
     let alphas = step_lengths(request.steps, request.extrapolate);
     let mut solve = BudgetSolve { guess: Some(guess), start_objective: value, ..BudgetSolve::default() };
+    if request.mixed {
+        return mixed_budget_by_stages(stages, request, &alphas, solve);
+    }
     let mut scale = 1.0;
     for k in 0..request.iterations {
-        let found = stages.newton_direction(&DirectionRequest {
-            projection: request.projection,
-            solve: true,
-            deferral: Deferral::Solve,
-            solver: request.solver,
-            gradient_tolerance: request.gradient_tolerance,
-            relative_tolerance: Some(request.relative_tolerance),
-            max_iterations: request.max_linear_iterations,
-            candidates: &alphas,
-            likely_converged: false,
-            previous_gradient_norm: None,
-            forcing_cap: 1.0,
-        });
+        let found = stages.newton_direction(&request.direction(&alphas));
         // Within the tolerance: the rest of the budget would leave the iterate as it is.
         let Some(mut direction) = found.direction else { break };
         let mut ahead = found.candidates;
@@ -623,6 +639,54 @@ pub(crate) fn budget_solve_by_stages<S: Stages + ?Sized>(
         }
     }
     solve.objective = value;
+    budget_end(stages, request, solve)
+}
+
+/// A fixed-budget mixed-FEM solve from the iterate, run stage by stage: each SQP iteration
+/// takes the step among `alphas` that [`choose`](cpu::line_search::choose) takes on the merit
+/// (none where none lowers it enough), as a GPU decides it on the device. The merits past the
+/// full step are evaluated only as the rule asks for them.
+fn mixed_budget_by_stages<S: Stages + ?Sized>(
+    stages: &mut S,
+    request: &BudgetRequest<'_>,
+    alphas: &[f64],
+    mut solve: BudgetSolve,
+) -> BudgetSolve {
+    stages.mixed_begin();
+    for _ in 0..request.iterations {
+        let found = stages.mixed_direction(&request.direction(&[]));
+        // Within the tolerance: the rest of the budget would leave the iterate as it is.
+        let Some(direction) = found.direction else { break };
+        solve.iterations += 1;
+        solve.linear_iterations += direction.iterations;
+        let (alpha, _) = cpu::line_search::choose(
+            found.merit,
+            direction.slope,
+            found.linearization.noise_floor,
+            f64::EPSILON,
+            request.steps,
+            false,
+            |j| match j {
+                0 => found.full_step_merit,
+                _ => stages.mixed_merits(&alphas[j..=j])[0],
+            },
+        );
+        solve.stalled = alpha == 0.0 && direction.slope < 0.0;
+        if alpha != 0.0 {
+            stages.mixed_advance(alpha);
+        }
+    }
+    solve.objective = stages.objective();
+    budget_end(stages, request, solve)
+}
+
+/// A budgeted solve's end, read stage by stage: the gradient norm, the iterate and the
+/// dissipation there.
+fn budget_end<S: Stages + ?Sized>(
+    stages: &mut S,
+    request: &BudgetRequest<'_>,
+    mut solve: BudgetSolve,
+) -> BudgetSolve {
     solve.gradient_norm = stages.linearize_gradient(request.projection).gradient_norm;
     let mut x = vec![[0.0; 3]; request.guesses[0].len()];
     stages.read_iterate(&mut x);

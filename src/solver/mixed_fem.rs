@@ -9,6 +9,8 @@
 //! Newton solve shows. As Newton's,
 //! a linearization where the solve likely ends (after a flat step at the gradient's noise)
 //! puts its condensed solve off until the solver has seen that it goes on (`Deferral`).
+//! A fixed budget (`Solver::budget`) without a wall-clock deadline does not come here: the
+//! backend runs it whole (`Stages::budget_solve`), a GPU in one readback.
 
 use std::time::Instant;
 

@@ -292,6 +292,12 @@ impl Solver {
     /// With contact, AVF, implicit midpoint and Newmark refuse a budget (their velocities keep
     /// an unconverged solve's error, which grew without bound at impacts). Combined with [`wall_time`](Self::wall_time), the host
     /// drives it iteration by iteration instead, to watch the clock.
+    ///
+    /// On [`mixed_fem`](Self::mixed_fem) the iterations are SQP iterations, with the
+    /// constraints' curvature projected; each takes the longest of `1, 1/2, 1/4, 1/8, 1/64`
+    /// with Armijo's decrease of the merit, or none, never `2` and never rescaled (its
+    /// stretches' step is not linear in the positions'), and a GPU also runs the whole solve
+    /// in one readback.
     pub fn budget(mut self, nonlinear: usize, linear: usize) -> Solver {
         self.max_iterations = nonlinear;
         self.max_linear_iterations = linear;

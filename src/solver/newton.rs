@@ -41,13 +41,17 @@ const BUDGET_TOLERANCE: f64 = 1e-6;
 const BUDGET_STEPS: usize = 5;
 
 /// The whole-solve request of a fixed budget (`Solver::budget`) from `guesses`, whose last is
-/// the fallback; `None` for settings the backend cannot run whole (no budget, another solver,
+/// the fallback; `None` for settings the backend cannot run whole (no budget, local/global,
 /// or a wall-clock deadline, which only the host can watch).
 pub(crate) fn budget_request<'a>(
     settings: &Solver,
     guesses: &'a [&'a [[f64; 3]]],
 ) -> Option<BudgetRequest<'a>> {
-    if !(settings.spend_budget && settings.kind == SolverKind::Newton && settings.deadline.is_none()) {
+    let mixed = settings.kind == SolverKind::MixedFem;
+    if !(settings.spend_budget
+        && (settings.kind == SolverKind::Newton || mixed)
+        && settings.deadline.is_none())
+    {
         return None;
     }
     let projection = match settings.hessian {
@@ -56,6 +60,7 @@ pub(crate) fn budget_request<'a>(
     };
     Some(BudgetRequest {
         guesses,
+        mixed,
         iterations: settings.max_iterations,
         projection,
         solver: settings.linear,
@@ -63,7 +68,9 @@ pub(crate) fn budget_request<'a>(
         relative_tolerance: BUDGET_TOLERANCE,
         max_linear_iterations: settings.max_linear_iterations,
         steps: BUDGET_STEPS,
-        extrapolate: projection == Projection::Psd,
+        // Mixed FEM backtracks from the full SQP step, as its host-driven search does
+        // (mixed-fem-sqp.md, Alg. 1).
+        extrapolate: projection == Projection::Psd && !mixed,
     })
 }
 

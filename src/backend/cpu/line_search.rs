@@ -1,7 +1,7 @@
-//! Stage `line_search`: the decisions of a fixed-budget Newton solve, made where the numbers
-//! are, so that a GPU records the whole solve without waiting for the host. The twin of
+//! Stage `line_search`: the decisions of a fixed-budget Newton or mixed-FEM solve, made where
+//! the numbers are, so that a GPU records the whole solve without waiting for the host. The twin of
 //! `shaders/line_search.wgsl`, in f64: which initial guess to start from, and which of a
-//! fixed set of step lengths to take along a Newton direction.
+//! fixed set of step lengths to take along a Newton (or SQP) direction.
 //!
 //! The host's line search (`solver/line_search.rs`) halves until it finds a decrease; a
 //! recorded solve cannot, so it evaluates one batch, `1, 1/2, 1/4, 1/8` and then eighths of

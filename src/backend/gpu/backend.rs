@@ -763,32 +763,79 @@ impl GpuBackend {
     /// [`mixed`](Self::mixed) with the stretch curvature (of `linearize`) as `projection` says.
     fn mixed_with(&mut self, entry: &'static str, alpha: f64, projection: Projection) -> Result<()> {
         let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups);
-        let node = self.nodes[0];
-        self.stages.mixed.queue(c, rec, &groups.mixed, &groups.element, node, entry, alpha, projection)
+        let at = (self.nodes[0], Positions::Iterate);
+        self.stages.mixed.queue(c, rec, &groups.mixed, &groups.element, at, entry, alpha, projection)
     }
 
     /// Records the mixed merit at the iterate and `s + alpha ds`: the tets' part and the
     /// springs' energies (staged together as the element partials), and the vertex terms
     /// (the gather's energy); returns both stagings.
     fn record_mixed_merit(&mut self, nodes: &[Node], alpha: f64) -> Result<Vec<Staged>> {
-        self.mixed("merit", alpha)?;
+        self.queue_mixed_merit(nodes, Positions::Iterate, alpha)?;
+        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
+        Ok(vec![elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?])
+    }
+
+    /// Records the mixed merit's passes (see [`record_mixed_merit`](Self::record_mixed_merit))
+    /// at `at`, leaving their partials in place: at the iterate, or over a batch of positions
+    /// at the line search's first step lengths, the stretches' step scaled by `alpha` too.
+    fn queue_mixed_merit(&mut self, nodes: &[Node], at: Positions, alpha: f64) -> Result<()> {
+        let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups);
+        let node = (self.nodes[0], at);
+        self.stages.mixed.queue(
+            c,
+            rec,
+            &groups.mixed,
+            &groups.element,
+            node,
+            "merit",
+            alpha,
+            Projection::Psd,
+        )?;
         if self.buffers.spring_count > 0 {
             let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups.element);
-            self.stages.element.queue(c, rec, groups, Positions::Iterate, nodes, Outputs::Energy, true)?;
+            self.stages.element.queue(c, rec, groups, at, nodes, Outputs::Energy, true)?;
         }
-        let elements = WgElement::stage_energy(&self.context, &mut self.recording, &self.buffers)?;
         let params = self.gather_params(nodes, self.inv_h2, None, true);
-        self.gather(&params, Positions::Iterate)?;
-        Ok(vec![elements, super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)?])
+        self.gather(&params, at)
+    }
+
+    /// Records the merit at the iterate into the search record's value and at the line
+    /// search's step lengths `alphas` (`step_lengths`, whose order a batch's merit takes for
+    /// the stretches) into its candidates: together where positions [batch](Self::batches),
+    /// else one after another.
+    fn record_mixed_candidates(&mut self, alphas: &[f64]) -> Result<()> {
+        let nodes = self.nodes.clone();
+        self.vector("save", 0.0)?;
+        self.queue_mixed_merit(&nodes, Positions::Iterate, 0.0)?;
+        self.decide(Decision::Energy { slot: None, count: 1 })?;
+        if self.batches() {
+            let (c, rec) = (&self.context, &mut self.recording);
+            self.stages.vector.batch_offsets(c, rec, &self.groups.vector, alphas)?;
+            self.queue_mixed_merit(&nodes, Positions::Batch(alphas.len()), 1.0)?;
+            return self.decide(Decision::Energy { slot: Some(0), count: alphas.len() });
+        }
+        for (k, &alpha) in alphas.iter().enumerate() {
+            self.vector("offset", alpha)?;
+            self.queue_mixed_merit(&nodes, Positions::Iterate, alpha)?;
+            self.decide(Decision::Energy { slot: Some(k), count: 1 })?;
+        }
+        self.vector("offset", 0.0)
     }
 
     /// Records the gather of the displacement formulation's corner gradients at the iterate
     /// (its gradient, the convergence test's) and stages its partials.
     fn record_displacement_gather(&mut self, nodes: &[Node]) -> Result<Staged> {
+        self.queue_displacement_gather(nodes)?;
+        super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)
+    }
+
+    /// [`record_displacement_gather`](Self::record_displacement_gather), its partials left in
+    /// place.
+    fn queue_displacement_gather(&mut self, nodes: &[Node]) -> Result<()> {
         let params = self.gather_params(nodes, self.inv_h2, Some(false), true);
         let (c, rec, groups) = (&self.context, &mut self.recording, &self.groups.mixed.displacement_gather);
-        self.stages.gather.queue(c, rec, groups, &params, Positions::Iterate)?;
-        super::gather::stage_partials(&self.context, &mut self.recording, &self.buffers)
+        self.stages.gather.queue(c, rec, groups, &params, Positions::Iterate)
     }
 
     /// After a condensed solve: the displacement formulation's gather (its partials staged),
@@ -831,6 +878,17 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Records the condensed system of the mixed linearization: the gather (with the
+    /// right-hand side) and the assembly.
+    fn record_condensed_system(&mut self, nodes: &[Node]) -> Result<()> {
+        let params = GatherParams {
+            rhs: self.rhs_outputs(),
+            ..self.gather_params(nodes, self.inv_h2, Some(false), true)
+        };
+        self.gather(&params, Positions::Iterate)?;
+        self.assemble(Target::Newton { rayleigh: self.rayleigh, constrained: false })
+    }
+
     /// A mixed-FEM linearization and condensed solve in one readback (more only when the PCG
     /// solve outruns its first recorded chunk), submitted in two parts as Newton's are.
     fn mixed_direction_on_device(
@@ -857,13 +915,7 @@ impl GpuBackend {
                 });
             }
         }
-        // The condensed system: gather (with the right-hand side), assembly, PCG.
-        let params = GatherParams {
-            rhs: self.rhs_outputs(),
-            ..self.gather_params(&nodes, self.inv_h2, Some(false), true)
-        };
-        self.gather(&params, Positions::Iterate)?;
-        self.assemble(Target::Newton { rayleigh: self.rayleigh, constrained: false })?;
+        self.record_condensed_system(&nodes)?;
         // The linearization goes to the device while the host records the solve.
         self.recording.submit(&self.context);
         let pcg = self.preconditioned(
@@ -1180,6 +1232,23 @@ impl GpuBackend {
         }
     }
 
+    /// Readies the tets' stretches for a mixed solve (`Stages::mixed_begin`): kept where the
+    /// last solve left them at this step's start, else set to the start's.
+    fn record_mixed_begin(&mut self) -> Result<()> {
+        if self.buffers.reserve_mixed(&self.context) {
+            self.rebind()?;
+            self.mixed_left_at = None;
+        }
+        let node = self.nodes[0];
+        let kept =
+            self.mixed_left_at.as_ref().is_some_and(|(x, theta)| *x == self.start && *theta == node.theta);
+        if !kept {
+            self.mixed("begin", 0.0)?;
+        }
+        self.mixed_moved = true;
+        Ok(())
+    }
+
     /// A fixed-budget solve in one readback: the guesses' objectives and the pick, then per
     /// iteration the linearization, the whole PCG solve at its cap, the dots, the line
     /// search's candidates, the choice and the step, all decided on the device; then the
@@ -1223,17 +1292,38 @@ impl GpuBackend {
             let record = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
             iterations.push((status, record));
         }
-        // The end: the convergence test's gradient, the state's potential and forces, the
-        // dissipation and the iterate.
+        self.finish_budget(picked, &iterations, request.gradient_tolerance)
+    }
+}
+
+impl GpuBackend {
+    /// Records a budgeted solve's end: the convergence test's gradient (its gather's
+    /// partials staged first), then the state's potential and forces, the dissipation and the
+    /// iterate (`record_end_state`).
+    fn record_budget_end(&mut self) -> Result<Vec<Staged>> {
         let nodes = self.nodes.clone();
         self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
         let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
         self.gather(&params, Positions::Iterate)?;
-        let last = self.stage_gather()?;
-        let end = self.record_end_state()?;
-        let rest = 2 + end.len();
-        let mut staged = vec![picked, last];
-        staged.extend(end);
+        let mut staged = vec![self.stage_gather()?];
+        staged.extend(self.record_end_state()?);
+        Ok(staged)
+    }
+
+    /// Ends a budgeted solve recorded from the start's search record `picked`, with each
+    /// iteration's PCG status and search record: stages the search record as the solve leaves
+    /// it (its value `G` at the end), records the end (`record_budget_end`), reads it all
+    /// back and tallies the iterations whose gradient was above `gradient_tolerance`.
+    fn finish_budget(
+        &mut self,
+        picked: Staged,
+        iterations: &[(Staged, Staged)],
+        gradient_tolerance: f64,
+    ) -> Result<BudgetSolve> {
+        let mut staged =
+            vec![picked, WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?];
+        staged.extend(self.record_budget_end()?);
+        let rest = staged.len();
         staged.extend(iterations.iter().flat_map(|&(status, record)| [status, record]));
         let results = self.recording.read(&self.context, &staged)?;
 
@@ -1243,27 +1333,79 @@ impl GpuBackend {
             return Ok(BudgetSolve::default());
         }
         // The device's objectives leave out gravity at the reference positions.
-        let reference = self.reference_energy(&nodes, self.inv_h2);
+        let reference = self.reference_energy(&self.nodes, self.inv_h2);
         let mut solve = BudgetSolve {
             guess: Some(start.picked as usize),
             start_objective: start.value as f64 + reference,
-            objective: start.value as f64 + reference,
-            gradient_norm: Self::linearization(&results[1]).gradient_norm,
+            objective: record(&results[1]).value as f64 + reference,
+            gradient_norm: Self::linearization(&results[2]).gradient_norm,
             ..BudgetSolve::default()
         };
         for pair in results[rest..].chunks_exact(2) {
             let (status, after): (PcgStatus, SearchRecord) =
                 (bytemuck::pod_read_unaligned(&pair[0]), record(&pair[1]));
             // A solve with nothing to do found the gradient within the tolerance.
-            if after.gradient_norm as f64 > request.gradient_tolerance {
+            if after.gradient_norm as f64 > gradient_tolerance {
                 solve.iterations += 1;
                 solve.linear_iterations += status.iterations.max(1) as usize;
                 solve.stalled = after.alpha == 0.0 && after.slope < 0.0;
             }
-            solve.objective = after.value as f64 + reference;
         }
-        solve.x = self.remember_end_state(&results[2..rest]);
+        solve.x = self.remember_end_state(&results[3..rest]);
         solve.dissipation = self.iterate_read.as_ref().and_then(|read| read.dissipation).unwrap_or(0.0);
+        Ok(solve)
+    }
+
+    /// A fixed-budget mixed-FEM solve in one readback, as [`budget_on_device`]'s: the
+    /// guesses and the pick, the stretches readied, then per SQP iteration the linearization,
+    /// the condensed solve at its cap, the local update, the merit at the iterate and at each
+    /// step length, the choice and the step of positions and stretches, all decided on the
+    /// device; then `G` and the state at the end.
+    ///
+    /// [`budget_on_device`]: Self::budget_on_device
+    fn mixed_budget_on_device(&mut self, request: &BudgetRequest<'_>) -> Result<BudgetSolve> {
+        use crate::backend::cpu::line_search::step_lengths;
+        let picked = self.record_start(request.guesses)?;
+        self.mixed_deferred = None;
+        self.record_mixed_begin()?;
+        let nodes = self.nodes.clone();
+        let alphas = step_lengths(request.steps, false);
+        let tet_partials = self.groups.element.tet_partials();
+        let mut iterations = Vec::with_capacity(request.iterations);
+        for _ in 0..request.iterations {
+            self.recording.submit(&self.context);
+            self.record_mixed_linearization(&nodes, request.projection)?;
+            self.record_condensed_system(&nodes)?;
+            let pcg = self.preconditioned(
+                request.solver,
+                self.pcg_params(
+                    Some(request.relative_tolerance),
+                    request.gradient_tolerance,
+                    request.max_linear_iterations,
+                ),
+                true,
+            )?;
+            let (status, _) = self.record_solve(pcg, pcg.max_iterations, JacobiLoop::Cg)?;
+            // The convergence test's gradient, the slope's dots and the tets' part of it.
+            self.queue_displacement_gather(&nodes)?;
+            self.stages.vector.queue(&self.context, &mut self.recording, &self.groups.vector, "dots", 0.0)?;
+            self.mixed("local_update", 0.0)?;
+            self.decide(Decision::MixedDirection { tet_partials })?;
+            self.record_mixed_candidates(&alphas)?;
+            self.decide(Decision::Choose { steps: request.steps, extrapolate: false })?;
+            self.decide(Decision::Advance)?;
+            self.mixed("advance_chosen", 0.0)?;
+            let record = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
+            iterations.push((status, record));
+        }
+        // The search's value, `G` at the end (the choices left the merit there).
+        self.record_objectives(Positions::Iterate, None)?;
+        let solve = self.finish_budget(picked, &iterations, request.gradient_tolerance)?;
+        // The stretches the solve left belong with its end.
+        if solve.guess.is_some() {
+            self.mixed_left_at = Some((solve.x.clone(), self.nodes[0].theta));
+            self.mixed_moved = false;
+        }
         Ok(solve)
     }
 }
@@ -1693,6 +1835,17 @@ impl GpuBackend {
 
 #[cfg(test)]
 impl GpuBackend {
+    /// The mixed merits at the iterate and at `alphas` (the line search's step lengths) as a
+    /// budgeted solve records them, read from the search record: the device's objectives, which
+    /// leave out a constant (gravity at the reference positions).
+    pub(crate) fn mixed_candidates_on_device(&mut self, alphas: &[f64]) -> (f64, Vec<f64>) {
+        self.record_mixed_candidates(alphas).unwrap();
+        let staged = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers).unwrap();
+        let record: SearchRecord =
+            bytemuck::pod_read_unaligned(&self.recording.read(&self.context, &[staged]).unwrap()[0]);
+        (record.value as f64, record.candidates[..alphas.len()].iter().map(|&v| v as f64).collect())
+    }
+
     /// The gradient and the assembled matrix of the last linearization, in the world's axes.
     pub(crate) fn read_linearization(&mut self) -> (Vec<f32>, Vec<f32>) {
         let (c, rec, b) = (&self.context, &mut self.recording, &self.buffers);
@@ -1971,22 +2124,7 @@ impl Stages for GpuBackend {
     }
 
     fn mixed_begin(&mut self) {
-        let result = (|| {
-            if self.buffers.reserve_mixed(&self.context) {
-                self.rebind()?;
-                self.mixed_left_at = None;
-            }
-            let node = self.nodes[0];
-            let kept = self
-                .mixed_left_at
-                .as_ref()
-                .is_some_and(|(x, theta)| *x == self.start && *theta == node.theta);
-            if !kept {
-                self.mixed("begin", 0.0)?;
-            }
-            self.mixed_moved = true;
-            Ok(())
-        })();
+        let result = self.record_mixed_begin();
         self.settle(result, ());
     }
 
@@ -2266,7 +2404,11 @@ impl Stages for GpuBackend {
             return crate::backend::budget_solve_by_stages(self, request);
         }
         // The fallback, the first guess, is copied only when the solve fails.
-        self.budget_on_device(request).unwrap_or_else(|e| {
+        let solved = match request.mixed {
+            true => self.mixed_budget_on_device(request),
+            false => self.budget_on_device(request),
+        };
+        solved.unwrap_or_else(|e| {
             self.error.get_or_insert(e);
             BudgetSolve {
                 guess: Some(0),

@@ -70,6 +70,10 @@ pub enum Decision {
     /// After a solve: `|grad G|`, force scale and noise floor of the linearization (from
     /// its gather's partials), and the slope and length of the direction from the last dots.
     Direction,
+    /// [`Direction`](Self::Direction) for a mixed-FEM step: its slope adds the tets' part
+    /// (the first `tet_partials` energy partials, from the mixed stage's `local_update`), and
+    /// its direction is never rescaled.
+    MixedDirection { tet_partials: u32 },
     /// The initial guess among `count` candidates, the last a fallback when `fallback`.
     Pick { count: usize, fallback: bool },
     /// The step among `steps` candidates (and `2` after them when `extrapolate`).
@@ -125,6 +129,9 @@ impl WgLineSearch {
                 ("energy", LineSearchParams { slot: slot(k), ..base }, count as u32 * WORKGROUP)
             }
             Decision::Direction => ("after_solve", base, WORKGROUP),
+            Decision::MixedDirection { tet_partials } => {
+                ("after_solve", LineSearchParams { count: tet_partials, ..base }, WORKGROUP)
+            }
             Decision::Pick { count, fallback } => {
                 debug_assert!(count <= CANDIDATES);
                 ("pick", LineSearchParams { count: count as u32, fallback: fallback as u32, ..base }, 1)
@@ -287,6 +294,19 @@ mod tests {
             close(gpu.slope, 0.5 * sum(0, &dots)) && close(gpu.direction_norm, 0.5 * sum(1, &dots).sqrt()),
             "{gpu:?}"
         );
+        // A mixed-FEM direction adds its tets' slope partials (those before the springs'),
+        // and is not rescaled.
+        let tet_partials = energy_partials.div_ceil(2);
+        let gpu = run(
+            &mut rig,
+            &SearchRecord { scale: 0.5, ..SearchRecord::default() },
+            &[Decision::MixedDirection { tet_partials: tet_partials as u32 }],
+        );
+        let tet_slope = energy[..tet_partials].iter().map(|&e| e as f64).sum::<f64>();
+        assert!(tet_partials > 0 && tet_slope != 0.0);
+        assert!(close(gpu.slope, sum(0, &dots) + tet_slope), "{gpu:?} vs {}", sum(0, &dots) + tet_slope);
+        assert!(close(gpu.direction_norm, sum(1, &dots).sqrt()) && gpu.scale == 1.0, "{gpu:?}");
+        assert!(close(gpu.gradient_norm, sum(1, &gather).sqrt()), "{gpu:?}");
 
         // A batch of three passes' partials, one member's after another, into slots 2-4.
         let members = 3;

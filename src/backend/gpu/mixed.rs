@@ -16,6 +16,8 @@ use crate::material::Projection;
 use crate::model::Model;
 use crate::objective::Node;
 
+use super::Positions;
+
 /// The mixed stage's pipelines.
 pub struct WgMixed(pub(crate) WgStage);
 
@@ -24,6 +26,8 @@ pub struct WgMixed(pub(crate) WgStage);
 pub struct MixedGroups {
     param: super::recording::ParamGroup,
     iterate: Bound,
+    /// Reading a batch of positions (the merit's, at a line search's step lengths).
+    batch: Bound,
     /// The springs' gradients into `displacement_corners`.
     pub displacement_elements: ElementGroups,
     /// The gather of `displacement_corners`.
@@ -48,14 +52,19 @@ impl WgMixed {
         Ok(MixedGroups {
             param: recording.param_group(context, &self.0),
             iterate: self.0.bind(context, |g, n| buffers.resolve(g, n))?,
+            batch: self.0.bind(context, |g, n| match (g, n) {
+                (2, "x") => buffers.scratch.get("batch"),
+                _ => buffers.resolve(g, n),
+            })?,
             displacement_elements: element.bind_corners(context, recording, model, buffers, CORNERS)?,
             displacement_gather: gather.bind_corners(context, recording, buffers, CORNERS)?,
         })
     }
 
     /// Records entry point `entry` over the tets, run by run as the element stage splits them
-    /// (`elements`), at the objective's one node and step length `alpha`; `linearize` with the
-    /// stretch curvature exact or projected as `projection` says.
+    /// (`elements`), at the objective's one node and step length `alpha`, at the iterate or
+    /// (`merit` alone) over a batch of positions; `linearize` with the stretch curvature exact
+    /// or projected as `projection` says.
     #[allow(clippy::too_many_arguments)]
     pub fn queue(
         &self,
@@ -63,26 +72,26 @@ impl WgMixed {
         recording: &mut Recording,
         groups: &MixedGroups,
         elements: &ElementGroups,
-        node: Node,
+        (node, at): (Node, Positions),
         entry: &'static str,
         alpha: f64,
         projection: Projection,
     ) -> Result<()> {
-        let bound = &groups.iterate;
+        let members = at.members() as u32;
+        let bound = match at {
+            Positions::Batch(_) => &groups.batch,
+            _ => &groups.iterate,
+        };
+        debug_assert!(matches!(at, Positions::Iterate) || (entry == "merit" && members > 1));
         for mut params in elements.tet_runs(&[node])? {
             params.alpha = alpha as f32;
+            params.members = members;
             let offset = recording.params(context, &params)?;
             let constants: &[_] =
                 if projection == Projection::None { &[("EXACT_CURVATURE", 1.0)] } else { &[] };
             let kernel = Kernel { stage: &self.0, entry, constants, label: entry };
-            recording.dispatch(
-                context,
-                kernel,
-                &groups.param,
-                offset,
-                bound,
-                params.count.div_ceil(WORKGROUP),
-            );
+            let workgroups = members * params.count.div_ceil(WORKGROUP);
+            recording.dispatch_batch(context, kernel, (&groups.param, offset), bound, workgroups, members);
         }
         Ok(())
     }
@@ -343,6 +352,147 @@ mod tests {
     /// nothing overflows. The definiteness test's determinants, the stiffness cubed, did: every
     /// tet of the stiff body took the Jacobi projection it did not need, and 1827 of 2529
     /// entries differed by its rounding.
+    /// A budgeted mixed-FEM solve run whole on the device, in one readback, against the same
+    /// solve with every decision made on the host, stage by stage: on the GPU's stages (the
+    /// same f32 arithmetic, so the same steps) and on the CPU's.
+    #[test]
+    fn a_budgeted_mixed_solve_decides_on_the_device_as_the_host_does() {
+        use crate::backend::{BudgetRequest, BudgetSolve, budget_solve_by_stages};
+        use rand::SeedableRng;
+        let Some(context) = context() else { return };
+        let model = pinned_bar(Material::stable_neo_hookean(2e4, 0.3), 1000.0);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(23);
+        let mut moved = |scale: f64| moved(&model, &mut rng, 0.95, scale);
+        let (start, target, guess) = (moved(0.01), moved(0.03), moved(0.02));
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
+        let guesses: [&[[f64; 3]]; 2] = [&guess, &start];
+        let request = BudgetRequest {
+            guesses: &guesses,
+            mixed: true,
+            iterations: 4,
+            projection: Projection::Psd,
+            solver: LinearSolver::Pcg,
+            gradient_tolerance: 1e-9,
+            relative_tolerance: 1e-6,
+            max_linear_iterations: 200,
+            steps: 5,
+            extrapolate: false,
+        };
+        let run = |backend: &mut dyn Stages, on_host: bool| -> BudgetSolve {
+            backend.begin_step(problem);
+            let solve = if on_host {
+                budget_solve_by_stages(backend, &request)
+            } else {
+                backend.budget_solve(&request)
+            };
+            assert!(backend.take_error().is_none());
+            solve
+        };
+        let gpu = || super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+        let mut on_device = gpu();
+        let before = on_device.device_counts().unwrap().readbacks;
+        let device = run(&mut on_device, false);
+        let readbacks = on_device.device_counts().unwrap().readbacks - before;
+        let host = run(&mut gpu(), true);
+        let cpu = run(&mut CpuBackend::new(model.clone()), false);
+        let apart = |a: &BudgetSolve, b: &BudgetSolve| {
+            a.x.iter()
+                .zip(&b.x)
+                .flat_map(|(p, q)| (0..3).map(move |i| (p[i] - q[i]).abs()))
+                .fold(0.0, f64::max)
+        };
+        let moved_by = apart(&device, &BudgetSolve { x: start.clone(), ..BudgetSolve::default() });
+        println!(
+            "mixed budget 4 x 200: device {} its / {} CG, G {:.6e} -> {:.6e}, |g| {:.2e}, moved {moved_by:.3e} m; \
+             host {} / {}, G {:.6e}; CPU {} / {}, G {:.6e}; device vs host {:.2e} m, vs CPU {:.2e} m; {readbacks} readback(s)",
+            device.iterations,
+            device.linear_iterations,
+            device.start_objective,
+            device.objective,
+            device.gradient_norm,
+            host.iterations,
+            host.linear_iterations,
+            host.objective,
+            cpu.iterations,
+            cpu.linear_iterations,
+            cpu.objective,
+            apart(&device, &host),
+            apart(&device, &cpu),
+        );
+        assert_eq!(readbacks, 1, "the whole budgeted solve reads back once");
+        assert_eq!(device.guess, Some(0));
+        assert_eq!((device.iterations, host.iterations, cpu.iterations), (4, 4, 4));
+        assert!(!device.stalled && !host.stalled);
+        // The solve descends: G falls, and far more than the f32 round-off of its sums.
+        assert!(device.objective < device.start_objective - 1e-3 * device.start_objective.abs());
+        let relative = |a: f64, b: f64| (a - b).abs() / b.abs();
+        assert!(
+            relative(device.objective, host.objective) < 1e-5,
+            "G {} vs {}",
+            device.objective,
+            host.objective
+        );
+        assert!(
+            relative(device.objective, cpu.objective) < 1e-5,
+            "G {} vs {}",
+            device.objective,
+            cpu.objective
+        );
+        assert!(apart(&device, &host) < 1e-6 && apart(&device, &cpu) < 1e-5 * moved_by);
+        assert!(relative(device.gradient_norm, host.gradient_norm) < 1e-3);
+    }
+
+    /// The merits a budgeted solve evaluates on the device, at the iterate and over a batch of
+    /// the line search's step lengths (positions and stretches), against the host's one at a
+    /// time on the same GPU and the CPU twin's, on a bar with springs and colliders: the same
+    /// differences from the iterate's merit.
+    #[test]
+    fn a_batch_of_merits_on_the_device_matches_them_one_at_a_time() {
+        use crate::backend::cpu::line_search::step_lengths;
+        use rand::SeedableRng;
+        let Some(context) = context() else { return };
+        let model = Arc::new(crate::backend::cpu::tests::mixed_model(Material::stable_neo_hookean(2e4, 0.3)));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let mut moved = |scale: f64| moved(&model, &mut rng, 0.9, scale);
+        let (start, target, x) = (moved(0.01), moved(0.03), moved(0.02));
+        let nodes = [Node { weight: 1.0, theta: 1.0 }];
+        let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
+        let alphas = step_lengths(5, false);
+        let mut cpu = CpuBackend::new(model.clone());
+        let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
+        let mut merits = Vec::new();
+        for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
+            backend.begin_step(problem);
+            backend.set_iterate(&x);
+            backend.mixed_begin();
+            let done = backend.mixed_direction(&request(Projection::Psd));
+            assert!(done.direction.is_some());
+            let at: Vec<f64> = backend.mixed_merits(&alphas).iter().map(|m| m - done.merit).collect();
+            merits.push(at);
+        }
+        let (value, candidates) = gpu.mixed_candidates_on_device(&alphas);
+        let batched: Vec<f64> = candidates.iter().map(|c| c - value).collect();
+        assert!(gpu.take_error().is_none());
+        println!("merit - merit(0): CPU {:?}\n GPU {:?}\n batch {batched:?}", merits[0], merits[1]);
+        for k in 0..alphas.len() {
+            let scale = merits[0][0].abs();
+            let (cpu, gpu) = (merits[0][k], merits[1][k]);
+            assert!(
+                (batched[k] - gpu).abs() < 1e-4 * scale,
+                "step {}: batch {} vs one at a time {gpu}",
+                alphas[k],
+                batched[k]
+            );
+            assert!(
+                (batched[k] - cpu).abs() < 1e-3 * scale,
+                "step {}: batch {} vs CPU {cpu}",
+                alphas[k],
+                batched[k]
+            );
+        }
+    }
+
     #[test]
     fn a_definite_stretch_hessian_is_not_projected_however_stiff() {
         use rand::SeedableRng;

@@ -16,6 +16,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("shared/slots", include_str!("../../../shaders/shared/slots.wgsl")),
     ("shared/tets", include_str!("../../../shaders/shared/tets.wgsl")),
     ("shared/rotation", include_str!("../../../shaders/shared/rotation.wgsl")),
+    ("shared/search", include_str!("../../../shaders/shared/search.wgsl")),
     ("shared/frame", include_str!("../../../shaders/shared/frame.wgsl")),
     ("shared/matrix", include_str!("../../../shaders/shared/matrix.wgsl")),
     ("shared/couplings", include_str!("../../../shaders/shared/couplings.wgsl")),

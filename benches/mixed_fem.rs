@@ -4,7 +4,8 @@
 //! `cargo bench --bench mixed_fem` — each case first prints one line per solver (tets,
 //! iterations, CG iterations, the gradient norm left, the median warm step's time per
 //! iteration and the phases of the last), then criterion times `Simulation::step` capped at 5 iterations (the paper's
-//! real-time counts) from a fixed mid-motion state. Meshes of about the paper's sizes:
+//! real-time counts) from a fixed mid-motion state, and under a fixed budget of 4 iterations
+//! of 30 CG iterations (`mixed_budget`, one readback a step on a GPU). Meshes of about the paper's sizes:
 //! generated bars and a cube of 2.2K, 11K and 24K tets (its bunny, boat and stretched beam),
 //! and the bunny of `../shared/meshes/` (or of `LIVELY_MESHES`; skipped, with the reason
 //! printed, when that folder is absent). Stable neo-Hookean, E 1e5 Pa, nu 0.45, rho 1000, gravity, the vertices at the
@@ -82,6 +83,9 @@ fn mixed_fem(c: &mut Criterion) {
     for (name, mesh) in meshes(gpu.as_ref().map_or(0, |gpu| gpu.max_tets)) {
         let solvers = [
             ("mixed", Solver::mixed_fem().max_iterations(5)),
+            // A frame's fixed budget, run whole on a GPU in one readback: about the capped
+            // solve's iterations and CG iterations on the 100K-tet bar (4 and 27 each).
+            ("mixed_budget", Solver::mixed_fem().budget(4, 30)),
             ("newton", Solver::newton().max_iterations(5)),
         ];
         let backends = common::backends(&gpu, mesh.tets().len());

@@ -116,7 +116,7 @@ mod tests {
     use crate::backend::gpu::test_support::context;
     use crate::backend::gpu::test_support::worst;
     use crate::backend::topology::Topology;
-    use crate::backend::{Deferral, DirectionRequest, LinearSolver, Stages};
+    use crate::backend::{Deferral, DirectionRequest, LinearSolver, MixedDirection, Stages};
     use crate::material::{Material, Projection};
     use crate::mesh::TetMesh;
     use crate::model::Model;
@@ -164,6 +164,20 @@ mod tests {
         }
     }
 
+    /// A mixed solve's first direction: the step `problem` begun, the iterate set to `x`, the
+    /// stretches readied, and `request` linearized (and solved) there.
+    fn first_direction(
+        backend: &mut dyn Stages,
+        problem: StepProblem<'_>,
+        x: &[[f64; 3]],
+        request: &DirectionRequest<'_>,
+    ) -> MixedDirection {
+        backend.begin_step(problem);
+        backend.set_iterate(x);
+        backend.mixed_begin();
+        backend.mixed_direction(request)
+    }
+
     /// A mixed-FEM iteration on the GPU against its CPU twin, for every material, from random
     /// states with stretches off the positions' (the first step's warm start is the start's
     /// stretch; the iterate is elsewhere), with the stretch curvature projected and exact: the
@@ -200,10 +214,7 @@ mod tests {
                 let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
                 let mut results = Vec::new();
                 for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
-                    backend.begin_step(problem);
-                    backend.set_iterate(&x);
-                    backend.mixed_begin();
-                    let done = backend.mixed_direction(&request);
+                    let done = first_direction(backend, problem, &x, &request);
                     let direction = done.direction.expect("a direction");
                     let merits = backend.mixed_merits(&[0.5, 1.0]);
                     backend.mixed_advance(0.5);
@@ -294,10 +305,7 @@ mod tests {
         let nodes = [Node { weight: 1.0, theta: 1.0 }];
         let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
         let run = |backend: &mut dyn Stages, projection: Projection, defers: bool| {
-            backend.begin_step(problem);
-            backend.set_iterate(&x);
-            backend.mixed_begin();
-            backend.mixed_direction(&request(Projection::Psd));
+            first_direction(backend, problem, &x, &request(Projection::Psd));
             backend.mixed_advance(1.0);
             let found = if defers {
                 let deferred = backend
@@ -463,10 +471,7 @@ mod tests {
         let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
         let mut merits = Vec::new();
         for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
-            backend.begin_step(problem);
-            backend.set_iterate(&x);
-            backend.mixed_begin();
-            let done = backend.mixed_direction(&request(Projection::Psd));
+            let done = first_direction(backend, problem, &x, &request(Projection::Psd));
             assert!(done.direction.is_some());
             let at: Vec<f64> = backend.mixed_merits(&alphas).iter().map(|m| m - done.merit).collect();
             merits.push(at);
@@ -506,10 +511,7 @@ mod tests {
             let nodes = [Node { weight: 1.0, theta: 1.0 }];
             let problem = StepProblem::undamped(&start, &target, &nodes, 1.0 / 30.0, 1.0);
             let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
-            gpu.begin_step(problem);
-            gpu.set_iterate(&x);
-            gpu.mixed_begin();
-            gpu.mixed_direction(&request(Projection::Psd));
+            first_direction(&mut gpu, problem, &x, &request(Projection::Psd));
             gpu.mixed_advance(0.5);
             gpu.mixed_direction(&request(Projection::Psd));
             assert!(gpu.take_error().is_none());
@@ -543,10 +545,7 @@ mod tests {
         let mut cpu = CpuBackend::new(model.clone());
         let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
         for (name, backend) in [("CPU", &mut cpu as &mut dyn Stages), ("GPU", &mut gpu)] {
-            backend.begin_step(problem);
-            backend.set_iterate(&x);
-            backend.mixed_begin();
-            let done = backend.mixed_direction(&request(Projection::None));
+            let done = first_direction(backend, problem, &x, &request(Projection::None));
             let finite = done.direction.is_some_and(|d| d.slope.is_finite());
             assert!(!finite, "{name}: a finite direction from inverted tets: {:?}", done.direction);
             let merits = backend.mixed_merits(&[0.5, 1.0]);
@@ -586,10 +585,7 @@ mod tests {
         let mut gpu = super::super::GpuBackend::new(context.clone(), model.clone()).unwrap();
         let mut merits = Vec::new();
         for backend in [&mut cpu as &mut dyn Stages, &mut gpu] {
-            backend.begin_step(problem);
-            backend.set_iterate(&x);
-            backend.mixed_begin();
-            backend.mixed_direction(&request).direction.expect("a direction");
+            first_direction(backend, problem, &x, &request).direction.expect("a direction");
             merits.push(backend.mixed_merits(&alphas));
             assert!(backend.take_error().is_none());
         }

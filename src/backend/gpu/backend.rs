@@ -1294,34 +1294,34 @@ impl GpuBackend {
         }
         self.finish_budget(picked, &iterations, request.gradient_tolerance)
     }
-}
 
-impl GpuBackend {
-    /// Records a budgeted solve's end: the convergence test's gradient (its gather's
-    /// partials staged first), then the state's potential and forces, the dissipation and the
-    /// iterate (`record_end_state`).
+    /// Records a budgeted solve's end and stages it: the search record with `G` there as its
+    /// value and the gather's partials (the convergence test's gradient), both from one
+    /// gradient pass, then the state's potential and forces, the dissipation and the iterate
+    /// (`record_end_state`).
     fn record_budget_end(&mut self) -> Result<Vec<Staged>> {
         let nodes = self.nodes.clone();
         self.elements(Positions::Iterate, &nodes, Outputs::Gradient)?;
         let params = self.gather_params(&nodes, self.inv_h2, Some(false), true);
         self.gather(&params, Positions::Iterate)?;
-        let mut staged = vec![self.stage_gather()?];
+        self.decide(Decision::Energy { slot: None, count: 1 })?;
+        let search = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
+        let mut staged = vec![search, self.stage_gather()?];
         staged.extend(self.record_end_state()?);
         Ok(staged)
     }
 
     /// Ends a budgeted solve recorded from the start's search record `picked`, with each
-    /// iteration's PCG status and search record: stages the search record as the solve leaves
-    /// it (its value `G` at the end), records the end (`record_budget_end`), reads it all
-    /// back and tallies the iterations whose gradient was above `gradient_tolerance`.
+    /// iteration's PCG status and search record: records and stages the end
+    /// (`record_budget_end`), reads it all back and tallies the iterations whose gradient was
+    /// above `gradient_tolerance`.
     fn finish_budget(
         &mut self,
         picked: Staged,
         iterations: &[(Staged, Staged)],
         gradient_tolerance: f64,
     ) -> Result<BudgetSolve> {
-        let mut staged =
-            vec![picked, WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?];
+        let mut staged = vec![picked];
         staged.extend(self.record_budget_end()?);
         let rest = staged.len();
         staged.extend(iterations.iter().flat_map(|&(status, record)| [status, record]));
@@ -1398,8 +1398,6 @@ impl GpuBackend {
             let record = WgLineSearch::stage(&self.context, &mut self.recording, &self.buffers)?;
             iterations.push((status, record));
         }
-        // The search's value, `G` at the end (the choices left the merit there).
-        self.record_objectives(Positions::Iterate, None)?;
         let solve = self.finish_budget(picked, &iterations, request.gradient_tolerance)?;
         // The stretches the solve left belong with its end.
         if solve.guess.is_some() {
